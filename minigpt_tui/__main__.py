@@ -1,0 +1,3 @@
+from minigpt_tui.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""Command-line entry: no subcommand opens the app; each subcommand is a headless engine call.
+
+Every :class:`MiniGPTError` becomes one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module registers its subcommands with ``register(subparsers)`` and imports the
+# engine inside its handlers, so that ``--help`` and the app's first frame stay fast.
+COMMAND_MODULES = (
+    "minigpt_tui.commands.train",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="minigpt-tui",
+        description="Train, save, resume, inspect and interrogate a Mini GPT on the CPU.",
+    )
+    parser.add_argument("--runs-dir", help="runs directory (default: the user data dir)")
+    parser.add_argument("--preset", default="mini", help="preset for a new run in the app (default: mini)")
+    parser.add_argument("--corpus", help="corpus file or folder for a new run in the app")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from minigpt_tui.engine.errors import MiniGPTError
+
+    try:
+        if args.command is None:
+            return _open_app(args)
+        return int(args.handler(args) or 0)
+    except MiniGPTError as err:
+        print(f"minigpt-tui: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("minigpt-tui: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+def _open_app(args: argparse.Namespace) -> int:
+    try:
+        app_module = importlib.import_module("minigpt_tui.app")
+    except ModuleNotFoundError as err:
+        if err.name != "minigpt_tui.app":
+            raise
+        # Until the app lands, `make run` runs the bundled default headless.
+        return main(["train", "--preset", args.preset] + (["--corpus", args.corpus] if args.corpus else []))
+    return int(app_module.run_app(args) or 0)

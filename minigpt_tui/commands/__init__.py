@@ -1,0 +1,1 @@
+"""Headless subcommands, one module per group; each exposes ``register(subparsers)``."""

@@ -1,0 +1,160 @@
+"""``train``: a headless run of the schedule, with a progress bar or one JSON object."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from minigpt_tui.commands.common import add_config_arguments, config_from_args, emit_json, graceful_stop
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("train", help="train a new run headless")
+    add_config_arguments(parser)
+    parser.add_argument("--run", help="run name (default: PRESET-TIMESTAMP)")
+    parser.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
+    parser.add_argument("--until", type=int, help="stop after this update (the schedule stays the same)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    parser.set_defaults(handler=run_train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.corpus import load_corpus
+    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.runs import RunDirectory, resolve_runs_dir
+    from minigpt_tui.engine.trainer import TrainingSetup, Trainer, apply_precision
+
+    config = config_from_args(args)
+    if args.until is not None and not 1 <= args.until <= config.train.steps:
+        raise ConfigError(f"--until must be between 1 and {config.train.steps}")
+    apply_precision(config.train)
+    corpus = load_corpus(config.corpus)
+    setup = TrainingSetup.build(config, corpus)
+    trainer = Trainer(setup)
+    runs_dir = resolve_runs_dir(args.runs_dir_sub or args.runs_dir)
+    run = RunDirectory.create(runs_dir, args.run, config.preset)
+    run.write_json("config.json", config.to_dict())
+    run.write_json("identities.json", identities(setup))
+    result = drive(trainer, run, until=args.until, show_progress=not args.json)
+    result["run_dir"] = str(run.path)
+    if args.json:
+        emit_json(result)
+    else:
+        print_summary(result)
+    return 0
+
+
+def identities(setup: Any) -> dict[str, Any]:
+    return {
+        "corpus": setup.corpus.summary(),
+        "tokenizer": {"identity": setup.tokenizer.identity, "vocab_size": setup.tokenizer.vocab_size,
+                      "merges": len(setup.tokenizer.merges)},
+    }
+
+
+def drive(trainer: Any, run: Any, *, until: int | None, show_progress: bool,
+          checkpointer: Any = None) -> dict[str, Any]:
+    """Run the schedule to ``until``, appending metrics; stop cleanly on Ctrl+C/SIGTERM."""
+    from dataclasses import asdict
+
+    from minigpt_tui.engine.trainer import UpdateRecord, scheduled_work
+
+    updates: list[dict[str, Any]] = []
+    evaluations: list[dict[str, Any]] = []
+    saved: list[str] = []
+    steps = trainer.config.train.steps
+    target = steps if until is None else until
+    save_every = trainer.config.train.save_every
+    stopped_by = None
+    with graceful_stop() as stop, _progress(show_progress, trainer.step, target) as advance:
+        for item in scheduled_work(trainer, until):
+            if isinstance(item, UpdateRecord):
+                record = item.exact_fields()
+                updates.append(record)
+                run.append_metric({"kind": "update", **record, "seconds": item.seconds,
+                                   "tokens_per_second": item.tokens_per_second})
+                advance(item.step, item.loss)
+                if checkpointer is not None and save_every and item.step % save_every == 0:
+                    saved.append(str(checkpointer.save(trainer, "interval")))
+            else:
+                evaluations.append(asdict(item))
+                run.append_metric({"kind": "evaluation", **asdict(item)})
+                if checkpointer is not None and trainer.best_step == item.step and item.step > 0:
+                    saved.append(str(checkpointer.save(trainer, "best")))
+            if stop:
+                stopped_by = stop.signal_name
+                break
+    if checkpointer is not None and (not saved or not saved[-1].endswith(f"{trainer.step:06d}")):
+        saved.append(str(checkpointer.save(trainer, "stop")))
+    tensors, scalars = trainer.parameter_counts
+    return {
+        "preset": trainer.config.preset,
+        "parameter_tensors": tensors,
+        "parameter_scalars": scalars,
+        "steps": steps,
+        "step": trainer.step,
+        "stopped_by": stopped_by,
+        "updates": updates,
+        "evaluations": evaluations,
+        "best_step": trainer.best_step,
+        "state_digest": trainer.state_digest(),
+        "weights_digest": trainer.weights_digest(),
+        "optimizer_digest": trainer.optimizer_digest(),
+        "progress": trainer.progress(),
+        "corpus_identity": trainer.setup.corpus.identity,
+        "tokenizer_identity": trainer.tokenizer.identity,
+        "checkpoints": saved,
+    }
+
+
+class _progress:
+    """A rich progress bar with ETA on a terminal; silent otherwise."""
+
+    def __init__(self, enabled: bool, start: int, total: int) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.start, self.total = start, total
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        if not self.enabled:
+            return lambda step, loss: None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(),
+                            console=Console(stderr=True))
+        self.bar.__enter__()
+        task = self.bar.add_task("train", total=self.total, completed=self.start, loss="-")
+        return lambda step, loss: self.bar.update(task, completed=step, loss=f"{loss:.4f}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.bar.__exit__(*exc)
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"run {result['run_dir']}")
+    table.add_column("record")
+    table.add_column("value")
+    table.add_row("preset", result["preset"])
+    table.add_row("parameters", f"{result['parameter_scalars']} in {result['parameter_tensors']} tensors")
+    table.add_row("updates", f"{result['step']} of {result['steps']}")
+    if result["updates"]:
+        table.add_row("last batch loss", f"{result['updates'][-1]['loss']:.6f}")
+    if result["evaluations"]:
+        last = result["evaluations"][-1]
+        val = last["validation_loss"]
+        table.add_row("last evaluation", f"step {last['step']}: train {last['train_loss']:.6f}"
+                      + (f", validation {val:.6f}" if val is not None else ""))
+    table.add_row("best step", str(result["best_step"]))
+    table.add_row("state digest", result["state_digest"])
+    for path in result["checkpoints"]:
+        table.add_row("checkpoint", path)
+    if result["stopped_by"]:
+        table.add_row("stopped by", result["stopped_by"])
+    console.print(table)

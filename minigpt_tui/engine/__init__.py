@@ -1,0 +1,1 @@
+"""The engine: torch, numpy and safetensors only. It never imports the UI."""

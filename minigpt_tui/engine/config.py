@@ -1,0 +1,289 @@
+"""Model, tokenizer, corpus, seed and training settings; bundled presets; TOML overrides.
+
+A :class:`RunConfig` is frozen and fully resolved: every field the engine reads is here,
+so that its normalized form (``to_dict``) identifies the run and can be written beside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from minigpt_tui.engine.errors import ConfigError
+
+FAMILIES = ("llama", "gpt2")
+PRECISIONS = ("exact", "fast")
+BATCH_POLICIES = ("replacement", "document_order")
+SCHEDULES = ("constant", "cosine")
+GELU_APPROXIMATIONS = ("tanh", "none")
+U64_MAX = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    family: str = "llama"
+    width: int = 16
+    heads: int = 2
+    kv_heads: int = 2
+    ffn: int = 64
+    layers: int = 1
+    context: int = 64
+    dropout: float = 0.0
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    gelu_approximation: str = "tanh"
+    init_std: float = 0.02
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    merges: int = 32
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    # "bundled:NAME" for a file in the package's assets/corpus, else a path.
+    source: str = "bundled:teaching.txt"
+    # Record i (1-based, in file order) is validation when i % val_every == 0; 0: none.
+    val_every: int = 4
+
+
+@dataclass(frozen=True)
+class SeedConfig:
+    init: int = 1729
+    data: int = 101
+    dropout: int = 0
+    sampling: int = 31415
+
+    @staticmethod
+    def derive(seed: int) -> "SeedConfig":
+        """Four independent stream seeds from one user seed (SHA-256 of seed and name)."""
+        values = {}
+        for name in ("init", "data", "dropout", "sampling"):
+            digest = hashlib.sha256(f"minigpt-tui/{name}/{seed}".encode()).digest()
+            values[name] = int.from_bytes(digest[:8], "little")
+        return SeedConfig(**values)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 600
+    batch_policy: str = "replacement"
+    document_order: tuple[int, ...] = ()
+    batch_size: int = 8
+    microbatches: int = 1
+    schedule: str = "constant"
+    lr: float = 0.01
+    final_lr: float = 0.01
+    warmup: int = 0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    clip: float = 0.0
+    recompute: bool = False
+    loss_scale: bool = False
+    loss_scale_init: float = 65536.0
+    loss_scale_min: float = 1.0
+    loss_scale_max: float = 2.0**24
+    loss_scale_growth_interval: int = 2000
+    loss_scale_growth_factor: float = 2.0
+    loss_scale_backoff_factor: float = 0.5
+    eval_every: int = 50
+    eval_batch_size: int = 8
+    monitor_tokens: int = 0
+    precision: str = "exact"
+    threads: int = 1
+    save_every: int = 0
+    keep_last: int = 3
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    preset: str
+    model: ModelConfig = field(default_factory=ModelConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    seeds: SeedConfig = field(default_factory=SeedConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> "RunConfig":
+        return _build(str(data.get("preset", "custom")), data)
+
+    def replace(self, **sections: dict[str, Any]) -> "RunConfig":
+        """A copy with some fields of some sections changed, validated like a user file."""
+        data = self.to_dict()
+        for section, values in sections.items():
+            if section not in _SECTIONS:
+                raise ConfigError(f"unknown config section '{section}'")
+            data[section].update(values)
+        return _build(self.preset, data)
+
+    @property
+    def dtype_name(self) -> str:
+        return "float64" if self.train.precision == "exact" else "float32"
+
+
+_SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "tokenizer": TokenizerConfig,
+    "corpus": CorpusConfig,
+    "seeds": SeedConfig,
+    "train": TrainConfig,
+}
+
+
+def preset_names() -> list[str]:
+    return list(_load_presets())
+
+
+def _load_presets() -> dict[str, Any]:
+    text = resources.files("minigpt_tui").joinpath("assets/presets.toml").read_text("utf-8")
+    return tomllib.loads(text)
+
+
+def load_config(
+    preset: str = "mini",
+    config_file: Path | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+) -> RunConfig:
+    """Resolve a preset, then a user's TOML file, then explicit overrides, and validate."""
+    presets = _load_presets()
+    if preset not in presets:
+        raise ConfigError(f"unknown preset '{preset}' (choose from {', '.join(presets)})")
+    data: dict[str, Any] = {name: dict(presets[preset].get(name, {})) for name in _SECTIONS}
+    if config_file is not None:
+        user = _read_toml(Path(config_file))
+        for section, values in user.items():
+            if section not in _SECTIONS:
+                raise ConfigError(f"{config_file}: unknown config section '{section}'")
+            if not isinstance(values, dict):
+                raise ConfigError(f"{config_file}: section '{section}' must be a table")
+            data[section].update(values)
+    for section, values in (overrides or {}).items():
+        data[section].update({k: v for k, v in values.items() if v is not None})
+    return _build(preset, data)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read config file {path}: {err}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
+
+
+def _coerce(section: str, name: str, kind: Any, value: Any) -> Any:
+    where = f"{section}.{name}"
+    text = str(kind)
+    if kind is bool or text == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if kind is int or text == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return value
+    if kind is float or text == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if kind is str or text == "str":
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return value
+    if "tuple[float" in text:
+        if not isinstance(value, (list, tuple)) or len(value) != 2:
+            raise ConfigError(f"{where} must be a list of two numbers, got {value!r}")
+        return tuple(_coerce(section, name, float, v) for v in value)
+    if "tuple[int" in text:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list of integers, got {value!r}")
+        return tuple(_coerce(section, name, int, v) for v in value)
+    raise ConfigError(f"{where}: unsupported setting type")  # pragma: no cover
+
+
+def _build(preset: str, data: dict[str, Any]) -> RunConfig:
+    sections: dict[str, Any] = {}
+    for section, cls in _SECTIONS.items():
+        values = data.get(section, {}) or {}
+        known = {f.name: f for f in fields(cls)}
+        kwargs = {}
+        for name, value in values.items():
+            if name not in known:
+                raise ConfigError(f"unknown setting {section}.{name}")
+            kwargs[name] = _coerce(section, name, known[name].type, value)
+        sections[section] = cls(**kwargs)
+    config = RunConfig(preset=preset, **sections)
+    validate(config)
+    return config
+
+
+def validate(config: RunConfig) -> None:
+    m, t, s, c = config.model, config.train, config.seeds, config.corpus
+
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            raise ConfigError(message)
+
+    need(m.family in FAMILIES, f"model.family must be one of {FAMILIES}, got '{m.family}'")
+    for name in ("width", "heads", "kv_heads", "ffn", "layers", "context"):
+        need(getattr(m, name) >= 1, f"model.{name} must be at least 1")
+    need(m.width % m.heads == 0, "model.width must be a multiple of model.heads")
+    need(m.heads % m.kv_heads == 0, "model.heads must be a multiple of model.kv_heads")
+    need(m.family != "llama" or m.head_dim % 2 == 0, "llama needs an even head width")
+    need(0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)")
+    need(m.norm_eps > 0, "model.norm_eps must be positive")
+    need(m.rope_base > 0, "model.rope_base must be positive")
+    need(m.gelu_approximation in GELU_APPROXIMATIONS, "model.gelu_approximation: tanh or none")
+    need(config.tokenizer.merges >= 0, "tokenizer.merges must be 0 or more")
+    need(c.val_every >= 0 and c.val_every != 1, "corpus.val_every must be 0 (none) or at least 2")
+    for name in ("init", "data", "dropout", "sampling"):
+        value = getattr(s, name)
+        need(0 <= value <= U64_MAX, f"seeds.{name} must be an unsigned 64-bit integer")
+    need(t.steps >= 1, "train.steps must be at least 1")
+    need(t.batch_policy in BATCH_POLICIES, f"train.batch_policy must be one of {BATCH_POLICIES}")
+    need(t.batch_size >= 1, "train.batch_size must be at least 1")
+    need(t.microbatches >= 1, "train.microbatches must be at least 1")
+    need(t.schedule in SCHEDULES, f"train.schedule must be one of {SCHEDULES}")
+    need(t.lr > 0, "train.lr must be positive")
+    need(t.final_lr >= 0, "train.final_lr must be 0 or more")
+    need(0 <= t.warmup <= t.steps, "train.warmup must be between 0 and train.steps")
+    need(all(0 <= b < 1 for b in t.betas), "train.betas must be in [0, 1)")
+    need(t.eps > 0, "train.eps must be positive")
+    need(t.weight_decay >= 0, "train.weight_decay must be 0 or more")
+    need(t.clip >= 0, "train.clip must be 0 (off) or positive")
+    need(t.loss_scale_min > 0, "train.loss_scale_min must be positive")
+    need(
+        t.loss_scale_min <= t.loss_scale_init <= t.loss_scale_max,
+        "train.loss_scale_init must lie within [loss_scale_min, loss_scale_max]",
+    )
+    need(t.loss_scale_growth_interval >= 1, "train.loss_scale_growth_interval must be at least 1")
+    need(t.eval_every >= 0, "train.eval_every must be 0 (off) or positive")
+    need(t.eval_batch_size >= 1, "train.eval_batch_size must be at least 1")
+    need(t.monitor_tokens >= 0, "train.monitor_tokens must be 0 or more")
+    need(t.precision in PRECISIONS, f"train.precision must be one of {PRECISIONS}")
+    need(t.threads >= 1, "train.threads must be at least 1")
+    need(t.save_every >= 0, "train.save_every must be 0 (off) or positive")
+    need(t.keep_last >= 1, "train.keep_last must be at least 1")
+    if t.document_order:
+        need(
+            sorted(t.document_order) == list(range(len(t.document_order))),
+            "train.document_order must be a permutation of 0..n-1",
+        )

@@ -1,0 +1,432 @@
+"""The trainer: one call to :meth:`Trainer.update` is one complete logical update.
+
+An update draws its microbatches from the batch policy, runs forward and backward on each
+(losses weighted per valid target across all microbatches of the update), unscales and
+checks the gradients when loss scaling is on, clips the global norm, steps AdamW with the
+scheduled rate of the 1-based committed step, clears the gradients, and draws the
+monitoring sample. Evaluating never touches a training random stream, so evaluating,
+saving and pausing never change the trajectory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from minigpt_tui.engine.batches import (
+    NO_TARGET,
+    DocumentOrder,
+    Example,
+    ReplacementSampler,
+    evaluation_batches,
+    make_batch,
+    make_examples,
+)
+from minigpt_tui.engine.config import RunConfig, TrainConfig
+from minigpt_tui.engine.corpus import Corpus
+from minigpt_tui.engine.errors import CaptureRefused, ConfigError, CorpusError
+from minigpt_tui.engine.model import DropoutKey, MiniGPT, count_parameters
+from minigpt_tui.engine.tensors import digest_tensors, update_digest
+from minigpt_tui.engine.tokenizer import BOS, ByteBPETokenizer
+
+
+def dtype_for(precision: str) -> torch.dtype:
+    return torch.float64 if precision == "exact" else torch.float32
+
+
+def apply_precision(train: TrainConfig) -> None:
+    """Process-wide numeric settings. In ``exact``: one thread, deterministic algorithms."""
+    if train.precision == "exact":
+        torch.set_num_threads(1)
+        torch.use_deterministic_algorithms(True)
+    else:
+        torch.set_num_threads(train.threads)
+        torch.use_deterministic_algorithms(False)
+
+
+def scheduled_lr(train: TrainConfig, step: int) -> float:
+    """The rate of update ``step`` (1-based): linear warmup, then cosine to ``final_lr``."""
+    if train.schedule == "constant":
+        return train.lr
+    if train.warmup and step <= train.warmup:
+        return train.lr * step / train.warmup
+    span = train.steps - train.warmup
+    if span <= 0:
+        return train.lr
+    progress = (step - train.warmup) / span
+    return train.final_lr + (train.lr - train.final_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class LossScaler:
+    """Dynamic loss scaling with bounds: backs off on a non-finite gradient, grows after
+    ``growth_interval`` consecutive finite updates, and always stays within [min, max]."""
+
+    def __init__(self, train: TrainConfig) -> None:
+        self.enabled = train.loss_scale
+        self.scale = train.loss_scale_init if self.enabled else 1.0
+        self.minimum = train.loss_scale_min
+        self.maximum = train.loss_scale_max
+        self.growth_interval = train.loss_scale_growth_interval
+        self.growth_factor = train.loss_scale_growth_factor
+        self.backoff_factor = train.loss_scale_backoff_factor
+        self.finite_updates = 0  # consecutive finite updates toward the next growth
+
+    def update(self, finite: bool) -> None:
+        if not self.enabled:
+            return
+        if not finite:
+            self.scale = max(self.minimum, self.scale * self.backoff_factor)
+            self.finite_updates = 0
+            return
+        self.finite_updates += 1
+        if self.finite_updates >= self.growth_interval:
+            self.scale = min(self.maximum, self.scale * self.growth_factor)
+            self.finite_updates = 0
+
+
+@dataclass(frozen=True)
+class UpdateRecord:
+    step: int  # committed successful updates after this one
+    lr: float
+    loss: float  # forward mean, nats per valid target, before this update's commit
+    grad_norm: float
+    loss_scale: float
+    next_loss_scale: float
+    applied: bool
+    batch: list[list[int]]  # example indices per microbatch
+    valid_targets: int
+    dropout_counter: int  # next counter after this update
+    data_progress: dict[str, Any]
+    monitoring_ids: list[int]
+    seconds: float = field(default=0.0, compare=False)
+    tokens_per_second: float = field(default=0.0, compare=False)
+
+    def exact_fields(self) -> dict[str, Any]:
+        """Everything that must match bit for bit between equivalent runs."""
+        data = asdict(self)
+        data.pop("seconds")
+        data.pop("tokens_per_second")
+        return data
+
+
+@dataclass(frozen=True)
+class EvaluationRecord:
+    step: int
+    train_loss: float
+    validation_loss: float | None
+    train_targets: int
+    validation_targets: int
+    extra: bool = False  # off schedule: never changes the best-step rule
+
+
+@dataclass
+class TrainingSetup:
+    """What a trainer is built from: resolved config, corpus and its tokenizer."""
+
+    config: RunConfig
+    corpus: Corpus
+    tokenizer: ByteBPETokenizer
+
+    @staticmethod
+    def build(config: RunConfig, corpus: Corpus, tokenizer: ByteBPETokenizer | None = None) -> "TrainingSetup":
+        if tokenizer is None:
+            tokenizer = ByteBPETokenizer.train(corpus.train, config.tokenizer.merges)
+        return TrainingSetup(config, corpus, tokenizer)
+
+
+class Trainer:
+    def __init__(self, setup: TrainingSetup, initial_weights: dict[str, Tensor] | None = None) -> None:
+        self.setup = setup
+        self.config = config = setup.config
+        train = config.train
+        self.dtype = dtype_for(train.precision)
+        self.tokenizer = setup.tokenizer
+        context = config.model.context
+        self.train_examples = make_examples(setup.corpus.train, self.tokenizer, context)
+        self.validation_examples = make_examples(setup.corpus.validation, self.tokenizer, context)
+        if not self.train_examples:
+            raise CorpusError("the training split has no records")
+
+        self.model = MiniGPT(config.model, self.tokenizer.vocab_size, self.dtype)
+        self.model.initialize(config.seeds.init)
+        if initial_weights is not None:
+            self.load_weights(initial_weights)
+        self.param_names = {p: n for n, p in self.model.named_parameters()}
+        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
+        no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": train.weight_decay}]
+        if no_decay:
+            groups.append({"params": no_decay, "weight_decay": 0.0})
+        self.optimizer = torch.optim.AdamW(
+            groups, lr=scheduled_lr(train, 1), betas=train.betas, eps=train.eps, foreach=False
+        )
+        if train.batch_policy == "replacement":
+            self.batches: ReplacementSampler | DocumentOrder = ReplacementSampler(
+                len(self.train_examples), config.seeds.data
+            )
+        else:
+            self.batches = DocumentOrder(len(self.train_examples), train.document_order, config.seeds.data)
+        self.dropout_seed = config.seeds.dropout
+        self.dropout_counter = 0
+        self.sampling = torch.Generator().manual_seed(config.seeds.sampling)
+        self.scaler = LossScaler(train)
+        self.pending_microbatches = 0
+        self.step = 0
+        self.curve: list[EvaluationRecord] = []
+        self.best_step: int | None = None
+        self.best_validation: float | None = None
+        self._train_eval = evaluation_batches(self.train_examples, train.eval_batch_size)
+        self._validation_eval = evaluation_batches(self.validation_examples, train.eval_batch_size)
+
+    # -- facts ---------------------------------------------------------------------------
+    @property
+    def parameter_counts(self) -> tuple[int, int]:
+        return count_parameters(self.model)
+
+    @property
+    def finished(self) -> bool:
+        return self.step >= self.config.train.steps
+
+    def evaluation_due(self) -> bool:
+        every = self.config.train.eval_every
+        if not every:
+            return False
+        if self.step % every != 0 and self.step != self.config.train.steps:
+            return False
+        return not any(r.step == self.step and not r.extra for r in self.curve)
+
+    def next_batch(self) -> list[list[int]]:
+        """The batch the next update would draw, without drawing it."""
+        t = self.config.train
+        return self.batches.peek(t.microbatches, t.batch_size)
+
+    # -- one update ----------------------------------------------------------------------
+    def update(self) -> UpdateRecord:
+        if self.finished:
+            raise ConfigError(f"all {self.config.train.steps} scheduled updates are complete")
+        started = time.perf_counter()
+        train = self.config.train
+        model = self.model
+        step = self.step + 1
+        lr = scheduled_lr(train, step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        indices = self.batches.draw(train.microbatches, train.batch_size)
+        batches = [make_batch([self.train_examples[i] for i in idx]) for idx in indices]
+        total_valid = sum(b.valid_targets for b in batches)
+        scale = self.scaler.scale
+        model.train()
+        loss_sum = 0.0
+        tokens = 0
+        with torch.enable_grad():
+            for batch in batches:
+                self.pending_microbatches += 1
+                key = DropoutKey(self.dropout_seed, self.dropout_counter) if model.config.dropout > 0 else None
+                out = model(batch.inputs, dropout=key, recompute=train.recompute)
+                # Advanced here, outside any recomputed region: recomputation reuses the key.
+                self.dropout_counter += out.consumed
+                summed = F.cross_entropy(
+                    out.logits.reshape(-1, out.logits.shape[-1]),
+                    batch.targets.reshape(-1),
+                    ignore_index=NO_TARGET,
+                    reduction="sum",
+                )
+                loss_sum += float(summed.detach())
+                (summed * (scale / total_valid)).backward()
+                tokens += batch.inputs.numel()
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        finite = True
+        if self.scaler.enabled:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.div_(scale)
+            finite = all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None)
+        max_norm = train.clip if train.clip > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False))
+        if finite:
+            self.optimizer.step()
+            self.step = step
+        self.scaler.update(finite)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.pending_microbatches = 0
+        monitoring = self._monitoring_sample()
+        seconds = time.perf_counter() - started
+        return UpdateRecord(
+            step=self.step,
+            lr=lr,
+            loss=loss_sum / total_valid,
+            grad_norm=grad_norm,
+            loss_scale=scale,
+            next_loss_scale=self.scaler.scale,
+            applied=finite,
+            batch=indices,
+            valid_targets=total_valid,
+            dropout_counter=self.dropout_counter,
+            data_progress=self.batches.progress(),
+            monitoring_ids=monitoring,
+            seconds=seconds,
+            tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
+        )
+
+    @torch.no_grad()
+    def _monitoring_sample(self) -> list[int]:
+        """Sample ``monitor_tokens`` ids after the first training example's first token.
+        Uses only the monitoring generator; the sample never feeds the training loss."""
+        count = self.config.train.monitor_tokens
+        if not count:
+            return []
+        model = self.model
+        was_training = model.training
+        model.eval()
+        ids = [BOS, self.train_examples[0].ids[1]]
+        out: list[int] = []
+        for _ in range(count):
+            if len(ids) >= model.config.context:
+                break
+            logits = model(torch.tensor([ids])).logits[0, -1]
+            probs = torch.softmax(logits.to(torch.float64), dim=-1)
+            probs[BOS] = 0.0
+            choice = int(torch.multinomial(probs, 1, generator=self.sampling))
+            ids.append(choice)
+            out.append(choice)
+        model.train(was_training)
+        return out
+
+    # -- evaluation ----------------------------------------------------------------------
+    @torch.no_grad()
+    def split_loss(self, batches: list) -> tuple[float, int]:
+        total, count = 0.0, 0
+        for batch in batches:
+            logits = self.model(batch.inputs).logits
+            total += float(
+                F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]),
+                    batch.targets.reshape(-1),
+                    ignore_index=NO_TARGET,
+                    reduction="sum",
+                )
+            )
+            count += batch.valid_targets
+        return total, count
+
+    def evaluate(self, extra: bool = False) -> EvaluationRecord:
+        """Event-weighted mean loss over the complete train and validation splits."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            train_total, train_count = self.split_loss(self._train_eval)
+            val_total, val_count = self.split_loss(self._validation_eval)
+        finally:
+            self.model.train(was_training)
+        record = EvaluationRecord(
+            step=self.step,
+            train_loss=train_total / train_count,
+            validation_loss=val_total / val_count if val_count else None,
+            train_targets=train_count,
+            validation_targets=val_count,
+            extra=extra,
+        )
+        self.curve.append(record)
+        if not extra and record.validation_loss is not None:
+            if self.best_validation is None or record.validation_loss < self.best_validation:
+                self.best_validation = record.validation_loss
+                self.best_step = record.step
+        return record
+
+    # -- weights and digests -------------------------------------------------------------
+    def named_weights(self) -> list[tuple[str, Tensor]]:
+        """Distinct learned tensors by name; the tied table appears once."""
+        return [(n, p.detach()) for n, p in self.model.named_parameters()]
+
+    def load_weights(self, weights: dict[str, Tensor]) -> None:
+        names = [n for n, _ in self.model.named_parameters()]
+        missing = [n for n in names if n not in weights]
+        extra = [n for n in weights if n not in names]
+        if missing or extra:
+            raise ConfigError(f"weights do not fit the model: missing {missing[:3]}, unexpected {extra[:3]}")
+        with torch.no_grad():
+            for name, param in self.model.named_parameters():
+                value = weights[name]
+                if tuple(value.shape) != tuple(param.shape):
+                    raise ConfigError(f"weight {name} has shape {list(value.shape)}, expected {list(param.shape)}")
+                param.copy_(value.to(param.dtype))
+
+    def named_optimizer_tensors(self) -> list[tuple[str, Tensor]]:
+        out: list[tuple[str, Tensor]] = []
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                state = self.optimizer.state.get(p, {})
+                for key in sorted(state):
+                    value = state[key]
+                    if isinstance(value, Tensor):
+                        out.append((f"{self.param_names[p]}.{key}", value))
+        return out
+
+    def weights_digest(self) -> str:
+        return digest_tensors(self.named_weights())
+
+    def optimizer_digest(self) -> str:
+        return digest_tensors(self.named_optimizer_tensors())
+
+    def state_digest(self) -> str:
+        """SHA-256 over every parameter's and optimizer tensor's name, dtype, shape, bytes."""
+        digest = hashlib.sha256()
+        for name, tensor in self.named_weights():
+            update_digest(digest, f"param/{name}", tensor)
+        for name, tensor in self.named_optimizer_tensors():
+            update_digest(digest, f"optim/{name}", tensor)
+        return digest.hexdigest()
+
+    def progress(self) -> dict[str, Any]:
+        """Data, random and scaler progress: what decides the next update besides tensors."""
+        return {
+            "step": self.step,
+            "data": self.batches.progress(),
+            "next_batch": self.next_batch(),
+            "dropout_seed": self.dropout_seed,
+            "dropout_counter": self.dropout_counter,
+            "sampling_generator_sha256": hashlib.sha256(self.sampling.get_state().numpy().tobytes()).hexdigest(),
+            "loss_scale": self.scaler.scale,
+            "loss_scale_finite_updates": self.scaler.finite_updates,
+            "best_step": self.best_step,
+        }
+
+    def require_update_boundary(self) -> None:
+        """Refuse state capture between complete updates; never clears anything."""
+        if self.pending_microbatches:
+            raise CaptureRefused(
+                f"cannot capture training state: {self.pending_microbatches} microbatches are pending"
+            )
+        pending = [n for n, p in self.model.named_parameters() if p.grad is not None]
+        if pending:
+            raise CaptureRefused(
+                f"cannot capture training state: {len(pending)} parameters hold gradients (first: {pending[0]})"
+            )
+
+
+def build_trainer(config: RunConfig, corpus: Corpus, tokenizer: ByteBPETokenizer | None = None) -> Trainer:
+    return Trainer(TrainingSetup.build(config, corpus, tokenizer))
+
+
+
+def scheduled_work(trainer: Trainer, until: int | None = None) -> Iterator[UpdateRecord | EvaluationRecord]:
+    """The run's schedule, one unit at a time: a due evaluation, else the next update.
+
+    Stopping between two items always leaves the trainer at a complete update boundary.
+    """
+    limit = trainer.config.train.steps if until is None else min(until, trainer.config.train.steps)
+    while True:
+        if trainer.evaluation_due():
+            yield trainer.evaluate()
+            continue
+        if trainer.step >= limit:
+            return
+        yield trainer.update()

@@ -1,0 +1,24 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_runs_dir(tmp_path, monkeypatch):
+    """No test writes to the user's data directory."""
+    monkeypatch.setenv("MINIGPT_TUI_RUNS_DIR", str(tmp_path / "runs"))
+
+
+def cli_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "minigpt_tui", *args]
+
+
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["MINIGPT_TUI_RUNS_DIR"] = str(tmp_path / "runs")
+    env.pop("PYTHONHASHSEED", None)
+    return env
