@@ -65,6 +65,14 @@ def scheduled_lr(train: TrainConfig, step: int) -> float:
     return train.final_lr + (train.lr - train.final_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def target_loss_sum(logits: Tensor, targets: Tensor) -> Tensor:
+    """Summed negative log-likelihood over valid targets; padded positions count nothing.
+    Divided by the update's (or split's) valid-target count, every event weighs the same."""
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=NO_TARGET, reduction="sum"
+    )
+
+
 class LossScaler:
     """Dynamic loss scaling with bounds: backs off on a non-finite gradient, grows after
     ``growth_interval`` consecutive finite updates, and always stays within [min, max]."""
@@ -233,12 +241,7 @@ class Trainer:
                 out = model(batch.inputs, dropout=key, recompute=train.recompute)
                 # Advanced here, outside any recomputed region: recomputation reuses the key.
                 self.dropout_counter += out.consumed
-                summed = F.cross_entropy(
-                    out.logits.reshape(-1, out.logits.shape[-1]),
-                    batch.targets.reshape(-1),
-                    ignore_index=NO_TARGET,
-                    reduction="sum",
-                )
+                summed = target_loss_sum(out.logits, batch.targets)
                 loss_sum += float(summed.detach())
                 (summed * (scale / total_valid)).backward()
                 tokens += batch.inputs.numel()
@@ -305,15 +308,7 @@ class Trainer:
     def split_loss(self, batches: list) -> tuple[float, int]:
         total, count = 0.0, 0
         for batch in batches:
-            logits = self.model(batch.inputs).logits
-            total += float(
-                F.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]),
-                    batch.targets.reshape(-1),
-                    ignore_index=NO_TARGET,
-                    reduction="sum",
-                )
-            )
+            total += float(target_loss_sum(self.model(batch.inputs).logits, batch.targets))
             count += batch.valid_targets
         return total, count
 
