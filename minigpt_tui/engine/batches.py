@@ -48,14 +48,15 @@ def make_examples(texts: list[str], tokenizer: ByteBPETokenizer, context: int) -
 
 def make_batch(examples: list[Example]) -> Batch:
     width = max(len(e.ids) for e in examples) - 1
-    inputs = torch.full((len(examples), width), EOS, dtype=torch.int64)
-    targets = torch.full((len(examples), width), NO_TARGET, dtype=torch.int64)
-    for row, example in enumerate(examples):
-        ids = torch.tensor(example.ids, dtype=torch.int64)
-        n = len(example.ids) - 1
-        inputs[row, :n] = ids[:-1]
-        targets[row, :n] = ids[1:]
-    return Batch(inputs, targets, int((targets != NO_TARGET).sum()))
+    inputs: list[int] = []
+    targets: list[int] = []
+    for example in examples:
+        pad = width - (len(example.ids) - 1)
+        inputs.extend(example.ids[:-1] + (EOS,) * pad)
+        targets.extend(example.ids[1:] + (NO_TARGET,) * pad)
+    shape = (len(examples), width)
+    valid = sum(len(e.ids) - 1 for e in examples)
+    return Batch(torch.tensor(inputs).view(shape), torch.tensor(targets).view(shape), valid)
 
 
 def evaluation_batches(examples: list[Example], batch_size: int) -> list[Batch]:
@@ -73,29 +74,36 @@ class ReplacementSampler:
             raise CorpusError("the training split has no examples")
         self.size = size
         self.generator = torch.Generator().manual_seed(seed)
+        self.draws = 0  # batches drawn; display only, the generator state is the truth
 
     def draw(self, microbatches: int, batch_size: int) -> list[list[int]]:
+        self.draws += microbatches
         return [
             torch.randint(self.size, (batch_size,), generator=self.generator).tolist()
             for _ in range(microbatches)
         ]
 
     def peek(self, microbatches: int, batch_size: int) -> list[list[int]]:
-        saved = self.generator.get_state()
+        saved, draws = self.generator.get_state(), self.draws
         try:
             return self.draw(microbatches, batch_size)
         finally:
             self.generator.set_state(saved)
+            self.draws = draws
 
     def state(self) -> dict[str, Tensor]:
-        return {"generator_state": self.generator.get_state().clone()}
+        return {"generator_state": self.generator.get_state().clone(), "draws": u64([self.draws])}
 
     def load_state(self, state: dict[str, Tensor]) -> None:
         self.generator.set_state(state["generator_state"].to(torch.uint8).clone())
+        if "draws" in state:
+            (self.draws,) = u64_values(state["draws"])
 
     def progress(self) -> dict[str, object]:
-        state = self.generator.get_state()
-        return {"generator_sha256": hashlib.sha256(state.numpy().tobytes()).hexdigest()}
+        return {"draws": self.draws}
+
+    def generator_digest(self) -> str:
+        return hashlib.sha256(self.generator.get_state().numpy().tobytes()).hexdigest()
 
 
 class DocumentOrder:

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from minigpt_tui.engine.batches import (
     NO_TARGET,
+    Batch,
     DocumentOrder,
     Example,
     ReplacementSampler,
@@ -194,6 +195,9 @@ class Trainer:
         self._train_eval = evaluation_batches(self.train_examples, train.eval_batch_size)
         self._validation_eval = evaluation_batches(self.validation_examples, train.eval_batch_size)
 
+    def _batch(self, indices: list[int]) -> Batch:
+        return make_batch([self.train_examples[i] for i in indices])
+
     # -- facts ---------------------------------------------------------------------------
     @property
     def parameter_counts(self) -> tuple[int, int]:
@@ -228,7 +232,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         indices = self.batches.draw(train.microbatches, train.batch_size)
-        batches = [make_batch([self.train_examples[i] for i in idx]) for idx in indices]
+        batches = [self._batch(idx) for idx in indices]
         total_valid = sum(b.valid_targets for b in batches)
         scale = self.scaler.scale
         model.train()
@@ -252,8 +256,11 @@ class Trainer:
                 if p.grad is not None:
                     p.grad.div_(scale)
             finite = all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None)
-        max_norm = train.clip if train.clip > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False))
+        grads = [p.grad for p in params if p.grad is not None]
+        total_norm = torch.nn.utils.get_total_norm(grads, foreach=False)
+        if train.clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(params, train.clip, total_norm, foreach=False)
+        grad_norm = float(total_norm)
         if finite:
             self.optimizer.step()
             self.step = step
@@ -385,6 +392,9 @@ class Trainer:
         return {
             "step": self.step,
             "data": self.batches.progress(),
+            "data_generator_sha256": (
+                self.batches.generator_digest() if isinstance(self.batches, ReplacementSampler) else None
+            ),
             "next_batch": self.next_batch(),
             "dropout_seed": self.dropout_seed,
             "dropout_counter": self.dropout_counter,

@@ -1,0 +1,1 @@
+"""Measured comparisons, run by hand (`make bench`); never timed assertions in tests."""
