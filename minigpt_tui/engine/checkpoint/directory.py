@@ -1,0 +1,496 @@
+"""Checkpoint directories: saving that loses nothing, verified loading, retention, restore.
+
+A checkpoint is ``checkpoints/step-NNNNNN/`` holding ``model.safetensors``,
+``training.safetensors`` and ``manifest.json`` (per-file size and SHA-256). It is written
+under a hidden temporary name: each file flushed and fsynced, the manifest written last,
+the folder fsynced, then renamed into place and the parent fsynced. A process killed at
+any moment therefore leaves either the previous set of checkpoints or the previous set
+plus a complete new one; a hidden partial folder never resolves as a checkpoint, and a
+folder without a manifest never loads as complete.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from minigpt_tui.engine.checkpoint.portable import MODEL_FILE, PortableModel, load_portable_model, write_portable_model
+from minigpt_tui.engine.checkpoint.safetensors_io import (
+    ExpectedFile,
+    ProgressHook,
+    atomic_write_bytes,
+    fsync_directory,
+)
+from minigpt_tui.engine.checkpoint.training_state import (
+    TRAINING_FILE,
+    TrainingState,
+    apply_training_state,
+    check_environment,
+    read_training_state,
+    saved_config,
+    write_training_state,
+)
+from minigpt_tui.engine.errors import CheckpointError, ResumeRefused
+
+if TYPE_CHECKING:
+    from minigpt_tui.engine.trainer import Trainer
+
+MANIFEST = "manifest.json"
+FORMAT_NAME = "minigpt-tui/checkpoint"
+FORMAT_VERSION = 1
+STEP_DIR = re.compile(r"^step-(\d{6,})$")
+_HIDDEN_WORK = re.compile(r"^\.(step-\d{6,})\.(partial|replaced|trash)-(\d+)-[0-9a-f]+$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+# -- manifests ----------------------------------------------------------------------------------
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The parsed manifest of a checkpoint folder; a folder without one is incomplete."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"not a checkpoint directory: {folder}")
+    path = folder / MANIFEST
+    if not path.exists():
+        raise CheckpointError(f"{folder}: incomplete checkpoint: it has no {MANIFEST} (the save did not finish)")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError(f"{path}: the manifest is damaged (not UTF-8 JSON)") from None
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
+        raise CheckpointError(f"{path}: not a minigpt-tui checkpoint manifest")
+    if fmt.get("version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {fmt.get('version')!r} is not supported")
+    files = data.get("files")
+    if not isinstance(files, dict) or not files:
+        raise CheckpointError(f"{path}: the manifest lists no files")
+    for name, record in files.items():
+        if (
+            not isinstance(record, dict)
+            or not isinstance(record.get("size"), int)
+            or not isinstance(record.get("sha256"), str)
+            or not _SHA256.match(record["sha256"])
+            or "/" in name
+            or name.startswith(".")
+        ):
+            raise CheckpointError(f"{path}: the manifest record for '{name}' is malformed")
+    if not isinstance(data.get("step"), int) or data["step"] < 0:
+        raise CheckpointError(f"{path}: the manifest has no valid step")
+    return data
+
+
+def expected_from_manifest(file_path: Path) -> ExpectedFile | None:
+    """What the manifest beside ``file_path`` records for it (None: no manifest there)."""
+    folder = file_path.parent
+    if not (folder / MANIFEST).exists():
+        return None
+    record = read_manifest(folder)["files"].get(file_path.name)
+    if record is None:
+        raise CheckpointError(f"{file_path}: not listed in {folder / MANIFEST}")
+    return ExpectedFile(record["size"], record["sha256"], str(folder / MANIFEST))
+
+
+def verify_checkpoint(folder: Path, *, hashes: bool = True) -> dict[str, Any]:
+    """Integrity of a checkpoint folder: manifest present, sizes and (optionally) hashes."""
+    from minigpt_tui.engine.checkpoint.safetensors_io import file_sha256
+
+    folder = Path(folder)
+    try:
+        manifest = read_manifest(folder)
+    except CheckpointError as err:
+        return {"complete": False, "ok": False, "problem": str(err), "files": {}, "hashes_checked": False}
+    files: dict[str, Any] = {}
+    problem = None
+    for name, record in manifest["files"].items():
+        path = folder / name
+        entry: dict[str, Any] = {"size": record["size"], "sha256": record["sha256"]}
+        if not path.is_file():
+            entry.update(present=False, size_ok=False, sha256_ok=False)
+            problem = problem or f"{path} is missing"
+        else:
+            actual = path.stat().st_size
+            entry.update(present=True, actual_size=actual, size_ok=actual == record["size"])
+            if not entry["size_ok"]:
+                problem = problem or f"{path}: {actual} bytes, the manifest records {record['size']}"
+            if hashes:
+                entry["sha256_ok"] = file_sha256(path) == record["sha256"]
+                if not entry["sha256_ok"]:
+                    problem = problem or f"{path}: SHA-256 does not match the manifest"
+            else:
+                entry["sha256_ok"] = None
+        files[name] = entry
+    return {
+        "complete": True,
+        "ok": problem is None,
+        "problem": problem,
+        "files": files,
+        "hashes_checked": hashes,
+        "step": manifest["step"],
+        "reason": manifest.get("reason"),
+    }
+
+
+# -- listing and retention ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class CheckpointInfo:
+    path: Path
+    step: int
+    complete: bool  # a manifest that parses (hashes are checked when it is loaded)
+    reason: str | None = None
+    best_step: int | None = None
+    saved_at: float | None = None
+    model_identity: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "step": self.step,
+            "complete": self.complete,
+            "reason": self.reason,
+            "best_step": self.best_step,
+            "saved_at": self.saved_at,
+            "model_identity": self.model_identity,
+        }
+
+
+def list_checkpoints(checkpoints_dir: Path, *, include_incomplete: bool = False) -> list[CheckpointInfo]:
+    """Checkpoints of a run in step order; hidden work folders are never listed."""
+    checkpoints_dir = Path(checkpoints_dir)
+    if not checkpoints_dir.is_dir():
+        return []
+    out = []
+    for child in checkpoints_dir.iterdir():
+        match = STEP_DIR.match(child.name)
+        if not match or not child.is_dir():
+            continue
+        try:
+            manifest = read_manifest(child)
+        except CheckpointError:
+            if include_incomplete:
+                out.append(CheckpointInfo(child, int(match.group(1)), False))
+            continue
+        out.append(
+            CheckpointInfo(
+                child,
+                int(match.group(1)),
+                True,
+                manifest.get("reason"),
+                manifest.get("best_step"),
+                manifest.get("saved_at"),
+                manifest.get("model_identity"),
+            )
+        )
+    return sorted(out, key=lambda info: info.step)
+
+
+def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
+    complete = list_checkpoints(checkpoints_dir)
+    return complete[-1].path if complete else None
+
+
+def best_checkpoint(checkpoints_dir: Path) -> Path:
+    """The checkpoint at the best validation step recorded by the latest checkpoint."""
+    complete = list_checkpoints(checkpoints_dir)
+    if not complete:
+        raise CheckpointError(f"{checkpoints_dir} holds no complete checkpoint")
+    best = complete[-1].best_step
+    if best is None:
+        raise CheckpointError(
+            f"{checkpoints_dir.parent.name} has no best checkpoint (no validation evaluation chose one); use :latest"
+        )
+    for info in complete:
+        if info.step == best:
+            return info.path
+    raise CheckpointError(f"the best checkpoint (step {best}) of {checkpoints_dir.parent.name} is not on disk")
+
+
+def prune_checkpoints(checkpoints_dir: Path, keep_last: int, best_step: int | None) -> list[Path]:
+    """Keep the last ``keep_last`` complete checkpoints plus the best; remove the others."""
+    complete = list_checkpoints(checkpoints_dir)
+    keep = {info.step for info in complete[-keep_last:]} if keep_last > 0 else set()
+    if best_step is not None:
+        keep.add(best_step)
+    removed = []
+    for info in complete:
+        if info.step not in keep:
+            _remove_folder(info.path)
+            removed.append(info.path)
+    return removed
+
+
+def _work_name(final: Path, kind: str) -> Path:
+    return final.with_name(f".{final.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def _remove_folder(path: Path) -> None:
+    """Rename out of sight first, so a crash mid-removal never leaves a listed half folder."""
+    trash = _work_name(path, "trash")
+    os.rename(path, trash)
+    fsync_directory(path.parent)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_interrupted(checkpoints_dir: Path) -> list[str]:
+    """Tidy work folders left by processes that died while saving: partial saves and
+    trash are removed; a replaced checkpoint whose successor never arrived is put back."""
+    actions: list[str] = []
+    if not checkpoints_dir.is_dir():
+        return actions
+    for child in sorted(checkpoints_dir.iterdir()):
+        match = _HIDDEN_WORK.match(child.name)
+        if not match or _pid_alive(int(match.group(3))):
+            continue
+        final = checkpoints_dir / match.group(1)
+        if match.group(2) == "replaced" and not final.exists():
+            os.rename(child, final)
+            actions.append(f"restored {final.name}")
+        else:
+            shutil.rmtree(child, ignore_errors=True)
+            actions.append(f"removed {child.name}")
+    if actions:
+        fsync_directory(checkpoints_dir)
+    return actions
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def _install(tmp: Path, final: Path, notify: ProgressHook) -> None:
+    """Put a finished folder in place; an existing checkpoint of the same step is replaced
+    without a moment where neither is in place (when the kernel can swap)."""
+    if not final.exists():
+        os.rename(tmp, final)
+        notify("installed")
+        return
+    if _exchange(tmp, final):
+        notify("installed")
+        fsync_directory(final.parent)
+        shutil.rmtree(tmp, ignore_errors=True)  # now the old one
+        return
+    aside = _work_name(final, "replaced")
+    os.rename(final, aside)
+    notify("moved-aside")
+    os.rename(tmp, final)
+    notify("installed")
+    fsync_directory(final.parent)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+# -- saving -------------------------------------------------------------------------------------
+def save_checkpoint(
+    trainer: "Trainer",
+    checkpoints_dir: Path,
+    reason: str = "manual",
+    *,
+    provenance: dict[str, Any] | None = None,
+    progress: ProgressHook | None = None,
+) -> Path:
+    """Save the trainer's state as ``checkpoints_dir/step-NNNNNN``; returns that path."""
+    notify = progress or (lambda _event: None)
+    trainer.require_update_boundary()  # refuse before anything touches the disk
+    checkpoints_dir = Path(checkpoints_dir)
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    final = checkpoints_dir / checkpoint_name(trainer.step)
+    tmp = _work_name(final, "partial")
+    tmp.mkdir()
+    notify("begin")
+    try:
+        origin = {"step": trainer.step, **(provenance or {})}
+        identity, model_file = write_portable_model(
+            trainer.model, trainer.tokenizer, tmp / MODEL_FILE, provenance=origin, progress=notify, atomic=False
+        )
+        state_file = write_training_state(trainer, tmp / TRAINING_FILE, identity, progress=notify, atomic=False)
+        manifest = {
+            "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
+            "step": trainer.step,
+            "reason": reason,
+            "best_step": trainer.best_step,
+            "saved_at": time.time(),
+            "model_identity": identity,
+            "files": {
+                MODEL_FILE: {"size": model_file.size, "sha256": model_file.sha256},
+                TRAINING_FILE: {"size": state_file.size, "sha256": state_file.sha256},
+            },
+            **({"provenance": provenance} if provenance else {}),
+        }
+        text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+        atomic_write_bytes(tmp / MANIFEST, text.encode("utf-8"), progress=notify, atomic=False)
+        fsync_directory(tmp)
+        notify("folder-fsynced")
+        _install(tmp, final, notify)
+        fsync_directory(checkpoints_dir)
+        notify("parent-fsynced")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+class Checkpointer:
+    """The run controller's checkpointer: saves into ``RUN/checkpoints`` and keeps the last
+    ``keep_last`` checkpoints plus the best (``keep_last`` None: the run config's)."""
+
+    def __init__(
+        self,
+        run_dir: Any,
+        keep_last: int | None = None,
+        *,
+        progress: ProgressHook | None = None,
+    ) -> None:
+        path = Path(getattr(run_dir, "path", run_dir))
+        self.run_dir = path
+        self.checkpoints_dir = path / "checkpoints"
+        self.keep_last = keep_last
+        self.progress = progress
+        self.saved: list[Path] = []
+        self.removed: list[Path] = []
+        self.recovered = recover_interrupted(self.checkpoints_dir)
+
+    def save(self, trainer: "Trainer", reason: str) -> Path:
+        path = save_checkpoint(
+            trainer,
+            self.checkpoints_dir,
+            reason,
+            provenance={"run": self.run_dir.name},
+            progress=self.progress,
+        )
+        self.saved.append(path)
+        keep = self.keep_last if self.keep_last is not None else trainer.config.train.keep_last
+        self.removed += prune_checkpoints(self.checkpoints_dir, keep, trainer.best_step)
+        return path
+
+
+# -- loading and restoring ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    path: Path
+    manifest: dict[str, Any]
+    model: PortableModel
+    state: TrainingState
+    notes: list[str] = field(default_factory=list)
+
+
+def checkpoint_folder(path: Path | str) -> Path:
+    path = Path(path)
+    if path.is_file() and path.name in (MODEL_FILE, TRAINING_FILE, MANIFEST):
+        return path.parent
+    return path
+
+
+def load_checkpoint(folder: Path | str) -> LoadedCheckpoint:
+    """Read and verify a checkpoint folder: manifest, hashes, formats, and that its two
+    files belong together (same model identity, same tokenizer). Changes nothing."""
+    folder = checkpoint_folder(folder)
+    manifest = read_manifest(folder)
+    for name in (MODEL_FILE, TRAINING_FILE):
+        if name not in manifest["files"]:
+            raise CheckpointError(f"{folder / MANIFEST}: does not list {name}")
+        if not (folder / name).is_file():
+            raise CheckpointError(f"{folder}: {name} is missing")
+    record = manifest["files"][TRAINING_FILE]
+    state = read_training_state(
+        folder / TRAINING_FILE, ExpectedFile(record["size"], record["sha256"], str(folder / MANIFEST))
+    )
+    model = load_portable_model(folder / MODEL_FILE)
+    if state.step != manifest["step"]:
+        raise CheckpointError(f"{folder}: the manifest says step {manifest['step']}, the training state {state.step}")
+    match = STEP_DIR.match(folder.name)
+    if match and int(match.group(1)) != state.step:
+        raise CheckpointError(f"{folder}: the folder is named for step {int(match.group(1))} but holds step {state.step}")
+    saved_tokenizer = state.identities.get("tokenizer")
+    if model.tokenizer is None or model.tokenizer.identity != saved_tokenizer:
+        raise ResumeRefused(
+            f"{folder}: the tokenizer in {MODEL_FILE} is not the one this run was trained with "
+            f"(vocabulary {model.tokenizer.vocab_size if model.tokenizer else 0}; identity differs)"
+        )
+    if model.identity != state.identities.get("model") or model.identity != manifest.get("model_identity"):
+        raise ResumeRefused(f"{folder}: {MODEL_FILE} holds a different model than the training state was saved with")
+    return LoadedCheckpoint(folder, manifest, model, state)
+
+
+def restore_trainer(
+    checkpoint_dir: Path | str,
+    *,
+    allow_environment_change: bool = False,
+    corpus_path_override: Path | str | None = None,
+    policy_overrides: dict[str, int] | None = None,
+) -> "Trainer":
+    """A trainer whose next update is bitwise the one the saved run would have done.
+
+    Refuses (ResumeRefused), before building anything mutable, a changed corpus,
+    tokenizer, config or model identity, and in exact precision a changed environment
+    unless ``allow_environment_change`` (then bitwise continuation is no longer promised,
+    and later checkpoints say so). The caller applies the precision settings
+    (``apply_precision``) before running updates, as for a new run.
+    """
+    from minigpt_tui.engine.corpus import load_corpus
+    from minigpt_tui.engine.trainer import Trainer, TrainingSetup, dtype_for
+
+    loaded = load_checkpoint(checkpoint_dir)
+    state = loaded.state
+    config = saved_config(state)
+    if config.model != loaded.model.config:
+        raise ResumeRefused(f"{loaded.path}: the model config in {MODEL_FILE} differs from the run's config")
+    if loaded.model.model.dtype != dtype_for(config.train.precision):
+        raise ResumeRefused(f"{loaded.path}: the weights' dtype does not match the run's {config.train.precision} precision")
+    continuation = check_environment(state, config, allow_change=allow_environment_change)
+    if corpus_path_override is not None:
+        config = config.replace(corpus={"source": str(Path(corpus_path_override).expanduser().resolve())})
+    if policy_overrides:
+        unknown = set(policy_overrides) - {"save_every", "keep_last"}
+        if unknown:
+            raise CheckpointError(f"only the checkpoint policy may change on resume, not {sorted(unknown)}")
+        config = config.replace(train=dict(policy_overrides))
+    corpus = load_corpus(config.corpus)
+    if corpus.identity != state.identities.get("corpus"):
+        raise ResumeRefused(
+            f"the corpus changed since saving ({config.corpus.source}: identity {corpus.identity[:12]}…, "
+            f"saved {str(state.identities.get('corpus'))[:12]}…)"
+        )
+    setup = TrainingSetup(config, corpus, loaded.model.tokenizer)
+    trainer = Trainer(setup)
+    trainer.load_weights({name: p.detach() for name, p in loaded.model.model.named_parameters()})
+    apply_training_state(trainer, state)
+    trainer.checkpoint_continuation = continuation  # type: ignore[attr-defined]
+    trainer.checkpoint_origin = loaded.path  # type: ignore[attr-defined]
+    return trainer
+
+
+def continuation_record(trainer: "Trainer") -> dict[str, Any]:
+    """Whether the trainer's run may still promise bitwise continuation, and why not."""
+    from minigpt_tui.engine.checkpoint.training_state import continuation_of
+
+    return continuation_of(trainer).to_json()

@@ -1,0 +1,403 @@
+"""What a checkpoint holds, read from headers alone; one tensor's statistics on demand;
+the differences between two checkpoints.
+
+:func:`inspect_path` opens any safetensors file (ours or not), a checkpoint folder or a
+run folder (its latest checkpoint), validates each header as the format requires and
+never reads tensor data. Our files carry a readable copy of their state records in the
+metadata, so grouping them by meaning needs no tensor data either.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from minigpt_tui.engine.checkpoint.portable import FORMAT_NAME as MODEL_FORMAT
+from minigpt_tui.engine.checkpoint.portable import MODEL_FILE
+from minigpt_tui.engine.checkpoint.safetensors_io import Header, read_header, read_tensor
+from minigpt_tui.engine.checkpoint.training_state import FORMAT_NAME as STATE_FORMAT
+from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE, group_of
+from minigpt_tui.engine.errors import CheckpointError
+
+PORTABLE_MODEL = "portable-model"
+TRAINING_STATE = "training-state"
+CHECKPOINT_DIR = "checkpoint-dir"
+SAFETENSORS = "safetensors"
+
+
+@dataclass(frozen=True)
+class EntryRecord:
+    file: str
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    elements: int
+    bytes: int
+    begin: int  # offsets within the data section
+    end: int
+    group: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "elements": self.elements,
+            "bytes": self.bytes,
+            "begin": self.begin,
+            "end": self.end,
+            "group": self.group,
+        }
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    name: str
+    path: Path
+    kind: str
+    size: int
+    header_bytes: int
+    tensors: int
+    data_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "kind": self.kind,
+            "size": self.size,
+            "header_bytes": self.header_bytes,
+            "tensors": self.tensors,
+            "data_bytes": self.data_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class Inspection:
+    path: Path
+    kind: str  # portable-model | training-state | checkpoint-dir | safetensors
+    entries: tuple[EntryRecord, ...]
+    aliases: tuple[dict[str, Any], ...]
+    state: dict[str, dict[str, Any]]
+    metadata: dict[str, Any]  # raw metadata: a file's str->str map; a folder's per file
+    integrity: dict[str, Any] | None
+    files: tuple[FileSummary, ...] = field(default_factory=tuple)
+
+    def entry(self, name: str) -> EntryRecord:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise CheckpointError(f"{self.path}: no tensor named '{name}'")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "kind": self.kind,
+            "files": [f.to_json() for f in self.files],
+            "entries": [e.to_json() for e in self.entries],
+            "aliases": list(self.aliases),
+            "state": self.state,
+            "metadata": self.metadata,
+            "integrity": self.integrity,
+        }
+
+
+def _records(header: Header) -> dict[str, Any]:
+    """Metadata values that are JSON, parsed; anything else kept as the raw string."""
+    out: dict[str, Any] = {}
+    for key, text in header.metadata.items():
+        try:
+            out[key] = json.loads(text)
+        except json.JSONDecodeError:
+            out[key] = text
+    return out
+
+
+def _kind(records: dict[str, Any]) -> str:
+    fmt = records.get("format")
+    name = fmt.get("name") if isinstance(fmt, dict) else None
+    if name == MODEL_FORMAT:
+        return PORTABLE_MODEL
+    if name == STATE_FORMAT:
+        return TRAINING_STATE
+    return SAFETENSORS
+
+
+def _entry_group(kind: str, name: str) -> str:
+    if kind == TRAINING_STATE:
+        return group_of(name)
+    if kind == PORTABLE_MODEL:
+        if name == "constants":
+            return "constants"
+        if name.startswith("tokenizer."):
+            return "tokenizer"
+        return "learned"
+    return "tensors"
+
+
+def _model_state(records: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    config = records.get("model_config") or {}
+    constants = records.get("constants") or {}
+    layout = constants.get("layout") or []
+    tokenizer = records.get("tokenizer") or {}
+    return {
+        "identities": {
+            "model": (records.get("identity") or {}).get("model"),
+            "tokenizer": tokenizer.get("identity") if isinstance(tokenizer, dict) else None,
+        },
+        "composition": records.get("composition") or {},
+        "model_config": config,
+        "constants": {name: config.get(name) for name in layout},
+        "tokenizer": tokenizer if isinstance(tokenizer, dict) else {},
+        "special_ids": records.get("special_ids") or {},
+        "parameters": records.get("parameters") or {},
+        "provenance": records.get("provenance") or {},
+    }
+
+
+def _training_state(records: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    state: dict[str, dict[str, Any]] = {}
+    saved = records.get("records")
+    if isinstance(saved, dict):
+        for group, values in saved.items():
+            state[group] = dict(values) if isinstance(values, dict) else {"value": values}
+    state["identities"] = dict(records.get("identities") or {})
+    state["envelope"] = dict(records.get("envelope") or {})
+    state["continuation"] = dict(records.get("continuation") or {})
+    return state
+
+
+def _inspect_file(path: Path, label: str) -> tuple[Header, dict[str, Any], str, list[EntryRecord]]:
+    header = read_header(path)
+    records = _records(header)
+    kind = _kind(records)
+    entries = [
+        EntryRecord(label, e.name, e.dtype, e.shape, e.elements, e.nbytes, e.begin, e.end, _entry_group(kind, e.name))
+        for e in header.entries
+    ]
+    return header, records, kind, entries
+
+
+def _summary(path: Path, label: str, kind: str, header: Header) -> FileSummary:
+    data = sum(e.nbytes for e in header.entries)
+    return FileSummary(label, path, kind, header.file_size, header.header_bytes, len(header.entries), data)
+
+
+def _folder_for(path: Path) -> Path:
+    """A run folder inspects as its latest checkpoint."""
+    from minigpt_tui.engine.checkpoint.directory import MANIFEST, latest_checkpoint
+
+    if (path / MANIFEST).exists() or (path / MODEL_FILE).exists() or (path / TRAINING_FILE).exists():
+        return path
+    for candidate in (path / "checkpoints", path):
+        latest = latest_checkpoint(candidate)
+        if latest is not None:
+            return latest
+    raise CheckpointError(f"{path} holds no checkpoint (no manifest.json, no safetensors files)")
+
+
+def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection:
+    """Header-only inspection of a safetensors file, a checkpoint folder or a run folder.
+
+    ``verify_hashes`` also reads the files to check them against the manifest (integrity);
+    without it integrity covers presence and sizes only."""
+    from minigpt_tui.engine.checkpoint.directory import verify_checkpoint
+
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"no such file or folder: {path}")
+    if path.is_file():
+        header, records, kind, entries = _inspect_file(path, path.name)
+        aliases = tuple(records.get("aliases") or ()) if kind == PORTABLE_MODEL else ()
+        if kind == PORTABLE_MODEL:
+            state = _model_state(records)
+        elif kind == TRAINING_STATE:
+            state = _training_state(records)
+        else:
+            state = {}
+        return Inspection(
+            path, kind, tuple(entries), aliases, state, dict(header.metadata), None, (_summary(path, path.name, kind, header),)
+        )
+    folder = _folder_for(path)
+    entries: list[EntryRecord] = []
+    metadata: dict[str, Any] = {}
+    state: dict[str, dict[str, Any]] = {}
+    aliases: tuple[dict[str, Any], ...] = ()
+    files = []
+    for name in (MODEL_FILE, TRAINING_FILE):
+        file_path = folder / name
+        if not file_path.is_file():
+            continue
+        header, records, kind, file_entries = _inspect_file(file_path, name)
+        entries += file_entries
+        metadata[name] = dict(header.metadata)
+        files.append(_summary(file_path, name, kind, header))
+        if kind == PORTABLE_MODEL:
+            aliases = tuple(records.get("aliases") or ())
+            for group, values in _model_state(records).items():
+                state.setdefault(group, {}).update(values)
+        elif kind == TRAINING_STATE:
+            for group, values in _training_state(records).items():
+                state.setdefault(group, {}).update(values)
+    if not files:
+        raise CheckpointError(f"{folder} holds neither {MODEL_FILE} nor {TRAINING_FILE}")
+    integrity = verify_checkpoint(folder, hashes=verify_hashes)
+    return Inspection(folder, CHECKPOINT_DIR, tuple(entries), aliases, state, metadata, integrity, tuple(files))
+
+
+# -- one tensor on demand -------------------------------------------------------------------------
+def _locate(path: Path, name: str) -> tuple[Path, Header]:
+    path = Path(path).expanduser()
+    if path.is_file():
+        return path, read_header(path)
+    folder = _folder_for(path)
+    file_hint, _, bare = name.partition(":")
+    if bare and file_hint in (MODEL_FILE, TRAINING_FILE):
+        header = read_header(folder / file_hint)
+        return folder / file_hint, header
+    for candidate in (MODEL_FILE, TRAINING_FILE):
+        file_path = folder / candidate
+        if file_path.is_file():
+            header = read_header(file_path)
+            if header.has(name):
+                return file_path, header
+    raise CheckpointError(f"{folder}: no tensor named '{name}'")
+
+
+def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, Any]:
+    """min, max, mean, std (population), zero fraction and a histogram of one tensor,
+    reading that tensor's bytes alone."""
+    import torch
+
+    if bins < 1:
+        raise CheckpointError("bins must be at least 1")
+    file_path, header = _locate(Path(path), name)
+    bare = name.partition(":")[2] if ":" in name and not header.has(name) else name
+    entry = header.entry(bare)
+    tensor = read_tensor(file_path, bare, header)
+    if tensor.dtype == torch.uint64:
+        values = torch.from_numpy(tensor.numpy().astype("float64")).reshape(-1)
+    elif tensor.is_complex():
+        values = tensor.abs().to(torch.float64).reshape(-1)
+    else:
+        values = tensor.to(torch.float64).reshape(-1)
+    count = values.numel()
+    finite = values[torch.isfinite(values)]
+    result: dict[str, Any] = {
+        "file": str(file_path),
+        "name": bare,
+        "dtype": entry.dtype,
+        "shape": list(entry.shape),
+        "elements": count,
+        "bytes_read": entry.nbytes,
+        "nan": int(torch.isnan(values).sum()) if count else 0,
+        "inf": int(torch.isinf(values).sum()) if count else 0,
+    }
+    if finite.numel() == 0:
+        result.update(min=None, max=None, mean=None, std=None, zero_fraction=None, histogram={"edges": [], "counts": []})
+        return result
+    low, high = float(finite.min()), float(finite.max())
+    mean = float(finite.mean())
+    std = float(finite.std(correction=0)) if finite.numel() > 1 else 0.0
+    if high > low:
+        counts = torch.histc(finite, bins=bins, min=low, max=high)
+        edges = [low + (high - low) * i / bins for i in range(bins + 1)]
+    else:
+        counts = torch.tensor([float(finite.numel())])
+        edges = [low, high]
+    result.update(
+        min=low,
+        max=high,
+        mean=mean,
+        std=std,
+        zero_fraction=float((values == 0).sum()) / count,
+        histogram={"edges": edges, "counts": [int(c) for c in counts.tolist()]},
+    )
+    return result
+
+
+# -- comparison ----------------------------------------------------------------------------------
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), inner, out)
+    else:
+        out[prefix] = value
+
+
+def _tensors_of(inspection: Inspection) -> dict[str, Any]:
+    from minigpt_tui.engine.checkpoint.safetensors_io import load_file
+
+    out: dict[str, Any] = {}
+    if inspection.kind == CHECKPOINT_DIR:
+        for summary in inspection.files:
+            loaded = load_file(summary.path)
+            for entry in loaded.header.entries:
+                out[f"{summary.name}:{entry.name}"] = loaded.tensor(entry.name)
+    else:
+        loaded = load_file(inspection.path)
+        for entry in loaded.header.entries:
+            out[f"{inspection.path.name}:{entry.name}"] = loaded.tensor(entry.name)
+    return out
+
+
+def _max_abs_difference(a: Any, b: Any) -> float:
+    import torch
+
+    if a.numel() == 0:
+        return 0.0
+    if a.dtype == torch.uint64:
+        x = torch.from_numpy(a.numpy().astype("float64"))
+        y = torch.from_numpy(b.numpy().astype("float64"))
+    elif a.is_complex():
+        return float((a.to(torch.complex128) - b.to(torch.complex128)).abs().max())
+    else:
+        x, y = a.to(torch.float64), b.to(torch.float64)
+    diff = (x - y).abs()
+    return float(diff.max()) if not torch.isnan(diff).all() else math.nan
+
+
+def compare_checkpoints(a: Path | str, b: Path | str) -> dict[str, Any]:
+    """Which tensors changed (and by how much at most) and which state records differ."""
+    import torch
+
+    first, second = inspect_path(a), inspect_path(b)
+    ta, tb = _tensors_of(first), _tensors_of(second)
+    tensors = []
+    for key in sorted(set(ta) | set(tb)):
+        file, _, name = key.partition(":")
+        row: dict[str, Any] = {"file": file, "name": name}
+        if key not in tb:
+            row.update(status="only_a", max_abs_diff=None)
+        elif key not in ta:
+            row.update(status="only_b", max_abs_diff=None)
+        else:
+            x, y = ta[key], tb[key]
+            if x.dtype != y.dtype or tuple(x.shape) != tuple(y.shape):
+                row.update(status="reshaped", max_abs_diff=None)
+            else:
+                same = bool(torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))) if x.numel() else True
+                row.update(status="same" if same else "changed", max_abs_diff=0.0 if same else _max_abs_difference(x, y))
+        tensors.append(row)
+    fa: dict[str, Any] = {}
+    fb: dict[str, Any] = {}
+    _flatten("", first.state, fa)
+    _flatten("", second.state, fb)
+    differences = []
+    for key in sorted(set(fa) | set(fb)):
+        if fa.get(key) != fb.get(key):
+            group, _, record = key.partition(".")
+            differences.append({"group": group, "record": record, "a": fa.get(key), "b": fb.get(key)})
+    return {
+        "a": str(first.path),
+        "b": str(second.path),
+        "kinds": [first.kind, second.kind],
+        "tensors": tensors,
+        "changed": [f"{t['file']}:{t['name']}" for t in tensors if t["status"] != "same"],
+        "unchanged": sum(1 for t in tensors if t["status"] == "same"),
+        "state_differences": differences,
+    }

@@ -1,0 +1,487 @@
+"""The portable model file (``model.safetensors``): what a new CPU process needs to run the
+model, and nothing about training.
+
+Entries: the distinct learned tensors by parameter name (the tied token table once), one
+F64 ``constants`` tensor holding the family's numerical settings whose bits matter (llama:
+RoPE base and RMSNorm epsilon; gpt2: LayerNorm epsilon), and the tokenizer's ordered merge
+pairs as ``tokenizer.merges`` (U32 [n, 2]). The metadata records (JSON strings) name the
+format and version, the composition (encoder, backbone, head), the normalized model
+config, special ids, alias records and the model identity. See docs/checkpoint-format.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from minigpt_tui.engine.checkpoint.safetensors_io import (
+    LoadedFile,
+    ProgressHook,
+    TensorEntry,
+    WrittenFile,
+    dtype_name,
+    json_metadata,
+    load_file,
+    write_safetensors,
+)
+from minigpt_tui.engine.errors import CheckpointError, ConfigError, TokenizerError
+
+if TYPE_CHECKING:
+    import torch
+
+    from minigpt_tui.engine.config import ModelConfig
+    from minigpt_tui.engine.model import MiniGPT
+    from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+
+FORMAT_NAME = "minigpt-tui/portable-model"
+FORMAT_VERSION = 1
+IDENTITY_SCHEME = "minigpt-tui/model-identity/v1"
+MODEL_FILE = "model.safetensors"
+CONSTANTS = "constants"
+MERGES = "tokenizer.merges"
+TABLE = "token_embedding.weight"
+TEXT_DECODER = "text-decoder"
+BACKBONE = "backbone"
+# Settings that shape training but not the function the model computes: not in its identity.
+TRAINING_ONLY_SETTINGS = ("dropout", "init_std")
+HEAD_ALIAS = {
+    "name": "head.weight",
+    "target": TABLE,
+    "transform": "transpose",
+    "use": "output head: logits = final_norm(hidden) @ token_embedding.weight^T",
+}
+
+
+def constant_layout(family: str) -> list[str]:
+    return ["rope_base", "norm_eps"] if family == "llama" else ["norm_eps"]
+
+
+@dataclass(frozen=True)
+class PortableModel:
+    """A restored text model: built through the constructor, weights copied in, eval mode."""
+
+    model: "MiniGPT"
+    tokenizer: "ByteBPETokenizer | None"
+    config: "ModelConfig"
+    identity: str
+    path: Path
+    metadata: dict[str, Any] = field(default_factory=dict)
+    sha256: str = ""
+
+    @property
+    def tied_alias(self) -> bool:
+        """True when lookup and head are one live Parameter (not two equal arrays)."""
+        return self.model.head_weight is self.model.token_embedding.weight
+
+
+@dataclass(frozen=True)
+class PortableBackbone:
+    """A restored backbone-only export: hidden features from given input vectors."""
+
+    backbone: "DecoderBackbone"
+    config: "ModelConfig"
+    identity: str
+    path: Path
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _backbone_class() -> type:
+    import torch
+    from torch import nn
+
+    from minigpt_tui.engine.model import MiniGPT
+
+    class _DecoderBackbone(nn.Module):
+        """Blocks and final norm (and gpt2's position table) with no vocabulary."""
+
+        def __init__(self, config: "ModelConfig", dtype: torch.dtype) -> None:
+            super().__init__()
+            decoder = MiniGPT(config, 0, dtype)
+            del decoder.token_embedding  # a backbone has no vocabulary
+            self.decoder = decoder
+
+        def forward(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
+            """Hidden features [B, T, width] for input vectors [B, T, width]."""
+            return self.decoder(None, inputs_embeds=inputs_embeds, skip_head=True).hidden
+
+    return _DecoderBackbone
+
+
+def DecoderBackbone(config: "ModelConfig", dtype: "torch.dtype") -> Any:  # noqa: N802 - a constructor
+    return _backbone_class()(config, dtype)
+
+
+# -- identity -------------------------------------------------------------------------------
+def semantic_settings(config: "ModelConfig", vocab_size: int | None) -> dict[str, Any]:
+    settings = {k: v for k, v in asdict(config).items() if k not in TRAINING_ONLY_SETTINGS}
+    settings["vocab_size"] = vocab_size
+    return settings
+
+
+def model_identity(
+    settings: dict[str, Any],
+    composition: dict[str, Any],
+    special_ids: dict[str, Any] | None,
+    aliases: list[dict[str, Any]],
+    tensors: list[tuple[str, str, tuple[int, ...], bytes | memoryview]],
+) -> str:
+    """SHA-256 over normalized settings, composition, sharing policy and every tensor's
+    name, dtype, shape and bytes in name order: independent of metadata order and layout."""
+    digest = hashlib.sha256(IDENTITY_SCHEME.encode() + b"\0")
+    declared = {
+        "settings": settings,
+        "composition": composition,
+        "special_ids": special_ids,
+        "sharing": sorted(aliases, key=lambda a: a["name"]),
+    }
+    text = json.dumps(declared, separators=(",", ":"), sort_keys=True).encode()
+    digest.update(len(text).to_bytes(8, "little") + text)
+    for name, dtype, shape, data in sorted(tensors, key=lambda t: t[0]):
+        head = f"{name}|{dtype}|{list(shape)}".encode()
+        digest.update(len(head).to_bytes(8, "little") + head)
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _tensor_records(named: list[tuple[str, "torch.Tensor"]]) -> list[tuple[str, str, tuple[int, ...], bytes]]:
+    import torch
+
+    out = []
+    for name, tensor in named:
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+        out.append((name, dtype_name(tensor.dtype), tuple(tensor.shape), data))
+    return out
+
+
+def _file_records(loaded: LoadedFile) -> list[tuple[str, str, tuple[int, ...], memoryview]]:
+    view = memoryview(loaded.buffer)
+    start = loaded.header.data_start
+    return [(e.name, e.dtype, e.shape, view[start + e.begin : start + e.end]) for e in loaded.header.entries]
+
+
+# -- saving ---------------------------------------------------------------------------------
+def _special_ids() -> dict[str, int]:
+    from minigpt_tui.engine.tokenizer import BOS, BYTE_OFFSET, EOS, FIRST_MERGE_ID
+
+    return {"bos": BOS, "eos": EOS, "byte_offset": BYTE_OFFSET, "first_merge_id": FIRST_MERGE_ID}
+
+
+def _constants_tensor(config: "ModelConfig") -> "torch.Tensor":
+    import torch
+
+    return torch.tensor([getattr(config, name) for name in constant_layout(config.family)], dtype=torch.float64)
+
+
+def _producer() -> dict[str, str]:
+    from minigpt_tui import __version__
+
+    return {"package": "minigpt-tui", "version": __version__}
+
+
+def save_portable_model(
+    model: "MiniGPT",
+    tokenizer: "ByteBPETokenizer | None",
+    path: Path | str,
+    *,
+    provenance: dict[str, Any] | None = None,
+    progress: ProgressHook | None = None,
+) -> str:
+    """Write the portable text model (learned tensors, constants, merges); return its identity."""
+    identity, _ = write_portable_model(model, tokenizer, path, provenance=provenance, progress=progress)
+    return identity
+
+
+def write_portable_model(
+    model: "MiniGPT",
+    tokenizer: "ByteBPETokenizer | None",
+    path: Path | str,
+    *,
+    provenance: dict[str, Any] | None = None,
+    progress: ProgressHook | None = None,
+    atomic: bool = True,
+) -> tuple[str, WrittenFile]:
+    import torch
+
+    path = Path(path)
+    if tokenizer is None:
+        raise CheckpointError("a text model file needs its tokenizer; use save_backbone for a backbone export")
+    if tokenizer.vocab_size != model.vocab_size:
+        raise CheckpointError(
+            f"the tokenizer's vocabulary ({tokenizer.vocab_size}) differs from the model's ({model.vocab_size})"
+        )
+    if model.head_weight is not model.token_embedding.weight:
+        raise CheckpointError("the model's head is not its token table: the sharing policy cannot be recorded")
+    config = model.config
+    # Distinct named parameters: named_parameters() yields the tied table once.
+    learned = [(name, p.detach().cpu()) for name, p in model.named_parameters()]
+    merges = torch.tensor(tokenizer.merges, dtype=torch.uint32).reshape(len(tokenizer.merges), 2)
+    tensors = learned + [(CONSTANTS, _constants_tensor(config)), (MERGES, merges)]
+    composition = {
+        "kind": TEXT_DECODER,
+        "encoder": {"kind": "byte-bpe-token-table", "table": TABLE, "vocab_size": tokenizer.vocab_size},
+        "backbone": {"kind": "minigpt-decoder", "family": config.family, "layers": config.layers},
+        "head": {"kind": "tied-table-transpose", "table": TABLE},
+    }
+    settings = semantic_settings(config, tokenizer.vocab_size)
+    special = _special_ids()
+    aliases = [HEAD_ALIAS]
+    identity = model_identity(settings, composition, special, aliases, _tensor_records(tensors))
+    count = sum(p.numel() for _, p in learned)
+    records: dict[str, Any] = {
+        "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
+        "composition": composition,
+        "model_config": asdict(config),
+        "constants": {"tensor": CONSTANTS, "dtype": "F64", "layout": constant_layout(config.family)},
+        "tokenizer": {
+            "kind": "byte-bpe",
+            "merges_tensor": MERGES,
+            "merges": len(tokenizer.merges),
+            "vocab_size": tokenizer.vocab_size,
+            "identity": tokenizer.identity,
+        },
+        "special_ids": special,
+        "aliases": aliases,
+        "parameters": {"tensors": len(learned), "scalars": count, "dtype": dtype_name(model.dtype)},
+        "identity": {"scheme": IDENTITY_SCHEME, "model": identity},
+        "producer": _producer(),
+    }
+    if provenance:
+        records["provenance"] = provenance
+    written = write_safetensors(path, tensors, json_metadata(records), progress=progress, atomic=atomic)
+    return identity, written
+
+
+def save_backbone(model: "MiniGPT", path: Path | str, *, progress: ProgressHook | None = None) -> str:
+    """Write the backbone alone: no token table, no vocabulary, no tokenizer."""
+    path = Path(path)
+    config = model.config
+    learned = [(name, p.detach().cpu()) for name, p in model.named_parameters() if name != TABLE]
+    tensors = learned + [(CONSTANTS, _constants_tensor(config))]
+    composition = {
+        "kind": BACKBONE,
+        "encoder": None,
+        "backbone": {"kind": "minigpt-decoder", "family": config.family, "layers": config.layers},
+        "head": None,
+    }
+    settings = semantic_settings(config, None)
+    identity = model_identity(settings, composition, None, [], _tensor_records(tensors))
+    records = {
+        "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
+        "composition": composition,
+        "model_config": asdict(config),
+        "constants": {"tensor": CONSTANTS, "dtype": "F64", "layout": constant_layout(config.family)},
+        "tokenizer": None,
+        "special_ids": None,
+        "aliases": [],
+        "parameters": {
+            "tensors": len(learned),
+            "scalars": sum(p.numel() for _, p in learned),
+            "dtype": dtype_name(model.dtype),
+        },
+        "identity": {"scheme": IDENTITY_SCHEME, "model": identity},
+        "producer": _producer(),
+    }
+    write_safetensors(path, tensors, json_metadata(records), progress=progress)
+    return identity
+
+
+# -- loading --------------------------------------------------------------------------------
+_RECORDS = ("format", "composition", "model_config", "constants", "tokenizer", "special_ids", "aliases", "parameters", "identity")
+
+
+def read_model_records(path: Path, metadata: dict[str, str] | Any) -> dict[str, Any]:
+    """The parsed metadata records of a portable model file, format checked."""
+    if "format" not in metadata:
+        raise CheckpointError(f"{path}: not a minigpt-tui model file (its metadata has no format record)")
+    records: dict[str, Any] = {}
+    for key, text in metadata.items():
+        try:
+            records[key] = json.loads(text)
+        except json.JSONDecodeError:
+            raise CheckpointError(f"{path}: metadata record '{key}' is not JSON") from None
+    fmt = records["format"]
+    if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
+        raise CheckpointError(f"{path}: not a minigpt-tui model file (format {fmt!r})")
+    if fmt.get("version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: model format version {fmt.get('version')!r} is not supported (this build reads {FORMAT_VERSION})"
+        )
+    missing = [k for k in _RECORDS if k not in records]
+    if missing:
+        raise CheckpointError(f"{path}: model file lacks the metadata record '{missing[0]}'")
+    return records
+
+
+def _model_config(path: Path, data: Any) -> "ModelConfig":
+    from minigpt_tui.engine.config import RunConfig
+
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: the model_config record is not an object")
+    try:
+        return RunConfig.from_dict({"preset": "saved", "model": data}).model
+    except ConfigError as err:
+        raise CheckpointError(f"{path}: saved model config is invalid: {err}") from None
+
+
+def resolve_model_path(path: Path | str) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        return path / MODEL_FILE
+    return path
+
+
+def _learned_entries(path: Path, loaded: LoadedFile, expected: dict[str, tuple[tuple[int, ...], Any]], dtype: str) -> None:
+    present = {e.name: e for e in loaded.header.entries if e.name not in (CONSTANTS, MERGES)}
+    missing = [n for n in expected if n not in present]
+    extra = [n for n in present if n not in expected]
+    if missing:
+        raise CheckpointError(f"{path}: learned tensor '{missing[0]}' is missing ({len(missing)} missing)")
+    if extra:
+        raise CheckpointError(f"{path}: unexpected tensor '{extra[0]}' for this model config")
+    for name, (shape, _) in expected.items():
+        entry: TensorEntry = present[name]
+        if entry.shape != shape:
+            raise CheckpointError(f"{path}: tensor '{name}' has shape {list(entry.shape)}, the config needs {list(shape)}")
+        if entry.dtype != dtype:
+            raise CheckpointError(f"{path}: tensor '{name}' is {entry.dtype}, the file declares {dtype}")
+
+
+def _constants(path: Path, loaded: LoadedFile, config: "ModelConfig", records: dict[str, Any]) -> None:
+    layout = constant_layout(config.family)
+    if not loaded.header.has(CONSTANTS):
+        raise CheckpointError(f"{path}: the constants tensor is missing")
+    entry = loaded.header.entry(CONSTANTS)
+    if entry.dtype != "F64" or entry.shape != (len(layout),):
+        raise CheckpointError(f"{path}: constants must be F64 [{len(layout)}], found {entry.dtype} {list(entry.shape)}")
+    if records["constants"].get("layout") != layout:
+        raise CheckpointError(f"{path}: constants layout {records['constants'].get('layout')!r} is not {layout}")
+    values = loaded.tensor(CONSTANTS).tolist()
+    for name, value in zip(layout, values):
+        if value != getattr(config, name):
+            raise CheckpointError(
+                f"{path}: constant {name} is {value!r} but the saved config says {getattr(config, name)!r}"
+            )
+
+
+def _tokenizer(path: Path, loaded: LoadedFile, records: dict[str, Any]) -> "ByteBPETokenizer":
+    import torch
+
+    from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+
+    info = records["tokenizer"]
+    if not isinstance(info, dict) or info.get("merges_tensor") != MERGES or not loaded.header.has(MERGES):
+        raise CheckpointError(f"{path}: the tokenizer merges tensor is missing")
+    entry = loaded.header.entry(MERGES)
+    if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:
+        raise CheckpointError(f"{path}: tokenizer merges must be U32 [n, 2], found {entry.dtype} {list(entry.shape)}")
+    pairs = loaded.tensor(MERGES).to(torch.int64).tolist()
+    try:
+        tokenizer = ByteBPETokenizer(tuple((int(a), int(b)) for a, b in pairs))
+    except TokenizerError as err:
+        raise CheckpointError(f"{path}: the saved tokenizer is invalid: {err}") from None
+    if tokenizer.identity != info.get("identity"):
+        raise CheckpointError(f"{path}: the tokenizer merges do not match the recorded tokenizer identity")
+    if records["special_ids"] != _special_ids():
+        raise CheckpointError(f"{path}: special ids {records['special_ids']!r} differ from this tokenizer's")
+    return tokenizer
+
+
+def _read(path: Path | str) -> tuple[Path, LoadedFile, dict[str, Any]]:
+    from minigpt_tui.engine.checkpoint.directory import expected_from_manifest
+
+    path = resolve_model_path(path)
+    loaded = load_file(path, expected_from_manifest(path))
+    records = read_model_records(path, loaded.metadata)
+    return path, loaded, records
+
+
+def _expected_parameters(module: Any) -> dict[str, tuple[tuple[int, ...], Any]]:
+    return {name: (tuple(p.shape), p) for name, p in module.named_parameters()}
+
+
+def _check_identity(path: Path, loaded: LoadedFile, records: dict[str, Any], settings: dict[str, Any]) -> str:
+    stored = records["identity"].get("model") if isinstance(records["identity"], dict) else None
+    computed = model_identity(
+        settings, records["composition"], records["special_ids"], records["aliases"], _file_records(loaded)
+    )
+    if stored != computed:
+        raise CheckpointError(
+            f"{path}: model identity mismatch (stored {str(stored)[:12]}…, computed {computed[:12]}…): "
+            "the tensors or settings changed after saving"
+        )
+    return computed
+
+
+def _copy_weights(module: Any, loaded: LoadedFile) -> None:
+    import torch
+
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            param.copy_(loaded.tensor(name))
+
+
+def load_portable_model(path: Path | str) -> PortableModel:
+    """Restore a text model from a model file or a checkpoint directory, on the CPU."""
+    import torch
+
+    from minigpt_tui.engine.model import MiniGPT
+
+    path, loaded, records = _read(path)
+    composition = records["composition"]
+    if not isinstance(composition, dict) or composition.get("kind") != TEXT_DECODER:
+        kind = composition.get("kind") if isinstance(composition, dict) else composition
+        raise CheckpointError(f"{path}: holds a {kind} export with no vocabulary or tokenizer, not a text model")
+    config = _model_config(path, records["model_config"])
+    tokenizer = _tokenizer(path, loaded, records)
+    aliases = records["aliases"]
+    if aliases != [HEAD_ALIAS]:
+        raise CheckpointError(f"{path}: unknown sharing policy {aliases!r}")
+    vocab = composition.get("encoder", {}).get("vocab_size")
+    if vocab != tokenizer.vocab_size:
+        raise CheckpointError(f"{path}: the vocabulary ({vocab}) differs from the tokenizer's ({tokenizer.vocab_size})")
+    dtype = records["parameters"].get("dtype")
+    if dtype not in ("F64", "F32"):
+        raise CheckpointError(f"{path}: learned tensors of dtype {dtype!r} are not supported")
+    _constants(path, loaded, config, records)
+    settings = semantic_settings(config, tokenizer.vocab_size)
+    identity = _check_identity(path, loaded, records, settings)
+    # The constructor makes lookup and head one Parameter; the values are copied into it.
+    model = MiniGPT(config, tokenizer.vocab_size, torch.float64 if dtype == "F64" else torch.float32)
+    _learned_entries(path, loaded, _expected_parameters(model), dtype)
+    _copy_weights(model, loaded)
+    model.eval()
+    return PortableModel(model, tokenizer, config, identity, path, records, loaded.sha256)
+
+
+def load_backbone(path: Path | str) -> PortableBackbone:
+    """Restore a backbone-only export: no vocabulary, no tokenizer needed."""
+    import torch
+
+    path, loaded, records = _read(path)
+    composition = records["composition"]
+    if not isinstance(composition, dict) or composition.get("kind") != BACKBONE:
+        raise CheckpointError(f"{path}: is not a backbone-only export")
+    config = _model_config(path, records["model_config"])
+    dtype = records["parameters"].get("dtype")
+    if dtype not in ("F64", "F32"):
+        raise CheckpointError(f"{path}: learned tensors of dtype {dtype!r} are not supported")
+    _constants(path, loaded, config, records)
+    identity = _check_identity(path, loaded, records, semantic_settings(config, None))
+    backbone = DecoderBackbone(config, torch.float64 if dtype == "F64" else torch.float32)
+    expected = {name.removeprefix("decoder."): shape for name, shape in _expected_parameters(backbone).items()}
+    _learned_entries(path, loaded, expected, dtype)
+    with torch.no_grad():
+        for name, param in backbone.named_parameters():
+            param.copy_(loaded.tensor(name.removeprefix("decoder.")))
+    backbone.eval()
+    return PortableBackbone(backbone, config, identity, path, records)
+
+
+def portable_identity(path: Path | str) -> str:
+    """The stored model identity of a model file, after checking it against the data."""
+    return load_portable_model(path).identity

@@ -1,0 +1,547 @@
+"""Strict safetensors reading and writing, and files that appear whole or not at all.
+
+A safetensors file is an 8-byte little-endian header length ``n``, ``n`` bytes of UTF-8
+JSON, then the data section. The JSON maps tensor names to ``{"dtype", "shape",
+"data_offsets": [begin, end]}`` (offsets relative to the data section) and may hold
+``"__metadata__"``, a map of strings to strings. The reader checks every rule the format
+sets and names the violated one; it reads the header alone unless tensor data is asked for,
+and then only the bytes of the tensors asked for. Nothing here imports torch until a tensor
+is materialized, so header-only inspection stays fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from minigpt_tui.engine.errors import CheckpointError
+
+if TYPE_CHECKING:  # torch is imported lazily: header-only work must not pay for it
+    import torch
+
+MAX_HEADER_BYTES = 100_000_000
+METADATA_KEY = "__metadata__"
+
+# Bits per element of every dtype the format defines.
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "F8_E8M0": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+}
+
+# Events a writer reports while it works (the kill-during-save test stops a process at each).
+ProgressHook = Callable[[str], None]
+
+
+class InvalidSafetensors(CheckpointError):
+    """A file that breaks a rule of the safetensors format; ``violation`` names the rule."""
+
+    def __init__(self, path: Path | str, violation: str, detail: str) -> None:
+        self.violation = violation
+        self.path = str(path)
+        super().__init__(f"{path}: not a valid safetensors file: {detail} ({violation})")
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int  # offsets within the data section
+    end: int
+
+    @property
+    def elements(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "elements": self.elements,
+            "bytes": self.nbytes,
+            "begin": self.begin,
+            "end": self.end,
+        }
+
+
+@dataclass(frozen=True)
+class Header:
+    """A validated header: entries in data order, the metadata map, and where data starts."""
+
+    path: Path
+    header_bytes: int  # n, the JSON length (padding included)
+    entries: tuple[TensorEntry, ...]
+    metadata: Mapping[str, str]
+    file_size: int
+
+    @property
+    def data_start(self) -> int:
+        return 8 + self.header_bytes
+
+    @property
+    def names(self) -> list[str]:
+        return [e.name for e in self.entries]
+
+    def entry(self, name: str) -> TensorEntry:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise CheckpointError(f"{self.path}: no tensor named '{name}'")
+
+    def has(self, name: str) -> bool:
+        return any(e.name == name for e in self.entries)
+
+
+# -- reading --------------------------------------------------------------------------------
+def read_header(path: Path | str) -> Header:
+    """Read and validate the header of ``path`` without reading any tensor data."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            prefix = fh.read(8)
+            if len(prefix) < 8:
+                raise InvalidSafetensors(path, "file-too-small", f"the file has {size} bytes, fewer than the 8-byte header length")
+            declared = int.from_bytes(prefix, "little")
+            _check_header_length(path, declared, size)
+            text = fh.read(declared)
+    except FileNotFoundError:
+        raise CheckpointError(f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{path} is a directory, not a safetensors file") from None
+    except PermissionError:
+        raise CheckpointError(f"cannot read {path}: permission denied") from None
+    if len(text) < declared:
+        raise InvalidSafetensors(path, "truncated-header", f"the header declares {declared} bytes but the file ends first")
+    return parse_header(path, text, size)
+
+
+def header_from_buffer(path: Path | str, buffer: bytes | bytearray | memoryview) -> Header:
+    """Validate the header of a whole file already in memory."""
+    path = Path(path)
+    size = len(buffer)
+    if size < 8:
+        raise InvalidSafetensors(path, "file-too-small", f"the file has {size} bytes, fewer than the 8-byte header length")
+    declared = int.from_bytes(bytes(buffer[:8]), "little")
+    _check_header_length(path, declared, size)
+    return parse_header(path, bytes(buffer[8 : 8 + declared]), size)
+
+
+def _check_header_length(path: Path, declared: int, size: int) -> None:
+    if declared > MAX_HEADER_BYTES:
+        raise InvalidSafetensors(
+            path, "header-too-large", f"the header length {declared} exceeds the limit of {MAX_HEADER_BYTES} bytes"
+        )
+    if 8 + declared > size:
+        raise InvalidSafetensors(
+            path, "header-length-beyond-file", f"the header length {declared} runs past the end of the {size}-byte file"
+        )
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def parse_header(path: Path, raw: bytes, file_size: int) -> Header:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidSafetensors(path, "header-not-utf8", f"the header is not UTF-8 (byte {err.start})") from None
+    if not text.startswith("{"):
+        raise InvalidSafetensors(path, "header-start", "the header does not begin with '{'")
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_object)
+    except _DuplicateKey as err:
+        raise InvalidSafetensors(path, "duplicate-name", f"the header names '{err.args[0]}' twice") from None
+    except json.JSONDecodeError as err:
+        raise InvalidSafetensors(path, "header-not-json", f"the header is not JSON ({err.msg} at {err.pos})") from None
+    if not isinstance(data, dict):
+        raise InvalidSafetensors(path, "header-not-object", "the header is not a JSON object")
+    metadata = data.pop(METADATA_KEY, None)
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise InvalidSafetensors(path, "metadata-not-strings", "__metadata__ must map strings to strings")
+    entries = [_entry(path, name, info) for name, info in data.items()]
+    entries.sort(key=lambda e: (e.begin, e.end))
+    data_bytes = file_size - 8 - len(raw)
+    position = 0
+    for e in entries:
+        if e.begin != position:
+            kind = "overlap" if e.begin < position else "gap"
+            raise InvalidSafetensors(
+                path,
+                "offsets-not-contiguous",
+                f"tensor '{e.name}' begins at {e.begin} but the previous data ends at {position} ({kind})",
+            )
+        position = e.end
+    if position > data_bytes:
+        raise InvalidSafetensors(
+            path, "truncated-data", f"the header declares {position} data bytes but the file holds {data_bytes} (truncated)"
+        )
+    if position < data_bytes:
+        raise InvalidSafetensors(
+            path, "data-not-covered", f"the file holds {data_bytes - position} bytes beyond the last tensor"
+        )
+    return Header(path, len(raw), tuple(entries), dict(metadata), file_size)
+
+
+def _entry(path: Path, name: str, info: Any) -> TensorEntry:
+    if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+        raise InvalidSafetensors(path, "bad-entry", f"entry '{name}' must have exactly dtype, shape and data_offsets")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+        raise InvalidSafetensors(path, "unknown-dtype", f"tensor '{name}' has unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(_is_count(s) for s in shape):
+        raise InvalidSafetensors(path, "bad-shape", f"tensor '{name}' has shape {shape!r}, not a list of sizes")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
+        raise InvalidSafetensors(path, "bad-offsets", f"tensor '{name}' has data_offsets {offsets!r}")
+    begin, end = offsets
+    if end < begin:
+        raise InvalidSafetensors(path, "bad-offsets", f"tensor '{name}' ends at {end} before it begins at {begin}")
+    entry = TensorEntry(name, dtype, tuple(shape), begin, end)
+    bits = entry.elements * DTYPE_BITS[dtype]
+    if bits % 8:
+        raise InvalidSafetensors(path, "misaligned-bits", f"tensor '{name}' holds {bits} bits, not whole bytes")
+    if bits // 8 != entry.nbytes:
+        raise InvalidSafetensors(
+            path,
+            "byte-length-mismatch",
+            f"tensor '{name}' is {dtype} {list(shape)}: {bits // 8} bytes expected, offsets span {entry.nbytes}",
+        )
+    return entry
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def torch_dtype(name: str) -> "torch.dtype":
+    import torch
+
+    table = {
+        "BOOL": torch.bool,
+        "U8": torch.uint8,
+        "I8": torch.int8,
+        "I16": torch.int16,
+        "U16": torch.uint16,
+        "F16": torch.float16,
+        "BF16": torch.bfloat16,
+        "I32": torch.int32,
+        "U32": torch.uint32,
+        "F32": torch.float32,
+        "F64": torch.float64,
+        "I64": torch.int64,
+        "U64": torch.uint64,
+        "C64": torch.complex64,
+        "F8_E5M2": torch.float8_e5m2,
+        "F8_E4M3": torch.float8_e4m3fn,
+    }
+    if name not in table:
+        raise CheckpointError(f"tensors of dtype {name} cannot be read into torch here")
+    return table[name]
+
+
+def dtype_name(dtype: "torch.dtype") -> str:
+    import torch
+
+    table = {
+        torch.bool: "BOOL",
+        torch.uint8: "U8",
+        torch.int8: "I8",
+        torch.int16: "I16",
+        torch.uint16: "U16",
+        torch.float16: "F16",
+        torch.bfloat16: "BF16",
+        torch.int32: "I32",
+        torch.uint32: "U32",
+        torch.float32: "F32",
+        torch.float64: "F64",
+        torch.int64: "I64",
+        torch.uint64: "U64",
+        torch.complex64: "C64",
+    }
+    if dtype not in table:
+        raise CheckpointError(f"tensors of dtype {dtype} cannot be saved")
+    return table[dtype]
+
+
+def _check_byte_order() -> None:
+    if sys.byteorder != "little":  # pragma: no cover - every supported CPU here is little-endian
+        raise CheckpointError("safetensors data is little-endian; this machine is not")
+
+
+def tensor_from_bytes(entry: TensorEntry, buffer: bytearray | memoryview, offset: int) -> "torch.Tensor":
+    """A tensor over ``buffer[offset : offset + entry.nbytes]`` (no copy)."""
+    import torch
+
+    _check_byte_order()
+    dtype = torch_dtype(entry.dtype)
+    if entry.elements == 0:
+        return torch.empty(entry.shape, dtype=dtype)
+    flat = torch.frombuffer(buffer, dtype=dtype, count=entry.elements, offset=offset)
+    return flat.reshape(entry.shape)
+
+
+def read_tensor(path: Path | str, name: str, header: Header | None = None) -> "torch.Tensor":
+    """Read one tensor's bytes and nothing else."""
+    path = Path(path)
+    header = header or read_header(path)
+    entry = header.entry(name)
+    buffer = bytearray(entry.nbytes)
+    with path.open("rb") as fh:
+        fh.seek(header.data_start + entry.begin)
+        got = fh.readinto(buffer)
+    if got != entry.nbytes:
+        raise InvalidSafetensors(path, "truncated-data", f"tensor '{name}' is cut short ({got} of {entry.nbytes} bytes)")
+    return tensor_from_bytes(entry, buffer, 0)
+
+
+@dataclass(frozen=True)
+class LoadedFile:
+    """A whole file read once: its validated header, its bytes and their SHA-256."""
+
+    header: Header
+    buffer: bytearray
+    sha256: str
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        return self.header.metadata
+
+    def tensor(self, name: str) -> "torch.Tensor":
+        entry = self.header.entry(name)
+        return tensor_from_bytes(entry, self.buffer, self.header.data_start + entry.begin)
+
+    def tensors(self) -> dict[str, "torch.Tensor"]:
+        return {e.name: self.tensor(e.name) for e in self.header.entries}
+
+
+def load_file(path: Path | str, expect: "ExpectedFile | None" = None) -> LoadedFile:
+    """Read a whole safetensors file once, hash it, check it against ``expect`` (a
+    manifest's record) before anything else, then validate its header."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            buffer = bytearray(size)
+            got = fh.readinto(buffer)
+    except FileNotFoundError:
+        raise CheckpointError(f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{path} is a directory, not a safetensors file") from None
+    except PermissionError:
+        raise CheckpointError(f"cannot read {path}: permission denied") from None
+    if got != size:
+        raise CheckpointError(f"{path} changed size while it was read")
+    sha256 = hashlib.sha256(buffer).hexdigest()
+    if expect is not None:
+        expect.check(path, size, sha256)
+    header = header_from_buffer(path, buffer)
+    return LoadedFile(header, buffer, sha256)
+
+
+@dataclass(frozen=True)
+class ExpectedFile:
+    """What a manifest says a file is: its size and SHA-256."""
+
+    size: int
+    sha256: str
+    source: str  # the manifest's path, for the message
+
+    def check(self, path: Path, size: int, sha256: str) -> None:
+        if size != self.size:
+            raise CheckpointError(
+                f"{path}: {size} bytes but {self.source} records {self.size}: the file is truncated or changed"
+            )
+        if sha256 != self.sha256:
+            raise CheckpointError(
+                f"{path}: SHA-256 {sha256[:12]}… does not match {self.source} ({self.sha256[:12]}…): "
+                "the file changed after saving"
+            )
+
+
+# -- writing --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WrittenFile:
+    path: Path
+    size: int
+    sha256: str
+
+
+def _raw_bytes(tensor: "torch.Tensor") -> memoryview:
+    import torch
+
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return memoryview(b"")
+    return memoryview(flat.view(torch.uint8).numpy())
+
+
+def encode_header(entries: Sequence[TensorEntry], metadata: Mapping[str, str]) -> bytes:
+    """The JSON header, padded with spaces to a multiple of 8 bytes so data stays aligned."""
+    body: dict[str, Any] = {}
+    if metadata:
+        body[METADATA_KEY] = dict(metadata)
+    for e in entries:
+        body[e.name] = {"dtype": e.dtype, "shape": list(e.shape), "data_offsets": [e.begin, e.end]}
+    raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return raw + b" " * ((8 - len(raw) % 8) % 8)
+
+
+def plan_layout(tensors: Sequence[tuple[str, "torch.Tensor"]]) -> list[TensorEntry]:
+    """Entries ordered by element size (largest first), then name: every tensor's data
+    starts at a multiple of its element size."""
+    described = [(name, dtype_name(t.dtype), tuple(t.shape), t.numel() * t.element_size()) for name, t in tensors]
+    names = [d[0] for d in described]
+    if len(set(names)) != len(names):
+        raise CheckpointError("two tensors share one name")
+    described.sort(key=lambda d: (-DTYPE_BITS[d[1]], d[0]))
+    entries, offset = [], 0
+    for name, dtype, shape, nbytes in described:
+        entries.append(TensorEntry(name, dtype, shape, offset, offset + nbytes))
+        offset += nbytes
+    return entries
+
+
+def write_safetensors(
+    path: Path | str,
+    tensors: Sequence[tuple[str, "torch.Tensor"]],
+    metadata: Mapping[str, str] | None = None,
+    *,
+    progress: ProgressHook | None = None,
+    atomic: bool = True,
+) -> WrittenFile:
+    """Write a safetensors file, flushed and fsynced, hashing while it writes. ``atomic``:
+    under a temporary name in the same folder, renamed into place, the folder fsynced.
+    Without it the caller owns atomicity (a checkpoint writes into a temporary folder)."""
+    path = Path(path)
+    lookup = dict(tensors)
+    entries = plan_layout(tensors)
+    header = encode_header(entries, metadata or {})
+    digest = hashlib.sha256()
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}") if atomic else path
+    notify = progress or (lambda _event: None)
+    try:
+        with tmp.open("wb") as fh:
+            prefix = len(header).to_bytes(8, "little") + header
+            fh.write(prefix)
+            digest.update(prefix)
+            notify(f"{path.name}:header")
+            for entry in entries:
+                data = _raw_bytes(lookup[entry.name])
+                fh.write(data)
+                digest.update(data)
+                notify(f"{path.name}:tensor:{entry.name}")
+            fh.flush()
+            os.fsync(fh.fileno())
+            size = fh.tell()
+        notify(f"{path.name}:fsynced")
+        if atomic:
+            os.replace(tmp, path)
+            notify(f"{path.name}:renamed")
+            fsync_directory(path.parent)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointError(f"cannot write {path}: {err.strerror or err}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return WrittenFile(path, size, digest.hexdigest())
+
+
+def fsync_directory(path: Path) -> None:
+    """Make a rename or a new entry in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(
+    path: Path, data: bytes, *, progress: ProgressHook | None = None, atomic: bool = True
+) -> WrittenFile:
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}") if atomic else path
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if progress:
+            progress(f"{path.name}:fsynced")
+        if atomic:
+            os.replace(tmp, path)
+            fsync_directory(path.parent)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointError(f"cannot write {path}: {err.strerror or err}") from None
+    return WrittenFile(path, len(data), hashlib.sha256(data).hexdigest())
+
+
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def json_metadata(values: Mapping[str, Any]) -> dict[str, str]:
+    """Metadata values are strings: each structured value is stored as compact JSON."""
+    return {key: json.dumps(value, separators=(",", ":"), sort_keys=True) for key, value in values.items()}
+
+
+def parse_json_metadata(path: Path, metadata: Mapping[str, str], keys: Iterable[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in keys:
+        if key not in metadata:
+            raise CheckpointError(f"{path}: metadata has no '{key}' record")
+        try:
+            out[key] = json.loads(metadata[key])
+        except json.JSONDecodeError:
+            raise CheckpointError(f"{path}: metadata record '{key}' is not JSON") from None
+    return out
