@@ -157,3 +157,35 @@ def test_config_round_trips_through_its_normalized_dict():
     config = load_config("tiny")
     assert type(config).from_dict(config.to_dict()) == config
     assert config.seeds.dropout == 18446744073709551613
+
+
+def _reference_merges(texts: list[str], merges: int) -> tuple[tuple[int, int], ...]:
+    """The definition, recounting everything after each merge: slow and obviously right."""
+    from collections import Counter
+
+    from minigpt_tui.engine.tokenizer import BYTE_OFFSET, FIRST_MERGE_ID, _merge
+
+    words = [[b + BYTE_OFFSET for b in t.encode()] for t in texts]
+    learned: list[tuple[int, int]] = []
+    while len(learned) < merges:
+        counts = Counter(p for w in words for p in zip(w, w[1:]))
+        if not counts:
+            break
+        best = min(counts, key=lambda p: (-counts[p], p))
+        learned.append(best)
+        words = [_merge(w, best, FIRST_MERGE_ID + len(learned) - 1) for w in words]
+    return tuple(learned)
+
+
+def test_fast_merge_learning_and_batch_encoding_equal_the_definition():
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        alphabet = rng.choice(["ab", "abc", "ab .", "xyz w", "aé"])
+        texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(rng.randint(1, 8))]
+        merges = rng.randint(1, 12)
+        tok = ByteBPETokenizer.train(texts, merges)
+        assert tok.merges == _reference_merges(texts, merges), texts
+        unseen = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 15))) for _ in range(4)]
+        assert tok.encode_many(unseen) == [tok.encode(t) for t in unseen]

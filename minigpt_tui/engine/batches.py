@@ -36,8 +36,7 @@ class Batch:
 
 def make_examples(texts: list[str], tokenizer: ByteBPETokenizer, context: int) -> list[Example]:
     examples: list[Example] = []
-    for record, text in enumerate(texts):
-        ids = tokenizer.encode(text)
+    for record, ids in enumerate(tokenizer.encode_many(texts)):
         if len(ids) <= context + 1:
             examples.append(Example(tuple(ids), record, 0))
             continue

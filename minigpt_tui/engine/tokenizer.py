@@ -9,6 +9,7 @@ frequent pair; a tie goes to the pair that is smallest in our id space, (left, r
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -84,6 +85,15 @@ class ByteBPETokenizer:
         ids = self.encode_bytes(text.encode("utf-8"))
         return ([BOS] if bos else []) + ids + ([EOS] if eos else [])
 
+    def encode_many(self, texts: list[str]) -> list[list[int]]:
+        """Encode many records at once (BOS and EOS added): the merges replayed in rank
+        order over one pair index, equal to :meth:`encode` of each, much faster."""
+        index = _PairIndex([(t, 1) for t in texts])
+        for rank, pair in enumerate(self.merges):
+            if pair in index.counts:
+                index.merge(pair, FIRST_MERGE_ID + rank)
+        return [[BOS, *ids, EOS] for ids in index.sequences()]
+
     def encode_prompt(self, text: str) -> list[int]:
         """A generation prompt: BOS prepended, no terminal EOS."""
         return self.encode(text, bos=True, eos=False)
@@ -115,35 +125,107 @@ class ByteBPETokenizer:
     @staticmethod
     def train(texts: list[str], merges: int) -> "ByteBPETokenizer":
         """Learn up to ``merges`` merges; fewer when no adjacent pair remains."""
-        words: list[list[int]] = []
-        counts: list[int] = []
-        for text, count in Counter(texts).items():
-            words.append([b + BYTE_OFFSET for b in text.encode("utf-8")])
-            counts.append(count)
-        pair_counts: Counter[tuple[int, int]] = Counter()
-        where: dict[tuple[int, int], set[int]] = {}
-        for w, ids in enumerate(words):
-            for pair in zip(ids, ids[1:]):
-                pair_counts[pair] += counts[w]
-                where.setdefault(pair, set()).add(w)
-        learned: list[tuple[int, int]] = []
-        while len(learned) < merges and pair_counts:
-            best = min(pair_counts, key=lambda p: (-pair_counts[p], p))
-            new_id = FIRST_MERGE_ID + len(learned)
-            learned.append(best)
-            for w in sorted(where.get(best, ())):
-                old = words[w]
-                for pair in zip(old, old[1:]):
-                    pair_counts[pair] -= counts[w]
-                    if pair_counts[pair] <= 0:
-                        del pair_counts[pair]
-                new = _merge(old, best, new_id)
-                words[w] = new
-                for pair in zip(new, new[1:]):
-                    pair_counts[pair] += counts[w]
-                    where.setdefault(pair, set()).add(w)
-            where.pop(best, None)
-        return ByteBPETokenizer(tuple(learned))
+        return ByteBPETokenizer(learn_merges(texts, merges))
+
+
+def learn_merges(texts: list[str], merges: int) -> tuple[tuple[int, int], ...]:
+    """Most frequent adjacent pair first; a tie goes to the smallest (left, right) id pair."""
+    index = _PairIndex(list(Counter(texts).items()))
+    heap = [(-c, pair) for pair, c in index.counts.items()]
+    heapq.heapify(heap)
+    learned: list[tuple[int, int]] = []
+    while len(learned) < merges and heap:
+        negative, pair = heapq.heappop(heap)
+        if index.counts.get(pair, 0) != -negative:
+            continue  # a stale heap entry
+        learned.append(pair)
+        for changed in index.merge(pair, FIRST_MERGE_ID + len(learned) - 1):
+            count = index.counts.get(changed, 0)
+            if count > 0:
+                heapq.heappush(heap, (-count, changed))
+    return tuple(learned)
+
+
+class _PairIndex:
+    """Adjacent-pair counts over many records, updated only where a merge happens.
+
+    Every position sits in a linked list per record, and each pair keeps the positions
+    where it may start. A merge's work is proportional to its occurrences, not to the
+    corpus size, so 5 MB of text trains in seconds. Applying the merges in rank order
+    is also BPE encoding: a merge never creates a pair of lower rank than itself.
+    """
+
+    def __init__(self, records: list[tuple[str, int]]) -> None:
+        tokens: list[int] = []
+        weight: list[int] = []  # how many identical records share this position
+        self.record_starts: list[int] = []
+        for text, count in records:
+            data = text.encode("utf-8")
+            self.record_starts.append(len(tokens))
+            tokens.extend(b + BYTE_OFFSET for b in data)
+            weight.extend([count] * len(data))
+            tokens.append(-1)  # record boundary: no pair crosses it
+            weight.append(0)
+        self.tokens, self.weight, self.size = tokens, weight, len(tokens)
+        self.nxt = list(range(1, self.size + 1))
+        self.prv = list(range(-1, self.size - 1))
+        self.counts: dict[tuple[int, int], int] = {}
+        self.starts: dict[tuple[int, int], list[int]] = {}
+        for i in range(self.size - 1):
+            a, b = tokens[i], tokens[i + 1]
+            if a >= 0 and b >= 0:
+                self.counts[(a, b)] = self.counts.get((a, b), 0) + weight[i]
+                self.starts.setdefault((a, b), []).append(i)
+
+    def merge(self, pair: tuple[int, int], new_id: int) -> set[tuple[int, int]]:
+        """Merge every occurrence, left to right; return the pairs whose counts changed."""
+        tokens, nxt, prv, counts, starts, size = self.tokens, self.nxt, self.prv, self.counts, self.starts, self.size
+        a, b = pair
+        changed: set[tuple[int, int]] = set()
+        for i in sorted(starts.pop(pair, ())):  # ascending: overlapping runs merge left to right
+            j = nxt[i]
+            if tokens[i] != a or j >= size or tokens[j] != b:
+                continue  # this start was consumed by an earlier merge
+            w = self.weight[i]
+            p, n = prv[i], nxt[j]
+            left = tokens[p] if p >= 0 and tokens[p] >= 0 else None
+            right = tokens[n] if n < size and tokens[n] >= 0 else None
+            if left is not None:
+                counts[(left, a)] -= w
+                changed.add((left, a))
+            if right is not None:
+                counts[(b, right)] -= w
+                changed.add((b, right))
+            tokens[i], tokens[j] = new_id, -2
+            nxt[i] = n
+            if n < size:
+                prv[n] = i
+            if left is not None:
+                key = (left, new_id)
+                counts[key] = counts.get(key, 0) + w
+                starts.setdefault(key, []).append(p)
+                changed.add(key)
+            if right is not None:
+                key = (new_id, right)
+                counts[key] = counts.get(key, 0) + w
+                starts.setdefault(key, []).append(i)
+                changed.add(key)
+        counts.pop(pair, None)
+        changed.discard(pair)
+        for key in changed:
+            if counts.get(key, 0) <= 0:
+                counts.pop(key, None)
+        return changed
+
+    def sequences(self) -> list[list[int]]:
+        out = []
+        for start in self.record_starts:
+            ids, i = [], start
+            while self.tokens[i] != -1:
+                ids.append(self.tokens[i])
+                i = self.nxt[i]
+            out.append(ids)
+        return out
 
 
 def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
