@@ -16,6 +16,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
     parser.add_argument("--until", type=int, help="stop after this update (the schedule stays the same)")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    parser.add_argument("--save-every", type=int, help="save a checkpoint every N updates (0: only at stop and best)")
+    parser.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best")
+    parser.add_argument(
+        "--init-from",
+        metavar="CHECKPOINT",
+        help="weights-only warm start from a model file, checkpoint or RUN:latest|best (a new training history)",
+    )
     parser.set_defaults(handler=run_train)
 
 
@@ -25,24 +32,67 @@ def run_train(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.runs import RunDirectory, resolve_runs_dir
     from minigpt_tui.engine.trainer import TrainingSetup, Trainer, apply_precision
 
+    from minigpt_tui.engine.checkpoint.directory import Checkpointer
+
     config = config_from_args(args)
+    policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
+    if policy:
+        config = config.replace(train=policy)
     if args.until is not None and not 1 <= args.until <= config.train.steps:
         raise ConfigError(f"--until must be between 1 and {config.train.steps}")
+    runs_dir = resolve_runs_dir(args.runs_dir_sub or args.runs_dir)
+    warm = _warm_start(args.init_from, runs_dir, config) if args.init_from else None
+    if warm is not None:
+        config = config.replace(tokenizer={"merges": len(warm.tokenizer.merges)})
     apply_precision(config.train)
     corpus = load_corpus(config.corpus)
-    setup = TrainingSetup.build(config, corpus)
-    trainer = Trainer(setup)
-    runs_dir = resolve_runs_dir(args.runs_dir_sub or args.runs_dir)
+    setup = TrainingSetup.build(config, corpus, warm.tokenizer if warm is not None else None)
+    initial = {name: p.detach() for name, p in warm.model.named_parameters()} if warm is not None else None
+    trainer = Trainer(setup, initial_weights=initial)
     run = RunDirectory.create(runs_dir, args.run, config.preset)
     run.write_json("config.json", config.to_dict())
     run.write_json("identities.json", identities(setup))
-    result = drive(trainer, run, until=args.until, show_progress=not args.json)
+    if warm is not None:
+        run.write_json("warm_start.json", _warm_record(warm))
+    result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=Checkpointer(run))
     result["run_dir"] = str(run.path)
+    if warm is not None:
+        result["warm_start"] = _warm_record(warm)
+        if not args.json:
+            print(f"note: {result['warm_start']['note']}", file=sys.stderr)
     if args.json:
         emit_json(result)
     else:
         print_summary(result)
     return 0
+
+
+def _warm_start(spec: str, runs_dir: Any, config: Any) -> Any:
+    """The saved weights and tokenizer for a weights-only warm start, checked to fit."""
+    import dataclasses
+
+    from minigpt_tui.engine.checkpoint.portable import load_portable_model
+    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.runs import resolve_model_file
+
+    portable = load_portable_model(resolve_model_file(spec, runs_dir))
+    saved = dataclasses.replace(portable.config, dropout=config.model.dropout, init_std=config.model.init_std)
+    if saved != config.model:
+        raise ConfigError(
+            f"--init-from {spec}: the saved model ({portable.config.family}, width {portable.config.width}, "
+            f"{portable.config.layers} layers) does not fit this run's model config (preset {config.preset})"
+        )
+    return portable
+
+
+def _warm_record(portable: Any) -> dict[str, Any]:
+    return {
+        "from": str(portable.path),
+        "model_identity": portable.identity,
+        "tokenizer_identity": portable.tokenizer.identity,
+        "note": "weights-only warm start: a new training history (fresh optimizer moments, schedule clock, "
+        "data position, random streams and loss scaler); not a resume, so it does not continue the saved run",
+    }
 
 
 def identities(setup: Any) -> dict[str, Any]:

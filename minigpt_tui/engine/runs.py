@@ -108,3 +108,59 @@ def list_runs(runs_dir: Path) -> list[RunDirectory]:
 
 def disk_use(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
+    """A checkpoint folder from ``RUN:latest``, ``RUN:best``, ``RUN:STEP``, a run name (its
+    latest), a run folder, a checkpoint folder, or a file inside one."""
+    from minigpt_tui.engine.checkpoint.directory import (
+        MANIFEST,
+        STEP_DIR,
+        best_checkpoint,
+        checkpoint_name,
+        latest_checkpoint,
+        list_checkpoints,
+    )
+    from minigpt_tui.engine.errors import CheckpointError
+
+    path = Path(spec).expanduser()
+    if path.exists():
+        if path.is_file():
+            if (path.parent / MANIFEST).exists() or STEP_DIR.match(path.parent.name):
+                return path.parent
+            raise CheckpointError(f"{path} is a file; a checkpoint is a folder with {MANIFEST}")
+        if (path / MANIFEST).exists() or STEP_DIR.match(path.name):
+            return path
+        for candidate in (path / "checkpoints", path):
+            latest = latest_checkpoint(candidate)
+            if latest is not None:
+                return latest
+        raise CheckpointError(f"{path} holds no complete checkpoint")
+    run, _, which = spec.partition(":")
+    which = which or "latest"
+    run_path = Path(runs_dir) / run
+    if not _NAME.match(run) or not run_path.is_dir():
+        raise CheckpointError(f"no checkpoint '{spec}': no such path, and no run named '{run}' in {runs_dir}")
+    checkpoints = RunDirectory(run_path).checkpoints
+    if which == "latest":
+        latest = latest_checkpoint(checkpoints)
+        if latest is None:
+            raise CheckpointError(f"run '{run}' has no complete checkpoint")
+        return latest
+    if which == "best":
+        return best_checkpoint(checkpoints)
+    step_text = which.removeprefix("step-")
+    if step_text.isdigit():
+        wanted = checkpoints / checkpoint_name(int(step_text))
+        if any(info.path == wanted for info in list_checkpoints(checkpoints)):
+            return wanted
+        raise CheckpointError(f"run '{run}' has no complete checkpoint at step {int(step_text)}")
+    raise CheckpointError(f"'{which}' is not latest, best or a step number (in '{spec}')")
+
+
+def resolve_model_file(spec: str, runs_dir: Path) -> Path:
+    """A ``model.safetensors`` path from a model file, a checkpoint folder or a run spec."""
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return path
+    return resolve_checkpoint(spec, runs_dir) / "model.safetensors"
