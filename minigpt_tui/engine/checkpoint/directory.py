@@ -410,9 +410,19 @@ def checkpoint_folder(path: Path | str) -> Path:
     return path
 
 
+_MALFORMED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
+
+
 def load_checkpoint(folder: Path | str) -> LoadedCheckpoint:
     """Read and verify a checkpoint folder: manifest, hashes, formats, and that its two
     files belong together (same model identity, same tokenizer). Changes nothing."""
+    try:
+        return _load_checkpoint(folder)
+    except _MALFORMED as err:
+        raise CheckpointError(f"{folder}: malformed checkpoint ({type(err).__name__}: {err})") from None
+
+
+def _load_checkpoint(folder: Path | str) -> LoadedCheckpoint:
     folder = checkpoint_folder(folder)
     manifest = read_manifest(folder)
     for name in (MODEL_FILE, TRAINING_FILE):
@@ -456,6 +466,18 @@ def restore_trainer(
     and later checkpoints say so). The caller applies the precision settings
     (``apply_precision``) before running updates, as for a new run.
     """
+    try:
+        return _restore_trainer(checkpoint_dir, allow_environment_change, corpus_path_override, policy_overrides)
+    except _MALFORMED as err:
+        raise CheckpointError(f"{checkpoint_dir}: malformed checkpoint ({type(err).__name__}: {err})") from None
+
+
+def _restore_trainer(
+    checkpoint_dir: Path | str,
+    allow_environment_change: bool,
+    corpus_path_override: Path | str | None,
+    policy_overrides: dict[str, int] | None,
+) -> "Trainer":
     from minigpt_tui.engine.corpus import load_corpus
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup, dtype_for
 

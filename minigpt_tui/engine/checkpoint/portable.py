@@ -298,15 +298,15 @@ def read_model_records(path: Path, metadata: dict[str, str] | Any) -> dict[str, 
     """The parsed metadata records of a portable model file, format checked."""
     if "format" not in metadata:
         raise CheckpointError(f"{path}: not a minigpt-tui model file (its metadata has no format record)")
+    fmt = _json_or_text(metadata["format"])
+    if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
+        raise CheckpointError(f"{path}: not a minigpt-tui model file (format {fmt!r})")
     records: dict[str, Any] = {}
     for key, text in metadata.items():
         try:
             records[key] = json.loads(text)
         except json.JSONDecodeError:
             raise CheckpointError(f"{path}: metadata record '{key}' is not JSON") from None
-    fmt = records["format"]
-    if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
-        raise CheckpointError(f"{path}: not a minigpt-tui model file (format {fmt!r})")
     if fmt.get("version") != FORMAT_VERSION:
         raise CheckpointError(
             f"{path}: model format version {fmt.get('version')!r} is not supported (this build reads {FORMAT_VERSION})"
@@ -315,6 +315,13 @@ def read_model_records(path: Path, metadata: dict[str, str] | Any) -> dict[str, 
     if missing:
         raise CheckpointError(f"{path}: model file lacks the metadata record '{missing[0]}'")
     return records
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def _model_config(path: Path, data: Any) -> "ModelConfig":
@@ -425,8 +432,19 @@ def _copy_weights(module: Any, loaded: LoadedFile) -> None:
             param.copy_(loaded.tensor(name))
 
 
+_MALFORMED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
+
+
 def load_portable_model(path: Path | str) -> PortableModel:
-    """Restore a text model from a model file or a checkpoint directory, on the CPU."""
+    """Restore a text model from a model file or a checkpoint directory, on the CPU.
+    Any malformed file raises CheckpointError with one line naming the problem."""
+    try:
+        return _load_portable_model(path)
+    except _MALFORMED as err:
+        raise CheckpointError(f"{path}: malformed model file ({type(err).__name__}: {err})") from None
+
+
+def _load_portable_model(path: Path | str) -> PortableModel:
     import torch
 
     from minigpt_tui.engine.model import MiniGPT
@@ -460,6 +478,13 @@ def load_portable_model(path: Path | str) -> PortableModel:
 
 def load_backbone(path: Path | str) -> PortableBackbone:
     """Restore a backbone-only export: no vocabulary, no tokenizer needed."""
+    try:
+        return _load_backbone(path)
+    except _MALFORMED as err:
+        raise CheckpointError(f"{path}: malformed backbone file ({type(err).__name__}: {err})") from None
+
+
+def _load_backbone(path: Path | str) -> PortableBackbone:
     import torch
 
     path, loaded, records = _read(path)

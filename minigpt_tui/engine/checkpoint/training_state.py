@@ -393,7 +393,7 @@ class TrainingState:
 
     @property
     def step(self) -> int:
-        return int(self.tensors["progress.step"][0])
+        return _u64(self.tensors["progress.step"])[0]
 
     @property
     def continuation(self) -> Continuation:
@@ -401,25 +401,34 @@ class TrainingState:
         return Continuation(bool(c.get("bitwise_promised")), tuple(c.get("notes", ())))
 
 
+_MALFORMED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
+
+
 def read_training_state(path: Path | str, expect: ExpectedFile | None = None) -> TrainingState:
     path = Path(path)
     loaded = load_file(path, expect)
-    return parse_training_state(path, loaded)
+    try:
+        return parse_training_state(path, loaded)
+    except _MALFORMED as err:
+        raise CheckpointError(f"{path}: malformed training-state file ({type(err).__name__}: {err})") from None
 
 
 def parse_training_state(path: Path, loaded: LoadedFile) -> TrainingState:
     raw = loaded.metadata
     if "format" not in raw:
         raise CheckpointError(f"{path}: not a minigpt-tui training-state file (no format record)")
+    try:
+        fmt = json.loads(raw["format"])
+    except json.JSONDecodeError:
+        fmt = raw["format"]
+    if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
+        raise CheckpointError(f"{path}: not a minigpt-tui training-state file (format {fmt!r})")
     metadata: dict[str, Any] = {}
     for key, text in raw.items():
         try:
             metadata[key] = json.loads(text)
         except json.JSONDecodeError:
             raise CheckpointError(f"{path}: metadata record '{key}' is not JSON") from None
-    fmt = metadata["format"]
-    if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
-        raise CheckpointError(f"{path}: not a minigpt-tui training-state file (format {fmt!r})")
     if fmt.get("version") != FORMAT_VERSION:
         raise CheckpointError(f"{path}: training-state format version {fmt.get('version')!r} is not supported")
     missing = [k for k in _REQUIRED_RECORDS if k not in metadata]
@@ -496,6 +505,13 @@ def check_environment(state: TrainingState, config: "RunConfig", *, allow_change
 def apply_training_state(trainer: "Trainer", state: TrainingState) -> None:
     """Put the saved state into a freshly built trainer. Every check runs before the first
     change, so a refusal leaves the trainer as it was built."""
+    try:
+        _apply_training_state(trainer, state)
+    except _MALFORMED as err:
+        raise CheckpointError(f"{state.path}: malformed training state ({type(err).__name__}: {err})") from None
+
+
+def _apply_training_state(trainer: "Trainer", state: TrainingState) -> None:
     import torch
 
     from minigpt_tui.engine.batches import DocumentOrder
