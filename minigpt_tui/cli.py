@@ -14,6 +14,7 @@ import sys
 COMMAND_MODULES = (
     "minigpt_tui.commands.train",
     "minigpt_tui.commands.checkpoints",
+    "minigpt_tui.commands.generate",
 )
 
 

@@ -494,13 +494,14 @@ class DecisionStepper:
             order = selection_order(logits, self.eligible, rule.temperature)
             rule_choice = sample_choice(selection, order, draw)
         chosen_id = rule_choice if forced_id is None else forced_id
-        ranking = rank_order(logits)
-        ranks = torch.empty_like(ranking)
-        ranks[ranking] = torch.arange(1, len(ranking) + 1)
+        ranking = rank_order(logits).tolist()
+        # Plain lists: reading a few hundred tensor elements one by one costs more than the forward.
+        logit_values, raw_values, selection_values = logits.tolist(), raw.tolist(), selection.tolist()
+        eligible_values = self.eligible.tolist()
 
-        def candidate(token_id: int) -> Candidate:
-            return Candidate(token_id, self._piece(token_id), float(logits[token_id]), float(raw[token_id]),
-                             float(selection[token_id]), int(ranks[token_id]), bool(self.eligible[token_id]))
+        def candidate(token_id: int, rank: int) -> Candidate:
+            return Candidate(token_id, self._piece(token_id), logit_values[token_id], raw_values[token_id],
+                             selection_values[token_id], rank, eligible_values[token_id])
 
         decision = Decision(
             step=len(self._steps) + 1,
@@ -509,11 +510,11 @@ class DecisionStepper:
             raw=raw,
             eligible=self.eligible.clone(),
             selection=selection,
-            chosen=candidate(chosen_id),
+            chosen=candidate(chosen_id, ranking.index(chosen_id) + 1),
             rule_choice=rule_choice,
             forced=forced_id is not None,
             draw=draw,
-            alternatives=tuple(candidate(int(i)) for i in ranking[: self.top_n]),
+            alternatives=tuple(candidate(i, rank) for rank, i in enumerate(ranking[: self.top_n], start=1)),
             entropy=entropy_nats(raw),
             attention=attention,
         )
@@ -534,7 +535,8 @@ class DecisionStepper:
         """The last real position's logits (float64) and, if asked, its attention rows."""
         model = self.model
         was_training = model.training
-        model.eval()
+        if was_training:  # switching a module tree's mode walks every submodule: only when needed
+            model.eval()
         try:
             with torch.no_grad():
                 if not self.use_kv_cache:
@@ -548,7 +550,8 @@ class DecisionStepper:
                     out = model(ids, cache=self._cache, return_attention=self.attention)
                     self._cache_length = len(prefix)
         finally:
-            model.train(was_training)
+            if was_training:
+                model.train()
         logits = out.logits[0, -1].detach().to(torch.float64).clone()
         attention = None
         if self.attention:

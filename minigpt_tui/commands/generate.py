@@ -1,0 +1,289 @@
+"""``generate``, ``probes`` and ``infer``: next-token decisions over a saved model, headless.
+
+All three are served by the engine's :class:`DecisionStepper`; there is no other
+generation loop. Numbers are read here (not by argparse) so that every bad value gives the
+same one-line error and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from minigpt_tui.commands.common import emit_json
+
+MODEL_HELP = "a model file, a checkpoint folder, or RUN:best / RUN:latest from the runs directory"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    generate = subparsers.add_parser("generate", help="step through generation, one decision per row")
+    generate.add_argument("--model", required=True, help=MODEL_HELP)
+    generate.add_argument("--prompt", required=True, help="prompt text (encoded once, BOS prepended)")
+    _add_rule_arguments(generate, several_temperatures=False)
+    generate.add_argument("--top", default="3", metavar="N", help="alternatives kept per decision (default 3)")
+    generate.add_argument("--kv-cache", action="store_true", help="reuse keys/values instead of recomputing the prefix")
+    generate.add_argument("--attention", action="store_true", help="record the last position's attention (JSON)")
+    generate.add_argument("--json", action="store_true", help="print the whole trace as JSON")
+    generate.add_argument("--trace-out", metavar="FILE", help="also write the trace as JSON to FILE")
+    generate.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
+    generate.set_defaults(handler=run_generate)
+
+    probes = subparsers.add_parser("probes", help="run a versioned prompt file against models and rules")
+    probes.add_argument("--model", action="append", required=True, help=MODEL_HELP + " (repeat for several)")
+    probes.add_argument("--prompts", metavar="FILE", help="a probes JSON file (default: the bundled one)")
+    _add_rule_arguments(probes, several_temperatures=True)
+    probes.add_argument("--json", action="store_true", help="print the results as JSON")
+    probes.add_argument("--out", metavar="FILE", help="also write the results as JSON to FILE")
+    probes.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
+    probes.set_defaults(handler=run_probes_command)
+
+    infer = subparsers.add_parser("infer", help="greedy CPU inference from a portable model (seed 000)")
+    infer.add_argument("--model", required=True, help=MODEL_HELP)
+    infer.add_argument("--prompt", required=True, help="prompt text")
+    infer.add_argument("--tokens", default="3", metavar="N", help="new-token budget (default 3)")
+    infer.add_argument("--json", action="store_true", help="print one JSON object")
+    infer.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
+    infer.set_defaults(handler=run_infer)
+
+
+def _add_rule_arguments(parser: argparse.ArgumentParser, *, several_temperatures: bool) -> None:
+    parser.add_argument("--max-new-tokens", default="24", metavar="N", help="new-token budget (default 24)")
+    parser.add_argument("--greedy", action="store_true",
+                        help="highest eligible logit, ties to the smaller id (the default)")
+    if several_temperatures:
+        parser.add_argument("--temperature", nargs="+", metavar="T",
+                            help="sample at each temperature (with --greedy: greedy as well)")
+    else:
+        parser.add_argument("--temperature", metavar="T", help="sample at this temperature")
+    parser.add_argument("--top-k", metavar="K", help="sampling: keep the K highest eligible logits")
+    parser.add_argument("--top-p", metavar="P", help="sampling: keep the shortest prefix with mass >= P")
+    parser.add_argument("--seed", default="31415", metavar="S", help="sampling seed (default 31415)")
+    parser.add_argument("--forbid", action="append", default=[], metavar="ID",
+                        help="an id that may not be chosen, besides BOS (repeatable)")
+
+
+# -- reading arguments -------------------------------------------------------------------
+def _number(text: str | None, option: str, kind: type) -> Any:
+    from minigpt_tui.engine.errors import GenerationError
+
+    if text is None:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        noun = "an integer" if kind is int else "a number"
+        raise GenerationError(f"{option} must be {noun}, got {text!r}") from None
+
+
+def rules_from_args(args: argparse.Namespace) -> list[Any]:
+    """The rules asked for: greedy by default; one sampling rule per temperature."""
+    from minigpt_tui.engine.errors import GenerationError
+    from minigpt_tui.engine.generation import GenerationRule
+
+    budget = _number(args.max_new_tokens, "--max-new-tokens", int)
+    top_k = _number(args.top_k, "--top-k", int)
+    top_p = _number(args.top_p, "--top-p", float)
+    seed = _number(args.seed, "--seed", int)
+    forbidden = tuple(_number(value, "--forbid", int) for value in args.forbid)
+    temperatures = args.temperature
+    if isinstance(temperatures, str):
+        temperatures = [temperatures]
+    temperatures = [_number(t, "--temperature", float) for t in temperatures or []]
+    several = isinstance(args.temperature, list)
+    if temperatures and args.greedy and not several:
+        raise GenerationError("choose either --greedy or --temperature, not both")
+    if not temperatures and (top_k is not None or top_p is not None):
+        raise GenerationError("--top-k and --top-p apply to sampling: give --temperature too")
+    rules = []
+    if args.greedy or not temperatures:
+        rules.append(GenerationRule("greedy", max_new_tokens=budget, seed=seed, forbidden_ids=forbidden))
+    for temperature in temperatures:
+        rules.append(GenerationRule("sample", temperature, top_k, top_p, seed, budget, forbidden))
+    return rules
+
+
+def load_model(spec: str, args: argparse.Namespace) -> Any:
+    """Resolve FILE | checkpoint folder | RUN:best | RUN:latest and restore the model."""
+    from minigpt_tui.engine.checkpoint.portable import load_portable_model
+    from minigpt_tui.engine.errors import GenerationError
+    from minigpt_tui.engine.runs import resolve_model_file, resolve_runs_dir
+
+    runs_dir = resolve_runs_dir(getattr(args, "runs_dir_sub", None) or getattr(args, "runs_dir", None))
+    portable = load_portable_model(resolve_model_file(spec, runs_dir))
+    if portable.tokenizer is None:
+        raise GenerationError(f"{portable.path} has no tokenizer: a backbone-only export cannot generate text")
+    return portable
+
+
+def _write_json(path_text: str, data: Any) -> Path:
+    from minigpt_tui.engine.errors import GenerationError
+
+    path = Path(path_text).expanduser()
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=2) + "\n", "utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise GenerationError(f"cannot write {path}: {err.strerror or err}") from None
+    return path
+
+
+# -- generate ----------------------------------------------------------------------------
+def run_generate(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.errors import GenerationError
+    from minigpt_tui.engine.generation import DecisionStepper
+
+    (rule,) = rules_from_args(args)
+    top = _number(args.top, "--top", int)
+    if top < 1:
+        raise GenerationError(f"--top must be at least 1, got {top}")
+    portable = load_model(args.model, args)
+    stepper = DecisionStepper.from_portable(portable, args.prompt, rule, use_kv_cache=args.kv_cache,
+                                            attention=args.attention, top_n=top)
+    stepper.run()
+    trace = stepper.trace()
+    if args.trace_out:
+        _write_json(args.trace_out, trace)
+    if args.json:
+        emit_json(trace)
+    else:
+        print_decisions(stepper)
+    return 0
+
+
+def _shown(piece: str) -> str:
+    """A piece with its boundaries visible: quoted, spaces and escapes kept."""
+    return json.dumps(piece, ensure_ascii=False)
+
+
+def print_decisions(stepper: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    trace_model = stepper.model_path or "(in memory)"
+    console.print(Text(f"model {trace_model}"))
+    prompt_pieces = " ".join(_shown(stepper.tokenizer.piece_text(i)) for i in stepper.prompt_ids)
+    console.print(Text(f"prompt ids {list(stepper.prompt_ids)}: {prompt_pieces}"))
+    table = Table(title=f"decisions · {stepper.rule.label} · budget {stepper.rule.max_new_tokens}")
+    for name in ("step", "id", "piece", "logit", "raw p", "selection p", "rank"):
+        table.add_column(name, justify="right" if name not in ("piece",) else "left")
+    table.add_column("alternatives (raw p)")
+    for d in stepper.decisions:
+        chosen = d.chosen
+        others = ", ".join(f"{_shown(c.piece.text)} {c.raw_probability:.4f}"
+                           for c in d.alternatives if c.id != chosen.id)
+        table.add_row(str(d.step) + (" forced" if d.forced else ""), str(chosen.id), Text(_shown(chosen.piece.text)),
+                      f"{chosen.logit:.6f}", f"{chosen.raw_probability:.6f}",
+                      f"{chosen.selection_probability:.6f}", str(chosen.rank), Text(others))
+    console.print(table)
+    out = stepper.output()
+    console.print(Text(f"stop: {stepper.stop_reason}"))
+    label = "output" if out["valid_utf8"] else "output (display only: invalid UTF-8 shown as U+FFFD)"
+    console.print(Text(f"{label}: {_shown(out['display'])}"))
+    console.print(Text(f"generated ids {out['generated_ids']}"))
+
+
+# -- probes ------------------------------------------------------------------------------
+def run_probes_command(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.generation import load_probes, run_probes
+
+    rules = rules_from_args(args)
+    if args.prompts:
+        load_probes(args.prompts)  # a bad file is refused before any model is loaded
+    models = [(spec, load_model(spec, args)) for spec in args.model]
+    result = run_probes(models, rules, args.prompts)
+    if args.out:
+        _write_json(args.out, result)
+    if args.json:
+        emit_json(result)
+    else:
+        print_probes(result)
+    return 0
+
+
+def print_probes(result: dict[str, Any]) -> None:
+    """One table per rule, one column per model, one row per probe (as seed 003's 21.6/21.7)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    source = result["probes"]["source"]
+    models = [m["label"] for m in result["models"]]
+    for r, rule in enumerate(result["rules"]):
+        table = Table(title=f"probes · {rule['label']} · {source}", show_lines=True)
+        table.add_column("probe / prompt", overflow="fold")
+        table.add_column("last token", overflow="fold")
+        table.add_column("expected", overflow="fold")
+        for label in models:
+            table.add_column(label, overflow="fold")
+        for row in result["rows"]:
+            cells = []
+            for m in range(len(models)):
+                cell = row["results"][m * len(result["rules"]) + r]
+                if "error" in cell:
+                    cells.append(Text(f"error: {cell['error']}", style="red"))
+                    continue
+                stop = "" if cell["stop_reason"] == "eos" else f" [{cell['stop_reason']}]"
+                mark = "✓" if cell["match"] else "✗"
+                cells.append(Text(f"{mark} {_shown(cell['completion'])}{stop}",
+                                  style="green" if cell["match"] else ""))
+            last = row["prompt_last_token"]
+            table.add_row(Text(f"{row['name']}\n{_shown(row['prompt'])}"),
+                          Text(f"{last['id']} {_shown(last['piece'])}"), Text(_shown(row["expected"])), *cells)
+        console.print(table)
+    count = result["probes"]["count"]
+    for key, matched in result["matches"].items():
+        console.print(Text(f"{key}: {matched} of {count} match (exact bytes, then EOS)"))
+
+
+# -- infer -------------------------------------------------------------------------------
+def run_infer(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
+    from minigpt_tui.engine.model import count_parameters
+    from minigpt_tui.engine.tensors import tensor_bytes
+
+    rule = GenerationRule("greedy", max_new_tokens=_number(args.tokens, "--tokens", int))
+    portable = load_model(args.model, args)
+    stepper = DecisionStepper.from_portable(portable, args.prompt, rule, top_n=1)
+    stepper.run()
+    out = stepper.output()
+    tensors, scalars = count_parameters(portable.model)
+    first_logits = stepper.decisions[0].logits
+    model = portable.model
+    result = {
+        "model_path": str(portable.path),
+        "model_id": portable.identity,
+        "device": "cpu",
+        "precision": str(model.dtype).removeprefix("torch."),
+        "prompt": args.prompt,
+        "prompt_ids": out["prompt_ids"],
+        "generated_ids": out["generated_ids"],
+        "generated_bytes": out["generated_bytes"],
+        "valid_utf8": out["valid_utf8"],
+        "text": out["text"],
+        "stop_reason": stepper.stop_reason,
+        "first_logits_sha256": hashlib.sha256(tensor_bytes(first_logits)).hexdigest(),
+        "named_parameter_tensors": tensors,
+        "parameter_scalars": scalars,
+        "tied_alias": model.head_weight is model.token_embedding.weight,
+    }
+    if args.json:
+        emit_json(result)
+    else:
+        from rich.console import Console
+        from rich.text import Text
+
+        console = Console()
+        for key in ("model_path", "model_id", "prompt_ids", "generated_ids", "generated_bytes", "stop_reason",
+                    "tied_alias"):
+            console.print(Text(f"{key}: {result[key]}"))
+        shown = out["display"] if out["valid_utf8"] else f"{out['display']} (display only: invalid UTF-8)"
+        console.print(Text(f"text: {_shown(shown)}"))
+    return 0
