@@ -142,6 +142,14 @@ def test_renormalization_is_stable_for_huge_logits():
     assert selection[1].item() == pytest.approx(math.exp(1) / (math.exp(1) + 1), rel=1e-14)
 
 
+def test_overflowing_temperature_and_non_finite_logits_are_refused():
+    logits = torch.tensor([0.0, 300.0, 1.0], dtype=torch.float64)
+    with pytest.raises(GenerationError, match="too small for these logits"):
+        selection_distribution(logits, eligibility_mask(3), GenerationRule.sample(1e-308))
+    with pytest.raises(GenerationError, match="non-finite logits"):
+        selection_distribution(torch.tensor([0.0, math.nan, 1.0]), eligibility_mask(3), GenerationRule())
+
+
 def test_sample_choice_walks_the_order_by_cumulative_mass():
     logits = torch.tensor([0.0, 1.0, 3.0, 2.0], dtype=torch.float64)
     eligible = eligibility_mask(4)
@@ -181,8 +189,8 @@ def test_bos_is_never_chosen_even_with_the_highest_logit():
     greedy = DecisionStepper(model, BYTES_ONLY, "ab", GenerationRule(max_new_tokens=2))
     first = greedy.step()
     assert first.chosen.id == byte_id("x")
-    assert first.raw[BOS].item() > 0.99  # the raw distribution keeps BOS
-    assert first.selection[BOS].item() == 0.0
+    assert first.raw_probabilities[BOS].item() > 0.99  # the raw distribution keeps BOS
+    assert first.selection_probabilities[BOS].item() == 0.0
     assert not first.eligible[BOS]
     bos_row = next(c for c in first.alternatives if c.id == BOS)
     assert bos_row.rank == 1 and not bos_row.eligible and bos_row.selection_probability == 0.0
@@ -281,11 +289,11 @@ def test_every_decision_is_recorded_with_consistent_fields(trained_mini):
         assert decision.step == k
         assert decision.prefix_ids == list(stepper.prompt_ids) + stepper.generated_ids[: k - 1]
         assert decision.logits.shape == (tokenizer.vocab_size,)
-        assert decision.raw.sum().item() == pytest.approx(1.0, abs=1e-12)
-        assert decision.selection.sum().item() == pytest.approx(1.0, abs=1e-12)
-        assert decision.selection[decision.chosen.id].item() > 0
+        assert decision.raw_probabilities.sum().item() == pytest.approx(1.0, abs=1e-12)
+        assert decision.selection_probabilities.sum().item() == pytest.approx(1.0, abs=1e-12)
+        assert decision.selection_probabilities[decision.chosen.id].item() > 0
         assert decision.chosen.logit == decision.logits[decision.chosen.id].item()
-        assert decision.chosen.raw_probability == decision.raw[decision.chosen.id].item()
+        assert decision.chosen.raw_probability == decision.raw_probabilities[decision.chosen.id].item()
         assert [c.rank for c in decision.alternatives] == [1, 2, 3, 4, 5]
         assert 0.0 <= decision.draw < 1.0
         assert len(decision.retained_ids) <= 20

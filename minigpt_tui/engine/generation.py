@@ -221,9 +221,14 @@ def selection_distribution(logits: Tensor, eligible: Tensor, rule: GenerationRul
         raise GenerationError("no token id is eligible")
     size = logits.shape[-1]
     logits64 = logits.to(torch.float64)
+    if not bool(torch.isfinite(logits64).all()):
+        raise GenerationError("the model produced non-finite logits (NaN or infinity)")
     if rule.kind == "greedy":
         return _softmax_over(logits64, torch.nonzero(eligible, as_tuple=False).flatten(), size)
     scaled = logits64 / rule.temperature
+    if not bool(torch.isfinite(scaled).all()):
+        raise GenerationError(f"temperature {rule.temperature:g} is too small for these logits: "
+                              "the scaled logits overflow")
     order = selection_order(logits64, eligible, rule.temperature)
     if rule.top_k is not None:
         order = order[: rule.top_k]
@@ -293,17 +298,17 @@ class Candidate:
 class Decision:
     """One next-token decision: what the model saw, what it said, what the rule chose.
 
-    ``logits``, ``raw``, ``eligible`` and ``selection`` are float64/bool tensors over the
-    whole vocabulary; ``attention`` holds, per layer, the last position's weights over the
+    ``logits``, ``raw_probabilities``, ``eligible`` and ``selection_probabilities`` are
+    float64/bool tensors over the whole vocabulary; ``attention`` holds, per layer, the last position's weights over the
     prefix per head ([heads, prefix length]) when asked for.
     """
 
     step: int
     prefix: tuple[TokenPiece, ...]
     logits: Tensor
-    raw: Tensor
+    raw_probabilities: Tensor
     eligible: Tensor
-    selection: Tensor
+    selection_probabilities: Tensor
     chosen: Candidate
     rule_choice: int  # what the rule chose; differs from chosen.id only when forced
     forced: bool
@@ -319,7 +324,7 @@ class Decision:
     @property
     def retained_ids(self) -> list[int]:
         """Ids with a non-zero selection probability."""
-        return [int(i) for i in torch.nonzero(self.selection > 0, as_tuple=False).flatten()]
+        return [int(i) for i in torch.nonzero(self.selection_probabilities > 0, as_tuple=False).flatten()]
 
     def to_json(self, vectors: bool = True) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -338,8 +343,8 @@ class Decision:
         }
         if vectors:
             data["logits"] = self.logits.tolist()
-            data["raw_probabilities"] = self.raw.tolist()
-            data["selection_probabilities"] = self.selection.tolist()
+            data["raw_probabilities"] = self.raw_probabilities.tolist()
+            data["selection_probabilities"] = self.selection_probabilities.tolist()
         if self.attention is not None:
             data["attention"] = [layer.tolist() for layer in self.attention]
         return data
@@ -483,7 +488,11 @@ class DecisionStepper:
         logits, attention = self._last_logits(prefix)
         rule = self.rule
         raw = raw_probabilities(logits)
-        selection = selection_distribution(logits, self.eligible, rule)
+        try:
+            selection = selection_distribution(logits, self.eligible, rule)
+        except GenerationError:
+            self._drop_cache()  # the cache already holds this prefix, but no decision was made
+            raise
         generator_state = None
         draw = None
         if rule.kind == "greedy":
@@ -507,9 +516,9 @@ class DecisionStepper:
             step=len(self._steps) + 1,
             prefix=tuple(self._piece(i) for i in prefix),
             logits=logits,
-            raw=raw,
+            raw_probabilities=raw,
             eligible=self.eligible.clone(),
-            selection=selection,
+            selection_probabilities=selection,
             chosen=candidate(chosen_id, ranking.index(chosen_id) + 1),
             rule_choice=rule_choice,
             forced=forced_id is not None,
