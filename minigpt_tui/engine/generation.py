@@ -20,7 +20,8 @@ top_n=10, model_identity=None, model_path=None)``
     ``reset()`` returns to the prompt. ``finished``, ``stop_reason``, ``decisions``,
     ``output()`` and ``trace()`` report where it stands. ``DecisionStepper.from_portable``
     takes a loaded portable model (anything with ``model``, ``tokenizer``, ``identity``
-    and ``path``).
+    and ``path``). A stepper holds no global state but is not locked: drive one stepper
+    from one thread at a time (the app's worker), never from the UI thread.
 
 ``Decision``
     One frozen record; ``to_json()`` gives its JSON form. ``Candidate`` is one id's row.
