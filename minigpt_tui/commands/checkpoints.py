@@ -163,8 +163,8 @@ def _verify_fully(path: Path, kind: str) -> dict[str, Any]:
     from minigpt_tui.engine.checkpoint.training_state import read_training_state
 
     if kind == "checkpoint-dir":
-        loaded = load_checkpoint(path)
-        return {"ok": True, "model_identity": loaded.model.identity, "step": loaded.state.step}
+        loaded = load_checkpoint(path, recompute_digests=True)
+        return {"ok": True, "model_identity": loaded.model_file.identity, "step": loaded.state.step}
     if kind == "portable-model":
         model = load_portable_model(path)
         return {"ok": True, "model_identity": model.identity, "tied_alias": model.tied_alias}

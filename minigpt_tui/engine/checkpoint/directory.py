@@ -18,11 +18,17 @@ import re
 import shutil
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.checkpoint.portable import MODEL_FILE, PortableModel, load_portable_model, write_portable_model
+from minigpt_tui.engine.checkpoint.portable import (
+    MODEL_FILE,
+    PortableFile,
+    PortableModel,
+    read_portable,
+    write_portable_model,
+)
 from minigpt_tui.engine.checkpoint.safetensors_io import (
     ExpectedFile,
     ProgressHook,
@@ -396,11 +402,16 @@ class Checkpointer:
 # -- loading and restoring ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class LoadedCheckpoint:
+    """A verified checkpoint: the model file's weights not yet in any model, and the state."""
+
     path: Path
     manifest: dict[str, Any]
-    model: PortableModel
+    model_file: PortableFile
     state: TrainingState
-    notes: list[str] = field(default_factory=list)
+
+    def portable_model(self) -> PortableModel:
+        """The weights as a model of their own, built through the constructor (eval mode)."""
+        return self.model_file.portable_model()
 
 
 def checkpoint_folder(path: Path | str) -> Path:
@@ -413,16 +424,19 @@ def checkpoint_folder(path: Path | str) -> Path:
 _MALFORMED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 
 
-def load_checkpoint(folder: Path | str) -> LoadedCheckpoint:
-    """Read and verify a checkpoint folder: manifest, hashes, formats, and that its two
-    files belong together (same model identity, same tokenizer). Changes nothing."""
+def load_checkpoint(folder: Path | str, *, recompute_digests: bool = False) -> LoadedCheckpoint:
+    """Read and verify a checkpoint folder: every file against the manifest's size and
+    SHA-256, formats, and that the two files belong together (same model identity, same
+    tokenizer). ``recompute_digests`` also recomputes the model identity and the state's
+    content digest from the tensors (the manifest already vouches for the bytes).
+    Changes nothing on disk."""
     try:
-        return _load_checkpoint(folder)
+        return _load_checkpoint(folder, recompute_digests)
     except _MALFORMED as err:
         raise CheckpointError(f"{folder}: malformed checkpoint ({type(err).__name__}: {err})") from None
 
 
-def _load_checkpoint(folder: Path | str) -> LoadedCheckpoint:
+def _load_checkpoint(folder: Path | str, recompute_digests: bool) -> LoadedCheckpoint:
     folder = checkpoint_folder(folder)
     manifest = read_manifest(folder)
     for name in (MODEL_FILE, TRAINING_FILE):
@@ -432,19 +446,20 @@ def _load_checkpoint(folder: Path | str) -> LoadedCheckpoint:
             raise CheckpointError(f"{folder}: {name} is missing")
     record = manifest["files"][TRAINING_FILE]
     state = read_training_state(
-        folder / TRAINING_FILE, ExpectedFile(record["size"], record["sha256"], str(folder / MANIFEST))
+        folder / TRAINING_FILE,
+        ExpectedFile(record["size"], record["sha256"], str(folder / MANIFEST)),
+        verify_content=recompute_digests,
     )
-    model = load_portable_model(folder / MODEL_FILE)
+    model = read_portable(folder / MODEL_FILE, verify_identity=recompute_digests)
     if state.step != manifest["step"]:
         raise CheckpointError(f"{folder}: the manifest says step {manifest['step']}, the training state {state.step}")
     match = STEP_DIR.match(folder.name)
     if match and int(match.group(1)) != state.step:
         raise CheckpointError(f"{folder}: the folder is named for step {int(match.group(1))} but holds step {state.step}")
-    saved_tokenizer = state.identities.get("tokenizer")
-    if model.tokenizer is None or model.tokenizer.identity != saved_tokenizer:
+    if model.tokenizer.identity != state.identities.get("tokenizer"):
         raise ResumeRefused(
             f"{folder}: the tokenizer in {MODEL_FILE} is not the one this run was trained with "
-            f"(vocabulary {model.tokenizer.vocab_size if model.tokenizer else 0}; identity differs)"
+            f"(vocabulary {model.tokenizer.vocab_size}; identity differs)"
         )
     if model.identity != state.identities.get("model") or model.identity != manifest.get("model_identity"):
         raise ResumeRefused(f"{folder}: {MODEL_FILE} holds a different model than the training state was saved with")
@@ -478,15 +493,17 @@ def _restore_trainer(
     corpus_path_override: Path | str | None,
     policy_overrides: dict[str, int] | None,
 ) -> "Trainer":
+    import torch
+
     from minigpt_tui.engine.corpus import load_corpus
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup, dtype_for
 
     loaded = load_checkpoint(checkpoint_dir)
     state = loaded.state
     config = saved_config(state)
-    if config.model != loaded.model.config:
+    if config.model != loaded.model_file.config:
         raise ResumeRefused(f"{loaded.path}: the model config in {MODEL_FILE} differs from the run's config")
-    if loaded.model.model.dtype != dtype_for(config.train.precision):
+    if loaded.model_file.dtype != {torch.float64: "F64", torch.float32: "F32"}[dtype_for(config.train.precision)]:
         raise ResumeRefused(f"{loaded.path}: the weights' dtype does not match the run's {config.train.precision} precision")
     continuation = check_environment(state, config, allow_change=allow_environment_change)
     if corpus_path_override is not None:
@@ -502,13 +519,37 @@ def _restore_trainer(
             f"the corpus changed since saving ({config.corpus.source}: identity {corpus.identity[:12]}…, "
             f"saved {str(state.identities.get('corpus'))[:12]}…)"
         )
-    setup = TrainingSetup(config, corpus, loaded.model.tokenizer)
+    setup = TrainingSetup(config, corpus, loaded.model_file.tokenizer)
     trainer = Trainer(setup)
-    trainer.load_weights({name: p.detach() for name, p in loaded.model.model.named_parameters()})
+    loaded.model_file.copy_into(trainer.model)
     apply_training_state(trainer, state)
     trainer.checkpoint_continuation = continuation  # type: ignore[attr-defined]
     trainer.checkpoint_origin = loaded.path  # type: ignore[attr-defined]
     return trainer
+
+
+def load_into_trainer(checkpoint_dir: Path | str, trainer: "Trainer") -> LoadedCheckpoint:
+    """Load a verified checkpoint into an existing trainer built for the same run (same
+    config identity, corpus and tokenizer): weights, optimizer, data, randomness, scaler.
+    Everything is checked before the first tensor is copied."""
+    from minigpt_tui.engine.checkpoint.training_state import config_identity
+
+    loaded = load_checkpoint(checkpoint_dir)
+    state = loaded.state
+    if config_identity(trainer.config.to_dict()) != state.identities.get("config"):
+        raise ResumeRefused(f"{loaded.path}: saved by a run with another config")
+    if trainer.setup.corpus.identity != state.identities.get("corpus"):
+        raise ResumeRefused(f"{loaded.path}: saved by a run with another corpus")
+    if trainer.tokenizer.identity != loaded.model_file.tokenizer.identity:
+        raise ResumeRefused(f"{loaded.path}: saved by a run with another tokenizer")
+    if loaded.model_file.config != trainer.config.model:
+        raise ResumeRefused(f"{loaded.path}: the saved model config differs from this trainer's")
+    try:
+        loaded.model_file.copy_into(trainer.model)
+        apply_training_state(trainer, state)
+    except _MALFORMED as err:
+        raise CheckpointError(f"{loaded.path}: malformed checkpoint ({type(err).__name__}: {err})") from None
+    return loaded
 
 
 def continuation_record(trainer: "Trainer") -> dict[str, Any]:

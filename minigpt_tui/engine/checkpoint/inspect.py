@@ -210,6 +210,11 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
     path = Path(path).expanduser()
     if not path.exists():
         raise CheckpointError(f"no such file or folder: {path}")
+    from minigpt_tui.engine.interop import inspect_foreign
+
+    foreign = inspect_foreign(path)  # transformers folders, sharded indexes, .pt/.pth pickles
+    if foreign is not None:
+        return foreign
     if path.is_file():
         header, records, kind, entries = _inspect_file(path, path.name)
         aliases = tuple(records.get("aliases") or ()) if kind == PORTABLE_MODEL else ()

@@ -23,6 +23,7 @@ from minigpt_tui.engine.checkpoint.safetensors_io import (
     TensorEntry,
     WrittenFile,
     dtype_name,
+    tensor_memory,
     json_metadata,
     load_file,
     write_safetensors,
@@ -147,14 +148,12 @@ def model_identity(
     return digest.hexdigest()
 
 
-def _tensor_records(named: list[tuple[str, "torch.Tensor"]]) -> list[tuple[str, str, tuple[int, ...], bytes]]:
-    import torch
-
-    out = []
+def _tensor_records(
+    named: list[tuple[str, "torch.Tensor"]],
+) -> list[tuple[str, str, tuple[int, ...], bytes | memoryview]]:
+    out: list[tuple[str, str, tuple[int, ...], bytes | memoryview]] = []
     for name, tensor in named:
-        flat = tensor.detach().cpu().contiguous().reshape(-1)
-        data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
-        out.append((name, dtype_name(tensor.dtype), tuple(tensor.shape), data))
+        out.append((name, dtype_name(tensor.dtype), tuple(tensor.shape), tensor_memory(tensor)))
     return out
 
 
@@ -398,58 +397,101 @@ def _tokenizer(path: Path, loaded: LoadedFile, records: dict[str, Any]) -> "Byte
     return tokenizer
 
 
-def _read(path: Path | str) -> tuple[Path, LoadedFile, dict[str, Any]]:
+def _read(path: Path | str) -> tuple[Path, LoadedFile, dict[str, Any], bool]:
+    """The file's bytes (checked against a manifest beside it, if any) and its records.
+    The flag says whether a manifest vouched for the bytes."""
     from minigpt_tui.engine.checkpoint.directory import expected_from_manifest
 
     path = resolve_model_path(path)
-    loaded = load_file(path, expected_from_manifest(path))
+    expect = expected_from_manifest(path)
+    loaded = load_file(path, expect)
     records = read_model_records(path, loaded.metadata)
-    return path, loaded, records
+    return path, loaded, records, expect is not None
 
 
-def _expected_parameters(module: Any) -> dict[str, tuple[tuple[int, ...], Any]]:
-    return {name: (tuple(p.shape), p) for name, p in module.named_parameters()}
+def _check_learned(path: Path, loaded: LoadedFile, module: Any, dtype: str, prefix: str = "") -> None:
+    expected = {name.removeprefix(prefix): (tuple(p.shape), p) for name, p in module.named_parameters()}
+    _learned_entries(path, loaded, expected, dtype)
+
+
+def _stored_identity(path: Path, records: dict[str, Any]) -> str:
+    stored = records["identity"].get("model") if isinstance(records["identity"], dict) else None
+    if not isinstance(stored, str) or len(stored) != 64:
+        raise CheckpointError(f"{path}: the model identity record is missing or malformed")
+    return stored
 
 
 def _check_identity(path: Path, loaded: LoadedFile, records: dict[str, Any], settings: dict[str, Any]) -> str:
-    stored = records["identity"].get("model") if isinstance(records["identity"], dict) else None
+    stored = _stored_identity(path, records)
     computed = model_identity(
         settings, records["composition"], records["special_ids"], records["aliases"], _file_records(loaded)
     )
     if stored != computed:
         raise CheckpointError(
-            f"{path}: model identity mismatch (stored {str(stored)[:12]}…, computed {computed[:12]}…): "
+            f"{path}: model identity mismatch (stored {stored[:12]}…, computed {computed[:12]}…): "
             "the tensors or settings changed after saving"
         )
     return computed
 
 
-def _copy_weights(module: Any, loaded: LoadedFile) -> None:
+def _torch_dtype(name: str) -> "torch.dtype":
     import torch
 
-    with torch.no_grad():
-        for name, param in module.named_parameters():
-            param.copy_(loaded.tensor(name))
+    return torch.float64 if name == "F64" else torch.float32
+
+
+@dataclass(frozen=True)
+class PortableFile:
+    """A checked text-model file whose weights are not yet in any model: what the
+    tokenizer and config are, so a caller can build a trainer first and copy in after."""
+
+    path: Path
+    loaded: LoadedFile
+    records: dict[str, Any]
+    config: "ModelConfig"
+    tokenizer: "ByteBPETokenizer"
+    identity: str
+    dtype: str  # F64 or F32
+
+    def copy_into(self, model: "MiniGPT") -> None:
+        """Copy the learned tensors into a model built for this config (names, shapes and
+        dtypes checked first; nothing is copied if any differs)."""
+        import torch
+
+        _check_learned(self.path, self.loaded, model, self.dtype)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                param.copy_(self.loaded.tensor(name))
+
+    def build_model(self) -> "MiniGPT":
+        """A model built through its constructor (one shared table), weights copied in."""
+        from minigpt_tui.engine.model import MiniGPT
+
+        model = MiniGPT(self.config, self.tokenizer.vocab_size, _torch_dtype(self.dtype))
+        self.copy_into(model)
+        model.eval()
+        return model
+
+    def portable_model(self) -> PortableModel:
+        return PortableModel(
+            self.build_model(), self.tokenizer, self.config, self.identity, self.path, self.records, self.loaded.sha256
+        )
 
 
 _MALFORMED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 
 
-def load_portable_model(path: Path | str) -> PortableModel:
-    """Restore a text model from a model file or a checkpoint directory, on the CPU.
-    Any malformed file raises CheckpointError with one line naming the problem."""
+def read_portable(path: Path | str, *, verify_identity: bool | None = None) -> PortableFile:
+    """Read and check a text-model file. The model identity is recomputed from the tensors
+    when no manifest vouches for the file's bytes, or when ``verify_identity`` asks."""
     try:
-        return _load_portable_model(path)
+        return _read_portable(path, verify_identity)
     except _MALFORMED as err:
         raise CheckpointError(f"{path}: malformed model file ({type(err).__name__}: {err})") from None
 
 
-def _load_portable_model(path: Path | str) -> PortableModel:
-    import torch
-
-    from minigpt_tui.engine.model import MiniGPT
-
-    path, loaded, records = _read(path)
+def _read_portable(path: Path | str, verify_identity: bool | None) -> PortableFile:
+    path, loaded, records, vouched = _read(path)
     composition = records["composition"]
     if not isinstance(composition, dict) or composition.get("kind") != TEXT_DECODER:
         kind = composition.get("kind") if isinstance(composition, dict) else composition
@@ -466,14 +508,22 @@ def _load_portable_model(path: Path | str) -> PortableModel:
     if dtype not in ("F64", "F32"):
         raise CheckpointError(f"{path}: learned tensors of dtype {dtype!r} are not supported")
     _constants(path, loaded, config, records)
-    settings = semantic_settings(config, tokenizer.vocab_size)
-    identity = _check_identity(path, loaded, records, settings)
-    # The constructor makes lookup and head one Parameter; the values are copied into it.
-    model = MiniGPT(config, tokenizer.vocab_size, torch.float64 if dtype == "F64" else torch.float32)
-    _learned_entries(path, loaded, _expected_parameters(model), dtype)
-    _copy_weights(model, loaded)
-    model.eval()
-    return PortableModel(model, tokenizer, config, identity, path, records, loaded.sha256)
+    if verify_identity or (verify_identity is None and not vouched):
+        identity = _check_identity(path, loaded, records, semantic_settings(config, tokenizer.vocab_size))
+    else:
+        identity = _stored_identity(path, records)
+    return PortableFile(path, loaded, records, config, tokenizer, identity, dtype)
+
+
+def load_portable_model(path: Path | str) -> PortableModel:
+    """Restore a text model from a model file or a checkpoint directory, on the CPU: built
+    through its constructor so lookup and head are one Parameter, in eval mode. Any
+    malformed file raises CheckpointError with one line naming the problem."""
+    portable = read_portable(path)
+    try:
+        return portable.portable_model()
+    except _MALFORMED as err:
+        raise CheckpointError(f"{path}: malformed model file ({type(err).__name__}: {err})") from None
 
 
 def load_backbone(path: Path | str) -> PortableBackbone:
@@ -487,7 +537,7 @@ def load_backbone(path: Path | str) -> PortableBackbone:
 def _load_backbone(path: Path | str) -> PortableBackbone:
     import torch
 
-    path, loaded, records = _read(path)
+    path, loaded, records, _ = _read(path)
     composition = records["composition"]
     if not isinstance(composition, dict) or composition.get("kind") != BACKBONE:
         raise CheckpointError(f"{path}: is not a backbone-only export")
@@ -497,9 +547,8 @@ def _load_backbone(path: Path | str) -> PortableBackbone:
         raise CheckpointError(f"{path}: learned tensors of dtype {dtype!r} are not supported")
     _constants(path, loaded, config, records)
     identity = _check_identity(path, loaded, records, semantic_settings(config, None))
-    backbone = DecoderBackbone(config, torch.float64 if dtype == "F64" else torch.float32)
-    expected = {name.removeprefix("decoder."): shape for name, shape in _expected_parameters(backbone).items()}
-    _learned_entries(path, loaded, expected, dtype)
+    backbone = DecoderBackbone(config, _torch_dtype(dtype))
+    _check_learned(path, loaded, backbone, dtype, prefix="decoder.")
     with torch.no_grad():
         for name, param in backbone.named_parameters():
             param.copy_(loaded.tensor(name.removeprefix("decoder.")))
@@ -508,5 +557,5 @@ def _load_backbone(path: Path | str) -> PortableBackbone:
 
 
 def portable_identity(path: Path | str) -> str:
-    """The stored model identity of a model file, after checking it against the data."""
-    return load_portable_model(path).identity
+    """The model identity of a model file, recomputed from its tensors and checked."""
+    return read_portable(path, verify_identity=True).identity

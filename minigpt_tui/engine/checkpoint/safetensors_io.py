@@ -412,7 +412,8 @@ class WrittenFile:
     sha256: str
 
 
-def _raw_bytes(tensor: "torch.Tensor") -> memoryview:
+def tensor_memory(tensor: "torch.Tensor") -> memoryview:
+    """The tensor's bytes, little-endian, without a copy when it is contiguous on the CPU."""
     import torch
 
     flat = tensor.detach().cpu().contiguous().reshape(-1)
@@ -472,7 +473,7 @@ def write_safetensors(
             digest.update(prefix)
             notify(f"{path.name}:header")
             for entry in entries:
-                data = _raw_bytes(lookup[entry.name])
+                data = tensor_memory(lookup[entry.name])
                 fh.write(data)
                 digest.update(data)
                 notify(f"{path.name}:tensor:{entry.name}")

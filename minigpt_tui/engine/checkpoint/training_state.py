@@ -26,6 +26,7 @@ from minigpt_tui.engine.checkpoint.safetensors_io import (
     dtype_name,
     json_metadata,
     load_file,
+    tensor_memory,
     write_safetensors,
 )
 from minigpt_tui.engine.errors import CheckpointError, ConfigError, ResumeRefused
@@ -139,11 +140,8 @@ def content_digest(records: list[tuple[str, str, tuple[int, ...], Any]]) -> str:
     return digest.hexdigest()
 
 
-def _raw(tensor: "torch.Tensor") -> bytes:
-    import torch
-
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+def _raw(tensor: "torch.Tensor") -> memoryview:
+    return tensor_memory(tensor)
 
 
 # -- capture ------------------------------------------------------------------------------------
@@ -199,7 +197,8 @@ def capture_training_state(
             for key, value in sorted(trainer.optimizer.state.get(p, {}).items()):
                 if not isinstance(value, torch.Tensor):
                     raise CheckpointError(f"optimizer state {key!r} is not a tensor and cannot be saved")
-                tensors.append((f"optimizer.state.{trainer.param_names[p]}.{key}", value.detach().clone()))
+                # Written straight from the live tensors: capture happens between updates.
+                tensors.append((f"optimizer.state.{trainer.param_names[p]}.{key}", value.detach()))
                 state_keys.add(key)
     tensors.append(("optimizer.groups.hyperparameters", torch.tensor(hyper_rows, dtype=torch.float64)))
 
@@ -404,16 +403,22 @@ class TrainingState:
 _MALFORMED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 
 
-def read_training_state(path: Path | str, expect: ExpectedFile | None = None) -> TrainingState:
+def read_training_state(
+    path: Path | str, expect: ExpectedFile | None = None, *, verify_content: bool | None = None
+) -> TrainingState:
+    """Read and check a training-state file. Its content digest is recomputed when no
+    manifest record (``expect``) vouches for the bytes, or when ``verify_content`` asks."""
     path = Path(path)
     loaded = load_file(path, expect)
+    if verify_content is None:
+        verify_content = expect is None
     try:
-        return parse_training_state(path, loaded)
+        return parse_training_state(path, loaded, verify_content=verify_content)
     except _MALFORMED as err:
         raise CheckpointError(f"{path}: malformed training-state file ({type(err).__name__}: {err})") from None
 
 
-def parse_training_state(path: Path, loaded: LoadedFile) -> TrainingState:
+def parse_training_state(path: Path, loaded: LoadedFile, *, verify_content: bool = True) -> TrainingState:
     raw = loaded.metadata
     if "format" not in raw:
         raise CheckpointError(f"{path}: not a minigpt-tui training-state file (no format record)")
@@ -436,8 +441,10 @@ def parse_training_state(path: Path, loaded: LoadedFile) -> TrainingState:
         raise CheckpointError(f"{path}: training-state file lacks the metadata record '{missing[0]}'")
     view = memoryview(loaded.buffer)
     start = loaded.header.data_start
-    computed = content_digest(
-        [(e.name, e.dtype, e.shape, view[start + e.begin : start + e.end]) for e in loaded.header.entries]
+    computed = (
+        content_digest([(e.name, e.dtype, e.shape, view[start + e.begin : start + e.end]) for e in loaded.header.entries])
+        if verify_content
+        else metadata["content_sha256"]
     )
     if computed != metadata["content_sha256"]:
         raise CheckpointError(
@@ -611,7 +618,8 @@ def _apply_training_state(trainer: "Trainer", state: TrainingState) -> None:
             for p in group["params"]:
                 entries = optimizer_entries.get(trainer.param_names[p])
                 if entries:
-                    new_state[index] = {k: v.clone() for k, v in entries.items()}
+                    # Tensors over the file's own buffer (read once, owned by them): no copy.
+                    new_state[index] = dict(entries)
                 index += 1
         fresh["state"] = new_state
         for group, row in zip(fresh["param_groups"], hyper.tolist()):
