@@ -13,6 +13,7 @@ import sys
 # engine inside its handlers, so that ``--help`` and the app's first frame stay fast.
 COMMAND_MODULES = (
     "minigpt_tui.commands.train",
+    "minigpt_tui.commands.interop",
     "minigpt_tui.commands.checkpoints",
     "minigpt_tui.commands.generate",
 )

@@ -1,0 +1,92 @@
+"""``export`` and ``convert``: a portable model to a transformers folder and back.
+
+Options are validated here, not by argparse, so that every refusal is one line and exit
+status 1 (argparse's own errors exit 2 with a usage block).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from minigpt_tui.commands.common import emit_json
+
+MODEL_HELP = "a model file, a checkpoint folder, or RUN:best / RUN:latest from the runs directory"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    export = subparsers.add_parser("export", help="write a model as a Hugging Face transformers folder")
+    export.add_argument("--model", required=True, help=MODEL_HELP)
+    export.add_argument("--format", default="hf", help="output format: hf (transformers folder; the default)")
+    export.add_argument("--out", required=True, metavar="DIR", help="new folder to create")
+    export.add_argument("--json", action="store_true", help="print one JSON object")
+    export.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
+    export.set_defaults(handler=run_export)
+
+    convert = subparsers.add_parser("convert", help="turn a transformers llama/gpt2 folder into a model file")
+    convert.add_argument("--hf", required=True, metavar="DIR", help="transformers folder (or its sharded index)")
+    convert.add_argument("--out", required=True, metavar="FILE", help="new model file to create")
+    convert.add_argument("--tokenizer-from", metavar="FILE",
+                         help="take the tokenizer from a model file, checkpoint, RUN spec or tokenizer.json")
+    convert.add_argument("--json", action="store_true", help="print one JSON object")
+    convert.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
+    convert.set_defaults(handler=run_convert)
+
+
+def _runs_dir(args: argparse.Namespace) -> Path:
+    from minigpt_tui.engine.runs import resolve_runs_dir
+
+    return resolve_runs_dir(getattr(args, "runs_dir_sub", None) or getattr(args, "runs_dir", None))
+
+
+def _model_path(spec: str, args: argparse.Namespace) -> Path:
+    from minigpt_tui.engine.runs import resolve_model_file
+
+    path = Path(spec).expanduser()
+    if path.is_dir() and (path / "model.safetensors").is_file():
+        return path / "model.safetensors"
+    return resolve_model_file(spec, _runs_dir(args))
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.checkpoint.portable import load_portable_model
+    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.interop.hf_export import FORMATS, export_hf
+
+    if args.format not in FORMATS:
+        raise ConfigError(f"--format {args.format!r} is not supported (choose from {', '.join(FORMATS)})")
+    out = Path(args.out).expanduser()
+    from minigpt_tui.engine.interop.hf_export import prepare_output_folder
+
+    prepare_output_folder(out)  # refuse before reading a large model
+    portable = load_portable_model(_model_path(args.model, args))
+    result = export_hf(portable, out)
+    if args.json:
+        emit_json({**result.to_json(), "source": str(portable.path)})
+    else:
+        print(f"exported {portable.path} -> {result.path}")
+        print(f"  {result.architecture}, {result.dtype}, {result.tensors} tensors, {result.scalars} parameters")
+        print(f"  files: {', '.join(result.files)}")
+        print(f"  load with: AutoModelForCausalLM.from_pretrained({str(result.path)!r})")
+    return 0
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.interop.hf_import import convert_hf
+
+    tokenizer = args.tokenizer_from
+    if tokenizer is not None and not Path(tokenizer).expanduser().exists():
+        tokenizer = _model_path(tokenizer, args)
+    result = convert_hf(args.hf, args.out, tokenizer_path=tokenizer)
+    data = result.to_json()
+    if args.json:
+        emit_json(data)
+    else:
+        print(f"converted {result.source} -> {result.path}")
+        print(f"  {result.architecture} as {result.family}, {result.dtype}, {result.tensors} tensors, "
+              f"{result.scalars} parameters, tied table: one parameter")
+        print(f"  model identity {result.model_identity}")
+        if data["identity_matches_export"] is not None:
+            same = "the same as" if data["identity_matches_export"] else "DIFFERENT from"
+            print(f"  {same} the identity recorded when it was exported")
+    return 0

@@ -1,0 +1,457 @@
+"""What checkpoints made by other tools hold, for ``inspect`` and the checkpoint browser.
+
+* A transformers model folder, one file or sharded (``model.safetensors.index.json``):
+  entries across shards from the headers alone, parameter totals per dtype, config.json
+  as records, the shared tensors ``safetensors.torch.save_model`` dropped (recorded in the
+  metadata as ``dropped name -> kept name``) and a head tied by the config as alias records.
+* A nanoGPT-style ``ckpt.pt`` or a plain PyTorch state dict (``.pt``, ``.pth``, ``.bin``,
+  ``.ckpt``): opened with ``torch.load(path, weights_only=True, map_location="cpu")`` and
+  never otherwise. Tensors become entries, tensors sharing one storage become alias
+  records, and everything that is not a tensor becomes a state record (for nanoGPT:
+  ``iter_num``, ``best_val_loss``, ``model_args``, ``config``, the optimizer's groups).
+  A pickle that needs code to run is refused with one line; the weights-only loader never
+  runs it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import pickletools
+import re
+import warnings
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection
+from minigpt_tui.engine.errors import CheckpointError
+from minigpt_tui.engine.interop import hf_layout, hf_tokenizer
+from minigpt_tui.engine.interop.hf_export import CONFIG_FILE, GENERATION_CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
+from minigpt_tui.engine.interop.hf_import import PICKLED_WEIGHTS, is_hf_folder, read_hf_folder, read_json_file
+
+if TYPE_CHECKING:
+    import torch
+
+HF_MODEL = "hf-model"
+TORCH_PICKLE = "torch-pickle"
+NANOGPT = "nanogpt"
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+MANIFEST = "manifest.json"
+NANOGPT_RECORDS = ("iter_num", "best_val_loss", "model_args", "config")
+# Tables a config's tie_word_embeddings points the head at, by common architecture.
+TABLE_CANDIDATES = (
+    "model.embed_tokens.weight",
+    "transformer.wte.weight",
+    "wte.weight",
+    "model.decoder.embed_tokens.weight",
+    "gpt_neox.embed_in.weight",
+)
+LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
+RECORD_TEXT_LIMIT = 200
+
+
+def inspect_foreign(path: Path | str) -> Inspection | None:
+    """The inspection of a transformers folder or index, or of a PyTorch pickle file;
+    None for anything else (our own files and folders, plain safetensors files)."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        if (path / MANIFEST).exists() or not is_hf_folder(path):
+            return None
+        return inspect_hf_folder(path)
+    if path.is_file():
+        if path.name.endswith(".safetensors.index.json"):
+            return inspect_hf_folder(path.parent)
+        if path.suffix.lower() in PICKLE_SUFFIXES:
+            return inspect_torch_file(path)
+    return None
+
+
+def _group(name: str) -> str:
+    match = LAYER_NAME.search(name)
+    return f"layer {int(match.group(1))}" if match else "model"
+
+
+def _jsonable(value: Any) -> Any:
+    """A JSON form of a record value (non-finite floats and unknown objects as text)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    text = repr(value)
+    return text if len(text) <= RECORD_TEXT_LIMIT else text[: RECORD_TEXT_LIMIT - 1] + "…"
+
+
+# -- transformers folders -------------------------------------------------------------------
+def _tokenizer_summary(folder: Path) -> dict[str, Any]:
+    json_file = folder / hf_tokenizer.TOKENIZER_FILE
+    if json_file.is_file():
+        try:
+            data = json.loads(json_file.read_text("utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return {"file": json_file.name, "readable": False}
+        model = data.get("model") if isinstance(data, dict) else None
+        model = model if isinstance(model, dict) else {}
+        pre = data.get("pre_tokenizer") if isinstance(data, dict) else None
+        summary: dict[str, Any] = {
+            "file": json_file.name,
+            "model": model.get("type"),
+            "vocab": len(model.get("vocab") or {}),
+            "merges": len(model.get("merges") or []),
+            "pre_tokenizer": pre.get("type") if isinstance(pre, dict) else None,
+            "added_tokens": [t.get("content") for t in data.get("added_tokens") or [] if isinstance(t, dict)],
+        }
+        try:
+            summary["minigpt_layout"] = hf_tokenizer.tokenizer_from_json(data, json_file).identity
+        except Exception as err:  # any refusal is a finding here, not an error
+            summary["minigpt_layout"] = None
+            summary["unsupported"] = str(err).removeprefix(f"{json_file}: ")
+        return summary
+    if (folder / hf_tokenizer.SENTENCEPIECE_FILE).is_file():
+        return {"file": hf_tokenizer.SENTENCEPIECE_FILE, "model": "SentencePiece"}
+    return {}
+
+
+def _convertible(folder: Any) -> dict[str, Any]:
+    from minigpt_tui.engine.interop.hf_import import folder_tokenizer, plan_conversion
+
+    try:
+        plan_conversion(folder)
+        folder_tokenizer(folder.path)
+    except CheckpointError as err:
+        return {"convertible": False, "unsupported": str(err).removeprefix(f"{folder.path}: ")}
+    return {"convertible": True, "unsupported": None}
+
+
+def _hf_aliases(folder: Any) -> list[dict[str, Any]]:
+    aliases: list[dict[str, Any]] = []
+    named = set()
+    for shard, header in folder.headers.items():
+        for dropped, kept in header.metadata.items():
+            if dropped != "format" and kept in folder.locations and dropped not in folder.locations:
+                aliases.append({
+                    "name": dropped,
+                    "target": kept,
+                    "transform": "none",
+                    "use": "a shared tensor stored once; the file's metadata names the kept copy",
+                    "source": f"{shard} metadata (safetensors save_model's dropped alias)",
+                })
+                named.add(dropped)
+    config = folder.config
+    tied = config.get("tie_word_embeddings", config.get("model_type") != "llama")
+    table = next((n for n in TABLE_CANDIDATES if n in folder.locations), None)
+    if tied and table and hf_layout.HEAD_NAME not in folder.locations and hf_layout.HEAD_NAME not in named:
+        aliases.append({
+            "name": hf_layout.HEAD_NAME,
+            "target": table,
+            "transform": "none",
+            "use": "output head: logits = hidden @ lm_head.weight^T, the token table itself",
+            "source": "config.json tie_word_embeddings",
+        })
+    return aliases
+
+
+def _dtype_totals(rows: list[tuple[str, int, int]]) -> dict[str, Any]:
+    """{dtype: {tensors, scalars, bytes}} and a total, from (dtype, elements, bytes) rows."""
+    totals: dict[str, Any] = {}
+    for dtype, elements, nbytes in rows:
+        slot = totals.setdefault(dtype, {"tensors": 0, "scalars": 0, "bytes": 0})
+        slot["tensors"] += 1
+        slot["scalars"] += elements
+        slot["bytes"] += nbytes
+    totals["total"] = {
+        "tensors": len(rows),
+        "scalars": sum(r[1] for r in rows),
+        "bytes": sum(r[2] for r in rows),
+    }
+    return totals
+
+
+def inspect_hf_folder(path: Path) -> Inspection:
+    """A transformers folder from its config and shard headers (no tensor data read)."""
+    if not any((path / name).is_file() for name in (WEIGHTS_FILE, INDEX_FILE)):
+        pickled = next((path / n for n in PICKLED_WEIGHTS if (path / n).is_file() and n.endswith(".bin")), None)
+        if pickled is not None:
+            return _with_hf_config(inspect_torch_file(pickled), path)
+    folder = read_hf_folder(path, strict=False)
+    entries = []
+    files = []
+    metadata: dict[str, Any] = {}
+    for shard in folder.shards:
+        header = folder.headers[shard.name]
+        for e in header.entries:
+            entries.append(EntryRecord(shard.name, e.name, e.dtype, e.shape, e.elements, e.nbytes, e.begin, e.end,
+                                       _group(e.name)))
+        files.append(FileSummary(shard.name, shard, "safetensors", header.file_size, header.header_bytes,
+                                 len(header.entries), sum(e.nbytes for e in header.entries)))
+        metadata[shard.name] = dict(header.metadata)
+    config = folder.config
+    architectures = config.get("architectures") or [None]
+    state: dict[str, dict[str, Any]] = {
+        "model": {
+            "architecture": architectures[0],
+            "model_type": config.get("model_type"),
+            "tied_embeddings": config.get("tie_word_embeddings"),
+            "dtype": config.get("dtype", config.get("torch_dtype")),
+            "shards": len(folder.shards),
+            **_convertible(folder),
+        },
+        "parameters": _dtype_totals([(e.dtype, e.elements, e.bytes) for e in entries]),
+        "config": _jsonable(config),
+    }
+    generation = path / GENERATION_CONFIG_FILE
+    if generation.is_file():
+        try:
+            state["generation_config"] = _jsonable(read_json_file(generation, "generation config"))
+        except CheckpointError as err:
+            state["generation_config"] = {"error": str(err)}
+    tokenizer = _tokenizer_summary(path)
+    if tokenizer:
+        state["tokenizer"] = tokenizer
+    if folder.index is not None:
+        state["index"] = {
+            "file": INDEX_FILE,
+            "metadata": _jsonable(folder.index.get("metadata") or {}),
+            "tensors_listed": len(folder.index.get("weight_map") or {}),
+            "problems": list(folder.problems),
+        }
+        metadata[INDEX_FILE] = _jsonable(folder.index.get("metadata") or {})
+    integrity = {"ok": not folder.problems, "checked": "headers and index", "problems": list(folder.problems)}
+    return Inspection(path, HF_MODEL, tuple(entries), tuple(_hf_aliases(folder)), state, metadata, integrity,
+                      tuple(files))
+
+
+def _with_hf_config(inspection: Inspection, folder: Path) -> Inspection:
+    config = read_json_file(folder / CONFIG_FILE, "config.json")
+    state = dict(inspection.state)
+    state["config"] = _jsonable(config)
+    return Inspection(folder, HF_MODEL, inspection.entries, inspection.aliases, state, inspection.metadata,
+                      inspection.integrity, inspection.files)
+
+
+# -- PyTorch pickles ------------------------------------------------------------------------
+def _pickle_bytes(path: Path) -> bytes:
+    """The pickle program inside a file: a torch zip's data.pkl, or the file itself."""
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            name = next((n for n in archive.namelist() if n.endswith("data.pkl")), None)
+            return archive.read(name) if name else b""
+    return path.read_bytes()
+
+
+def pickle_imports(data: bytes) -> list[str] | None:
+    """The callables a pickle program would import, read from its opcodes without running
+    it (pickletools only parses); None when the bytes are not a pickle program."""
+    found: list[str] = []
+    strings: list[str] = []
+    try:
+        for opcode, arg, _ in pickletools.genops(io.BytesIO(data)):
+            if opcode.name in ("GLOBAL", "INST") and isinstance(arg, str):
+                found.append(arg.replace(" ", "."))
+            elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                found.append(f"{strings[-2]}.{strings[-1]}")
+            elif isinstance(arg, str):
+                strings.append(arg)
+            if opcode.name == "STOP":
+                break
+    except Exception:  # pickletools raises ValueError and others on bytes that are no pickle
+        return None
+    return found
+
+
+def _refusal(path: Path, message: str) -> CheckpointError:
+    named = re.search(r"GLOBAL ([\w.]+)", message)
+    if named:
+        return CheckpointError(
+            f"{path}: refused: loading it would import and call {named.group(1)} (code execution); it was not run"
+        )
+    try:
+        imports = pickle_imports(_pickle_bytes(path))
+    except (OSError, zipfile.BadZipFile):
+        imports = None
+    if imports is None:
+        return CheckpointError(f"{path}: not a PyTorch checkpoint (neither a torch zip archive nor a pickle)")
+    unusual = [name for name in imports if not name.startswith(("torch.", "collections.OrderedDict"))]
+    if unusual:
+        return CheckpointError(
+            f"{path}: refused: loading it would import and call {unusual[0]} (code execution); it was not run"
+        )
+    detail = next((line.strip() for line in message.splitlines() if line.strip().startswith("Unsupported")), "")
+    return CheckpointError(f"{path}: refused by the weights-only loader{': ' + detail if detail else ''}; it was not run")
+
+
+def load_torch_pickle(path: Path) -> Any:
+    """``torch.load(path, weights_only=True, map_location="cpu")``: the only way this
+    project opens a pickle. Every failure is one line."""
+    import pickle
+
+    import torch
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as err:
+        raise _refusal(path, str(err)) from None
+    except FileNotFoundError:
+        raise CheckpointError(f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{path} is a directory, not a PyTorch checkpoint") from None
+    except PermissionError:
+        raise CheckpointError(f"cannot read {path}: permission denied") from None
+    except EOFError:
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (the file ends before its first record)") from None
+    except (RuntimeError, ValueError, TypeError, KeyError, AttributeError, zipfile.BadZipFile, OSError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({first})") from None
+
+
+@dataclass(frozen=True)
+class _Found:
+    name: str
+    tensor: "torch.Tensor"
+    group: str
+
+
+def _walk(value: Any, prefix: str, group: str, tensors: list[_Found], records: dict[str, Any]) -> None:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        tensors.append(_Found(prefix, value, group))
+        if value.numel() == 1 and not value.is_complex():
+            records[prefix] = _jsonable(value.item())
+        return
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            _walk(inner, name, group or str(key), tensors, records)
+        return
+    if isinstance(value, (list, tuple)) and any(_holds_tensor(v) for v in value):
+        for index, inner in enumerate(value):
+            _walk(inner, f"{prefix}.{index}" if prefix else str(index), group or str(index), tensors, records)
+        return
+    records[prefix or "value"] = _jsonable(value)
+
+
+def _holds_tensor(value: Any) -> bool:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_tensor(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensor(v) for v in value)
+    return False
+
+
+def _dtype_label(tensor: "torch.Tensor") -> str:
+    from minigpt_tui.engine.checkpoint.safetensors_io import dtype_name
+
+    try:
+        return dtype_name(tensor.dtype)
+    except CheckpointError:
+        return str(tensor.dtype).removeprefix("torch.")
+
+
+def _storage_aliases(found: list[_Found]) -> list[dict[str, Any]]:
+    """Tensors that share one storage: each later one is an alias of the first seen."""
+    first: dict[tuple[int, int], _Found] = {}
+    aliases = []
+    for item in found:
+        tensor = item.tensor
+        if tensor.numel() == 0:
+            continue
+        storage = tensor.untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes())
+        owner = first.get(key)
+        if owner is None:
+            first[key] = item
+            continue
+        same_view = (tensor.storage_offset() == owner.tensor.storage_offset() and tensor.shape == owner.tensor.shape
+                     and tensor.stride() == owner.tensor.stride() and tensor.dtype == owner.tensor.dtype)
+        aliases.append({
+            "name": item.name,
+            "target": owner.name,
+            "transform": "none" if same_view else "view",
+            "storage_offset": tensor.storage_offset(),
+            "use": "shares its storage with the target (saved once, loaded as one)",
+            "source": "storage sharing in the pickle",
+        })
+    return aliases
+
+
+def _is_nanogpt(obj: Any) -> bool:
+    return isinstance(obj, dict) and isinstance(obj.get("model"), dict) and any(k in obj for k in NANOGPT_RECORDS)
+
+
+def _optimizer_state(optimizer: Any) -> dict[str, Any]:
+    if not isinstance(optimizer, dict):
+        return {"value": _jsonable(optimizer)}
+    groups = optimizer.get("param_groups") or []
+    state = optimizer.get("state") or {}
+    out: dict[str, Any] = {
+        "param_groups": len(groups),
+        "parameters_with_state": len(state) if isinstance(state, dict) else None,
+    }
+    for index, group in enumerate(groups if isinstance(groups, list) else []):
+        if isinstance(group, dict):
+            settings = {k: _jsonable(v) for k, v in group.items() if k != "params"}
+            settings["params"] = len(group.get("params") or [])
+            out[f"group {index}"] = settings
+    if isinstance(state, dict) and state:
+        first = next(iter(state.values()))
+        if isinstance(first, dict):
+            out["state_per_parameter"] = sorted(str(k) for k in first)
+    return out
+
+
+def inspect_torch_file(path: Path) -> Inspection:
+    """A PyTorch pickle loaded weights-only: its tensors, shared storages and other records."""
+    obj = load_torch_pickle(path)
+    found: list[_Found] = []
+    records: dict[str, Any] = {}
+    nanogpt = _is_nanogpt(obj)
+    _walk(obj, "", "", found, records)
+    kind = NANOGPT if nanogpt else TORCH_PICKLE
+    entries = []
+    for item in found:
+        tensor = item.tensor
+        nbytes = tensor.numel() * tensor.element_size()
+        begin = tensor.storage_offset() * tensor.element_size()
+        group = item.group if item.group and item.name != item.group else _group(item.name)
+        entries.append(EntryRecord(path.name, item.name, _dtype_label(tensor), tuple(tensor.shape), tensor.numel(),
+                                   nbytes, begin, begin + nbytes, group))
+    state: dict[str, dict[str, Any]] = {}
+    if nanogpt:
+        state["training"] = {k: records.get(k, _jsonable(obj.get(k))) for k in ("iter_num", "best_val_loss") if k in obj}
+        for key in ("model_args", "config"):
+            if key in obj:
+                state[key] = _jsonable(obj[key]) if isinstance(obj[key], dict) else {"value": _jsonable(obj[key])}
+        if "optimizer" in obj:
+            state["optimizer"] = _optimizer_state(obj["optimizer"])
+        model_entries = [e for e in entries if e.group == "model"]
+        state["parameters"] = _dtype_totals([(e.dtype, e.elements, e.bytes) for e in model_entries])
+        others = {k: v for k, v in records.items()
+                  if k.split(".")[0] not in ("model", "optimizer", "model_args", "config", "iter_num", "best_val_loss")}
+        if others:
+            state["records"] = others
+    else:
+        state["parameters"] = _dtype_totals([(e.dtype, e.elements, e.bytes) for e in entries])
+        tensor_names = {e.name for e in entries}
+        scalars = {k: v for k, v in records.items() if k not in tensor_names}
+        if scalars:
+            state["records"] = scalars
+    container = "torch-zip" if zipfile.is_zipfile(path) else "legacy-pickle"
+    size = path.stat().st_size
+    top = list(obj) if isinstance(obj, dict) else [type(obj).__name__]
+    metadata = {"container": container, "loader": "torch.load(weights_only=True, map_location='cpu')",
+                "top_level": [str(k) for k in top]}
+    summary = FileSummary(path.name, path, kind, size, 0, len(entries), sum(e.bytes for e in entries))
+    return Inspection(path, kind, tuple(entries), tuple(_storage_aliases(found)), state, metadata, None, (summary,))

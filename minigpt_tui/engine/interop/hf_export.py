@@ -1,0 +1,146 @@
+"""A portable model as a folder that transformers loads unchanged:
+``AutoModelForCausalLM.from_pretrained(DIR)`` and ``AutoTokenizer.from_pretrained(DIR)``.
+
+The folder holds ``config.json`` (the family's class, tied embeddings, BOS/EOS ids, dtype,
+and our own record of the settings transformers has no field for), ``generation_config.json``,
+``model.safetensors`` (the learned tensors, head left out because it is the token table;
+the dropped alias is recorded in the metadata the way ``safetensors.torch.save_model``
+does), ``tokenizer.json`` with exactly our ids and merges, ``tokenizer_config.json`` and
+``special_tokens_map.json``. The dtype is kept: a float64 model exports as float64.
+
+The folder is written under a temporary name beside the target, each file flushed and
+fsynced, then renamed into place: a refused or failed export leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from minigpt_tui.engine.checkpoint.safetensors_io import (
+    atomic_write_bytes,
+    dtype_name,
+    fsync_directory,
+    write_safetensors,
+)
+from minigpt_tui.engine.errors import CheckpointError
+from minigpt_tui.engine.interop import hf_layout, hf_tokenizer
+
+if TYPE_CHECKING:
+    from minigpt_tui.engine.checkpoint.portable import PortableModel
+
+CONFIG_FILE = "config.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+FORMATS = ("hf",)
+
+
+@dataclass(frozen=True)
+class HFExport:
+    path: Path
+    architecture: str
+    dtype: str
+    tensors: int
+    scalars: int
+    files: tuple[str, ...]
+    model_identity: str
+    tokenizer_identity: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "format": "hf",
+            "architecture": self.architecture,
+            "dtype": self.dtype,
+            "tensors": self.tensors,
+            "scalars": self.scalars,
+            "files": list(self.files),
+            "model_identity": self.model_identity,
+            "tokenizer_identity": self.tokenizer_identity,
+        }
+
+
+def _json_bytes(data: Any) -> bytes:
+    return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def prepare_output_folder(out: Path) -> None:
+    """Refuse a target that holds anything: an export never overwrites."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CheckpointError(f"{out} already exists and is not an empty folder; choose a new --out")
+    if not out.parent.is_dir():
+        raise CheckpointError(f"the folder {out.parent} does not exist")
+
+
+def hf_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[tuple[str, Any]], dict[str, bytes]]:
+    """(config, tensors, other files by name) of the transformers folder for a model."""
+    model, tokenizer = portable.model, portable.tokenizer
+    if tokenizer is None:
+        raise CheckpointError(f"{portable.path}: a model without its tokenizer cannot be exported")
+    if model.head_weight is not model.token_embedding.weight:
+        raise CheckpointError(f"{portable.path}: the head is not the token table; only tied models export")
+    config = model.config
+    dtype = dtype_name(model.dtype)
+    if dtype not in hf_layout.TORCH_DTYPE_NAMES:
+        raise CheckpointError(f"{portable.path}: learned tensors of dtype {dtype} cannot be exported")
+    named = {name: p.detach() for name, p in model.named_parameters()}
+    record = hf_layout.export_record(config, portable.identity, tokenizer.identity)
+    hf_config = hf_layout.hf_config(config, tokenizer.vocab_size, dtype, record)
+    tensors = hf_layout.to_hf(named, config)
+    files = {
+        hf_tokenizer.TOKENIZER_FILE: _json_bytes(hf_tokenizer.tokenizer_json(tokenizer)),
+        hf_tokenizer.TOKENIZER_CONFIG_FILE: _json_bytes(hf_tokenizer.tokenizer_config(config.context)),
+        hf_tokenizer.SPECIAL_TOKENS_FILE: _json_bytes(hf_tokenizer.special_tokens_map()),
+        GENERATION_CONFIG_FILE: _json_bytes({
+            "bos_token_id": hf_config["bos_token_id"],
+            "eos_token_id": hf_config["eos_token_id"],
+            "pad_token_id": None,
+            "do_sample": False,
+        }),
+        CONFIG_FILE: _json_bytes(hf_config),
+    }
+    return hf_config, tensors, files
+
+
+def export_hf(portable: "PortableModel", out: Path | str) -> HFExport:
+    """Write the transformers folder for ``portable`` at ``out`` (which must not hold anything)."""
+    out = Path(out).expanduser()
+    prepare_output_folder(out)
+    hf_config, tensors, files = hf_folder_contents(portable)
+    family = portable.model.config.family
+    # The dropped head, recorded as safetensors.torch.save_model records a dropped alias.
+    metadata = {"format": "pt", hf_layout.HEAD_NAME: hf_layout.table_name(family)}
+    work = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    if work.exists():
+        shutil.rmtree(work)
+    try:
+        work.mkdir()
+        write_safetensors(work / WEIGHTS_FILE, tensors, metadata, atomic=False)
+        for name, data in files.items():
+            atomic_write_bytes(work / name, data, atomic=False)
+        fsync_directory(work)
+        if out.exists():
+            out.rmdir()  # empty, checked above; rename needs the name free
+        os.replace(work, out)
+        fsync_directory(out.parent)
+    except OSError as err:
+        shutil.rmtree(work, ignore_errors=True)
+        raise CheckpointError(f"cannot write {out}: {err.strerror or err}") from None
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return HFExport(
+        path=out,
+        architecture=hf_config["architectures"][0],
+        dtype=hf_config["dtype"],
+        tensors=len(tensors),
+        scalars=sum(t.numel() for _, t in tensors),
+        files=tuple(sorted([WEIGHTS_FILE, *files])),
+        model_identity=portable.identity,
+        tokenizer_identity=portable.tokenizer.identity if portable.tokenizer else "",
+    )

@@ -1,0 +1,422 @@
+"""Export to transformers and back: the exported folder loads unchanged in transformers and
+computes our logits, greedy ids and token ids; transformers folders (one file, sharded,
+save_model-style) convert into our portable model; everything else is refused in one line.
+
+transformers is a test-only dependency; nothing is downloaded (HF_HUB_OFFLINE).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: never reach the hub
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import save_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from conftest import cli_command, cli_env
+from minigpt_tui.engine.checkpoint.inspect import inspect_path
+from minigpt_tui.engine.checkpoint.portable import PortableModel, load_portable_model, save_portable_model
+from minigpt_tui.engine.config import load_config
+from minigpt_tui.engine.corpus import load_corpus
+from minigpt_tui.engine.errors import CheckpointError, TokenizerError
+from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
+from minigpt_tui.engine.interop import hf_tokenizer
+from minigpt_tui.engine.interop.hf_export import export_hf
+from minigpt_tui.engine.interop.hf_import import convert_hf
+from minigpt_tui.engine.model import MiniGPT
+from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+
+PROMPTS = {
+    "tiny": ["the", "a b", "é!", "<bos>", "zz"],  # context 8: BOS + at most 6 ids
+    "mini": ["the cat sat on", "Q: what is 2+2?", "naïve <eos> text", "x", "  spaces\tand tabs"],
+}
+# Largest |ours - transformers| allowed per (family, dtype); llama float64 is bounded by
+# transformers computing RMSNorm and RoPE in float32 internally.
+TOLERANCE = {
+    ("gpt2", torch.float64): 1e-12,
+    ("llama", torch.float64): 1e-6,
+    ("gpt2", torch.float32): 1e-5,
+    ("llama", torch.float32): 1e-5,
+}
+
+
+def trained_tokenizer(preset: str) -> ByteBPETokenizer:
+    config = load_config(preset)
+    return ByteBPETokenizer.train(load_corpus(config.corpus).train, config.tokenizer.merges)
+
+
+def randomized_model(preset: str, dtype: torch.dtype, seed: int, tokenizer: ByteBPETokenizer) -> MiniGPT:
+    """Every tensor random and far from its initial value, so that a wrong mapping of any
+    one of them changes the logits well beyond the tolerances."""
+    config = load_config(preset).model
+    model = MiniGPT(config, tokenizer.vocab_size, dtype)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=generator, dtype=torch.float64)
+            if name.endswith("norm.weight"):
+                param.copy_(1.0 + 0.2 * noise)
+            elif name.endswith(".bias"):
+                param.copy_(0.1 * noise)
+            else:
+                param.copy_(0.2 * noise)
+    return model
+
+
+def portable(tmp: Path, preset: str, dtype: torch.dtype, seed: int = 7) -> PortableModel:
+    tokenizer = trained_tokenizer(preset)
+    path = tmp / f"{preset}-{str(dtype).removeprefix('torch.')}.safetensors"
+    save_portable_model(randomized_model(preset, dtype, seed, tokenizer), tokenizer, path)
+    return load_portable_model(path)
+
+
+CASES = [("tiny", torch.float64), ("tiny", torch.float32), ("mini", torch.float64), ("mini", torch.float32)]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(preset, dtype) -> (our portable model, its export folder, transformers model, tokenizer)."""
+    root = tmp_path_factory.mktemp("exports")
+    out = {}
+    for preset, dtype in CASES:
+        ours = portable(root, preset, dtype)
+        folder = root / f"hf-{preset}-{str(dtype).removeprefix('torch.')}"
+        export_hf(ours, folder)
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        model.eval()
+        out[(preset, dtype)] = (ours, folder, model, AutoTokenizer.from_pretrained(folder))
+    return out
+
+
+# -- export -----------------------------------------------------------------------------------
+def test_tiny_exports_to_a_tied_llama_with_29_tensors_and_1572_parameters(exported):
+    ours, folder, model, _ = exported[("tiny", torch.float64)]
+    assert isinstance(model, LlamaForCausalLM)
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied, one tensor
+    params = list(model.parameters())
+    assert (len(params), sum(p.numel() for p in params)) == (29, 1572)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["tie_word_embeddings"] is True
+    assert (config["bos_token_id"], config["eos_token_id"]) == (0, 1)
+    assert model.config.tie_word_embeddings and model.config.bos_token_id == 0 and model.config.eos_token_id == 1
+    assert config["minigpt_tui"]["model_identity"] == ours.identity
+    assert sorted(p.name for p in folder.iterdir()) == sorted([
+        "config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json",
+        "tokenizer.json", "tokenizer_config.json"])
+
+
+@pytest.mark.parametrize("preset,dtype", CASES)
+def test_export_keeps_the_dtype_and_class(exported, preset, dtype):
+    _, _, model, _ = exported[(preset, dtype)]
+    assert model.dtype == dtype
+    assert all(p.dtype == dtype for p in model.parameters())
+    assert isinstance(model, LlamaForCausalLM if preset == "tiny" else GPT2LMHeadModel)
+
+
+@pytest.mark.parametrize("preset,dtype", CASES)
+def test_exported_logits_match_ours(exported, preset, dtype):
+    ours, _, model, _ = exported[(preset, dtype)]
+    tolerance = TOLERANCE[(ours.config.family, dtype)]
+    for prompt in PROMPTS[preset]:
+        ids = torch.tensor([ours.tokenizer.encode_prompt(prompt)])
+        with torch.no_grad():
+            expected = ours.model(ids).logits
+            got = model(ids).logits
+        assert got.dtype == dtype
+        assert expected.std() > 0.2  # the tolerance is small against what a wrong mapping changes
+        assert (got - expected).abs().max().item() <= tolerance, prompt
+
+
+@pytest.mark.parametrize("preset,dtype", CASES)
+def test_greedy_generation_gives_the_same_ids(exported, preset, dtype):
+    ours, _, model, _ = exported[(preset, dtype)]
+    context = ours.config.context
+    for prompt in PROMPTS[preset]:
+        prompt_ids = ours.tokenizer.encode_prompt(prompt)
+        budget = min(12, context - len(prompt_ids))  # prompt and generated ids inside the context
+        stepper = DecisionStepper(ours.model, ours.tokenizer, prompt, GenerationRule.greedy(max_new_tokens=budget))
+        stepper.run()
+        ids = torch.tensor([prompt_ids])
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget, do_sample=False,
+                                 suppress_tokens=[0], eos_token_id=1, pad_token_id=1)
+        assert out[0, len(prompt_ids):].tolist() == stepper.generated_ids, prompt
+
+
+@pytest.mark.parametrize("preset", ["tiny", "mini"])
+def test_hf_tokenizer_encodes_to_our_ids(exported, preset):
+    ours, _, _, tokenizer = exported[(preset, torch.float64)]
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id) == (0, 1)
+    assert len(tokenizer) == ours.tokenizer.vocab_size
+    records = load_corpus(load_config(preset).corpus).train
+    for text in PROMPTS[preset] + records:
+        expected = ours.tokenizer.encode(text)  # BOS ... EOS
+        assert tokenizer(text)["input_ids"] == expected, text
+        assert tokenizer.decode(expected, skip_special_tokens=True) == text
+
+
+def test_tokenizer_with_two_merges_of_the_same_bytes_is_refused(tmp_path):
+    a, b, c = (ord(ch) + 2 for ch in "abc")
+    # 258 = ab, 259 = bc, 260 = (ab)c, 261 = a(bc): both "abc"
+    tokenizer = ByteBPETokenizer(((a, b), (b, c), (258, c), (a, 259)))
+    with pytest.raises(TokenizerError, match="merges 2 and 3 both produce the bytes b'abc'"):
+        hf_tokenizer.tokenizer_json(tokenizer)
+    config = load_config("tiny").model
+    model = MiniGPT(config, tokenizer.vocab_size, torch.float64)
+    model.initialize(1)
+    save_portable_model(model, tokenizer, tmp_path / "dup.safetensors")
+    result = subprocess.run(
+        cli_command("export", "--model", str(tmp_path / "dup.safetensors"), "--format", "hf", "--out",
+                    str(tmp_path / "out")),
+        capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "both produce the bytes" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dup.safetensors", "runs"] or \
+        sorted(p.name for p in tmp_path.iterdir()) == ["dup.safetensors"]
+
+
+def test_export_refuses_a_gpt2_with_grouped_kv_heads_and_writes_nothing(tmp_path):
+    tokenizer = trained_tokenizer("tiny")
+    config = load_config("mini").replace(model={"heads": 2, "kv_heads": 1}).model
+    model = MiniGPT(config, tokenizer.vocab_size, torch.float64)
+    model.initialize(3)
+    save_portable_model(model, tokenizer, tmp_path / "gqa.safetensors")
+    with pytest.raises(CheckpointError, match="no GPT2LMHeadModel form"):
+        export_hf(load_portable_model(tmp_path / "gqa.safetensors"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def test_export_never_overwrites(tmp_path, exported):
+    ours, _, _, _ = exported[("tiny", torch.float64)]
+    target = tmp_path / "taken"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match="already exists"):
+        export_hf(ours, target)
+    assert [p.name for p in target.iterdir()] == ["notes.txt"]
+
+
+# -- import back ------------------------------------------------------------------------------
+@pytest.mark.parametrize("preset,dtype", CASES)
+def test_export_then_convert_gives_the_same_model_identity(exported, tmp_path, preset, dtype):
+    ours, folder, _, _ = exported[(preset, dtype)]
+    result = convert_hf(folder, tmp_path / "back.safetensors")
+    assert result.model_identity == ours.identity
+    assert result.to_json()["identity_matches_export"] is True
+    back = load_portable_model(tmp_path / "back.safetensors")
+    assert back.identity == ours.identity
+    assert back.model.head_weight is back.model.token_embedding.weight  # one Parameter
+    assert len(list(back.model.parameters())) == len(list(ours.model.parameters()))
+
+
+def _write_our_tokenizer(folder: Path, tokenizer: ByteBPETokenizer) -> None:
+    (folder / "tokenizer.json").write_text(json.dumps(hf_tokenizer.tokenizer_json(tokenizer)))
+
+
+@pytest.fixture(scope="module")
+def saved_by_transformers(tmp_path_factory):
+    """Random tied llama and gpt2 models saved by transformers itself, sharded."""
+    root = tmp_path_factory.mktemp("saved")
+    tokenizer = trained_tokenizer("mini")
+    torch.manual_seed(11)
+    llama = LlamaForCausalLM(LlamaConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=16, intermediate_size=40, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5,
+        bos_token_id=0, eos_token_id=1, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 500.0})).to(torch.float64).eval()
+    gpt2 = GPT2LMHeadModel(GPT2Config(
+        vocab_size=tokenizer.vocab_size, n_embd=16, n_layer=2, n_head=2, n_positions=32, n_inner=24,
+        activation_function="gelu", bos_token_id=0, eos_token_id=1, tie_word_embeddings=True)).to(torch.float64).eval()
+    with torch.no_grad():
+        for model in (llama, gpt2):
+            for param in model.parameters():
+                param.add_(0.1 * torch.randn_like(param))
+    llama.save_pretrained(root / "llama", max_shard_size="4KB")
+    gpt2.save_pretrained(root / "gpt2", max_shard_size="4KB")
+    _write_our_tokenizer(root / "gpt2", tokenizer)
+    # The save_model way: one file, the shared head dropped and recorded in the metadata.
+    (root / "gpt2-save-model").mkdir()
+    shutil.copy(root / "gpt2" / "config.json", root / "gpt2-save-model" / "config.json")
+    save_model(gpt2, str(root / "gpt2-save-model" / "model.safetensors"))
+    _write_our_tokenizer(root / "gpt2-save-model", tokenizer)
+    tokenizer_file = root / "tokenizer-source.safetensors"
+    save_portable_model(randomized_model("mini", torch.float64, 1, tokenizer), tokenizer, tokenizer_file)
+    return {"root": root, "llama": llama, "gpt2": gpt2, "tokenizer": tokenizer, "tokenizer_file": tokenizer_file}
+
+
+def _max_logit_difference(ours: PortableModel, theirs, text: str) -> float:
+    ids = torch.tensor([ours.tokenizer.encode_prompt(text)])
+    with torch.no_grad():
+        expected = ours.model(ids).logits
+        assert expected.std() > 0.2  # large against the tolerance
+        return (expected - theirs(ids).logits).abs().max().item()
+
+
+def test_sharded_llama_saved_by_transformers_converts_with_tokenizer_from(saved_by_transformers, tmp_path):
+    saved = saved_by_transformers
+    folder = saved["root"] / "llama"
+    assert (folder / "model.safetensors.index.json").is_file()
+    shards = sorted(folder.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    result = convert_hf(folder, tmp_path / "llama.safetensors", tokenizer_path=saved["tokenizer_file"])
+    assert result.shards == len(shards)
+    ours = load_portable_model(tmp_path / "llama.safetensors")
+    assert ours.config.family == "llama" and ours.config.kv_heads == 2 and ours.config.rope_base == 500.0
+    assert ours.model.head_weight is ours.model.token_embedding.weight
+    assert sum(p.numel() for p in ours.model.parameters()) == sum(p.numel() for p in saved["llama"].parameters())
+    for text in PROMPTS["mini"]:
+        assert _max_logit_difference(ours, saved["llama"], text) <= 1e-6
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gpt2-save-model"])
+def test_gpt2_saved_by_transformers_converts_exactly(saved_by_transformers, tmp_path, name):
+    saved = saved_by_transformers
+    convert_hf(saved["root"] / name, tmp_path / "gpt2.safetensors")
+    ours = load_portable_model(tmp_path / "gpt2.safetensors")
+    assert ours.config.family == "gpt2" and ours.config.gelu_approximation == "none" and ours.config.ffn == 24
+    assert ours.tokenizer.identity == saved["tokenizer"].identity
+    for text in PROMPTS["mini"]:
+        assert _max_logit_difference(ours, saved["gpt2"], text) <= 1e-12
+
+
+def _variant(source: Path, target: Path, config_changes: dict | None = None) -> Path:
+    shutil.copytree(source, target)
+    if config_changes:
+        config = json.loads((target / "config.json").read_text())
+        config.update(config_changes)
+        (target / "config.json").write_text(json.dumps(config))
+    return target
+
+
+def test_unsupported_folders_are_refused_naming_what_is_unsupported(exported, saved_by_transformers, tmp_path):
+    _, folder, _, _ = exported[("tiny", torch.float64)]
+    saved = saved_by_transformers
+    sentencepiece = _variant(folder, tmp_path / "sp")
+    (sentencepiece / "tokenizer.json").unlink()
+    (sentencepiece / "tokenizer.model").write_bytes(b"\x0a\x05hello")
+    unigram = _variant(folder, tmp_path / "unigram")
+    doc = json.loads((unigram / "tokenizer.json").read_text())
+    doc["model"] = {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0]]}
+    (unigram / "tokenizer.json").write_text(json.dumps(doc))
+    regex = _variant(folder, tmp_path / "regex")
+    doc = json.loads((regex / "tokenizer.json").read_text())
+    doc["pre_tokenizer"]["use_regex"] = True
+    (regex / "tokenizer.json").write_text(json.dumps(doc))
+    cases = {
+        _variant(folder, tmp_path / "untied", {"tie_word_embeddings": False}): "untied output head",
+        sentencepiece: "SentencePiece",
+        unigram: "SentencePiece (Unigram)",
+        regex: "use_regex=true",
+        _variant(folder, tmp_path / "neox", {"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"]}):
+            "unsupported architecture 'GPTNeoXForCausalLM'",
+        _variant(folder, tmp_path / "scaled", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}):
+            "RoPE scaling 'linear'",
+        _variant(folder, tmp_path / "bos", {"bos_token_id": 5}): "bos_token_id 5",
+        saved["root"] / "llama": "no tokenizer.json",
+    }
+    for source, message in cases.items():
+        out = tmp_path / f"{source.name}.safetensors"
+        with pytest.raises(CheckpointError, match=None) as caught:
+            convert_hf(source, out)
+        assert message in str(caught.value), (source.name, str(caught.value))
+        assert "\n" not in str(caught.value)
+        assert not out.exists()
+
+
+def test_untied_head_saved_by_transformers_is_refused_by_the_cli(tmp_path, saved_by_transformers):
+    tokenizer = saved_by_transformers["tokenizer"]
+    untied = LlamaForCausalLM(LlamaConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+        num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
+        tie_word_embeddings=False))
+    untied.save_pretrained(tmp_path / "untied")
+    _write_our_tokenizer(tmp_path / "untied", tokenizer)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = subprocess.run(
+        cli_command("convert", "--hf", str(tmp_path / "untied"), "--out", str(tmp_path / "m.safetensors")),
+        capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.startswith("minigpt-tui: error: ") and result.stderr.count("\n") == 1
+    assert "untied output head" in result.stderr and "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "runs") == [n for n in before if n != "runs"]
+
+
+def test_cli_export_convert_and_generate_on_the_converted_model(exported, tmp_path):
+    ours, _, _, _ = exported[("mini", torch.float64)]
+    env = cli_env(tmp_path)
+    run = lambda *args: subprocess.run(cli_command(*args), capture_output=True, text=True, env=env, timeout=180)  # noqa: E731
+    exported_cli = run("export", "--model", str(ours.path), "--format", "hf", "--out", str(tmp_path / "hf"), "--json")
+    assert exported_cli.returncode == 0, exported_cli.stderr
+    report = json.loads(exported_cli.stdout)
+    assert report["architecture"] == "GPT2LMHeadModel" and report["dtype"] == "float64"
+    converted = run("convert", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "back.safetensors"), "--json")
+    assert converted.returncode == 0, converted.stderr
+    assert json.loads(converted.stdout)["model_identity"] == ours.identity
+    generated = run("generate", "--model", str(tmp_path / "back.safetensors"), "--prompt", "the cat",
+                    "--max-new-tokens", "5", "--json")
+    assert generated.returncode == 0, generated.stderr
+    stepper = DecisionStepper(ours.model, ours.tokenizer, "the cat", GenerationRule.greedy(max_new_tokens=5))
+    stepper.run()
+    assert json.loads(generated.stdout)["output"]["generated_ids"] == stepper.generated_ids
+
+
+# -- inspect ----------------------------------------------------------------------------------
+def test_inspect_a_sharded_transformers_folder(saved_by_transformers):
+    saved = saved_by_transformers
+    folder = saved["root"] / "llama"
+    for target in (folder, folder / "model.safetensors.index.json"):
+        inspection = inspect_path(target)
+        assert inspection.kind == "hf-model"
+        assert len({e.file for e in inspection.entries}) == len(list(folder.glob("model-*.safetensors"))) > 1
+        names = {e.name for e in inspection.entries}
+        assert names == {n for n, _ in saved["llama"].named_parameters()}  # the tied head is not stored
+        totals = inspection.state["parameters"]
+        assert totals["F64"]["scalars"] == sum(p.numel() for p in saved["llama"].parameters())
+        assert totals["F64"]["tensors"] == len(names)
+        assert inspection.state["config"]["num_key_value_heads"] == 2
+        assert inspection.state["model"]["architecture"] == "LlamaForCausalLM"
+        assert inspection.integrity["ok"] is True
+        assert [(a["name"], a["target"]) for a in inspection.aliases] == [("lm_head.weight", "model.embed_tokens.weight")]
+    json.dumps(inspection.to_json())
+
+
+def test_inspect_shows_save_model_dropped_aliases(saved_by_transformers):
+    folder = saved_by_transformers["root"] / "gpt2-save-model"
+    inspection = inspect_path(folder)
+    assert inspection.kind == "hf-model"
+    aliases = [a for a in inspection.aliases if "save_model" in a["source"]]
+    assert len(aliases) == 1
+    alias = aliases[0]
+    assert {alias["name"], alias["target"]} == {"lm_head.weight", "transformer.wte.weight"}
+    assert alias["target"] in {e.name for e in inspection.entries}
+    assert alias["name"] not in {e.name for e in inspection.entries}
+    assert inspection.state["model"]["convertible"] is True
+    assert inspection.state["tokenizer"]["model"] == "BPE"
+
+
+def test_inspect_reports_an_index_that_disagrees_with_its_shards(saved_by_transformers, tmp_path):
+    folder = _variant(saved_by_transformers["root"] / "llama", tmp_path / "broken")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    moved = next(iter(index["weight_map"]))
+    index["weight_map"]["model.ghost.weight"] = index["weight_map"][moved]
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    inspection = inspect_path(folder)
+    assert inspection.integrity["ok"] is False
+    assert any("model.ghost.weight" in p for p in inspection.integrity["problems"])
+    with pytest.raises(CheckpointError, match="model.ghost.weight"):
+        convert_hf(folder, tmp_path / "out.safetensors")
+    assert not (tmp_path / "out.safetensors").exists()
