@@ -425,9 +425,16 @@ def inspect_torch_file(path: Path) -> Inspection:
         tensor = item.tensor
         nbytes = tensor.numel() * tensor.element_size()
         begin = tensor.storage_offset() * tensor.element_size()
-        group = item.group if item.group and item.name != item.group else _group(item.name)
+        if item.group and item.name != item.group:
+            group = item.group  # inside a top-level record: "model", "optimizer", ...
+        else:
+            group = "training" if nanogpt else _group(item.name)
         entries.append(EntryRecord(path.name, item.name, _dtype_label(tensor), tuple(tensor.shape), tensor.numel(),
                                    nbytes, begin, begin + nbytes, group))
+    aliases = _storage_aliases(found)
+    # A tensor stored once counts once in the totals, however many names it has.
+    shared = {a["name"] for a in aliases if a["transform"] == "none"}
+    distinct = [e for e in entries if e.name not in shared]
     state: dict[str, dict[str, Any]] = {}
     if nanogpt:
         state["training"] = {k: records.get(k, _jsonable(obj.get(k))) for k in ("iter_num", "best_val_loss") if k in obj}
@@ -436,22 +443,25 @@ def inspect_torch_file(path: Path) -> Inspection:
                 state[key] = _jsonable(obj[key]) if isinstance(obj[key], dict) else {"value": _jsonable(obj[key])}
         if "optimizer" in obj:
             state["optimizer"] = _optimizer_state(obj["optimizer"])
-        model_entries = [e for e in entries if e.group == "model"]
+        model_entries = [e for e in distinct if e.group == "model"]
         state["parameters"] = _dtype_totals([(e.dtype, e.elements, e.bytes) for e in model_entries])
         others = {k: v for k, v in records.items()
                   if k.split(".")[0] not in ("model", "optimizer", "model_args", "config", "iter_num", "best_val_loss")}
         if others:
             state["records"] = others
     else:
-        state["parameters"] = _dtype_totals([(e.dtype, e.elements, e.bytes) for e in entries])
+        state["parameters"] = _dtype_totals([(e.dtype, e.elements, e.bytes) for e in distinct])
         tensor_names = {e.name for e in entries}
-        scalars = {k: v for k, v in records.items() if k not in tensor_names}
-        if scalars:
-            state["records"] = scalars
+        others = {k: v for k, v in records.items() if k not in tensor_names}
+        if others:
+            state["records"] = others
+        values = {k: v for k, v in records.items() if k in tensor_names}
+        if values:
+            state["scalar_tensors"] = values
     container = "torch-zip" if zipfile.is_zipfile(path) else "legacy-pickle"
     size = path.stat().st_size
     top = list(obj) if isinstance(obj, dict) else [type(obj).__name__]
     metadata = {"container": container, "loader": "torch.load(weights_only=True, map_location='cpu')",
                 "top_level": [str(k) for k in top]}
     summary = FileSummary(path.name, path, kind, size, 0, len(entries), sum(e.bytes for e in entries))
-    return Inspection(path, kind, tuple(entries), tuple(_storage_aliases(found)), state, metadata, None, (summary,))
+    return Inspection(path, kind, tuple(entries), tuple(aliases), state, metadata, None, (summary,))
