@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -53,13 +54,15 @@ def _kill_at(event_number: int, trainer, checkpoints: Path) -> list[str]:
     if pid == 0:  # the child: save, and die mid-way
         os.close(read_end)
         seen = 0
+        lock = threading.Lock()  # the two files are written on two threads
 
         def hook(event: str) -> None:
             nonlocal seen
-            seen += 1
-            os.write(write_end, (event + "\n").encode())
-            if seen == event_number:
-                os.kill(os.getpid(), signal.SIGKILL)
+            with lock:
+                seen += 1
+                os.write(write_end, (event + "\n").encode())
+                if seen == event_number:
+                    os.kill(os.getpid(), signal.SIGKILL)
 
         try:
             save_checkpoint(trainer, checkpoints, "interval", progress=hook)
@@ -86,7 +89,7 @@ def test_kill_minus_9_at_every_moment_of_a_save_never_loses_or_half_writes(tmp_p
     assert len(points) >= 20
     for point in points:
         seen = _kill_at(point, trainer, checkpoints)
-        assert len(seen) == point
+        assert len(seen) == point  # the lock holds the other thread until the kill lands
         complete = list_checkpoints(checkpoints)
         assert [c.step for c in complete][0] == 1
         assert load_checkpoint(first).state.step == 1  # the earlier checkpoint always loads
@@ -206,8 +209,6 @@ def test_the_controller_saves_through_the_checkpointer_at_intervals_pause_and_st
     events = []
     trainer = make_trainer("mini", train={"steps": 400, "save_every": 5, "eval_every": 0})
     controller = RunController(lambda: trainer, events.append, checkpointer=checkpointer)
-    import threading
-
     worker = threading.Thread(target=controller.run)
     worker.start()
     assert wait_for(lambda: any(isinstance(e, Saved) for e in events), 60)

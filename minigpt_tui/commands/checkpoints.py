@@ -133,7 +133,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints, inspect_path, tensor_statistics
 
     target = _inspect_target(args.path, _runs_dir(args))
-    inspection = inspect_path(target)
+    inspection = inspect_path(target, verify_hashes=args.verify)
     result = inspection.to_json()
     if args.verify:
         result["verified"] = _verify_fully(target, inspection.kind)

@@ -18,6 +18,7 @@ import re
 import shutil
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,23 +27,25 @@ from minigpt_tui.engine.checkpoint.portable import (
     MODEL_FILE,
     PortableFile,
     PortableModel,
+    portable_payload,
     read_portable,
-    write_portable_model,
 )
 from minigpt_tui.engine.checkpoint.safetensors_io import (
     ExpectedFile,
     ProgressHook,
     atomic_write_bytes,
     fsync_directory,
+    json_metadata,
+    write_safetensors,
 )
 from minigpt_tui.engine.checkpoint.training_state import (
     TRAINING_FILE,
     TrainingState,
     apply_training_state,
+    capture_state,
     check_environment,
     read_training_state,
     saved_config,
-    write_training_state,
 )
 from minigpt_tui.engine.errors import CheckpointError, ResumeRefused
 
@@ -335,10 +338,23 @@ def save_checkpoint(
     notify("begin")
     try:
         origin = {"step": trainer.step, **(provenance or {})}
-        identity, model_file = write_portable_model(
-            trainer.model, trainer.tokenizer, tmp / MODEL_FILE, provenance=origin, progress=notify, atomic=False
-        )
-        state_file = write_training_state(trainer, tmp / TRAINING_FILE, identity, progress=notify, atomic=False)
+        payload = portable_payload(trainer.model, trainer.tokenizer, origin)
+        captured = capture_state(trainer)
+        # The digests, then the two files (each hashed as it is written), two at a time on
+        # two threads: hashing, writing and fsync release the GIL.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending_identity = pool.submit(payload.identity)
+            content = captured.content_digest()
+            identity = pending_identity.result()
+            pending_model = pool.submit(
+                write_safetensors, tmp / MODEL_FILE, payload.tensors, payload.metadata(identity),
+                progress=notify, atomic=False,
+            )
+            state_file = write_safetensors(
+                tmp / TRAINING_FILE, captured.tensors, json_metadata(captured.metadata(identity, content)),
+                progress=notify, atomic=False,
+            )
+            model_file = pending_model.result()
         manifest = {
             "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
             "step": trainer.step,
@@ -445,12 +461,15 @@ def _load_checkpoint(folder: Path | str, recompute_digests: bool) -> LoadedCheck
         if not (folder / name).is_file():
             raise CheckpointError(f"{folder}: {name} is missing")
     record = manifest["files"][TRAINING_FILE]
-    state = read_training_state(
-        folder / TRAINING_FILE,
-        ExpectedFile(record["size"], record["sha256"], str(folder / MANIFEST)),
-        verify_content=recompute_digests,
-    )
-    model = read_portable(folder / MODEL_FILE, verify_identity=recompute_digests)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # read and hash both files side by side
+        pending_state = pool.submit(
+            read_training_state,
+            folder / TRAINING_FILE,
+            ExpectedFile(record["size"], record["sha256"], str(folder / MANIFEST)),
+            verify_content=recompute_digests,
+        )
+        model = read_portable(folder / MODEL_FILE, verify_identity=recompute_digests)
+        state = pending_state.result()
     if state.step != manifest["step"]:
         raise CheckpointError(f"{folder}: the manifest says step {manifest['step']}, the training state {state.step}")
     match = STEP_DIR.match(folder.name)

@@ -195,18 +195,27 @@ def save_portable_model(
     return identity
 
 
-def write_portable_model(
-    model: "MiniGPT",
-    tokenizer: "ByteBPETokenizer | None",
-    path: Path | str,
-    *,
-    provenance: dict[str, Any] | None = None,
-    progress: ProgressHook | None = None,
-    atomic: bool = True,
-) -> tuple[str, WrittenFile]:
+@dataclass(frozen=True)
+class PortablePayload:
+    """What a text-model file will hold, before its identity is computed and it is written."""
+
+    tensors: list[tuple[str, "torch.Tensor"]]
+    records: dict[str, Any]  # every metadata record except the identity
+    settings: dict[str, Any]
+
+    def identity(self) -> str:
+        r = self.records
+        return model_identity(self.settings, r["composition"], r["special_ids"], r["aliases"], _tensor_records(self.tensors))
+
+    def metadata(self, identity: str) -> dict[str, str]:
+        return json_metadata({**self.records, "identity": {"scheme": IDENTITY_SCHEME, "model": identity}})
+
+
+def portable_payload(
+    model: "MiniGPT", tokenizer: "ByteBPETokenizer | None", provenance: dict[str, Any] | None = None
+) -> PortablePayload:
     import torch
 
-    path = Path(path)
     if tokenizer is None:
         raise CheckpointError("a text model file needs its tokenizer; use save_backbone for a backbone export")
     if tokenizer.vocab_size != model.vocab_size:
@@ -220,20 +229,14 @@ def write_portable_model(
     learned = [(name, p.detach().cpu()) for name, p in model.named_parameters()]
     merges = torch.tensor(tokenizer.merges, dtype=torch.uint32).reshape(len(tokenizer.merges), 2)
     tensors = learned + [(CONSTANTS, _constants_tensor(config)), (MERGES, merges)]
-    composition = {
-        "kind": TEXT_DECODER,
-        "encoder": {"kind": "byte-bpe-token-table", "table": TABLE, "vocab_size": tokenizer.vocab_size},
-        "backbone": {"kind": "minigpt-decoder", "family": config.family, "layers": config.layers},
-        "head": {"kind": "tied-table-transpose", "table": TABLE},
-    }
-    settings = semantic_settings(config, tokenizer.vocab_size)
-    special = _special_ids()
-    aliases = [HEAD_ALIAS]
-    identity = model_identity(settings, composition, special, aliases, _tensor_records(tensors))
-    count = sum(p.numel() for _, p in learned)
     records: dict[str, Any] = {
         "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
-        "composition": composition,
+        "composition": {
+            "kind": TEXT_DECODER,
+            "encoder": {"kind": "byte-bpe-token-table", "table": TABLE, "vocab_size": tokenizer.vocab_size},
+            "backbone": {"kind": "minigpt-decoder", "family": config.family, "layers": config.layers},
+            "head": {"kind": "tied-table-transpose", "table": TABLE},
+        },
         "model_config": asdict(config),
         "constants": {"tensor": CONSTANTS, "dtype": "F64", "layout": constant_layout(config.family)},
         "tokenizer": {
@@ -243,15 +246,32 @@ def write_portable_model(
             "vocab_size": tokenizer.vocab_size,
             "identity": tokenizer.identity,
         },
-        "special_ids": special,
-        "aliases": aliases,
-        "parameters": {"tensors": len(learned), "scalars": count, "dtype": dtype_name(model.dtype)},
-        "identity": {"scheme": IDENTITY_SCHEME, "model": identity},
+        "special_ids": _special_ids(),
+        "aliases": [HEAD_ALIAS],
+        "parameters": {
+            "tensors": len(learned),
+            "scalars": sum(p.numel() for _, p in learned),
+            "dtype": dtype_name(model.dtype),
+        },
         "producer": _producer(),
     }
     if provenance:
         records["provenance"] = provenance
-    written = write_safetensors(path, tensors, json_metadata(records), progress=progress, atomic=atomic)
+    return PortablePayload(tensors, records, semantic_settings(config, tokenizer.vocab_size))
+
+
+def write_portable_model(
+    model: "MiniGPT",
+    tokenizer: "ByteBPETokenizer | None",
+    path: Path | str,
+    *,
+    provenance: dict[str, Any] | None = None,
+    progress: ProgressHook | None = None,
+    atomic: bool = True,
+) -> tuple[str, WrittenFile]:
+    payload = portable_payload(model, tokenizer, provenance)
+    identity = payload.identity()
+    written = write_safetensors(Path(path), payload.tensors, payload.metadata(identity), progress=progress, atomic=atomic)
     return identity, written
 
 

@@ -167,11 +167,33 @@ def continuation_of(trainer: "Trainer") -> Continuation:
     return base
 
 
+@dataclass(frozen=True)
+class CapturedState:
+    """A trainer's state as tensors and records, before the digests that seal it."""
+
+    tensors: list[tuple[str, "torch.Tensor"]]
+    records: dict[str, Any]  # every metadata record except the model identity and content digest
+
+    def content_digest(self) -> str:
+        return content_digest([(n, dtype_name(t.dtype), tuple(t.shape), _raw(t)) for n, t in self.tensors])
+
+    def metadata(self, model_identity: str, content_sha256: str) -> dict[str, Any]:
+        identities = {**self.records["identities"], "model": model_identity}
+        return {**self.records, "identities": identities, "content_sha256": content_sha256}
+
+
 def capture_training_state(
     trainer: "Trainer", model_identity: str
 ) -> tuple[list[tuple[str, "torch.Tensor"]], dict[str, Any]]:
-    """Tensors and metadata records of the trainer's state. Refuses (CaptureRefused) unless
-    the trainer is between complete updates; it never clears or changes anything."""
+    """Tensors and metadata records of the trainer's state (see :func:`capture_state`)."""
+    captured = capture_state(trainer)
+    return captured.tensors, captured.metadata(model_identity, captured.content_digest())
+
+
+def capture_state(trainer: "Trainer") -> CapturedState:
+    """The trainer's state. Refuses (CaptureRefused) unless the trainer is between complete
+    updates; it never clears or changes anything. The tensors are the live ones (no copy):
+    write them before the next update."""
     import torch
 
     from minigpt_tui.engine.batches import DocumentOrder
@@ -252,7 +274,6 @@ def capture_training_state(
         "config": config_identity(config.to_dict()),
         "corpus": trainer.setup.corpus.identity,
         "tokenizer": trainer.tokenizer.identity,
-        "model": model_identity,
     }
     next_lr = scheduled_lr(train, trainer.step + 1) if trainer.step < train.steps else None
     records = {
@@ -321,10 +342,9 @@ def capture_training_state(
             "curve.best_step": ["present", "step"],
         },
         "records": records,
-        "content_sha256": content_digest([(n, dtype_name(t.dtype), tuple(t.shape), _raw(t)) for n, t in tensors]),
         "producer": {"package": "minigpt-tui", "version": __version__},
     }
-    return tensors, metadata
+    return CapturedState(tensors, metadata)
 
 
 def _data_summary(trainer: "Trainer") -> dict[str, Any]:
@@ -360,8 +380,9 @@ def write_training_state(
     progress: ProgressHook | None = None,
     atomic: bool = True,
 ) -> WrittenFile:
-    tensors, metadata = capture_training_state(trainer, model_identity)
-    return write_safetensors(path, tensors, json_metadata(metadata), progress=progress, atomic=atomic)
+    captured = capture_state(trainer)
+    metadata = captured.metadata(model_identity, captured.content_digest())
+    return write_safetensors(path, captured.tensors, json_metadata(metadata), progress=progress, atomic=atomic)
 
 
 # -- reading -----------------------------------------------------------------------------------
