@@ -420,3 +420,22 @@ def test_inspect_reports_an_index_that_disagrees_with_its_shards(saved_by_transf
     with pytest.raises(CheckpointError, match="model.ghost.weight"):
         convert_hf(folder, tmp_path / "out.safetensors")
     assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_export_run_best_of_a_trained_run(tmp_path):
+    env = cli_env(tmp_path)
+    trained = subprocess.run(cli_command("train", "--preset", "mini", "--steps", "50", "--run", "r", "--json"),
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert trained.returncode == 0, trained.stderr
+    result = subprocess.run(cli_command("export", "--model", "r:best", "--out", str(tmp_path / "hf"), "--json"),
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert Path(report["source"]).parent.name == "step-000050"
+    ours = load_portable_model(report["source"])
+    assert report["model_identity"] == ours.identity
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    for text in PROMPTS["mini"]:
+        ids = torch.tensor([ours.tokenizer.encode_prompt(text)])
+        with torch.no_grad():
+            assert (model(ids).logits - ours.model(ids).logits).abs().max().item() <= 1e-12
