@@ -249,3 +249,19 @@ def test_verify_runs_the_mini_experiment_with_evaluations_in_fresh_processes(tmp
     assert names["next batch after update 600"]
     assert names["weights-only warm start ends with different weights"]
     assert result["warm_start"]["first_update"]["batch"] != result["warm_start"]["resumed_first_update"]["batch"]
+
+
+def test_statistics_count_non_finite_values_and_leave_them_out(tmp_path):
+    from minigpt_tui.engine.checkpoint.inspect import tensor_statistics
+    from minigpt_tui.engine.checkpoint.safetensors_io import write_safetensors
+
+    path = tmp_path / "odd.safetensors"
+    values = torch.tensor([0.0, 1.0, float("nan"), float("inf"), -1.0, 0.0], dtype=torch.float32)
+    write_safetensors(path, [("odd", values), ("empty", torch.zeros(0)), ("ids", torch.tensor([2**64 - 1], dtype=torch.uint64))])
+    stats = tensor_statistics(path, "odd", bins=2)
+    assert (stats["nan"], stats["inf"]) == (1, 1)
+    assert (stats["min"], stats["max"], stats["mean"]) == (-1.0, 1.0, 0.0)
+    assert stats["zero_fraction"] == pytest.approx(2 / 6)
+    assert stats["histogram"]["counts"] == [1, 3]
+    assert tensor_statistics(path, "empty")["min"] is None
+    assert tensor_statistics(path, "ids")["max"] == float(2**64 - 1)

@@ -68,7 +68,6 @@ def run_resume(args: argparse.Namespace) -> int:
     from minigpt_tui.commands.train import drive, print_summary
     from minigpt_tui.engine.checkpoint.directory import Checkpointer, continuation_record, restore_trainer
     from minigpt_tui.engine.errors import ConfigError, ResumeRefused
-    from minigpt_tui.engine.runs import RunDirectory
     from minigpt_tui.engine.trainer import apply_precision
 
     runs_dir = _runs_dir(args)

@@ -291,7 +291,10 @@ def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, 
     else:
         values = tensor.to(torch.float64).reshape(-1)
     count = values.numel()
-    finite = values[torch.isfinite(values)]
+    finite_mask = torch.isfinite(values)
+    nonfinite = count - int(finite_mask.sum())
+    nan = int(torch.isnan(values).sum()) if nonfinite else 0
+    finite = values[finite_mask] if nonfinite else values
     result: dict[str, Any] = {
         "file": str(file_path),
         "name": bare,
@@ -299,13 +302,14 @@ def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, 
         "shape": list(entry.shape),
         "elements": count,
         "bytes_read": entry.nbytes,
-        "nan": int(torch.isnan(values).sum()) if count else 0,
-        "inf": int(torch.isinf(values).sum()) if count else 0,
+        "nan": nan,
+        "inf": nonfinite - nan,
     }
     if finite.numel() == 0:
         result.update(min=None, max=None, mean=None, std=None, zero_fraction=None, histogram={"edges": [], "counts": []})
         return result
-    low, high = float(finite.min()), float(finite.max())
+    low_t, high_t = torch.aminmax(finite)
+    low, high = float(low_t), float(high_t)
     mean = float(finite.mean())
     std = float(finite.std(correction=0)) if finite.numel() > 1 else 0.0
     if high > low:

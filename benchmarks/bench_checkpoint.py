@@ -1,0 +1,252 @@
+"""Checkpoint save, load, header-only inspection and one-tensor statistics, each against a
+named baseline.
+
+1. Save the portable model plus training state of the small preset (after one update, so
+   AdamW has its moments) as a checkpoint folder, against ``torch.save`` of the equivalent
+   state dicts in one ``.pt`` file, the nanoGPT way (model, optimizer, iteration, config,
+   random states). Reports the share of our time spent in fsync and in SHA-256 hashing.
+2. Load into a ready model: our verified ``load_checkpoint`` (manifest hashes, identity,
+   content digest, constructor-built model) and then weights and state into a ready
+   trainer, against ``torch.load(weights_only=True)`` and ``load_state_dict`` into a ready
+   model and optimizer. ``safetensors.load_file`` maps lazily, so both sides are timed up
+   to the restored trainer / model, never only the call that opens the file.
+3. Header-only inspection of a >= 200 MB safetensors file (in process) against
+   ``torch.load(weights_only=True)`` of the same tensors saved as ``.pt`` (and mmap=True).
+4. Statistics of one tensor, reading that tensor alone, against loading the whole file.
+
+Every figure is the best of several rounds (the page cache is warm for both sides).
+
+    .venv/bin/python benchmarks/bench_checkpoint.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from minigpt_tui.engine.checkpoint import directory, portable, safetensors_io, training_state
+from minigpt_tui.engine.checkpoint.directory import load_into_trainer, save_checkpoint
+from minigpt_tui.engine.checkpoint.inspect import inspect_path, tensor_statistics
+from minigpt_tui.engine.checkpoint.safetensors_io import load_file, read_header, read_tensor, write_safetensors
+from minigpt_tui.engine.config import load_config
+from minigpt_tui.engine.corpus import load_corpus
+from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
+
+ROUNDS = 15
+
+
+def best_of(rounds: int, action: Callable[[], object]) -> tuple[float, float]:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return min(times), statistics.median(times)
+
+
+def interleaved(rounds: int, *actions: Callable[[], object]) -> list[tuple[float, float]]:
+    """Best and median of each action, run in alternation so that the load of a shared
+    machine falls on every side alike."""
+    times: list[list[float]] = [[] for _ in actions]
+    for _ in range(rounds):
+        for i, action in enumerate(actions):
+            start = time.perf_counter()
+            action()
+            times[i].append(time.perf_counter() - start)
+    return [(min(t), statistics.median(t)) for t in times]
+
+
+class _Timed:
+    """Seconds spent inside fsync or SHA-256 calls (summed over threads)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+
+@contextmanager
+def measured_fsync_and_hashing():
+    fsync_time, hash_time = _Timed(), _Timed()
+    real_fsync = os.fsync
+    real_sha256 = hashlib.sha256
+
+    def timed_fsync(fd: int) -> None:
+        start = time.perf_counter()
+        real_fsync(fd)
+        fsync_time.seconds += time.perf_counter() - start
+
+    class TimedHash:
+        def __init__(self, data: bytes = b"") -> None:
+            start = time.perf_counter()
+            self._inner = real_sha256(data)
+            hash_time.seconds += time.perf_counter() - start
+
+        def update(self, data: bytes) -> None:
+            start = time.perf_counter()
+            self._inner.update(data)
+            hash_time.seconds += time.perf_counter() - start
+
+        def hexdigest(self) -> str:
+            return self._inner.hexdigest()
+
+    class HashModule:
+        sha256 = TimedHash
+
+    modules = (safetensors_io, portable, training_state, directory)
+    saved = {m: getattr(m, "hashlib", None) for m in modules}
+    os.fsync = timed_fsync
+    for m in modules:
+        if saved[m] is not None:
+            m.hashlib = HashModule
+    try:
+        yield fsync_time, hash_time
+    finally:
+        os.fsync = real_fsync
+        for m, original in saved.items():
+            if original is not None:
+                m.hashlib = original
+
+
+def nanogpt_checkpoint(trainer: Trainer) -> dict:
+    """What nanoGPT's train.py saves, for the same run."""
+    return {
+        "model": trainer.model.state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "model_args": trainer.config.to_dict()["model"],
+        "iter_num": trainer.step,
+        "best_val_loss": trainer.best_validation,
+        "config": trainer.config.to_dict(),
+        "rng": {"data": trainer.batches.generator.get_state(), "sampling": trainer.sampling.get_state()},
+    }
+
+
+def save_and_load(work: Path) -> None:
+    config = load_config("small")
+    apply_precision(config.train)
+    setup = TrainingSetup.build(config, load_corpus(config.corpus))
+    trainer = Trainer(setup)
+    trainer.update()
+    tensors, scalars = trainer.parameter_counts
+    print(f"small preset: {tensors} tensors, {scalars} parameters, {config.train.precision} precision "
+          f"({trainer.dtype}), after 1 update")
+
+    ours_dir = work / "ours"
+    pt_path = work / "nanogpt.pt"
+
+    def ours_save() -> None:
+        save_checkpoint(trainer, ours_dir, "bench")
+
+    def torch_save() -> None:
+        torch.save(nanogpt_checkpoint(trainer), pt_path)
+
+    def torch_save_fsync() -> None:
+        with open(pt_path, "wb") as fh:
+            torch.save(nanogpt_checkpoint(trainer), fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    ours_save()
+    torch_save()
+    (ours_best, ours_median), (base_best, base_median), (base_sync_best, _) = interleaved(
+        ROUNDS, ours_save, torch_save, torch_save_fsync
+    )
+    with measured_fsync_and_hashing() as (fsync_time, hash_time):
+        start = time.perf_counter()
+        for _ in range(ROUNDS):
+            ours_save()
+        total = time.perf_counter() - start
+    folder = ours_dir / f"step-{trainer.step:06d}"
+    ours_bytes = sum(p.stat().st_size for p in folder.iterdir())
+    print("\n1. save: checkpoint folder (model + training state + manifest) vs torch.save of state dicts")
+    print(f"   ours            best {ours_best * 1e3:8.2f} ms  median {ours_median * 1e3:8.2f} ms  ({ours_bytes / 1e6:.2f} MB)")
+    print(f"   torch.save      best {base_best * 1e3:8.2f} ms  median {base_median * 1e3:8.2f} ms  "
+          f"({pt_path.stat().st_size / 1e6:.2f} MB, no fsync)")
+    print(f"   torch.save+fsync best {base_sync_best * 1e3:7.2f} ms")
+    print(f"   ratio ours / torch.save = {ours_best / base_best:.2f}   ours / (torch.save+fsync) = {ours_best / base_sync_best:.2f}")
+    print(f"   share of our save time: fsync {100 * fsync_time.seconds / total:.1f}%, "
+          f"SHA-256 hashing {100 * hash_time.seconds / total:.1f}%")
+
+    ready = Trainer(setup)
+    ready_model = ready.model
+    ready_optimizer = ready.optimizer
+
+    def ours_load() -> None:
+        load_into_trainer(folder, ready)
+
+    def torch_load() -> None:
+        checkpoint = torch.load(pt_path, map_location="cpu", weights_only=True)
+        ready_model.load_state_dict(checkpoint["model"])
+        ready_optimizer.load_state_dict(checkpoint["optimizer"])
+
+    ours_load()
+    torch_load()
+    (load_best, load_median), (tload_best, tload_median) = interleaved(ROUNDS, ours_load, torch_load)
+    with measured_fsync_and_hashing() as (_, hash_time):
+        start = time.perf_counter()
+        for _ in range(ROUNDS):
+            ours_load()
+        total = time.perf_counter() - start
+    assert ready.state_digest() == trainer.state_digest()
+    print("\n2. load into a ready model and optimizer")
+    print(f"   ours (verified: manifest hashes, identity, digest)  best {load_best * 1e3:8.2f} ms  median {load_median * 1e3:8.2f} ms")
+    print(f"   torch.load(weights_only=True) + load_state_dict     best {tload_best * 1e3:8.2f} ms  median {tload_median * 1e3:8.2f} ms")
+    print(f"   ratio ours / torch.load = {load_best / tload_best:.2f}; SHA-256 share of our load: "
+          f"{100 * hash_time.seconds / total:.1f}%")
+
+
+def inspection(work: Path) -> None:
+    count, elements = 26, 2_048_000  # 26 x 8.2 MB float32 = 213 MB
+    generator = torch.Generator().manual_seed(0)
+    tensors = [(f"layers.{i:02d}.weight", torch.randn(elements, generator=generator).reshape(1000, 2048)) for i in range(count)]
+    big = work / "big.safetensors"
+    big_pt = work / "big.pt"
+    write_safetensors(big, tensors, {"note": "benchmark"})
+    torch.save(dict(tensors), big_pt)
+    del tensors
+    size = big.stat().st_size
+    inspect_path(big)
+    header_best, header_median = best_of(50, lambda: read_header(big))
+    inspect_best, inspect_median = best_of(50, lambda: inspect_path(big))
+    torch.load(big_pt, weights_only=True)
+    load_best, _ = best_of(3, lambda: torch.load(big_pt, weights_only=True))
+    mmap_best, _ = best_of(7, lambda: torch.load(big_pt, weights_only=True, mmap=True))
+    print(f"\n3. header-only inspection of a {size / 1e6:.0f} MB safetensors file ({count} tensors)")
+    print(f"   read_header                         best {header_best * 1e3:8.3f} ms  median {header_median * 1e3:8.3f} ms")
+    print(f"   inspect_path (entries, groups)      best {inspect_best * 1e3:8.3f} ms  median {inspect_median * 1e3:8.3f} ms")
+    print(f"   torch.load(weights_only=True)       best {load_best * 1e3:8.1f} ms")
+    print(f"   torch.load(weights_only, mmap=True) best {mmap_best * 1e3:8.3f} ms")
+    print(f"   ratio torch.load / inspect_path = {load_best / inspect_best:.0f}x   "
+          f"torch.load(mmap) / inspect_path = {mmap_best / inspect_best:.1f}x")
+
+    name = "layers.13.weight"
+    stats_best, stats_median = best_of(7, lambda: tensor_statistics(big, name))
+    (one_best, _), (whole_best, _) = interleaved(5, lambda: read_tensor(big, name), lambda: load_file(big).tensor(name))
+    stats = tensor_statistics(big, name)
+    print(f"\n4. statistics of one tensor ({name}: {stats['bytes_read'] / 1e6:.1f} MB read of a {size / 1e6:.0f} MB file)")
+    print(f"   tensor_statistics (read + min/max/mean/std/zeros/histogram) best {stats_best * 1e3:7.1f} ms  "
+          f"median {stats_median * 1e3:7.1f} ms")
+    print(f"   read that tensor alone                 best {one_best * 1e3:8.1f} ms")
+    print(f"   read the whole file to get it          best {whole_best * 1e3:8.1f} ms")
+    print(f"   ratio whole / alone = {whole_best / one_best:.1f}x")
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    work = Path(tempfile.mkdtemp(prefix="minigpt-bench-"))
+    try:
+        save_and_load(work)
+        inspection(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
