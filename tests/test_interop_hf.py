@@ -221,6 +221,10 @@ def test_export_then_convert_gives_the_same_model_identity(exported, tmp_path, p
     assert back.identity == ours.identity
     assert back.model.head_weight is back.model.token_embedding.weight  # one Parameter
     assert len(list(back.model.parameters())) == len(list(ours.model.parameters()))
+    before = (tmp_path / "back.safetensors").read_bytes()
+    with pytest.raises(CheckpointError, match="already exists"):
+        convert_hf(folder, tmp_path / "back.safetensors")
+    assert (tmp_path / "back.safetensors").read_bytes() == before
 
 
 def _write_our_tokenizer(folder: Path, tokenizer: ByteBPETokenizer) -> None:
