@@ -291,10 +291,15 @@ def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, 
     else:
         values = tensor.to(torch.float64).reshape(-1)
     count = values.numel()
-    finite_mask = torch.isfinite(values)
-    nonfinite = count - int(finite_mask.sum())
-    nan = int(torch.isnan(values).sum()) if nonfinite else 0
-    finite = values[finite_mask] if nonfinite else values
+    # NaN and infinities show in min/max, so one cheap reduction tells whether to mask.
+    extremes = [float(v) for v in torch.aminmax(values)] if count else [0.0, 0.0]
+    if all(math.isfinite(v) for v in extremes):
+        nonfinite, nan, finite = 0, 0, values
+    else:
+        finite_mask = torch.isfinite(values)
+        nonfinite = count - int(finite_mask.sum())
+        nan = int(torch.isnan(values).sum())
+        finite = values[finite_mask]
     result: dict[str, Any] = {
         "file": str(file_path),
         "name": bare,
@@ -308,8 +313,7 @@ def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, 
     if finite.numel() == 0:
         result.update(min=None, max=None, mean=None, std=None, zero_fraction=None, histogram={"edges": [], "counts": []})
         return result
-    low_t, high_t = torch.aminmax(finite)
-    low, high = float(low_t), float(high_t)
+    low, high = extremes if finite is values else [float(v) for v in torch.aminmax(finite)]
     mean = float(finite.mean())
     std = float(finite.std(correction=0)) if finite.numel() > 1 else 0.0
     if high > low:
