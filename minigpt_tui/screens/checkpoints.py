@@ -1,0 +1,909 @@
+"""The Checkpoints screen: runs and their checkpoints, and any safetensors file or checkpoint
+folder opened by path, shown from their headers alone.
+
+Everything that touches the disk runs on thread workers: listing the runs directory,
+inspecting headers, a tensor's statistics (the only read of tensor bytes, on demand),
+hashing files against the manifest, comparing two checkpoints, renaming and deleting runs.
+Results come back as messages; a worker's failure comes back as the engine's one-line
+reason and changes nothing on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane, Tree
+
+from minigpt_tui.widgets.run_tree import RunListing, RunTree, TreeTarget, scan_runs
+from minigpt_tui.widgets.state_view import StateView, short_value
+from minigpt_tui.widgets.tensor_detail import TensorDetail
+from minigpt_tui.widgets.tensor_table import TensorTable, human_bytes
+from minigpt_tui.widgets.tokenizer_panel import TokenizerPanel
+
+if TYPE_CHECKING:
+    from minigpt_tui.app import MiniGPTApp
+
+MODEL_FILE = "model.safetensors"
+MERGES_TENSOR = "tokenizer.merges"
+HISTOGRAM_BINS = 20
+KIND_LABELS = {
+    "checkpoint-dir": "checkpoint folder",
+    "portable-model": "portable model file",
+    "training-state": "training-state file",
+    "safetensors": "safetensors file (not made by minigpt-tui)",
+}
+TABS = ("tensors", "detail", "aliases", "state", "metadata", "integrity", "tokenizer", "compare")
+
+CHECKPOINTS_HELP = """\
+# Checkpoints
+
+Runs in the runs directory (left) and what one checkpoint or file holds (right). Opening
+reads only the headers, so a file of any size opens at once; tensor bytes are read only for
+the statistics of one tensor, on a worker thread.
+
+## Keys
+| key | action |
+|---|---|
+| `enter` / click | in the tree: open that run (its latest checkpoint) or checkpoint; in Tensors: statistics of that tensor |
+| `o` | open any file or folder by path: a safetensors file from any tool, a checkpoint folder, a run folder |
+| `/` | filter the tensor entries (name, dtype, group or file contain the text); `escape` clears it |
+| `s` / `S` | in Tensors: sort by the next column / reverse the order (or click a column header) |
+| `1`–`8` | show a panel: Tensors, Detail, Aliases, State, Metadata, Integrity, Tokenizer, Compare |
+| `v` | verify: hash every file against the manifest (reads the files) |
+| `p` | generate with this model: the Generation screen opens with it loaded |
+| `r` | resume training from this checkpoint, after a preflight list (what is restored, what a weights-only start would reset) |
+| `m` | compare with another checkpoint: changed tensors and differing state records |
+| `e` | rename the run under the cursor |
+| `d` | delete the run under the cursor (asks first) |
+| `f5` | read the runs directory again |
+
+## Runs tree
+Each run with its disk use (every file in its folder); beneath it its checkpoints, newest first,
+with the reason each was saved (interval, best, pause, manual, stop) and **★ best** on the checkpoint
+at the best validation step. *incomplete* marks a folder without a manifest (an interrupted save): it never loads.
+
+## Summary line
+The path opened, what kind of thing it is (checkpoint folder; portable model file; training-state file;
+a safetensors file made by another tool), and per file its size, header size and number of tensors.
+
+## Tensors
+One row per tensor entry in the file headers: **name**; **dtype** (F64, F32, BF16, U64, U32, U8…);
+**shape** ([] is a scalar); **elements** (product of the shape); **bytes** (elements × dtype size);
+**offsets**, the entry's begin–end byte range within the file's data section (after the 8-byte length and the JSON header);
+**group**, what the entry is for (learned, constants, tokenizer; in a training state: optimizer, schedule,
+data_progress, randomness, loss_scaling, accumulation, update_policy, evaluation); **file**, when a folder holds two files.
+
+## Detail
+The chosen tensor's header record, then statistics computed from its bytes: min, max, mean, population standard
+deviation, fraction of exact zeros, NaN and infinity counts, and a histogram of the finite values in 20 equal-width bins.
+
+## Aliases
+Names that are not stored because they are another entry: a tied model stores its token table once, and
+`head.weight` is recorded as the transpose of `token_embedding.weight`. **name** is the absent entry, **target**
+the stored one, **transform** how to get one from the other, **use** where the model uses it.
+
+## State
+Records grouped by meaning, each group with a line saying what it is for: identities (SHA-256 of model, tokenizer,
+config, corpus), composition, model config, constants, tokenizer, special ids, parameters, provenance; and in a
+training state everything that decides the next update: schedule, optimizer, data position, random streams,
+loss scaling, accumulation, update policy, evaluation curve, the environment envelope, and whether bit-for-bit
+continuation is still promised.
+
+## Metadata
+The raw string-to-string metadata map of each file's header, exactly as stored (our records are JSON strings).
+
+## Integrity
+For a checkpoint folder, the manifest's result: whether it is complete (a manifest, written last, is present),
+each file's recorded size and SHA-256, whether the file is present and its size matches, and, after `v`, whether
+its SHA-256 matches. A single file has no manifest.
+
+## Tokenizer
+The byte-level BPE tokenizer saved in a model file: ids 0 and 1 are BOS and EOS, 2–257 the 256 bytes, and one id per
+merge from 258 in rank order. Each merge row shows its **rank**, the new **id**, the **left** and **right** ids it joins
+(with their pieces) and the merged **piece**. Type into the field to see the pieces and ids of any text
+(spaces show as ·, newlines as ↵).
+
+## Compare
+Against another checkpoint: each tensor's status (same bytes, changed with its largest absolute difference,
+reshaped, or only in one of the two), and every state record whose value differs.
+"""
+
+
+# -- worker results ---------------------------------------------------------------------------
+class RunsScanned(Message):
+    def __init__(self, listings: tuple[RunListing, ...], select: Path | None) -> None:
+        super().__init__()
+        self.listings = listings
+        self.select = select
+
+
+class Inspected(Message):
+    def __init__(self, serial: int, inspection: Any) -> None:
+        super().__init__()
+        self.serial = serial
+        self.inspection = inspection
+
+
+class InspectionFailed(Message):
+    def __init__(self, serial: int, path: Path, reason: str, loud: bool) -> None:
+        super().__init__()
+        self.serial = serial
+        self.path = path
+        self.reason = reason
+        self.loud = loud
+
+
+class StatisticsReady(Message):
+    def __init__(self, serial: int, entry: Any, stats: dict[str, Any] | None, reason: str | None) -> None:
+        super().__init__()
+        self.serial = serial
+        self.entry = entry
+        self.stats = stats
+        self.reason = reason
+
+
+class TokenizerReady(Message):
+    def __init__(self, serial: int, tokenizer: Any, note: str) -> None:
+        super().__init__()
+        self.serial = serial
+        self.tokenizer = tokenizer
+        self.note = note
+
+
+class IntegrityReady(Message):
+    def __init__(self, serial: int, integrity: dict[str, Any]) -> None:
+        super().__init__()
+        self.serial = serial
+        self.integrity = integrity
+
+
+class ComparisonReady(Message):
+    def __init__(self, serial: int, other: Path, result: dict[str, Any]) -> None:
+        super().__init__()
+        self.serial = serial
+        self.other = other
+        self.result = result
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What the panels show: the inspection and the serial of the request that made it."""
+
+    serial: int
+    inspection: Any
+
+
+def read_tokenizer(model_file: Path) -> tuple[Any, str]:
+    """The tokenizer saved in a model file, from its merges tensor alone (worker thread)."""
+    import numpy as np
+
+    from minigpt_tui.engine.checkpoint.safetensors_io import read_header
+    from minigpt_tui.engine.errors import CheckpointError, TokenizerError
+    from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+
+    header = read_header(model_file)
+    if not header.has(MERGES_TENSOR):
+        raise CheckpointError(f"{model_file.name} holds no '{MERGES_TENSOR}' tensor: no tokenizer saved here")
+    entry = header.entry(MERGES_TENSOR)
+    if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:
+        raise CheckpointError(f"{MERGES_TENSOR} must be U32 [n, 2], found {entry.dtype} {list(entry.shape)}")
+    with model_file.open("rb") as fh:
+        fh.seek(header.data_start + entry.begin)
+        raw = fh.read(entry.nbytes)
+    if len(raw) != entry.nbytes:
+        raise CheckpointError(f"{model_file}: the file ends inside {MERGES_TENSOR}")
+    pairs = np.frombuffer(raw, dtype="<u4").reshape(entry.shape).tolist()
+    try:
+        tokenizer = ByteBPETokenizer(tuple((int(a), int(b)) for a, b in pairs))
+    except TokenizerError as err:
+        raise CheckpointError(f"the saved tokenizer is invalid: {err}") from None
+    note = ""
+    try:
+        recorded = json.loads(header.metadata.get("tokenizer", "{}")).get("identity")
+    except (json.JSONDecodeError, AttributeError):
+        recorded = None
+    if recorded is None:
+        note = "no tokenizer identity is recorded in the metadata"
+    elif recorded != tokenizer.identity:
+        note = "warning: these merges do not match the tokenizer identity recorded in the metadata"
+    return tokenizer, note
+
+
+def display_path(path: Path, runs_dir: Path) -> str:
+    """Paths under the runs directory are shown relative to it."""
+    try:
+        return str(Path(path).relative_to(runs_dir))
+    except ValueError:
+        return str(path)
+
+
+class CheckpointsScreen(Screen):
+    HELP = CHECKPOINTS_HELP
+    HELP_TITLE = "Checkpoints"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+
+    DEFAULT_CSS = """
+    CheckpointsScreen #ckpt-body { height: 1fr; }
+    CheckpointsScreen #runs {
+        width: 34; height: 1fr;
+        border: round $primary 50%; border-title-color: $text;
+    }
+    CheckpointsScreen #runs:focus { border: round $primary; }
+    CheckpointsScreen.-narrow #runs { width: 24; }
+    CheckpointsScreen #ckpt-main { width: 1fr; height: 1fr; }
+    CheckpointsScreen #ckpt-summary { height: auto; max-height: 4; padding: 0 1; background: $boost; }
+    CheckpointsScreen #tensor-filter { display: none; margin: 0 1; }
+    CheckpointsScreen.-filtering #tensor-filter { display: block; }
+    CheckpointsScreen TabbedContent { height: 1fr; }
+    CheckpointsScreen TabPane { padding: 0; height: 1fr; }
+    CheckpointsScreen #aliases-view, CheckpointsScreen #metadata-view,
+    CheckpointsScreen #integrity-view, CheckpointsScreen #compare-view { height: 1fr; padding: 0 1; }
+    CheckpointsScreen VerticalScroll > Static { height: auto; }
+    """
+
+    BINDINGS = [
+        Binding("o", "open_path", "Open"),
+        Binding("slash", "filter", "Filter"),
+        Binding("p", "generate", "Generate"),
+        Binding("r", "resume", "Resume"),
+        Binding("m", "compare", "Compare"),
+        Binding("v", "verify", "Verify", show=False),
+        Binding("e", "rename", "Rename", show=False),
+        Binding("d", "delete", "Delete", show=False),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("f5", "rescan", "Refresh", show=False),
+        *(Binding(str(number), f"show_tab('{tab}')", tab.title(), show=False)
+          for number, tab in enumerate(TABS, start=1)),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened: Opened | None = None
+        self._serial = 0
+        self._stats_serial = 0
+
+    @property
+    def mini_app(self) -> "MiniGPTApp":
+        return self.app  # type: ignore[return-value]
+
+    def notify(self, message: str, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Notifications carry the engine's messages and paths verbatim: no markup, since
+        a shape like "[n, 2]" would read as a style tag."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.mini_app.settings.runs_dir
+
+    # -- layout ----------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="ckpt-body"):
+            tree = RunTree(id="runs")
+            tree.border_title = "Runs"
+            yield tree
+            with Vertical(id="ckpt-main"):
+                yield Static(Text("Choose a run or checkpoint on the left, or open a file with o.", style="dim"),
+                             id="ckpt-summary")
+                yield Input(placeholder="filter tensors by name, dtype, group or file", compact=True,
+                            id="tensor-filter")
+                with TabbedContent(id="panels", initial="tensors"):
+                    with TabPane("Tensors", id="tensors"):
+                        yield TensorTable(id="tensor-table")
+                    with TabPane("Detail", id="detail"):
+                        yield TensorDetail(id="tensor-detail")
+                    with TabPane("Aliases", id="aliases"):
+                        with VerticalScroll(id="aliases-view"):
+                            yield Static("", id="aliases-text")
+                    with TabPane("State", id="state"):
+                        yield StateView(id="state-view")
+                    with TabPane("Meta", id="metadata"):
+                        with VerticalScroll(id="metadata-view"):
+                            yield Static("", id="metadata-text")
+                    with TabPane("Integrity", id="integrity"):
+                        with VerticalScroll(id="integrity-view"):
+                            yield Static("", id="integrity-text")
+                    with TabPane("Tokenizer", id="tokenizer"):
+                        yield TokenizerPanel(id="tokenizer-panel")
+                    with TabPane("Compare", id="compare"):
+                        with VerticalScroll(id="compare-view"):
+                            yield Static(Text("Press m to compare this checkpoint with another.", style="dim"),
+                                         id="compare-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "Checkpoints"
+        for field in self.query(Input):
+            field.cursor_blink = False
+        self.query_one(RunTree).focus()
+        self.rescan()
+
+    def on_screen_resume(self) -> None:
+        self.sub_title = "Checkpoints"
+        if self.is_mounted:
+            self.rescan(select=self._selected_path())
+
+    def _selected_path(self) -> Path | None:
+        target = self.query_one(RunTree).highlighted_target
+        return target.path if target is not None else None
+
+    # -- the runs directory ------------------------------------------------------------------
+    def rescan(self, select: Path | None = None) -> None:
+        self._scan(self.runs_dir, select)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-scan")
+    def _scan(self, runs_dir: Path, select: Path | None) -> None:
+        try:
+            listings = scan_runs(runs_dir)
+        except OSError as err:
+            self.app.call_from_thread(self.notify, f"cannot read the runs directory {runs_dir}: {err.strerror or err}",
+                                      title="runs", severity="error")
+            return
+        self.post_message(RunsScanned(listings, select))
+
+    @on(RunsScanned)
+    def _runs_scanned(self, message: RunsScanned) -> None:
+        tree = self.query_one(RunTree)
+        tree.border_subtitle = f"{len(message.listings)} runs · {human_bytes(sum(r.disk_bytes for r in message.listings))}"
+        tree.show_runs(message.listings, message.select)
+
+    def action_rescan(self) -> None:
+        self.rescan(select=self._selected_path())
+
+    @on(Tree.NodeSelected, "#runs")
+    def _tree_selected(self, event: Tree.NodeSelected) -> None:
+        target = event.node.data
+        if isinstance(target, TreeTarget):
+            self.open_path(target.path, loud=True)
+
+    @on(Tree.NodeHighlighted, "#runs")
+    def _tree_highlighted(self, event: Tree.NodeHighlighted) -> None:
+        target = event.node.data
+        if isinstance(target, TreeTarget) and (self.opened is None or self.opened.inspection.path != target.path):
+            if target.kind == "run" and not any(c.complete for c in target.run.checkpoints):
+                return
+            self.open_path(target.path, loud=False)
+
+    # -- opening -------------------------------------------------------------------------------
+    def open_path(self, path: Path, *, loud: bool = True) -> None:
+        """Inspect ``path`` (file, checkpoint folder or run folder) on a worker; ``loud``
+        failures are notified, quiet ones (cursor moves in the tree) only shown in the summary."""
+        self._serial += 1
+        self._inspect(self._serial, Path(path).expanduser(), loud)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-inspect")
+    def _inspect(self, serial: int, path: Path, loud: bool) -> None:
+        from minigpt_tui.engine.checkpoint.inspect import inspect_path
+        from minigpt_tui.engine.errors import MiniGPTError
+
+        try:
+            inspection = inspect_path(path)
+        except MiniGPTError as err:
+            self.post_message(InspectionFailed(serial, path, str(err), loud))
+            return
+        except OSError as err:
+            self.post_message(InspectionFailed(serial, path, f"cannot read {path}: {err.strerror or err}", loud))
+            return
+        self.post_message(Inspected(serial, inspection))
+
+    @on(InspectionFailed)
+    def _inspection_failed(self, message: InspectionFailed) -> None:
+        if message.serial != self._serial:
+            return
+        if message.loud:
+            self.notify(message.reason, title="cannot open", severity="error")
+        if self.opened is None:
+            self.query_one("#ckpt-summary", Static).update(Text(message.reason, style="red"))
+
+    @on(Inspected)
+    def _inspected(self, message: Inspected) -> None:
+        if message.serial != self._serial:
+            return
+        inspection = message.inspection
+        self.opened = Opened(message.serial, inspection)
+        self._show_summary(inspection)
+        self.query_one(TensorTable).show_entries(inspection.entries)
+        self.query_one(TensorDetail).clear_detail()
+        self._show_aliases(inspection.aliases)
+        self.query_one(StateView).show_state(inspection.state)
+        self._show_metadata(inspection.metadata, inspection.kind)
+        self._show_integrity(inspection.integrity, inspection.kind)
+        self.query_one("#compare-text", Static).update(
+            Text("Press m to compare this checkpoint with another.", style="dim"))
+        model_file = self.model_file()
+        panel = self.query_one(TokenizerPanel)
+        if model_file is not None:
+            panel.show_unavailable("reading the tokenizer…")
+            self._load_tokenizer(message.serial, model_file)
+        else:
+            panel.show_unavailable("No tokenizer: this is not a minigpt-tui model file.")
+
+    def _show_summary(self, inspection: Any) -> None:
+        wide = self.has_class("-wide")
+        out = Text()
+        out.append(display_path(inspection.path, self.runs_dir), style="bold")
+        out.append(f"  {KIND_LABELS.get(inspection.kind, inspection.kind)}", style="italic")
+        for summary in inspection.files:
+            out.append(f"\n{summary.name}: ", style="bold")
+            out.append(f"{human_bytes(summary.size)}, {summary.tensors} tensors")
+            if wide:
+                out.append(f", header {human_bytes(summary.header_bytes)}, data {human_bytes(summary.data_bytes)}")
+        self.query_one("#ckpt-summary", Static).update(out)
+
+    def _show_aliases(self, aliases: tuple[dict[str, Any], ...]) -> None:
+        target = self.query_one("#aliases-text", Static)
+        if not aliases:
+            target.update(Text("No alias records: every entry is stored under its own name.", style="dim"))
+            return
+        renderables: list[Any] = []
+        for alias in aliases:
+            table = Table.grid(padding=(0, 2))
+            table.add_column(style="bold", no_wrap=True)
+            table.add_column(overflow="fold")
+            for key in ("name", "target", "transform", "use"):
+                table.add_row(key, str(alias.get(key, "–")))
+            for key, value in alias.items():
+                if key not in ("name", "target", "transform", "use"):
+                    table.add_row(key, short_value(value))
+            renderables += [table, Text("")]
+        target.update(Group(*renderables))
+
+    def _show_metadata(self, metadata: dict[str, Any], kind: str) -> None:
+        target = self.query_one("#metadata-text", Static)
+        files = metadata if kind == "checkpoint-dir" else {"": metadata}
+        out = Text()
+        for file_name, records in files.items():
+            if file_name:
+                out.append(f"{file_name}\n", style="bold underline")
+            if not records:
+                out.append("(no metadata)\n", style="dim")
+            for key, value in records.items():
+                out.append(f"{key}", style="bold")
+                out.append(" = ")
+                out.append(f"{value}\n")
+            out.append("\n")
+        target.update(out)
+
+    def _show_integrity(self, integrity: dict[str, Any] | None, kind: str) -> None:
+        target = self.query_one("#integrity-text", Static)
+        if integrity is None:
+            target.update(Text(f"A single file ({KIND_LABELS.get(kind, kind)}) has no manifest; its header "
+                               "was validated when it opened (lengths, offsets, dtypes).", style="dim"))
+            return
+        out = Text()
+        if not integrity.get("complete"):
+            out.append("incomplete: ", style="bold red")
+            out.append(f"{integrity.get('problem')}\n")
+            target.update(out)
+            return
+        ok = integrity.get("ok")
+        out.append("manifest: ", style="bold")
+        out.append("complete, " + ("every check passed" if ok else "a check failed"),
+                   style="green" if ok else "bold red")
+        out.append(f"\nstep {integrity.get('step')}, saved because: {integrity.get('reason')}\n")
+        if integrity.get("problem"):
+            out.append(f"problem: {integrity['problem']}\n", style="red")
+        hashed = integrity.get("hashes_checked")
+        out.append("SHA-256 " + ("checked against every file\n" if hashed else "not checked yet (press v)\n"),
+                   style="dim")
+        for name, record in (integrity.get("files") or {}).items():
+            out.append(f"\n{name}\n", style="bold")
+            out.append(f"  recorded size {record.get('size'):,} bytes; ")
+            if not record.get("present"):
+                out.append("missing\n", style="red")
+                continue
+            out.append("size matches" if record.get("size_ok") else f"actual {record.get('actual_size'):,}",
+                       style="green" if record.get("size_ok") else "red")
+            sha_ok = record.get("sha256_ok")
+            out.append("\n  sha256 " + str(record.get("sha256")) + " ")
+            if sha_ok is None:
+                out.append("(not checked)", style="dim")
+            else:
+                out.append("matches" if sha_ok else "DIFFERS", style="green" if sha_ok else "bold red")
+            out.append("\n")
+        target.update(out)
+
+    # -- tokenizer ------------------------------------------------------------------------------
+    def model_file(self) -> Path | None:
+        """The portable model file of what is open, if any."""
+        if self.opened is None:
+            return None
+        inspection = self.opened.inspection
+        if inspection.kind == "portable-model":
+            return Path(inspection.path)
+        if inspection.kind == "checkpoint-dir":
+            for summary in inspection.files:
+                if summary.kind == "portable-model":
+                    return Path(summary.path)
+        return None
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-tokenizer")
+    def _load_tokenizer(self, serial: int, model_file: Path) -> None:
+        from minigpt_tui.engine.errors import MiniGPTError
+
+        try:
+            tokenizer, note = read_tokenizer(model_file)
+        except (MiniGPTError, OSError, ValueError) as err:
+            self.post_message(TokenizerReady(serial, None, str(err)))
+            return
+        self.post_message(TokenizerReady(serial, tokenizer, note))
+
+    @on(TokenizerReady)
+    def _tokenizer_ready(self, message: TokenizerReady) -> None:
+        if self.opened is None or message.serial != self.opened.serial:
+            return
+        panel = self.query_one(TokenizerPanel)
+        if message.tokenizer is None:
+            panel.show_unavailable(message.note)
+        else:
+            panel.show_tokenizer(message.tokenizer, message.note)
+
+    # -- tensors ---------------------------------------------------------------------------------
+    def action_filter(self) -> None:
+        self.add_class("-filtering")
+        self.query_one(TabbedContent).active = "tensors"
+        self.query_one("#tensor-filter", Input).focus()
+
+    def action_clear_filter(self) -> None:
+        field = self.query_one("#tensor-filter", Input)
+        if not self.has_class("-filtering"):
+            return
+        field.value = ""
+        self.remove_class("-filtering")
+        self.query_one(TensorTable).focus()
+
+    @on(Input.Changed, "#tensor-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        table = self.query_one(TensorTable)
+        table.set_filter(event.value)
+        table.border_subtitle = f"{len(table.shown)} of {len(table.entries)}" if event.value else ""
+
+    @on(Input.Submitted, "#tensor-filter")
+    def _filter_submitted(self) -> None:
+        self.query_one(TensorTable).focus()
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    @on(TensorTable.EntryChosen)
+    def _entry_chosen(self, message: TensorTable.EntryChosen) -> None:
+        self.show_statistics(message.entry)
+
+    def show_statistics(self, entry: Any) -> None:
+        """Show ``entry``'s record now and its statistics when the worker has read it."""
+        if self.opened is None:
+            return
+        inspection = self.opened.inspection
+        self._stats_serial += 1
+        where = display_path(inspection.path, self.runs_dir)
+        self.query_one(TensorDetail).show_pending(entry, where)
+        self.query_one(TabbedContent).active = "detail"
+        name = f"{entry.file}:{entry.name}" if inspection.kind == "checkpoint-dir" else entry.name
+        self._statistics(self._stats_serial, Path(inspection.path), name, entry)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-statistics")
+    def _statistics(self, serial: int, path: Path, name: str, entry: Any) -> None:
+        from minigpt_tui.engine.checkpoint.inspect import tensor_statistics
+        from minigpt_tui.engine.errors import MiniGPTError
+
+        try:
+            stats = tensor_statistics(path, name, HISTOGRAM_BINS)
+        except (MiniGPTError, OSError) as err:
+            self.post_message(StatisticsReady(serial, entry, None, str(err)))
+            return
+        self.post_message(StatisticsReady(serial, entry, stats, None))
+
+    @on(StatisticsReady)
+    def _statistics_ready(self, message: StatisticsReady) -> None:
+        if message.serial != self._stats_serial or self.opened is None:
+            return
+        where = display_path(self.opened.inspection.path, self.runs_dir)
+        detail = self.query_one(TensorDetail)
+        if message.stats is None:
+            detail.show_failure(message.entry, where, message.reason or "unknown error")
+            self.notify(message.reason or "unknown error", title="statistics", severity="error")
+        else:
+            detail.show_statistics(message.entry, where, message.stats)
+
+    # -- integrity ---------------------------------------------------------------------------------
+    def action_verify(self) -> None:
+        if self.opened is None or self.opened.inspection.kind != "checkpoint-dir":
+            self.notify("open a checkpoint folder first: only a checkpoint has a manifest to verify against",
+                        title="verify", severity="warning")
+            return
+        self.query_one(TabbedContent).active = "integrity"
+        self.query_one("#integrity-text", Static).update(Text("hashing the files…", style="dim italic"))
+        self._verify(self.opened.serial, Path(self.opened.inspection.path))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-verify")
+    def _verify(self, serial: int, folder: Path) -> None:
+        from minigpt_tui.engine.checkpoint.directory import verify_checkpoint
+
+        try:
+            result = verify_checkpoint(folder, hashes=True)
+        except OSError as err:
+            result = {"complete": False, "ok": False, "problem": f"cannot read {folder}: {err.strerror or err}"}
+        self.post_message(IntegrityReady(serial, result))
+
+    @on(IntegrityReady)
+    def _integrity_ready(self, message: IntegrityReady) -> None:
+        if self.opened is None or message.serial != self.opened.serial:
+            return
+        self._show_integrity(message.integrity, "checkpoint-dir")
+        if message.integrity.get("ok"):
+            self.notify("every file matches its manifest SHA-256", title="verified")
+        else:
+            self.notify(str(message.integrity.get("problem")), title="verification failed", severity="error")
+
+    # -- open by path ---------------------------------------------------------------------------------
+    def action_open_path(self) -> None:
+        from minigpt_tui.screens.path_prompt import PathPromptScreen
+
+        def chosen(text: str | None) -> None:
+            if text:
+                self.open_path(Path(text), loud=True)
+
+        self.app.push_screen(PathPromptScreen(
+            "Open", "A safetensors file (from any tool), a checkpoint folder or a run folder:",
+            placeholder="path/to/model.safetensors"), chosen)
+
+    # -- generate ----------------------------------------------------------------------------------------
+    def action_generate(self) -> None:
+        model_file = self.model_file()
+        if model_file is None:
+            what = KIND_LABELS.get(self.opened.inspection.kind, "") if self.opened else ""
+            self.notify(f"generation needs a minigpt-tui model file or checkpoint; this is {what or 'nothing open'}",
+                        title="generate", severity="warning")
+            return
+        self.mini_app.action_show_screen("generation")
+        screen = self.mini_app.main_screens.get("generation")
+        if screen is None or not hasattr(screen, "load_model"):
+            self.notify("the Generation screen is not available", title="generate", severity="error")
+            return
+        screen.load_model(str(model_file))
+
+    # -- resume ------------------------------------------------------------------------------------------
+    def action_resume(self) -> None:
+        from minigpt_tui.screens.resume_preflight import ResumePreflightScreen, preflight
+
+        if self.opened is None:
+            self.notify("open a checkpoint first", title="resume", severity="warning")
+            return
+        inspection = self.opened.inspection
+        folder = Path(inspection.path)
+        check = preflight(display_path(folder, self.runs_dir), inspection.kind, inspection.state,
+                          inspection.integrity)
+
+        def decided(go: bool | None) -> None:
+            if go:
+                self._hand_to_training(folder)
+
+        self.app.push_screen(ResumePreflightScreen(check), decided)
+
+    def _hand_to_training(self, folder: Path) -> None:
+        training = self.mini_app.training_screen
+        if training is not None and getattr(training, "has_active_run", False):
+            self.notify("a run is active on the Training screen: stop it first (t, then x)",
+                        title="resume", severity="warning")
+            return
+        self.mini_app.action_show_screen("training")
+        training = self.mini_app.training_screen
+        resume = getattr(training, "resume_from_checkpoint", None)
+        if resume is None:
+            self.notify("the Training screen cannot resume a checkpoint yet", title="resume", severity="error")
+            return
+        resume(folder)
+
+    # -- compare -----------------------------------------------------------------------------------------
+    def action_compare(self) -> None:
+        from minigpt_tui.screens.path_prompt import PathPromptScreen
+
+        if self.opened is None:
+            self.notify("open a checkpoint first", title="compare", severity="warning")
+            return
+        current = Path(self.opened.inspection.path)
+        choices = [
+            (f"{listing.name}  step {checkpoint.step}", str(checkpoint.path))
+            for listing in self.query_one(RunTree).listings
+            for checkpoint in listing.checkpoints
+            if checkpoint.complete and checkpoint.path != current
+        ]
+
+        def chosen(text: str | None) -> None:
+            if text:
+                self._start_compare(Path(text).expanduser())
+
+        self.app.push_screen(PathPromptScreen(
+            "Compare with", f"Compare {display_path(current, self.runs_dir)} with (choose or type a path):",
+            placeholder="checkpoint folder or safetensors file", choices=choices), chosen)
+
+    def _start_compare(self, other: Path) -> None:
+        if self.opened is None:
+            return
+        self.query_one(TabbedContent).active = "compare"
+        self.query_one("#compare-text", Static).update(Text("comparing (reads both checkpoints)…", style="dim italic"))
+        self._compare(self.opened.serial, Path(self.opened.inspection.path), other)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-compare")
+    def _compare(self, serial: int, first: Path, other: Path) -> None:
+        from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints
+        from minigpt_tui.engine.errors import MiniGPTError
+
+        try:
+            result = compare_checkpoints(first, other)
+        except (MiniGPTError, OSError) as err:
+            self.app.call_from_thread(self._compare_failed, serial, str(err))
+            return
+        self.post_message(ComparisonReady(serial, other, result))
+
+    def _compare_failed(self, serial: int, reason: str) -> None:
+        self.notify(reason, title="cannot compare", severity="error")
+        if self.opened is not None and serial == self.opened.serial:
+            self.query_one("#compare-text", Static).update(Text(f"comparison failed: {reason}", style="red"))
+
+    @on(ComparisonReady)
+    def _comparison_ready(self, message: ComparisonReady) -> None:
+        if self.opened is None or message.serial != self.opened.serial:
+            return
+        self.query_one("#compare-text", Static).update(self.comparison_renderable(message.result))
+
+    def comparison_renderable(self, result: dict[str, Any]) -> Group:
+        heading = Text()
+        heading.append("a ", style="bold")
+        heading.append(display_path(Path(result["a"]), self.runs_dir))
+        heading.append("\nb ", style="bold")
+        heading.append(display_path(Path(result["b"]), self.runs_dir))
+        differing = [t for t in result["tensors"] if t["status"] != "same"]
+        heading.append(f"\n\n{len(differing)} tensors differ, {result['unchanged']} are byte-identical; "
+                       f"{len(result['state_differences'])} state records differ\n", style="bold")
+        tensors = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+        tensors.add_column("file", style="dim", no_wrap=True)
+        tensors.add_column("tensor", overflow="fold")
+        tensors.add_column("status", no_wrap=True)
+        tensors.add_column("max |a−b|", justify="right", no_wrap=True)
+        for row in differing:
+            diff = row.get("max_abs_diff")
+            tensors.add_row(row["file"].removesuffix(".safetensors"), row["name"], row["status"],
+                            "–" if diff is None else f"{diff:.3g}")
+        states = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+        states.add_column("group", no_wrap=True)
+        states.add_column("record", overflow="fold")
+        states.add_column("a", overflow="fold")
+        states.add_column("b", overflow="fold")
+        for row in result["state_differences"]:
+            states.add_row(row["group"], row["record"], short_value(row["a"]), short_value(row["b"]))
+        parts: list[Any] = [heading]
+        if differing:
+            parts += [tensors, Text("")]
+        if result["state_differences"]:
+            parts += [Text("state records that differ", style="bold underline"), states]
+        return Group(*parts)
+
+    # -- rename and delete --------------------------------------------------------------------------------
+    def _run_under_cursor(self, action: str) -> RunListing | None:
+        target = self.query_one(RunTree).highlighted_target
+        if target is None:
+            self.notify(f"move the cursor to a run in the tree to {action} it", title=action, severity="warning")
+            return None
+        return target.run
+
+    def _refuse_active(self, run: RunListing, action: str) -> bool:
+        training = self.mini_app.training_screen
+        active = getattr(training, "run", None) if training is not None else None
+        if active is not None and getattr(active, "active", False) and active.run_dir is not None \
+                and Path(active.run_dir) == run.path:
+            self.notify(f"{run.name} is training now: stop it first", title=action, severity="warning")
+            return True
+        return False
+
+    def action_rename(self) -> None:
+        from minigpt_tui.screens.path_prompt import PathPromptScreen
+
+        run = self._run_under_cursor("rename")
+        if run is None or self._refuse_active(run, "rename"):
+            return
+
+        def chosen(text: str | None) -> None:
+            if text and text != run.name:
+                self._rename(run, text)
+
+        self.app.push_screen(PathPromptScreen("Rename run", f"New name for {run.name} (letters, digits, . _ -):",
+                                              value=run.name), chosen)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
+    def _rename(self, run: RunListing, new_name: str) -> None:
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.runs import check_run_name
+
+        try:
+            check_run_name(new_name)
+            target = run.path.parent / new_name
+            if target.exists():
+                raise FileExistsError(f"a run named '{new_name}' already exists")
+            run.path.rename(target)
+        except MiniGPTError as err:
+            self.app.call_from_thread(self.notify, str(err), title="rename refused", severity="error")
+            return
+        except FileExistsError as err:
+            self.app.call_from_thread(self.notify, str(err), title="rename refused", severity="error")
+            return
+        except OSError as err:
+            self.app.call_from_thread(self.notify, f"cannot rename {run.name}: {err.strerror or err}",
+                                      title="rename failed", severity="error")
+            return
+        self.app.call_from_thread(self._renamed, run, target)
+
+    def _renamed(self, run: RunListing, target: Path) -> None:
+        self.notify(f"{run.name} → {target.name}", title="renamed")
+        if self.opened is not None:
+            opened = Path(self.opened.inspection.path)
+            if opened == run.path or run.path in opened.parents:
+                self.open_path(target / opened.relative_to(run.path), loud=False)
+        self.rescan(select=target)
+
+    def action_delete(self) -> None:
+        from minigpt_tui.screens.confirm_delete import ConfirmDeleteScreen
+
+        run = self._run_under_cursor("delete")
+        if run is None or self._refuse_active(run, "delete"):
+            return
+        complete = sum(1 for c in run.checkpoints if c.complete)
+        details = [f"folder {run.path}", f"{complete} checkpoints, {human_bytes(run.disk_bytes)} on disk"]
+
+        def decided(delete: bool | None) -> None:
+            if delete:
+                self._delete(run)
+
+        self.app.push_screen(ConfirmDeleteScreen(f"run {run.name}", details), decided)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
+    def _delete(self, run: RunListing) -> None:
+        runs_dir = self.runs_dir
+        # Only a run folder directly inside the runs directory, holding a run's config, is deleted.
+        if run.path.parent.resolve() != runs_dir.resolve() or not (run.path / "config.json").is_file():
+            self.app.call_from_thread(self.notify, f"{run.path} is not a run folder of {runs_dir}",
+                                      title="delete refused", severity="error")
+            return
+        try:
+            shutil.rmtree(run.path)
+        except OSError as err:
+            self.app.call_from_thread(self.notify, f"cannot delete {run.name}: {err.strerror or err}",
+                                      title="delete failed", severity="error")
+            self.app.call_from_thread(self.rescan)
+            return
+        self.app.call_from_thread(self._deleted, run)
+
+    def _deleted(self, run: RunListing) -> None:
+        self.notify(f"{run.name} ({human_bytes(run.disk_bytes)} freed)", title="deleted")
+        if self.opened is not None:
+            opened = Path(self.opened.inspection.path)
+            if opened == run.path or run.path in opened.parents:
+                self._clear_panels()
+        self.rescan()
+
+    def _clear_panels(self) -> None:
+        self.opened = None
+        self._serial += 1
+        self.query_one("#ckpt-summary", Static).update(
+            Text("Choose a run or checkpoint on the left, or open a file with o.", style="dim"))
+        self.query_one(TensorTable).show_entries(())
+        self.query_one(TensorDetail).clear_detail()
+        self._show_aliases(())
+        self.query_one(StateView).show_state({})
+        self.query_one("#metadata-text", Static).update("")
+        self.query_one("#integrity-text", Static).update("")
+        self.query_one(TokenizerPanel).show_unavailable("No model file open.")

@@ -1,0 +1,73 @@
+"""A small dialog that asks for one line of text: a path to open, a run's new name, the
+checkpoint to compare with, where to save a trace. Optional choices are listed above the
+field; choosing one fills it in."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, OptionList
+from textual.widgets.option_list import Option
+
+
+class PathPromptScreen(ModalScreen[str | None]):
+    """Dismisses with the text entered (stripped, non-empty) or None when cancelled."""
+
+    DEFAULT_CSS = """
+    PathPromptScreen { align: center middle; }
+    PathPromptScreen #path-prompt {
+        width: 76; max-width: 100%; height: auto; max-height: 90%;
+        border: round $primary; background: $surface; padding: 0 1;
+    }
+    PathPromptScreen #path-prompt-choices { height: auto; max-height: 12; margin-bottom: 1; }
+    PathPromptScreen .dim { color: $text-muted; }
+    """
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, prompt: str, *, value: str = "", placeholder: str = "",
+                 choices: Sequence[tuple[str, str]] = ()) -> None:
+        """``choices`` are (label, value) pairs listed above the field."""
+        super().__init__()
+        self.title_text = title
+        self.prompt = prompt
+        self.value = value
+        self.placeholder = placeholder
+        self.choices = tuple(choices)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="path-prompt") as box:
+            box.border_title = self.title_text
+            box.border_subtitle = "enter accepts · escape cancels"
+            yield Label(self.prompt, classes="dim")
+            if self.choices:
+                yield OptionList(*(Option(label, id=str(index)) for index, (label, _value) in enumerate(self.choices)),
+                                 id="path-prompt-choices")
+            yield Input(value=self.value, placeholder=self.placeholder, id="path-prompt-input")
+
+    def on_mount(self) -> None:
+        field = self.query_one(Input)
+        field.cursor_blink = False
+        field.focus()
+        field.cursor_position = len(field.value)
+
+    @on(OptionList.OptionSelected)
+    def _chosen(self, event: OptionList.OptionSelected) -> None:
+        index = int(event.option.id or 0)
+        self.dismiss(self.choices[index][1])
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            self.notify("type something first, or press escape", severity="warning")
+            return
+        self.dismiss(text)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

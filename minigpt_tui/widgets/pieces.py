@@ -1,0 +1,55 @@
+"""How a token piece is drawn: visible whitespace, specials set apart, shared by every panel
+that shows pieces (prefix, candidates, merges, the tokenizer's try-it field)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+SPECIAL_PIECES = ("<bos>", "<eos>")
+# Whitespace inside a piece would vanish between cell borders; these marks keep it visible.
+WHITESPACE_MARKS = {" ": "·", "\n": "↵", "\t": "→", "\r": "␍"}
+
+
+def visible_piece(text: str) -> str:
+    """A piece label with spaces, newlines and tabs drawn as marks (``' the'`` -> ``'·the'``)."""
+    if text in SPECIAL_PIECES:
+        return text
+    return "".join(WHITESPACE_MARKS.get(ch, ch) for ch in text)
+
+
+def piece_text(text: str, *, style: str = "") -> Text:
+    """A piece as rich Text: specials dim italic, whitespace marks dim, the rest as given."""
+    if text in SPECIAL_PIECES:
+        return Text(text, style=f"italic {style}".strip() + " dim")
+    out = Text(style=style)
+    for ch in text:
+        mark = WHITESPACE_MARKS.get(ch)
+        if mark is None:
+            out.append(ch)
+        else:
+            out.append(mark, style="dim")
+    return out
+
+
+def piece_chips(pieces: list[tuple[int, str]], *, highlight_from: int | None = None,
+                marked: set[int] | None = None) -> Text:
+    """Pieces side by side between thin dim separators; positions from ``highlight_from``
+    on (the generated part) bold, positions in ``marked`` (forced choices) reversed.
+    Only bold, dim and reverse are used, so the chips read in light and dark themes."""
+    out = Text()
+    marked = marked or set()
+    for position, (_token_id, text) in enumerate(pieces):
+        generated = highlight_from is not None and position >= highlight_from
+        style = "bold reverse" if position in marked else ("bold" if generated else "")
+        out.append("▕" if position else "", style="dim")
+        out.append_text(piece_text(text, style=style))
+    return out
+
+
+def bar(fraction: float, width: int) -> str:
+    """A horizontal bar of ``width`` cells filled to ``fraction`` in eighths of a cell."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    partial = " ▏▎▍▌▋▊▉"[part] if part else ""
+    return ("█" * full + partial).ljust(width)

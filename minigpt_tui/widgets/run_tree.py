@@ -1,0 +1,140 @@
+"""The runs directory as a tree: each run with its disk use, each run's checkpoints with
+the reason they were saved and the best one marked.
+
+The listing is gathered on a worker thread (:func:`scan_runs`) and shown here as plain
+records, so walking a large runs directory never holds up the screen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Tree
+
+from minigpt_tui.widgets.tensor_table import human_bytes
+
+
+@dataclass(frozen=True)
+class CheckpointListing:
+    path: Path
+    step: int
+    complete: bool
+    reason: str | None
+    best: bool
+
+
+@dataclass(frozen=True)
+class RunListing:
+    name: str
+    path: Path
+    disk_bytes: int
+    checkpoints: tuple[CheckpointListing, ...]
+    preset: str | None = None
+
+
+@dataclass(frozen=True)
+class TreeTarget:
+    """What a tree node stands for: a run folder or one checkpoint folder."""
+
+    kind: str  # "run" | "checkpoint"
+    path: Path
+    run: RunListing
+
+
+def scan_runs(runs_dir: Path) -> tuple[RunListing, ...]:
+    """Every run in ``runs_dir`` with its checkpoints and disk use (worker thread)."""
+    from minigpt_tui.engine.checkpoint.directory import list_checkpoints
+    from minigpt_tui.engine.runs import disk_use, list_runs
+
+    listings = []
+    for run in list_runs(runs_dir):
+        infos = list_checkpoints(run.checkpoints, include_incomplete=True)
+        complete = [info for info in infos if info.complete]
+        best_step = complete[-1].best_step if complete else None
+        checkpoints = tuple(
+            CheckpointListing(info.path, info.step, info.complete, info.reason,
+                              best_step is not None and info.step == best_step)
+            for info in infos
+        )
+        try:
+            preset = str(run.read_json("config.json").get("preset"))
+        except (OSError, ValueError, AttributeError):
+            preset = None
+        try:
+            size = disk_use(run.path)
+        except OSError:
+            size = 0
+        listings.append(RunListing(run.name, run.path, size, checkpoints, preset))
+    return tuple(listings)
+
+
+def checkpoint_label(listing: CheckpointListing) -> Text:
+    label = Text(f"step {listing.step}")
+    if not listing.complete:
+        label.append("  incomplete", style="red")
+    elif listing.reason:
+        label.append(f"  {listing.reason}", style="dim")
+    if listing.best:
+        label.append("  ★ best", style="bold green")
+    return label
+
+
+def run_label(listing: RunListing) -> Text:
+    label = Text(listing.name, style="bold")
+    label.append(f"  {human_bytes(listing.disk_bytes)}", style="dim")
+    return label
+
+
+class RunTree(Tree[TreeTarget]):
+    DEFAULT_CSS = """
+    RunTree { height: 1fr; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("runs", **kwargs)
+        self.show_root = False
+        self.guide_depth = 2
+        self.listings: tuple[RunListing, ...] = ()
+
+    def show_runs(self, listings: tuple[RunListing, ...], select: Path | None = None) -> None:
+        """Rebuild the tree; the node for ``select`` (a run or checkpoint path) gets the cursor."""
+        expanded = {node.data.path for node in self.root.children
+                    if node.data is not None and node.data.kind == "run" and node.is_expanded}
+        self.listings = listings
+        self.clear()
+        target_line = None
+        for listing in listings:
+            run_node = self.root.add(run_label(listing), data=TreeTarget("run", listing.path, listing),
+                                     expand=listing.path in expanded or (select is not None and
+                                                                         listing.path in select.parents))
+            if select == listing.path:
+                target_line = run_node
+            if not listing.checkpoints:
+                run_node.add_leaf(Text("no checkpoints", style="dim italic"), data=None)
+            for checkpoint in reversed(listing.checkpoints):  # newest first
+                leaf = run_node.add_leaf(checkpoint_label(checkpoint),
+                                         data=TreeTarget("checkpoint", checkpoint.path, listing))
+                if select == checkpoint.path:
+                    target_line = leaf
+        if not listings:
+            self.root.add_leaf(Text("no runs yet: train one (t) or open a file (o)", style="dim italic"))
+        if target_line is not None:
+            self.call_after_refresh(self.move_cursor, target_line)
+        elif listings:
+            first = self.root.children[0]
+            self.call_after_refresh(self.move_cursor, first)
+
+    def run_for(self, path: Path) -> RunListing | None:
+        """The run that holds ``path`` (the run folder itself or anything inside it)."""
+        for listing in self.listings:
+            if path == listing.path or listing.path in path.parents:
+                return listing
+        return None
+
+    @property
+    def highlighted_target(self) -> TreeTarget | None:
+        node = self.cursor_node
+        return node.data if node is not None else None

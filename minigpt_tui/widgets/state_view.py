@@ -1,0 +1,99 @@
+"""State records grouped by meaning, as a tree: one branch per group with a line saying what
+the group is for, its records beneath (nested records as sub-branches)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Tree
+
+# In reading order: what the model is, then everything that decides the next update.
+GROUP_MEANINGS: tuple[tuple[str, str], ...] = (
+    ("identities", "SHA-256 identities that tie the files together: model, tokenizer, config, corpus"),
+    ("composition", "how the model is assembled: token-table encoder, decoder backbone, head tied to the table"),
+    ("model_config", "the model's normalized settings (family, width, heads, layers, context…)"),
+    ("constants", "numerical settings whose exact bits matter, also stored as the F64 'constants' tensor"),
+    ("tokenizer", "the byte-level BPE tokenizer saved with the model (merges in 'tokenizer.merges')"),
+    ("special_ids", "ids with fixed meaning: BOS, EOS, where the 256 bytes and the merges start"),
+    ("parameters", "learned tensors and scalars (the tied table counted once) and their dtype"),
+    ("provenance", "where the weights came from: run and update"),
+    ("schedule", "learning-rate schedule and how far along it the run is"),
+    ("optimizer", "AdamW: per-parameter moments (exp_avg, exp_avg_sq) and step; hyperparameters per group"),
+    ("data_progress", "where the data stream stands: order, cursor and epoch, or the sampler; the next batch"),
+    ("randomness", "seeds and generator states: dropout seed and counter, monitoring-sampling generator"),
+    ("loss_scaling", "the loss scaler: current scale, bounds, growth and backoff, finite updates since growth"),
+    ("accumulation", "batch size, microbatches per update and microbatches pending (0 at a boundary)"),
+    ("update_policy", "gradient clipping and activation recomputation"),
+    ("evaluation", "the evaluation curve so far and the best validation step"),
+    ("envelope", "the environment the state was saved in; exact resume refuses a different one"),
+    ("continuation", "whether this history may still promise bit-for-bit continuation, and why not"),
+)
+MEANINGS = dict(GROUP_MEANINGS)
+MAX_VALUE_CHARACTERS = 160
+MAX_LIST_ITEMS = 12
+
+
+def short_value(value: Any) -> str:
+    if isinstance(value, list) and len(value) > MAX_LIST_ITEMS:
+        head = ", ".join(short_value(v) for v in value[:MAX_LIST_ITEMS])
+        text = f"[{head}, … {len(value) - MAX_LIST_ITEMS} more] ({len(value)} items)"
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = repr(value) if not isinstance(value, (list, dict)) else _compact(value)
+    if len(text) > MAX_VALUE_CHARACTERS:
+        text = text[: MAX_VALUE_CHARACTERS - 1] + "…"
+    return text
+
+
+def _compact(value: Any) -> str:
+    import json
+
+    try:
+        return json.dumps(value, separators=(", ", ": "))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def ordered_groups(state: dict[str, dict[str, Any]]) -> list[str]:
+    known = [name for name, _ in GROUP_MEANINGS if name in state]
+    return known + sorted(name for name in state if name not in MEANINGS)
+
+
+class StateView(Tree[None]):
+    DEFAULT_CSS = """
+    StateView { height: 1fr; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("state records", **kwargs)
+        self.show_root = False
+        self.guide_depth = 2
+
+    def show_state(self, state: dict[str, dict[str, Any]]) -> None:
+        self.clear()
+        if not state:
+            self.root.add_leaf(Text("this file holds no state records (only tensors)", style="dim italic"))
+            return
+        for group in ordered_groups(state):
+            label = Text(group, style="bold")
+            meaning = MEANINGS.get(group)
+            if meaning:
+                label.append(f" — {meaning}", style="dim")
+            node = self.root.add(label, expand=True)
+            self._add_records(node, state[group])
+
+    def _add_records(self, node: Any, records: Any) -> None:
+        if not isinstance(records, dict):
+            node.add_leaf(Text(short_value(records)))
+            return
+        if not records:
+            node.add_leaf(Text("(none)", style="dim italic"))
+        for key, value in records.items():
+            if isinstance(value, dict) and value:
+                self._add_records(node.add(Text(str(key), style="bold"), expand=True), value)
+            else:
+                line = Text(f"{key}: ", style="bold")
+                line.append(short_value(value) if value is not None else "–")
+                node.add_leaf(line)

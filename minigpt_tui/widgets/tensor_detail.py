@@ -1,0 +1,109 @@
+"""One tensor in detail: its header record at once, its statistics and histogram once the
+worker that reads its bytes has finished."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from minigpt_tui.widgets.pieces import bar
+from minigpt_tui.widgets.tensor_table import human_bytes, shape_text
+
+HISTOGRAM_WIDTH = 30
+
+
+def number(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        return f"{value:.6g}"
+    return str(value)
+
+
+def entry_table(entry: Any, path: str) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    table.add_row("name", entry.name)
+    table.add_row("file", f"{entry.file}  ({path})")
+    table.add_row("dtype", entry.dtype)
+    table.add_row("shape", shape_text(entry.shape))
+    table.add_row("elements", f"{entry.elements:,}")
+    table.add_row("bytes", f"{entry.bytes:,} ({human_bytes(entry.bytes)})")
+    table.add_row("offsets", f"{entry.begin:,} – {entry.end:,} within the data section")
+    table.add_row("group", entry.group)
+    return table
+
+
+def statistics_table(stats: dict[str, Any]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for key, label in (("min", "min"), ("max", "max"), ("mean", "mean"), ("std", "std (population)"),
+                       ("zero_fraction", "zero fraction"), ("nan", "NaN count"), ("inf", "±inf count"),
+                       ("bytes_read", "bytes read")):
+        table.add_row(label, number(stats.get(key)))
+    return table
+
+
+def histogram_table(stats: dict[str, Any], width: int = HISTOGRAM_WIDTH) -> Table | Text:
+    histogram = stats.get("histogram") or {}
+    edges, counts = histogram.get("edges") or [], histogram.get("counts") or []
+    if not counts:
+        return Text("no finite values: no histogram", style="dim")
+    top = max(counts) or 1
+    table = Table.grid(padding=(0, 1))
+    table.add_column(justify="right", no_wrap=True, style="dim")
+    table.add_column(no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    for index, count in enumerate(counts):
+        low = edges[index] if index < len(edges) else None
+        high = edges[index + 1] if index + 1 < len(edges) else None
+        span = f"{number(low)} … {number(high)}"
+        table.add_row(span, Text(bar(count / top, width), style="bold"), f"{count:,}")
+    return table
+
+
+class TensorDetail(VerticalScroll):
+    """The Detail panel: nothing chosen, an entry with statistics pending, done, or failed."""
+
+    DEFAULT_CSS = """
+    TensorDetail { height: 1fr; padding: 0 1; }
+    TensorDetail > Static { height: auto; }
+    """
+
+    def compose(self) -> Any:
+        yield Static(Text("Choose a tensor in Tensors (enter) to see its statistics and histogram.",
+                          style="dim"), id="detail-record")
+        yield Static("", id="detail-stats")
+
+    def show_pending(self, entry: Any, path: str) -> None:
+        self.query_one("#detail-record", Static).update(entry_table(entry, path))
+        self.query_one("#detail-stats", Static).update(
+            Text(f"\nreading {human_bytes(entry.bytes)} on a worker thread…", style="dim italic"))
+
+    def show_statistics(self, entry: Any, path: str, stats: dict[str, Any]) -> None:
+        from rich.console import Group
+
+        self.query_one("#detail-record", Static).update(entry_table(entry, path))
+        heading = Text("\nstatistics", style="bold underline")
+        histogram = Text(f"\nhistogram ({len((stats.get('histogram') or {}).get('counts') or [])} bins "
+                         "of equal width between min and max)", style="bold underline")
+        self.query_one("#detail-stats", Static).update(
+            Group(heading, statistics_table(stats), histogram, histogram_table(stats)))
+
+    def show_failure(self, entry: Any, path: str, reason: str) -> None:
+        self.query_one("#detail-record", Static).update(entry_table(entry, path))
+        self.query_one("#detail-stats", Static).update(Text(f"\nstatistics unavailable: {reason}", style="red"))
+
+    def clear_detail(self) -> None:
+        self.query_one("#detail-record", Static).update(
+            Text("Choose a tensor in Tensors (enter) to see its statistics and histogram.", style="dim"))
+        self.query_one("#detail-stats", Static).update("")

@@ -1,0 +1,213 @@
+"""The tensor entries of an inspected file or checkpoint: one row per entry of a header.
+
+Rows come from header records alone (name, dtype, shape, elements, bytes, data offsets),
+so a file of any size fills the table at once. The table sorts by any column (click a
+header, or ``s`` cycles the column and ``S`` reverses) and filters by a substring of the
+name, dtype, group or file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import DataTable
+
+# (header label, sort key of an entry record)
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("name", "name"),
+    ("dtype", "dtype"),
+    ("shape", "shape"),
+    ("elements", "elements"),
+    ("bytes", "bytes"),
+    ("offsets", "begin"),
+    ("group", "group"),
+    ("file", "file"),
+)
+SORTABLE = tuple(key for _label, key in COLUMNS)
+# Optimizer entry names run past 50 characters; a capped name column keeps the numbers in
+# view (the Detail panel shows the whole name).
+NAME_WIDTH_WIDE = 44
+NAME_WIDTH_NARROW = 28
+WIDE_TABLE = 90
+
+
+def human_bytes(count: int) -> str:
+    """1234 -> '1.2 kB'; exact below 1000."""
+    if count < 1000:
+        return f"{count} B"
+    value = float(count)
+    for unit in ("kB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 1000 or unit == "TB":
+            return f"{value:.1f} {unit}"
+    return f"{count} B"
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]" if shape else "[] (scalar)"
+
+
+def middle_truncate(text: str, width: int | None) -> str:
+    """``text`` cut in the middle to ``width`` cells, keeping both ends (the end of an
+    optimizer entry's name says which moment it is)."""
+    if width is None or len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + text[len(text) - tail:]
+
+
+@dataclass(frozen=True)
+class TensorOrder:
+    column: str = "begin"
+    reverse: bool = False
+
+
+class TensorTable(DataTable):
+    """Entry records (``EntryRecord`` duck type) with sorting and a substring filter."""
+
+    DEFAULT_CSS = """
+    TensorTable { height: 1fr; }
+    """
+
+    BINDINGS = [
+        Binding("s", "cycle_sort", "Sort", show=False),
+        Binding("S", "reverse_sort", "Reverse", show=False),
+    ]
+
+    class EntryChosen(Message):
+        """An entry was chosen (enter or double click): show its detail."""
+
+        def __init__(self, table: "TensorTable", entry: Any) -> None:
+            super().__init__()
+            self.table = table
+            self.entry = entry
+
+        @property
+        def control(self) -> "TensorTable":
+            return self.table
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.entries: tuple[Any, ...] = ()
+        self.filter_text = ""
+        self.order = TensorOrder()
+        self.shown: list[Any] = []
+        self._show_file = False
+        self._name_width: int | None = None
+
+    def on_mount(self) -> None:
+        self._columns_for(False)
+
+    def _name_cap(self) -> int:
+        return NAME_WIDTH_WIDE if self.size.width >= WIDE_TABLE else NAME_WIDTH_NARROW
+
+    def _columns_for(self, show_file: bool) -> None:
+        self.clear(columns=True)
+        self._show_file = show_file
+        longest = max((len(e.name) for e in self.entries), default=4)
+        self._name_width = min(longest, self._name_cap()) if longest > self._name_cap() else None
+        for label, key in COLUMNS:
+            if key == "file" and not show_file:
+                continue
+            self.add_column(label, key=key, width=self._name_width if key == "name" else None)
+
+    def on_resize(self) -> None:
+        longest = max((len(e.name) for e in self.entries), default=4)
+        wanted = min(longest, self._name_cap()) if longest > self._name_cap() else None
+        if wanted != self._name_width:
+            self._columns_for(self._show_file)
+            self._rebuild()
+
+    # -- content -------------------------------------------------------------------------
+    def show_entries(self, entries: Sequence[Any]) -> None:
+        """Replace the entries (a new file or checkpoint); the filter and order stay."""
+        self.entries = tuple(entries)
+        files = {e.file for e in self.entries}
+        self._columns_for(len(files) > 1)
+        self._rebuild()
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text.strip()
+        self._rebuild()
+
+    def sort_by(self, column: str, reverse: bool | None = None) -> None:
+        if column not in SORTABLE:
+            raise ValueError(f"cannot sort by {column}")
+        if reverse is None:
+            reverse = not self.order.reverse if self.order.column == column else False
+        self.order = TensorOrder(column, reverse)
+        self._rebuild()
+
+    def matches(self, entry: Any) -> bool:
+        if not self.filter_text:
+            return True
+        needle = self.filter_text.lower()
+        return any(needle in str(value).lower() for value in (entry.name, entry.dtype, entry.group, entry.file))
+
+    def _sort_key(self, entry: Any) -> Any:
+        column = self.order.column
+        if column == "shape":
+            return (len(entry.shape), tuple(entry.shape))
+        if column == "begin":
+            return (entry.file, entry.begin)
+        return getattr(entry, column)
+
+    def _rebuild(self) -> None:
+        shown = [e for e in self.entries if self.matches(e)]
+        shown.sort(key=self._sort_key, reverse=self.order.reverse)
+        self.shown = shown
+        self.clear()
+        for index, entry in enumerate(shown):
+            cells: list[Any] = [
+                middle_truncate(entry.name, self._name_width),
+                entry.dtype,
+                shape_text(entry.shape),
+                Text(f"{entry.elements:,}", justify="right"),
+                Text(f"{entry.bytes:,}", justify="right"),
+                Text(f"{entry.begin:,}–{entry.end:,}", justify="right"),
+                Text(entry.group, style="dim"),
+            ]
+            if self._show_file:
+                cells.append(Text(entry.file, style="dim"))
+            self.add_row(*cells, key=f"{index}")
+        self._label_columns()
+
+    def _label_columns(self) -> None:
+        arrow = " ▼" if self.order.reverse else " ▲"
+        for label, key in COLUMNS:
+            column = self.columns.get(key)  # type: ignore[call-overload]
+            if column is not None:
+                column.label = Text(label + (arrow if key == self.order.column else ""))
+        self.refresh()
+
+    # -- reading the cursor ----------------------------------------------------------------
+    @property
+    def highlighted_entry(self) -> Any | None:
+        if not self.shown or self.cursor_row < 0 or self.cursor_row >= len(self.shown):
+            return None
+        return self.shown[self.cursor_row]
+
+    # -- interaction -----------------------------------------------------------------------
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        event.stop()
+        self.sort_by(str(event.column_key.value))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        entry = self.highlighted_entry
+        if entry is not None:
+            self.post_message(self.EntryChosen(self, entry))
+
+    def action_cycle_sort(self) -> None:
+        visible = [key for _label, key in COLUMNS if key != "file" or self._show_file]
+        index = visible.index(self.order.column) if self.order.column in visible else -1
+        self.sort_by(visible[(index + 1) % len(visible)], reverse=False)
+
+    def action_reverse_sort(self) -> None:
+        self.sort_by(self.order.column, reverse=not self.order.reverse)

@@ -1,0 +1,466 @@
+"""The Checkpoints screen on real checkpoints: runs tree, every panel, opening foreign and
+large files by path, statistics off the UI thread, rename and delete, the actions that hand
+a checkpoint to the other screens, and every error path (one-line notification, the app
+keeps running, nothing on disk changes)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import pytest
+from textual.widgets import Button, Input, Static, TabbedContent
+
+from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints, inspect_path, tensor_statistics
+from minigpt_tui.engine.tokenizer import BOS
+from minigpt_tui.screens.checkpoints import CheckpointsScreen
+from minigpt_tui.screens.confirm_delete import ConfirmDeleteScreen
+from minigpt_tui.screens.path_prompt import PathPromptScreen
+from minigpt_tui.screens.resume_preflight import ResumePreflightScreen, preflight
+from minigpt_tui.widgets.run_tree import RunTree
+from minigpt_tui.widgets.state_view import StateView
+from minigpt_tui.widgets.tensor_detail import TensorDetail
+from minigpt_tui.widgets.tensor_table import TensorTable, middle_truncate
+from minigpt_tui.widgets.tokenizer_panel import TokenizerPanel
+from tests.app_support import (
+    build_saved_runs,
+    make_app,
+    plain,
+    settle,
+    static_text,
+    tree_snapshot,
+    write_sparse_large_file,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    return build_saved_runs(tmp_path_factory.mktemp("checkpoints-app"))
+
+
+@pytest.fixture
+def runs(saved, tmp_path):
+    return saved.copy_to(tmp_path)
+
+
+def record_notifications(app) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    original = app.notify
+
+    def notify(message, *, title="", severity="information", timeout=None, markup=True):
+        seen.append((str(message), str(severity)))
+        if timeout is None:
+            return original(message, title=title, severity=severity, markup=markup)
+        return original(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    app.notify = notify
+    return seen
+
+
+async def open_checkpoints(pilot) -> CheckpointsScreen:
+    await pilot.press("c")
+    await settle(pilot)
+    screen = pilot.app.screen
+    assert isinstance(screen, CheckpointsScreen)
+    return screen
+
+
+async def open_by_path(pilot, path: Path) -> None:
+    await pilot.press("o")
+    await pilot.pause()
+    assert isinstance(pilot.app.screen, PathPromptScreen)
+    pilot.app.screen.query_one(Input).value = str(path)
+    await pilot.press("enter")
+    await settle(pilot)
+
+
+async def test_tree_lists_runs_with_disk_use_and_opens_the_latest_checkpoint(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_checkpoints(pilot)
+        tree = screen.query_one(RunTree)
+        names = [listing.name for listing in tree.listings]
+        assert names == ["tiny-a", "tiny-empty"]
+        tiny = tree.listings[0]
+        assert [c.step for c in tiny.checkpoints] == [2, 4]
+        assert tiny.disk_bytes == sum(f.stat().st_size for f in (runs / "tiny-a").rglob("*") if f.is_file())
+        assert "tiny-a" in str(tree.root.children[0].label) and "kB" in str(tree.root.children[0].label)
+        # The cursor starts on the first run, which opens as its latest checkpoint.
+        assert screen.opened is not None
+        assert screen.opened.inspection.path == runs / "tiny-a" / "checkpoints" / "step-000004"
+        summary = static_text(screen, "#ckpt-summary")
+        assert "tiny-a/checkpoints/step-000004" in summary and "checkpoint folder" in summary
+        # Choosing the older checkpoint in the tree opens it.
+        run_node = tree.root.children[0]
+        run_node.expand()
+        await pilot.pause()
+        older = next(n for n in run_node.children if n.data and n.data.path.name == "step-000002")
+        tree.select_node(older)
+        await settle(pilot)
+        assert screen.opened.inspection.path.name == "step-000002"
+
+
+async def test_tensor_entries_sort_and_filter(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_checkpoints(pilot)
+        table = screen.query_one(TensorTable)
+        inspection = inspect_path(runs / "tiny-a")
+        assert len(table.shown) == len(inspection.entries) == table.row_count
+        first = table.shown[0]
+        assert (first.file, first.begin) == ("model.safetensors", 0)
+        table.focus()
+        await pilot.press("s")  # offsets -> group
+        assert table.order.column == "group"
+        table.sort_by("bytes", reverse=True)
+        assert [e.bytes for e in table.shown] == sorted((e.bytes for e in inspection.entries), reverse=True)
+        table.sort_by("name")
+        assert [e.name for e in table.shown] == sorted(e.name for e in inspection.entries)
+        await pilot.press("slash")
+        assert screen.query_one("#tensor-filter", Input).has_focus
+        await pilot.press(*"exp_avg_sq")
+        await pilot.pause()
+        assert table.shown and all("exp_avg_sq" in e.name for e in table.shown)
+        assert len(table.shown) == 29  # one second moment per learned tensor
+        await pilot.press("escape")
+        await pilot.pause()
+        assert len(table.shown) == len(inspection.entries)
+        assert screen.query_one("#tensor-filter", Input).value == ""
+
+
+def test_long_names_are_cut_in_the_middle():
+    name = "optimizer.state.blocks.0.ffn.down_proj.weight.exp_avg_sq"
+    cut = middle_truncate(name, 28)
+    assert len(cut) == 28 and cut.startswith("optimizer.st") and cut.endswith("weight.exp_avg_sq"[-14:])
+    assert middle_truncate("short", 28) == "short"
+
+
+async def test_statistics_are_computed_on_a_worker_thread_and_match_the_engine(runs, monkeypatch):
+    import minigpt_tui.engine.checkpoint.inspect as inspect_module
+
+    threads: list[threading.Thread] = []
+    original = inspect_module.tensor_statistics
+
+    def spy(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(inspect_module, "tensor_statistics", spy)
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_checkpoints(pilot)
+        table = screen.query_one(TensorTable)
+        row = next(i for i, e in enumerate(table.shown) if e.name == "token_embedding.weight")
+        table.focus()
+        table.move_cursor(row=row)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert screen.query_one(TabbedContent).active == "detail"
+        assert threads and all(t is not threading.main_thread() for t in threads)
+        expected = tensor_statistics(runs / "tiny-a" / "checkpoints" / "step-000004",
+                                     "model.safetensors:token_embedding.weight", 20)
+        text = static_text(screen, "#detail-stats")
+        assert f"{expected['max']:.6g}" in text and f"{expected['std']:.6g}" in text
+        assert f"{max(expected['histogram']['counts']):,}" in text
+        record = static_text(screen, "#detail-record")
+        assert "[266, 4]" in record and "8,512" in record
+
+
+async def test_alias_state_metadata_and_integrity_panels(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_checkpoints(pilot)
+        aliases = static_text(screen, "#aliases-text")
+        assert "head.weight" in aliases and "token_embedding.weight" in aliases and "transpose" in aliases
+        state = screen.query_one(StateView)
+        groups = [str(node.label).split(" — ")[0] for node in state.root.children]
+        for group in ("identities", "schedule", "optimizer", "data_progress", "randomness", "loss_scaling",
+                      "envelope", "continuation"):
+            assert group in groups
+        assert groups.index("schedule") < groups.index("optimizer")  # grouped in reading order
+        metadata = static_text(screen, "#metadata-text")
+        assert "model.safetensors" in metadata and "training.safetensors" in metadata
+        assert '"minigpt-tui/portable-model"' in metadata  # raw JSON string as stored
+        integrity = static_text(screen, "#integrity-text")
+        assert "every check passed" in integrity and "not checked yet" in integrity
+        await pilot.press("v")
+        await settle(pilot)
+        integrity = static_text(screen, "#integrity-text")
+        assert "checked against every file" in integrity and integrity.count("matches") >= 4
+
+
+async def test_verify_reports_a_changed_file_and_changes_nothing(runs):
+    folder = runs / "tiny-a" / "checkpoints" / "step-000004"
+    data = bytearray((folder / "training.safetensors").read_bytes())
+    data[-1] ^= 1
+    (folder / "training.safetensors").write_bytes(bytes(data))
+    before = tree_snapshot(runs)
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        seen = record_notifications(app)
+        screen = await open_checkpoints(pilot)
+        await pilot.press("v")
+        await settle(pilot)
+        assert "DIFFERS" in static_text(screen, "#integrity-text")
+        assert any("SHA-256 does not match" in m and s == "error" for m, s in seen)
+        assert app.is_running
+    assert tree_snapshot(runs) == before
+
+
+async def test_tokenizer_panel_lists_merges_and_splits_typed_text(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_checkpoints(pilot)
+        await pilot.press("7")
+        await settle(pilot)
+        panel = screen.query_one(TokenizerPanel)
+        assert panel.tokenizer is not None
+        tokenizer = panel.tokenizer
+        assert len(tokenizer.merges) == 8
+        assert tokenizer.identity == inspect_path(runs / "tiny-a").state["identities"]["tokenizer"]
+        merges_table = panel.query_one("#tokenizer-merges")
+        assert merges_table.row_count == 8
+        field = panel.query_one("#tokenizer-try", Input)
+        field.focus()
+        await pilot.press(*"the cat")
+        await pilot.pause()
+        expected = tokenizer.encode("the cat", bos=False, eos=False)
+        assert [i for i, _ in panel.pieces_of("the cat")] == expected
+        shown = static_text(panel, "#tokenizer-pieces")
+        assert " ".join(str(i) for i in expected) in shown
+        assert BOS not in expected
+
+
+async def test_opening_a_foreign_file_and_a_large_file_by_path(runs):
+    files = runs.parent / "files"
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_checkpoints(pilot)
+        await open_by_path(pilot, files / "foreign.safetensors")
+        inspection = screen.opened.inspection
+        assert inspection.kind == "safetensors"
+        table = screen.query_one(TensorTable)
+        assert sorted(e.name for e in table.shown) == ["encoder.bias", "encoder.weight"]
+        assert "not made by minigpt-tui" in static_text(screen, "#ckpt-summary")
+        assert "another tool" in static_text(screen, "#metadata-text")
+        assert "has no manifest" in static_text(screen, "#integrity-text")
+        await settle(pilot)
+        assert screen.query_one(TokenizerPanel).tokenizer is None
+        # Statistics of a foreign tensor.
+        row = next(i for i, e in enumerate(table.shown) if e.name == "encoder.weight")
+        table.focus()
+        table.move_cursor(row=row)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert re.search(r"\nmax\s+11\s", static_text(screen, "#detail-stats"))  # of arange(12)
+        # A 1 GiB file opens from its header alone (the file is sparse: its data was never written).
+        declared = write_sparse_large_file(files / "big.safetensors")
+        await open_by_path(pilot, files / "big.safetensors")
+        assert screen.opened.inspection.entries[0].bytes == declared
+        assert screen.query_one(TensorTable).shown[0].shape == (16384, 16384)
+
+
+async def test_malformed_and_missing_paths_are_notified_and_change_nothing(runs):
+    files = runs.parent / "files"
+    before = tree_snapshot(runs.parent)
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        seen = record_notifications(app)
+        screen = await open_checkpoints(pilot)
+        opened = screen.opened
+        for path in (files / "garbage.safetensors", files / "truncated.safetensors", files / "nowhere.safetensors",
+                     runs / "tiny-empty"):
+            seen.clear()
+            await open_by_path(pilot, path)
+            errors = [m for m, s in seen if s == "error"]
+            assert len(errors) == 1 and "\n" not in errors[0] and "Traceback" not in errors[0], path
+            assert screen.opened is opened  # the panels still show what was open
+        assert app.is_running
+    assert tree_snapshot(runs.parent) == before
+
+
+async def test_rename_a_run_and_refuse_invalid_or_taken_names(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        seen = record_notifications(app)
+        screen = await open_checkpoints(pilot)
+        tree = screen.query_one(RunTree)
+        tree.focus()
+        for bad in ("bad name!", "tiny-empty"):
+            seen.clear()
+            await pilot.press("e")
+            await pilot.pause()
+            prompt = app.screen
+            assert isinstance(prompt, PathPromptScreen) and prompt.query_one(Input).value == "tiny-a"
+            prompt.query_one(Input).value = bad
+            await pilot.press("enter")
+            await settle(pilot)
+            assert any(s == "error" for _, s in seen), bad
+            assert (runs / "tiny-a").is_dir()
+        await pilot.press("e")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "renamed"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert (runs / "renamed" / "checkpoints" / "step-000004").is_dir() and not (runs / "tiny-a").exists()
+        assert [listing.name for listing in tree.listings] == ["renamed", "tiny-empty"]
+        assert screen.opened.inspection.path == runs / "renamed" / "checkpoints" / "step-000004"
+
+
+async def test_delete_a_run_only_after_confirmation(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_checkpoints(pilot)
+        tree = screen.query_one(RunTree)
+        tree.focus()
+        await pilot.press("d")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, ConfirmDeleteScreen)
+        assert any("kB on disk" in str(label.render()) for label in dialog.query("Label"))
+        await pilot.press("escape")  # keep
+        await settle(pilot)
+        assert (runs / "tiny-a").is_dir()
+        await pilot.press("d")
+        await pilot.pause()
+        await pilot.click("#delete")
+        await settle(pilot)
+        assert not (runs / "tiny-a").exists() and (runs / "tiny-empty").is_dir()
+        assert [listing.name for listing in tree.listings] == ["tiny-empty"]
+        assert screen.opened is None
+
+
+async def test_generate_with_this_model_opens_the_generation_screen_with_it_loaded(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_checkpoints(pilot)
+        await pilot.press("p")
+        await settle(pilot, rounds=6)
+        generation = app.screen
+        assert type(generation).__name__ == "GenerationScreen"
+        model_file = runs / "tiny-a" / "checkpoints" / "step-000004" / "model.safetensors"
+        assert generation.query_one("#model", Input).value == str(model_file)
+        assert generation.view is not None and generation.view.model_label == str(model_file)
+        # A foreign file cannot generate: the screen says why and stays.
+        app.switch_mode("checkpoints")
+        await pilot.pause()
+        seen = record_notifications(app)
+        await open_by_path(pilot, runs.parent / "files" / "foreign.safetensors")
+        await pilot.press("p")
+        await pilot.pause()
+        assert app.screen is screen
+        assert any("needs a minigpt-tui model" in m for m, _ in seen)
+
+
+def test_preflight_lists_what_resume_restores_and_a_warm_start_resets(saved):
+    folder = saved.root / "runs" / "tiny-a" / "checkpoints" / "step-000002"
+    inspection = inspect_path(folder)
+    check = preflight("tiny-a/step-2", inspection.kind, inspection.state, inspection.integrity)
+    assert check.can_resume and check.step == 2 and check.steps == 4
+    restored = "\n".join(check.restored)
+    for what in ("weights: 29 tensors, 1,572 scalars", "optimizer: AdamW", "schedule: cosine at update 2 of 4",
+                 "data position: order [2, 0, 1]", "random streams", "loss scaling: scale 8.0"):
+        assert what in restored, what
+    reset = "\n".join(check.reset_by_weights_only)
+    assert "optimizer moments" in reset and "restarts at update 1" in reset and "loss scale" in reset
+    finished = inspect_path(folder.parent / "step-000004")
+    done = preflight("tiny-a/step-4", finished.kind, finished.state, finished.integrity)
+    assert not done.can_resume and "completed its schedule" in done.blockers[0]
+    single = inspect_path(folder / "model.safetensors")
+    assert not preflight("m", single.kind, single.state, None).can_resume
+
+
+async def test_resume_shows_the_preflight_and_hands_the_checkpoint_to_training(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_checkpoints(pilot)
+        # The finished checkpoint (4 of 4) cannot be resumed: the button is disabled.
+        await pilot.press("r")
+        await pilot.pause()
+        assert isinstance(app.screen, ResumePreflightScreen)
+        assert app.screen.query_one("#resume", Button).disabled
+        await pilot.press("escape")
+        await pilot.pause()
+        folder = runs / "tiny-a" / "checkpoints" / "step-000002"
+        screen.open_path(folder)
+        await settle(pilot)
+        handed: list[Path] = []
+        app.action_show_screen("training")
+        await pilot.pause()
+        training = app.training_screen
+        assert hasattr(training, "resume_from_checkpoint"), "the Training screen has no resume entry point"
+        training.resume_from_checkpoint = handed.append  # observe the hand-off only
+        app.switch_mode("checkpoints")
+        await pilot.pause()
+        await pilot.press("r")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, ResumePreflightScreen)
+        text = plain(dialog.query_one(Static).content)
+        assert "Resuming restores" in text and "weights-only start" in text and "update 2 of 4" in text
+        await pilot.click("#resume")
+        await settle(pilot)
+        assert handed == [folder]
+        assert app.screen is training
+
+
+async def test_compare_with_another_checkpoint(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        seen = record_notifications(app)
+        screen = await open_checkpoints(pilot)
+        await pilot.press("m")
+        await pilot.pause()
+        prompt = app.screen
+        assert isinstance(prompt, PathPromptScreen)
+        assert [label for label, _ in prompt.choices] == ["tiny-a  step 2"]
+        await pilot.press("tab")  # the field -> nothing; choose from the list instead
+        prompt.query_one("#path-prompt-choices").focus()
+        await pilot.press("enter")
+        await settle(pilot)
+        expected = compare_checkpoints(runs / "tiny-a" / "checkpoints" / "step-000004",
+                                       runs / "tiny-a" / "checkpoints" / "step-000002")
+        text = static_text(screen, "#compare-text")
+        differing = sum(1 for t in expected["tensors"] if t["status"] != "same")
+        assert f"{differing} tensors differ" in text and "token_embedding.weight" in text
+        assert "schedule" in text
+        # An unreadable other side is an error notification.
+        await pilot.press("m")
+        await pilot.pause()
+        app.screen.query_one(Input).value = str(runs.parent / "files" / "garbage.safetensors")
+        await pilot.press("enter")
+        await settle(pilot)
+        assert any(s == "error" for _, s in seen)
+        assert app.is_running
+
+
+async def test_help_explains_the_checkpoints_screen(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await open_checkpoints(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        help_text = app.screen.markdown
+        for record in ("offsets", "Aliases", "Integrity", "Tokenizer", "Compare", "weights-only"):
+            assert record in help_text
+
+
+def test_screens_and_widgets_do_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import minigpt_tui.screens.checkpoints, minigpt_tui.screens.generation\n"
+            "import minigpt_tui.screens.resume_preflight, minigpt_tui.screens.path_prompt\n"
+            "print('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -1,0 +1,357 @@
+"""The Generation screen on a real model: loading by path and RUN:latest, stepping, running,
+going back, resetting, forcing, sampling, attention, saving the trace, every forward pass
+off the UI thread, and every error path (one-line notification, the app keeps running,
+nothing on disk changes)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from textual.widgets import Input, Select, Static
+
+from minigpt_tui.engine.checkpoint.portable import load_portable_model
+from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
+from minigpt_tui.engine.tokenizer import BOS
+from minigpt_tui.screens.generation import GenerationScreen, parse_settings
+from minigpt_tui.screens.path_prompt import PathPromptScreen
+from minigpt_tui.widgets.attention_view import AttentionView
+from minigpt_tui.widgets.candidate_table import CandidateTable
+from minigpt_tui.widgets.decision_list import DecisionList
+from tests.app_support import build_saved_runs, make_app, settle, static_text, tree_snapshot
+
+pytestmark = pytest.mark.anyio
+PROMPT = "ab"
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    return build_saved_runs(tmp_path_factory.mktemp("generation-app"))
+
+
+@pytest.fixture
+def runs(saved, tmp_path):
+    return saved.copy_to(tmp_path)
+
+
+def model_file(runs: Path, step: int = 4) -> Path:
+    return runs / "tiny-a" / "checkpoints" / f"step-{step:06d}" / "model.safetensors"
+
+
+def engine_stepper(runs: Path, rule: GenerationRule, prompt: str = PROMPT) -> DecisionStepper:
+    return DecisionStepper.from_portable(load_portable_model(model_file(runs)), prompt, rule)
+
+
+def record_notifications(app) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    original = app.notify
+
+    def notify(message, *, title="", severity="information", timeout=None, markup=True):
+        seen.append((str(message), str(severity)))
+        if timeout is None:
+            return original(message, title=title, severity=severity, markup=markup)
+        return original(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    app.notify = notify
+    return seen
+
+
+async def open_generation(pilot, *, model: str | None = "tiny-a:latest", prompt: str = PROMPT) -> GenerationScreen:
+    await pilot.press("g")
+    await settle(pilot)
+    screen = pilot.app.screen
+    assert isinstance(screen, GenerationScreen)
+    screen.query_one("#prompt", Input).value = prompt
+    if model is not None:
+        field = screen.query_one("#model", Input)
+        field.value = model
+        field.focus()
+        await pilot.press("enter")
+        await settle(pilot)
+    return screen
+
+
+async def keys(pilot, *pressed: str) -> None:
+    for key in pressed:
+        await pilot.press(key)
+        await settle(pilot, rounds=2)
+
+
+def chosen_ids(screen: GenerationScreen) -> list[int]:
+    return [d.chosen.id for d in screen.view.decisions]
+
+
+async def test_the_model_field_is_filled_with_the_newest_run_and_loads_on_enter(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_generation(pilot, model=None)
+        assert screen.query_one("#model", Input).value == "tiny-a:latest"
+        assert screen.view is None
+        screen.query_one("#model", Input).focus()
+        await pilot.press("enter")
+        await settle(pilot)
+        assert screen.view is not None and screen.view.model_label == str(model_file(runs))
+        tokenizer = load_portable_model(model_file(runs)).tokenizer
+        assert [p.id for p in screen.view.prompt] == tokenizer.encode_prompt(PROMPT)
+        assert screen.view.prompt[0].text == "<bos>"
+
+
+async def test_step_run_back_and_reset_match_the_engine(runs):
+    expected = engine_stepper(runs, GenerationRule.greedy())
+    expected.run()
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_generation(pilot)
+        await keys(pilot, "n")
+        view = screen.view
+        assert len(view.decisions) == 1
+        first = view.decisions[0]
+        reference = expected.decisions[0]
+        assert first.chosen.id == reference.chosen.id and first.rule_choice.id == reference.rule_choice
+        assert first.entropy == pytest.approx(reference.entropy, abs=0)
+        table = screen.query_one(CandidateTable)
+        assert table.row_count == len(first.candidates) >= 16
+        top = first.candidates[0]
+        assert (top.rank, top.id, top.logit) == (1, reference.alternatives[0].id, reference.alternatives[0].logit)
+        assert [c.rank for c in first.candidates] == sorted(c.rank for c in first.candidates)
+        bos = [c for c in first.candidates if c.id == BOS]
+        assert all(not c.eligible and c.selection_probability == 0 for c in bos)
+        await keys(pilot, "r")
+        assert chosen_ids(screen) == [d.chosen.id for d in expected.decisions]
+        assert screen.view.finished and screen.view.stop_reason == expected.stop_reason
+        output = expected.output()
+        assert list(screen.view.output.generated_bytes) == output["generated_bytes"]
+        status = static_text(screen, "#gen-output")
+        assert f"stop: {expected.stop_reason}" in status
+        assert f"{len(output['generated_bytes'])} byte" in status and "UTF-8" in status
+        await keys(pilot, "backspace")
+        assert chosen_ids(screen) == [d.chosen.id for d in expected.decisions][:-1]
+        assert not screen.view.finished
+        await keys(pilot, "n")
+        assert chosen_ids(screen) == [d.chosen.id for d in expected.decisions]
+        await keys(pilot, "ctrl+r")
+        assert screen.view.decisions == ()
+        assert screen.query_one(DecisionList).row_count == 0
+
+
+async def test_force_takes_the_highlighted_candidate_and_continues_from_there(runs, tmp_path):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_generation(pilot)
+        await keys(pilot, "n", "n", "n")
+        # Select decision 2, highlight its third candidate, force it.
+        decisions = screen.query_one(DecisionList)
+        decisions.move_cursor(row=1)
+        await pilot.pause()
+        table = screen.query_one(CandidateTable)
+        target = table.decision.candidates[2]
+        table.focus()
+        table.move_cursor(row=2)
+        await keys(pilot, "f")
+        view = screen.view
+        assert len(view.decisions) == 2  # decisions after the forced one were undone
+        forced = view.decisions[1]
+        assert forced.forced and forced.chosen.id == target.id and forced.rule_choice.id != target.id
+        assert view.forced_steps == frozenset({2})
+        # The engine, forced the same way, agrees; then continue with the rule.
+        reference = engine_stepper(runs, GenerationRule.greedy())
+        reference.step()
+        reference.force(target.id)
+        reference.run()
+        await keys(pilot, "r")
+        assert chosen_ids(screen) == [d.chosen.id for d in reference.decisions]
+        # Save the trace: the forced decision is marked as such.
+        target_file = tmp_path / "trace.json"
+        await pilot.press("w")
+        await pilot.pause()
+        assert isinstance(app.screen, PathPromptScreen)
+        app.screen.query_one(Input).value = str(target_file)
+        await pilot.press("enter")
+        await settle(pilot)
+        trace = json.loads(target_file.read_text("utf-8"))
+        assert trace["format"] == "minigpt-tui-generation-trace"
+        assert [d["forced"] for d in trace["decisions"]][:3] == [False, True, False]
+        assert trace["decisions"][1]["chosen"]["id"] == target.id
+        assert trace["model"]["path"] == str(model_file(runs))
+        assert trace["output"]["generated_ids"] == chosen_ids(screen)
+
+
+async def test_sampling_with_a_seed_matches_the_engine_and_shows_draws(runs):
+    rule = GenerationRule.sample(0.8, top_k=5, top_p=0.9, seed=7)
+    reference = engine_stepper(runs, rule)
+    reference.run()
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_generation(pilot)
+        screen.query_one("#rule", Select).value = "sample"
+        await pilot.pause()
+        for name, value in (("temperature", "0.8"), ("top_k", "5"), ("top_p", "0.9"), ("seed", "7")):
+            field = screen.query_one(f"#{name}", Input)
+            assert not field.disabled
+            field.value = value
+        screen.query_one(CandidateTable).focus()
+        await keys(pilot, "r")
+        assert chosen_ids(screen) == [d.chosen.id for d in reference.decisions]
+        first = screen.view.decisions[0]
+        assert first.draw == reference.decisions[0].draw and first.retained <= 5
+        assert sum(1 for c in first.candidates if c.selection_probability > 0) == first.retained
+        assert "draw" in static_text(screen, "#decision-info")
+        assert "sample t=0.8 k=5 p=0.9 seed=7" in str(screen.query_one("#prefix").border_title)
+
+
+async def test_attention_view_shows_every_layer_and_head(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_generation(pilot)
+        await keys(pilot, "n", "n")
+        decision = screen.view.decisions[-1]
+        assert decision.attention is not None and len(decision.attention) == 3  # tiny: 3 layers, 1 head
+        for heads in decision.attention:
+            for weights in heads:
+                assert len(weights) == decision.prefix_length
+                assert sum(weights) == pytest.approx(1.0, abs=1e-9)
+        text = static_text(screen.query_one(AttentionView), "#attention-text")
+        assert "L0  H0" in text and "L2  H0" in text and "max" in text
+
+
+async def test_forward_passes_and_loading_never_run_on_the_ui_thread(runs, monkeypatch):
+    from minigpt_tui.engine import model as model_module
+    from minigpt_tui.engine.checkpoint import portable
+
+    threads: list[threading.Thread] = []
+    forward = model_module.MiniGPT.forward
+    load = portable.load_portable_model
+
+    def spy_forward(self, *args, **kwargs):
+        threads.append(threading.current_thread())
+        return forward(self, *args, **kwargs)
+
+    def spy_load(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(model_module.MiniGPT, "forward", spy_forward)
+    monkeypatch.setattr(portable, "load_portable_model", spy_load)
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_generation(pilot)
+        await keys(pilot, "n", "r", "backspace", "n")
+        assert screen.view.finished
+    assert len(threads) >= 3 and all(t is not threading.main_thread() for t in threads)
+
+
+async def test_keys_are_applied_in_the_order_they_were_pressed(runs):
+    reference = engine_stepper(runs, GenerationRule.greedy())
+    reference.step()
+    reference.step()
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_generation(pilot)
+        screen.query_one(CandidateTable).focus()
+        await pilot.press("n", "n", "n", "backspace")  # no waiting between keys
+        await settle(pilot)
+        assert chosen_ids(screen) == [d.chosen.id for d in reference.decisions]
+
+
+async def test_invalid_values_and_models_are_notified_and_change_nothing(runs):
+    before = tree_snapshot(runs.parent)
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        seen = record_notifications(app)
+        screen = await open_generation(pilot)
+        await keys(pilot, "n")
+        good = chosen_ids(screen)
+        files = runs.parent / "files"
+        cases = [
+            ({"model": str(files / "garbage.safetensors")}, "load"),
+            ({"model": str(files / "foreign.safetensors")}, "load"),
+            ({"model": str(runs / "nowhere")}, "load"),
+            ({"model": "tiny-a:best"}, "load"),  # the tiny run never evaluated: no best
+            ({"model": "tiny-empty:latest"}, "load"),
+            ({"budget": "many"}, "form"),
+            ({"rule": "sample", "temperature": "hot"}, "form"),
+            ({"rule": "sample", "top_p": "2"}, "engine"),
+            ({"rule": "sample", "temperature": "0"}, "engine"),
+            ({"prompt": "a long prompt that cannot fit"}, "engine"),  # context 8
+        ]
+        for change, _kind in cases:
+            # Back to the good settings, then apply one bad value and press n.
+            screen.query_one("#model", Input).value = "tiny-a:latest"
+            screen.query_one("#prompt", Input).value = PROMPT
+            screen.query_one("#rule", Select).value = "greedy"
+            for name in ("temperature", "top_k", "top_p", "seed", "budget"):
+                screen.query_one(f"#{name}", Input).value = ""
+            await settle(pilot)
+            seen.clear()
+            for name, value in change.items():
+                if name == "rule":
+                    screen.query_one("#rule", Select).value = value
+                    await pilot.pause()
+                else:
+                    screen.query_one(f"#{name}", Input).value = value
+            screen.query_one(CandidateTable).focus()
+            await keys(pilot, "n")
+            errors = [m for m, s in seen if s == "error"]
+            assert len(errors) == 1, (change, seen)
+            assert "\n" not in errors[0] and "Traceback" not in errors[0], errors[0]
+            assert app.is_running
+        # Forcing an ineligible id (BOS) is refused.
+        screen.query_one("#model", Input).value = "tiny-a:latest"
+        screen.query_one("#prompt", Input).value = PROMPT
+        screen.query_one("#rule", Select).value = "greedy"
+        for name in ("temperature", "top_k", "top_p", "seed", "budget"):
+            screen.query_one(f"#{name}", Input).value = ""
+        screen.query_one(CandidateTable).focus()
+        await keys(pilot, "ctrl+r", "n")
+        assert chosen_ids(screen) == good
+        table = screen.query_one(CandidateTable)
+        bos_row = next(i for i, c in enumerate(table.decision.candidates) if c.id == BOS)
+        table.move_cursor(row=bos_row)
+        seen.clear()
+        await keys(pilot, "f")
+        assert any("not eligible" in m for m, s in seen if s == "error")
+        assert chosen_ids(screen) == good
+    assert tree_snapshot(runs.parent) == before
+
+
+async def test_saving_a_trace_to_a_folder_is_refused(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        seen = record_notifications(app)
+        screen = await open_generation(pilot)
+        await keys(pilot, "n")
+        await pilot.press("w")
+        await pilot.pause()
+        app.screen.query_one(Input).value = str(runs)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert any(s == "error" for _, s in seen)
+        assert screen.view is not None and len(screen.view.decisions) == 1
+
+
+def test_the_form_parses_numbers_and_ignores_sampling_fields_under_greedy():
+    assert parse_settings("hi", "greedy", "junk", "junk", "junk", "junk", "") == parse_settings(
+        "hi", "greedy", "", "", "", "", "24")
+    sample = parse_settings("hi", "sample", "0.5", "3", "0.9", "1_000", "10")
+    assert (sample.temperature, sample.top_k, sample.top_p, sample.seed, sample.budget) == (0.5, 3, 0.9, 1000, 10)
+    blank = parse_settings("", "sample", "", "", "", "", "")
+    assert (blank.top_k, blank.top_p) == (None, None)
+
+
+async def test_help_explains_every_record(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_generation(pilot, model=None)
+        screen.query_one(CandidateTable).focus()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        text = app.screen.markdown
+        for record in ("raw p", "sel p", "elig", "entropy", "Attention", "stop", "UTF-8", "forced", "budget"):
+            assert record in text, record
