@@ -1,0 +1,204 @@
+"""The app in a real terminal (tmux), against named baselines.
+
+1. Process start to first frame: ``minigpt-tui`` against a bare Textual app (a Header, one
+   line of text and a Footer), both launched in a fresh tmux pane and polled with
+   capture-pane until their first frame shows. ``python -c "import torch"`` is timed as
+   a reference: the app's first frame must come before torch could have been imported.
+2. Key press to screen change while training: with a mini run training, ``?`` opens the
+   help and ``escape`` closes it; the time from send-keys to the changed pane.
+3. Training speed: updates per second of ``minigpt-tui train`` (headless, with its progress
+   bar) against the app training the same run, both measured from the growth of the run's
+   ``metrics.jsonl`` between 10% and 90% of the schedule.
+
+    .venv/bin/python benchmarks/bench_app.py [--updates 1500] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+APP = str(VENV_BIN / "minigpt-tui") if (VENV_BIN / "minigpt-tui").exists() else "minigpt-tui"
+SIZE = (120, 40)
+
+BARE_APP = '''
+from textual.app import App
+from textual.widgets import Footer, Header, Static
+
+class Bare(App):
+    def compose(self):
+        yield Header()
+        yield Static("bare textual app ready")
+        yield Footer()
+
+Bare().run()
+'''
+
+
+class Pane:
+    """One tmux session running one command."""
+
+    def __init__(self, command: str, name: str) -> None:
+        self.name = name
+        width, height = SIZE
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        self.started = time.perf_counter()
+        subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", str(width), "-y", str(height),
+                        command + "; sleep 600"], check=True)
+
+    def text(self) -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name],
+                              capture_output=True, text=True).stdout
+
+    def keys(self, *keys: str) -> float:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+        return time.perf_counter()
+
+    def wait_for(self, predicate: Callable[[str], bool], timeout: float = 30.0, poll: float = 0.005) -> float:
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            if predicate(self.text()):
+                return time.perf_counter()
+            time.sleep(poll)
+        raise TimeoutError(f"{self.name}: condition not met in {timeout} s; pane:\n{self.text()}")
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+def first_frame(repeats: int, work: Path) -> None:
+    bare_script = work / "bare_app.py"
+    bare_script.write_text(BARE_APP)
+    bare, app = [], []
+    for i in range(repeats):
+        pane = Pane(f"{sys.executable} {bare_script}", "bench-bare")
+        bare.append(pane.wait_for(lambda t: "bare textual app ready" in t) - pane.started)
+        pane.close()
+        pane = Pane(f"{APP} --runs-dir {work / 'runs-first-frame'}", "bench-app")
+        app.append(pane.wait_for(lambda t: "minigpt-tui — Training" in t and "next run" in t) - pane.started)
+        pane.close()
+    torch_import = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True)
+        torch_import.append(time.perf_counter() - started)
+    b, a, t = statistics.median(bare), statistics.median(app), statistics.median(torch_import)
+    print(f"first frame: bare Textual app {b * 1000:.0f} ms, minigpt-tui {a * 1000:.0f} ms "
+          f"(ratio {a / b:.2f}); python -c 'import torch' alone takes {t * 1000:.0f} ms")
+
+
+def run_dirs(runs: Path) -> list[Path]:
+    return [p for p in runs.iterdir() if p.is_dir()] if runs.exists() else []
+
+
+def metric_lines(runs: Path) -> int:
+    for run in run_dirs(runs):
+        path = run / "metrics.jsonl"
+        if path.exists():
+            with path.open("rb") as fh:
+                return sum(1 for _ in fh)
+    return 0
+
+
+def growth_rate(runs: Path, total_lines: int, timeout: float) -> float:
+    """Lines per second between 10% and 90% of ``total_lines``."""
+    low, high = int(total_lines * 0.1), int(total_lines * 0.9)
+    deadline = time.perf_counter() + timeout
+    t_low = None
+    while time.perf_counter() < deadline:
+        lines = metric_lines(runs)
+        now = time.perf_counter()
+        if t_low is None and lines >= low:
+            t_low, n_low = now, lines
+        if t_low is not None and lines >= high:
+            return (lines - n_low) / (now - t_low)
+        time.sleep(0.02)
+    raise TimeoutError(f"metrics did not reach {high} lines in {timeout} s")
+
+
+def expected_lines(updates: int) -> int:
+    # mini evaluates before the first update, every 50 updates and after the last.
+    return updates + updates // 50 + 1 + (0 if updates % 50 == 0 else 1)
+
+
+def start_app_run(pane: Pane, updates: int) -> None:
+    pane.wait_for(lambda t: "next run" in t)
+    pane.keys("n")
+    pane.wait_for(lambda t: "New run" in t)
+    time.sleep(0.5)  # the form focuses its first field once mounted
+    pane.keys("Tab")  # corpus -> updates
+    time.sleep(0.3)  # keys sent in one burst may reach the field before the focus moves
+    pane.keys(str(updates))
+    time.sleep(0.3)
+    pane.keys("Enter")
+    pane.wait_for(lambda t: "running" in t, timeout=60)
+
+
+def training_speed(updates: int, repeats: int, work: Path) -> None:
+    headless, app = [], []
+    total = expected_lines(updates)
+    for i in range(repeats):
+        runs = work / f"runs-headless-{i}"
+        pane = Pane(f"{APP} train --preset mini --steps {updates} --runs-dir {runs}", "bench-headless")
+        headless.append(growth_rate(runs, total, timeout=300))
+        pane.close()
+        runs = work / f"runs-app-{i}"
+        pane = Pane(f"{APP} --runs-dir {runs}", "bench-app")
+        start_app_run(pane, updates)
+        app.append(growth_rate(runs, total, timeout=300))
+        pane.keys("x")
+        pane.close()
+    h, a = max(headless), max(app)
+    print(f"training speed (mini, {updates} updates, best of {repeats}): headless {h:.1f} records/s, "
+          f"app {a:.1f} records/s, ratio {a / h:.3f} (target >= 0.85); "
+          f"all headless {[round(x, 1) for x in headless]}, all app {[round(x, 1) for x in app]}")
+
+
+def key_latency(repeats: int, work: Path) -> None:
+    pane = Pane(f"{APP} --runs-dir {work / 'runs-keys'}", "bench-keys")
+    try:
+        start_app_run(pane, 100_000)
+        opened, closed = [], []
+        for _ in range(repeats):
+            sent = pane.keys("?")
+            opened.append(pane.wait_for(lambda t: "Help: Training" in t) - sent)
+            sent = pane.keys("Escape")
+            closed.append(pane.wait_for(lambda t: "Help: Training" not in t) - sent)
+        pane.keys("x")
+    finally:
+        pane.close()
+    print(f"key to screen change while training ({repeats} times each): help opens median "
+          f"{statistics.median(opened) * 1000:.0f} ms (max {max(opened) * 1000:.0f}), closes median "
+          f"{statistics.median(closed) * 1000:.0f} ms (max {max(closed) * 1000:.0f}); target < 100 ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, default=1500)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--only", choices=["first-frame", "keys", "speed"])
+    args = parser.parse_args()
+    if shutil.which("tmux") is None:
+        print("bench_app: tmux is not installed; these figures need a real terminal")
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-app-") as tmp:
+        work = Path(tmp)
+        if args.only in (None, "first-frame"):
+            first_frame(max(3, args.repeats), work)
+        if args.only in (None, "keys"):
+            key_latency(10, work)
+        if args.only in (None, "speed"):
+            training_speed(args.updates, args.repeats, work)
+
+
+if __name__ == "__main__":
+    main()

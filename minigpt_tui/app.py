@@ -1,0 +1,205 @@
+"""The minigpt-tui Textual app: three main screens (modes) switched with t, c and g.
+
+Nothing imported here imports torch: the first frame is drawn while torch is still being
+imported on a worker thread (see :meth:`MiniGPTApp.on_mount`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from minigpt_tui.messages import EngineImported
+from minigpt_tui.screens import MAIN_SCREENS, ScreenEntry
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """What the command line chose: where runs live and the default next run."""
+
+    runs_dir: Path
+    preset: str = "mini"
+    corpus: str | None = None
+
+
+def resolve_next_config(settings: LaunchSettings, overrides: dict[str, dict[str, Any]] | None = None) -> Any:
+    """The RunConfig that ``space`` starts (config resolution does not import torch)."""
+    from minigpt_tui.engine.config import load_config
+
+    merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
+    if settings.corpus:
+        check_corpus_path(settings.corpus)
+        merged.setdefault("corpus", {})["source"] = str(Path(settings.corpus).expanduser().resolve())
+    return load_config(settings.preset, None, merged)
+
+
+def check_corpus_path(source: str) -> None:
+    from minigpt_tui.engine.errors import CorpusError
+
+    if source.startswith("bundled:"):
+        return
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise CorpusError(f"corpus not found: {path}")
+
+
+class MiniGPTApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "minigpt-tui"
+
+    BINDINGS = [
+        Binding("t", "show_screen('training')", "Training"),
+        Binding("c", "show_screen('checkpoints')", "Checkpoints"),
+        Binding("g", "show_screen('generation')", "Generation"),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "request_quit", "Quit"),
+        Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(
+        self,
+        settings: LaunchSettings,
+        *,
+        next_config: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        preload_engine: bool = True,
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self.next_config = next_config if next_config is not None else resolve_next_config(settings)
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.preload_engine = preload_engine
+        self.engine_import_seconds: float | None = None
+        self.screen_entries: dict[str, ScreenEntry] = {entry.mode: entry for entry in MAIN_SCREENS}
+        self.available_modes = {entry.mode for entry in MAIN_SCREENS if entry.available()}
+        self.main_screens: dict[str, Screen] = {}
+        for mode in self.available_modes:
+            self.add_mode(mode, lambda mode=mode: self._create_main_screen(mode))
+
+    def _create_main_screen(self, mode: str) -> Screen:
+        screen = self.screen_entries[mode].create()
+        self.main_screens[mode] = screen
+        return screen
+
+    def on_mount(self) -> None:
+        self.switch_mode("training")
+        if self.preload_engine:
+            self.call_after_refresh(self._import_engine)
+
+    # -- torch off the UI thread ---------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="engine-import")
+    def _import_engine(self) -> None:
+        started = time.perf_counter()
+        import minigpt_tui.engine.controller  # noqa: F401  (imports torch and the trainer)
+
+        self.post_message(EngineImported(time.perf_counter() - started))
+
+    @on(EngineImported)
+    def _engine_imported(self, message: EngineImported) -> None:
+        self.engine_import_seconds = message.seconds
+
+    # -- screens -------------------------------------------------------------------------
+    def screen_available(self, mode: str) -> bool:
+        return mode in self.available_modes
+
+    def action_show_screen(self, mode: str) -> None:
+        entry = self.screen_entries.get(mode)
+        if entry is None:
+            self.notify(f"unknown screen '{mode}'", severity="error")
+            return
+        if not self.screen_available(mode):
+            self.notify(f"the {entry.title} screen is not available yet", title=entry.title, severity="warning")
+            return
+        if self.current_mode != mode:
+            self.switch_mode(mode)
+
+    @property
+    def training_screen(self) -> Any:
+        """The Training screen (created on first use), for other screens' actions."""
+        return self.main_screens.get("training")
+
+    def action_help(self) -> None:
+        from minigpt_tui.screens.help import HelpScreen
+
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss()
+            return
+        self.push_screen(HelpScreen(self.screen, self.help_keys()))
+
+    def help_keys(self) -> list[tuple[str, str]]:
+        keys = []
+        for entry in MAIN_SCREENS:
+            note = "" if self.screen_available(entry.mode) else " (not available yet)"
+            keys.append((entry.key, f"{entry.title} screen: {entry.description}{note}"))
+        keys += [("?", "this help, for the screen in front"), ("q", "quit (asks first while a run has unsaved updates)"),
+                 ("ctrl+p", "command palette: every screen and action, and the theme (light or dark)")]
+        return keys
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        for entry in MAIN_SCREENS:
+            note = "" if self.screen_available(entry.mode) else " (not available yet)"
+            yield SystemCommand(f"{entry.title} screen", entry.description + note,
+                                lambda mode=entry.mode: self.action_show_screen(mode))
+        yield SystemCommand("Help", "Explain every record on this screen", self.action_help)
+        from minigpt_tui.screens.training import TrainingScreen
+
+        if isinstance(screen, TrainingScreen):
+            yield SystemCommand("New run", "Configure and start a new training run", screen.action_new_run)
+            yield SystemCommand("Overlay a run", "Overlay another run's loss curves on the plot", screen.action_overlay)
+            yield SystemCommand("Export metrics to CSV", "Write this run's metrics.csv", screen.action_export_csv)
+        yield from super().get_system_commands(screen)
+
+    # -- quitting ------------------------------------------------------------------------
+    def action_request_quit(self) -> None:
+        from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
+
+        training = self.training_screen
+        if training is None or not training.has_active_run:
+            self.exit()
+            return
+        unsaved = training.unsaved_updates
+        if not unsaved:
+            training.stop_for_exit(save=False)
+            return
+
+        def decided(choice: str | None) -> None:
+            if choice == "save":
+                training.stop_for_exit(save=True)
+            elif choice == "discard":
+                training.stop_for_exit(save=False)
+
+        self.push_screen(ConfirmQuitScreen(unsaved, training.run.handle.saving), decided)
+
+    def action_quit(self) -> None:  # type: ignore[override]
+        self.action_request_quit()
+
+    def on_unmount(self) -> None:
+        # A thread worker cannot be killed and the interpreter waits for it at exit:
+        # make sure a run still going stops at its next update.
+        training = self.training_screen
+        if training is not None and training.run is not None and training.run.active:
+            training.run.handle.send("stop")
+
+
+def run_app(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.runs import resolve_runs_dir
+
+    settings = LaunchSettings(
+        runs_dir=resolve_runs_dir(getattr(args, "runs_dir", None)),
+        preset=getattr(args, "preset", None) or "mini",
+        corpus=getattr(args, "corpus", None),
+    )
+    app = MiniGPTApp(settings)  # an invalid preset or corpus raises here, before any frame
+    app.run()
+    return int(app.return_code or 0)

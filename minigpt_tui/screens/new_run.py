@@ -1,0 +1,175 @@
+"""The new-run form: preset, corpus, updates, precision, seeds and save interval.
+
+The form resolves the configuration itself (``load_config`` does not import torch), so an
+invalid value is refused with the engine's one-line reason while the form stays open.
+A blank field keeps the preset's value, shown as the field's placeholder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Select
+
+SEED_STREAMS = ("init", "data", "dropout", "sampling")
+
+
+@dataclass(frozen=True)
+class NewRunForm:
+    """The form's text fields as typed; :meth:`resolve` turns them into a RunConfig."""
+
+    preset: str
+    corpus: str = ""
+    steps: str = ""
+    precision: str = ""
+    seed: str = ""
+    init: str = ""
+    data: str = ""
+    dropout: str = ""
+    sampling: str = ""
+    save_every: str = ""
+
+    def resolve(self) -> Any:
+        from minigpt_tui.app import check_corpus_path
+        from minigpt_tui.engine.config import SeedConfig, load_config
+        from minigpt_tui.engine.errors import ConfigError
+
+        overrides: dict[str, dict[str, Any]] = {"corpus": {}, "train": {}, "seeds": {}}
+        if self.corpus.strip():
+            source = self.corpus.strip()
+            if not source.startswith("bundled:"):
+                source = str(Path(source).expanduser().resolve())
+            check_corpus_path(source)
+            overrides["corpus"]["source"] = source
+        steps = _whole("updates", self.steps)
+        if steps is not None:
+            overrides["train"]["steps"] = steps
+        save_every = _whole("save interval", self.save_every)
+        if save_every is not None:
+            overrides["train"]["save_every"] = save_every
+        if self.precision:
+            overrides["train"]["precision"] = self.precision
+        seed = _whole("seed", self.seed)
+        streams = {name: _whole(f"{name} seed", getattr(self, name)) for name in SEED_STREAMS}
+        given = [name for name, value in streams.items() if value is not None]
+        if seed is not None:
+            if given:
+                raise ConfigError("give one seed or separate stream seeds, not both "
+                                  f"(also set: {', '.join(given)})")
+            if not 0 <= seed < 2**64:
+                raise ConfigError("seed must be an unsigned 64-bit integer")
+            derived = SeedConfig.derive(seed)
+            overrides["seeds"] = {name: getattr(derived, name) for name in SEED_STREAMS}
+        else:
+            overrides["seeds"] = {name: value for name, value in streams.items() if value is not None}
+        return load_config(self.preset, None, overrides)
+
+
+def _whole(what: str, text: str) -> int | None:
+    from minigpt_tui.engine.errors import ConfigError
+
+    text = text.strip().replace("_", "")
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{what} must be a whole number, got '{text}'") from None
+
+
+class NewRunScreen(ModalScreen[Any]):
+    """Dismisses with a resolved RunConfig, or None when cancelled."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "start", "Start")]
+
+    def __init__(self, current: Any) -> None:
+        super().__init__()
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        from minigpt_tui.engine.config import preset_names
+
+        current = self.current
+        with Vertical(id="new-run") as box:
+            box.border_title = "New run"
+            box.border_subtitle = "enter or ctrl+s starts · escape cancels"
+            with Grid(id="new-run-fields"):
+                yield Label("preset")
+                yield Select([(name, name) for name in preset_names()], value=current.preset,
+                             allow_blank=False, compact=True, id="preset")
+                yield Label("corpus")
+                yield Input(placeholder=current.corpus.source, compact=True, id="corpus")
+                yield Label("updates")
+                yield Input(placeholder=str(current.train.steps), compact=True, id="steps")
+                yield Label("precision")
+                yield Select([("exact (float64, 1 thread)", "exact"), ("fast (float32)", "fast")],
+                             value=current.train.precision, allow_blank=False, compact=True, id="precision")
+                yield Label("one seed")
+                yield Input(placeholder="derives all four stream seeds", compact=True, id="seed")
+                for name in SEED_STREAMS:
+                    yield Label(f"{name} seed")
+                    yield Input(placeholder=str(getattr(current.seeds, name)), compact=True, id=name)
+                yield Label("save every")
+                yield Input(placeholder=f"{current.train.save_every} (0: off)", compact=True, id="save_every")
+            with Horizontal(classes="buttons"):
+                yield Button("Start", id="start", variant="primary", compact=True)
+                yield Button("Cancel", id="cancel", compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#corpus", Input).focus()
+
+    @on(Select.Changed, "#preset")
+    def _preset_changed(self, event: Select.Changed) -> None:
+        from minigpt_tui.engine.config import load_config
+        from minigpt_tui.engine.errors import MiniGPTError
+
+        try:
+            config = load_config(str(event.value))
+        except MiniGPTError:
+            return
+        self.query_one("#corpus", Input).placeholder = config.corpus.source
+        self.query_one("#steps", Input).placeholder = str(config.train.steps)
+        self.query_one("#save_every", Input).placeholder = f"{config.train.save_every} (0: off)"
+        for name in SEED_STREAMS:
+            self.query_one(f"#{name}", Input).placeholder = str(getattr(config.seeds, name))
+        self.query_one("#precision", Select).value = config.train.precision
+
+    def form(self) -> NewRunForm:
+        def text(field: str) -> str:
+            return self.query_one(f"#{field}", Input).value
+
+        return NewRunForm(
+            preset=str(self.query_one("#preset", Select).value),
+            corpus=text("corpus"),
+            steps=text("steps"),
+            precision=str(self.query_one("#precision", Select).value),
+            seed=text("seed"),
+            init=text("init"),
+            data=text("data"),
+            dropout=text("dropout"),
+            sampling=text("sampling"),
+            save_every=text("save_every"),
+        )
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#start")
+    def action_start(self) -> None:
+        from minigpt_tui.engine.errors import MiniGPTError
+
+        try:
+            config = self.form().resolve()
+        except MiniGPTError as err:
+            self.notify(str(err), title="invalid value", severity="error")
+            return
+        self.dismiss(config)
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)

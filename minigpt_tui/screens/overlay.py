@@ -1,0 +1,61 @@
+"""Choose a run (or any ``metrics.jsonl``) whose curves are overlaid on the loss plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, OptionList
+from textual.widgets.option_list import Option
+
+
+class OverlayScreen(ModalScreen[Path | None]):
+    """Dismisses with a run directory or metrics file, :attr:`REMOVE`, or None."""
+
+    REMOVE = Path("\0remove-overlay")
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, runs_dir: Path, current_run: Path | None, has_overlay: bool) -> None:
+        super().__init__()
+        self.runs_dir = runs_dir
+        self.current_run = current_run
+        self.has_overlay = has_overlay
+
+    def compose(self) -> ComposeResult:
+        from minigpt_tui.engine.runs import list_runs
+
+        runs = [r for r in list_runs(self.runs_dir)
+                if r.path != self.current_run and r.metrics_path.exists()]
+        options: list[Option] = []
+        if self.has_overlay:
+            options.append(Option("(remove the overlay)", id="\0remove"))
+        options += [Option(run.name, id=str(run.path)) for run in runs]
+        with Vertical(id="overlay-picker") as box:
+            box.border_title = "Overlay a run's curves"
+            box.border_subtitle = "enter chooses · escape cancels"
+            if not runs:
+                yield Label(f"No other runs with metrics in {self.runs_dir}", classes="dim")
+            yield OptionList(*options, id="overlay-runs")
+            yield Input(placeholder="or a run folder / metrics.jsonl path", id="overlay-path")
+
+    def on_mount(self) -> None:
+        options = self.query_one(OptionList)
+        (options if options.option_count else self.query_one(Input)).focus()
+
+    @on(OptionList.OptionSelected)
+    def _chosen(self, event: OptionList.OptionSelected) -> None:
+        option_id = event.option.id or ""
+        self.dismiss(self.REMOVE if option_id == "\0remove" else Path(option_id))
+
+    @on(Input.Submitted)
+    def _typed(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if text:
+            self.dismiss(Path(text).expanduser())
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

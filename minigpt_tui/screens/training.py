@@ -1,0 +1,522 @@
+"""The Training screen: a run's summary, progress, live loss table and plot, and events.
+
+The run controller works on a thread worker. Its events land in a :class:`RunFeed`; this
+screen drains the feed at most ``DRAINS_PER_SECOND`` times a second, so a run making
+hundreds of updates a second costs the UI thread (and the GIL) a few small refreshes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Footer, Header
+from textual.worker import Worker, WorkerState
+
+from minigpt_tui.messages import CurveLoaded, EngineEventsReady, RunFeed, RunSummary
+from minigpt_tui.run_session import GuardedCheckpointer, NewRunPlan, ResumePlan, RunHandle
+from minigpt_tui.widgets.event_log import EventLog
+from minigpt_tui.widgets.loss_plot import LossPlot
+from minigpt_tui.widgets.loss_table import LossTable
+from minigpt_tui.widgets.run_progress import RunProgress
+from minigpt_tui.widgets.run_summary import RunSummaryView
+
+if TYPE_CHECKING:
+    from minigpt_tui.app import MiniGPTApp
+
+DRAINS_PER_SECOND = 10.0
+ACTIVE_STATES = ("starting", "running", "paused", "stopping")
+
+TRAINING_HELP = """\
+# Training
+
+Trains a run on a thread of its own; this screen shows what it does, live.
+
+## Keys
+| key | action |
+|---|---|
+| `space` | start a run (the next run shown in the summary); pause or resume it. A pause takes effect at the next complete update, so it never changes what is learned. |
+| `s` | save a checkpoint now (at the next update boundary) |
+| `e` | evaluate now: an extra evaluation row, which never changes the best step |
+| `x` | stop the run (it saves first when it has unsaved updates and saving is available) |
+| `n` | configure a new run: preset, corpus, updates, precision, seeds, save interval |
+| `o` | overlay another run's curves on the plot (from its `metrics.jsonl`) |
+| `w` | export this run's metrics to `metrics.csv` in its run directory |
+| `v` | on a narrow terminal, switch between the loss table and the plot |
+
+## Run summary
+- **run**: the run's name (its folder in the runs directory), its preset, and the number of learned scalars in how many tensors (the tied token table counts once).
+- **precision**: `exact` trains in float64 on one thread with deterministic algorithms, so a paused, saved and resumed run gives bit-for-bit the same records as one never stopped; `fast` uses float32 and several threads.
+- **corpus**: where the records come from, how many are in the training and validation splits, and the corpus identity (SHA-256 over every record's split and bytes).
+- **tokenizer**: the byte-level BPE tokenizer learned from the training split: merges, vocabulary size (2 specials + 256 bytes + merges) and its identity (SHA-256 of its definition).
+
+## Progress
+The state (starting, running, paused, stopping, finished, stopped, failed), a bar of committed updates out of the schedule, the ETA from time spent running (pauses excluded), and the updates per second.
+
+## Loss table
+One row per update, newest at the bottom (the table keeps the latest few hundred rows):
+- **update**: committed updates after this one (an update skipped for a non-finite gradient keeps the count and is marked *skipped*).
+- **batch loss**: mean cross-entropy of this update's batch, in nats per predicted token, before the update was applied.
+- **lr**: the scheduled learning rate of this (1-based) update.
+- **grad norm**: global norm of the gradients before clipping.
+- **loss scale**: the loss-scaling factor used by this update (1 when scaling is off).
+- **tokens/s**: tokens processed per second by this update.
+
+Evaluation rows (**eval N**) hold the mean loss over the whole **train** and **validation** splits after update N. The lowest validation loss on schedule is marked **★ best**; an evaluation asked for with `e` is marked **extra** and never changes the best step.
+
+## Plot
+Batch loss per update (blue, averaged into buckets when there are more points than columns), train loss (orange) and validation loss (green) per evaluation; an overlaid run's curves appear under its name.
+
+## Events
+Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, refused actions with their reason, finished or stopped with the final state digest, and failures.
+"""
+
+
+@dataclass
+class ActiveRun:
+    """The run on screen and what the UI knows of it."""
+
+    handle: RunHandle
+    feed: RunFeed
+    checkpointer: GuardedCheckpointer
+    config: Any
+    state: str = "starting"
+    summary: RunSummary | None = None
+    step: int = 0
+    steps: int = 0
+    final_digest: str | None = None
+    events_seen: dict[str, int] = field(default_factory=dict)
+    # Saves the user asked for with `s` whose outcome is still to come: their refusal is
+    # notified; automatic saves (interval, best, pause, stop) are refused only in the log.
+    requested_saves: int = 0
+    refusals_logged: set[str] = field(default_factory=set)
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self.summary.run_dir if self.summary else None
+
+
+class TrainingScreen(Screen):
+    HELP = TRAINING_HELP
+    HELP_TITLE = "Training"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+
+    BINDINGS = [
+        Binding("space", "start", "Start"),
+        Binding("space", "pause", "Pause"),
+        Binding("space", "resume", "Resume"),
+        Binding("s", "save", "Save"),
+        Binding("e", "evaluate", "Eval"),
+        Binding("x", "stop", "Stop"),
+        Binding("n", "new_run", "New run"),
+        Binding("o", "overlay", "Overlay", show=False),
+        Binding("w", "export_csv", "Export CSV", show=False),
+        Binding("v", "toggle_view", "Table/Plot", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run: ActiveRun | None = None
+        self._last_drain = -1e9
+        self._drain_timer: Timer | None = None
+        self._exit_after_run = False
+
+    @property
+    def mini_app(self) -> "MiniGPTApp":
+        return self.app  # type: ignore[return-value]
+
+    # -- layout --------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        clock = self.mini_app.clock
+        yield Header()
+        yield RunSummaryView(id="summary")
+        yield RunProgress(clock=clock, id="progress")
+        with Horizontal(id="losses"):
+            table = LossTable(id="loss-table")
+            table.border_title = "Losses"
+            yield table
+            plot = LossPlot(clock=clock, id="loss-plot")
+            plot.border_title = "Loss"
+            yield plot
+        log = EventLog(wall_clock=self.mini_app.wall_clock, id="events")
+        log.border_title = "Events"
+        yield log
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "Training"
+        self.query_one(RunSummaryView).show_pending(self.mini_app.next_config)
+        self.query_one(RunProgress).show_pending(self.mini_app.next_config.train.steps)
+        self._update_view_hint()
+
+    def on_screen_resume(self) -> None:
+        self.sub_title = "Training"
+
+    # -- bindings ------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        run = self.run
+        state = run.state if run else "idle"
+        if action == "start":
+            return state not in ACTIVE_STATES
+        if action == "pause":
+            return state in ("starting", "running")
+        if action == "resume":
+            return state == "paused"
+        if action in ("save", "evaluate", "stop"):
+            return True if state in ("starting", "running", "paused") else None
+        if action == "toggle_view":
+            return True
+        return True
+
+    def action_start(self) -> None:
+        self.start_run(self.mini_app.next_config)
+
+    def action_pause(self) -> None:
+        self._command("pause", "pausing at the next complete update")
+
+    def action_resume(self) -> None:
+        self._command("resume", None)
+
+    def action_save(self) -> None:
+        if not self._require_active("save"):
+            return
+        assert self.run is not None
+        if not self.run.handle.saving and self.run.state != "starting":
+            # The controller refuses too; say why in words the user can act on.
+            self.notify("saving is not available yet (the checkpoint engine is not installed)",
+                        title="save refused", severity="warning")
+            self._command("save_now", None)
+            return
+        self.run.requested_saves += 1
+        self._command("save_now", "saving at the next update boundary")
+
+    def action_evaluate(self) -> None:
+        if self._require_active("evaluate"):
+            self._command("evaluate_now", None)
+
+    def action_stop(self) -> None:
+        if not self._require_active("stop"):
+            return
+        assert self.run is not None
+        self._command("stop", "stopping at the next complete update")
+        self.run.state = "stopping"
+        self._show_state()
+
+    def action_new_run(self) -> None:
+        from minigpt_tui.screens.new_run import NewRunScreen
+
+        if self.run is not None and self.run.active:
+            self.notify("stop the current run first (x)", title="a run is active", severity="warning")
+            return
+
+        def chosen(config: Any) -> None:
+            if config is not None:
+                self.mini_app.next_config = config
+                self.start_run(config)
+
+        self.app.push_screen(NewRunScreen(self.mini_app.next_config), chosen)
+
+    def action_overlay(self) -> None:
+        from minigpt_tui.screens.overlay import OverlayScreen
+
+        current = self.run.run_dir if self.run else None
+        has_overlay = self.query_one(LossPlot).overlay is not None
+
+        def chosen(path: Path | None) -> None:
+            if path is None:
+                return
+            if path == OverlayScreen.REMOVE:
+                self.query_one(LossPlot).set_overlay(None)
+                self.query_one(EventLog).record("overlay", "removed")
+                return
+            self._load_overlay(path)
+
+        self.app.push_screen(OverlayScreen(self.mini_app.settings.runs_dir, current, has_overlay), chosen)
+
+    def action_export_csv(self) -> None:
+        run_dir = self.run.run_dir if self.run else None
+        if run_dir is None:
+            self.notify("no run directory yet: start a run first", title="export", severity="warning")
+            return
+        self._export(run_dir)
+
+    def action_toggle_view(self) -> None:
+        self.toggle_class("-show-plot")
+        self._update_view_hint()
+
+    def _update_view_hint(self) -> None:
+        showing_plot = self.has_class("-show-plot")
+        self.query_one(LossTable).border_subtitle = "v: plot" if not showing_plot else ""
+        self.query_one(LossPlot).border_subtitle = "v: table" if showing_plot else ""
+
+    def _require_active(self, action: str) -> bool:
+        if self.run is None or not self.run.active:
+            self.notify(f"no run is active: press space to start one", title=action, severity="warning")
+            return False
+        return True
+
+    def _command(self, name: str, note: str | None) -> None:
+        if self.run is None or not self.run.active:
+            return
+        self.run.handle.send(name)
+        if note:
+            self.notify(note, timeout=2)
+
+    # -- starting a run ------------------------------------------------------------------
+    def start_run(self, config: Any) -> None:
+        """Start a new run from a resolved RunConfig (the engine builds it on the worker)."""
+        if self.run is not None and self.run.active:
+            self.notify("a run is already active", severity="warning")
+            return
+        run = ActiveRun(RunHandle(), RunFeed(self.post_message), GuardedCheckpointer(), config,
+                        steps=config.train.steps)
+        self.run = run
+        self.query_one(LossTable).reset()
+        self.query_one(LossPlot).reset()
+        self.query_one(RunSummaryView).show_pending(config)
+        self.query_one(RunProgress).show_pending(config.train.steps)
+        self.query_one(EventLog).record("started", f"building preset {config.preset} "
+                                        f"({config.train.steps} updates, {config.train.precision})")
+        self._show_state()
+        self._train(NewRunPlan(config, self.mini_app.settings.runs_dir), run)
+
+    def resume_from_checkpoint(self, checkpoint: Path) -> None:
+        """Continue the run saved in ``checkpoint`` (a checkpoint folder) exactly where it
+        stopped; the Checkpoints screen calls this after its preflight. The engine restores
+        it on the worker and refuses, with its one-line reason, what it cannot continue."""
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.run_session import ResumePlan, saved_run_config
+
+        if self.run is not None and self.run.active:
+            self.notify("a run is already active", severity="warning")
+            return
+        try:
+            config = saved_run_config(checkpoint)
+        except MiniGPTError as err:
+            self.notify(str(err), title="resume refused", severity="error", markup=False)
+            return
+        run = ActiveRun(RunHandle(), RunFeed(self.post_message), GuardedCheckpointer(), config,
+                        steps=config.train.steps)
+        self.run = run
+        self.query_one(LossTable).reset()
+        self.query_one(LossPlot).reset()
+        self.query_one(RunSummaryView).show_pending(config)
+        self.query_one(RunProgress).show_pending(config.train.steps)
+        self.query_one(EventLog).record("resumed", f"restoring {self._display_path(checkpoint)}")
+        self._show_state()
+        self._train(ResumePlan(Path(checkpoint), self.mini_app.settings.runs_dir), run)  # type: ignore[arg-type]
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="training", name="training")
+    def _train(self, plan: NewRunPlan, run: ActiveRun) -> None:
+        from minigpt_tui.run_session import drive
+
+        drive(plan, run.handle, run.feed, run.checkpointer)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.name != "training":
+            return
+        if event.state == WorkerState.ERROR:
+            # The controller reports engine errors as events; this is anything else.
+            error = event.worker.error
+            self._apply_events(self.run.feed.drain() if self.run else [])
+            if self.run is not None:
+                self.run.state = "failed"
+                self._show_state()
+            message = str(error) if error is not None else "unknown error"
+            self.query_one(EventLog).record("failed", message)
+            self.notify(message, title="training failed", severity="error")
+            self._maybe_exit()
+        elif event.state in (WorkerState.SUCCESS, WorkerState.CANCELLED):
+            if self.run is not None:
+                self._apply_events(self.run.feed.drain())
+            self._maybe_exit()
+
+    # -- events from the worker ----------------------------------------------------------
+    @on(EngineEventsReady)
+    def _events_ready(self, message: EngineEventsReady) -> None:
+        if self.run is None or message.feed is not self.run.feed:
+            message.feed.drain()  # a previous run's leftovers
+            return
+        if self._drain_timer is not None:
+            return
+        wait = self._last_drain + 1.0 / DRAINS_PER_SECOND - self.mini_app.clock()
+        if wait <= 0:
+            self._drain()
+        else:
+            self._drain_timer = self.set_timer(wait, self._drain)
+
+    def _drain(self) -> None:
+        self._drain_timer = None
+        self._last_drain = self.mini_app.clock()
+        if self.run is not None:
+            self._apply_events(self.run.feed.drain())
+
+    def _apply_events(self, events: list[Any]) -> None:
+        if not events or self.run is None:
+            return
+        from minigpt_tui.engine import controller as engine  # loaded already by the worker
+
+        run = self.run
+        table = self.query_one(LossTable)
+        plot = self.query_one(LossPlot)
+        log = self.query_one(EventLog)
+        progress = self.query_one(RunProgress)
+        rows: list[tuple[Any, int | None]] = []
+        state_changed = False
+        for event in events:
+            kind = type(event).__name__
+            run.events_seen[kind] = run.events_seen.get(kind, 0) + 1
+            if isinstance(event, engine.UpdateDone):
+                record = event.record
+                rows.append((record, None))
+                plot.add_update(record.step, record.loss)
+                run.step = record.step
+            elif isinstance(event, engine.EvaluationDone):
+                record = event.record
+                rows.append((record, event.best_step))
+                plot.add_evaluation(record.step, record.train_loss, record.validation_loss)
+                if record.extra:
+                    log.record("extra", f"evaluation at update {record.step}: train {record.train_loss:.4f}"
+                               + _validation_text(record.validation_loss) + " (does not change the best step)")
+                elif event.best_changed:
+                    log.record("best", f"best validation loss {record.validation_loss:.4f} at update {record.step}")
+            elif isinstance(event, RunSummary):
+                run.summary = event
+                run.step = event.start_step
+                self.query_one(RunSummaryView).show_run(event)
+            elif isinstance(event, engine.RunStarted):
+                run.state, state_changed = "running", True
+                run.step, run.steps = event.step, event.steps
+                progress.begin(event.step, event.steps)
+                log.record("started", f"update {event.step} of {event.steps}")
+            elif isinstance(event, engine.Paused):
+                run.state, state_changed = "paused", True
+                progress.run_clock.pause()
+                log.record("paused", f"after update {event.step}")
+            elif isinstance(event, engine.Resumed):
+                run.state, state_changed = "running", True
+                progress.run_clock.resume()
+                log.record("resumed", f"at update {event.step}")
+            elif isinstance(event, engine.Saved):
+                if event.reason == "manual" and run.requested_saves:
+                    run.requested_saves -= 1
+                log.record("saved", f"update {event.step} ({event.reason}): {self._display_path(event.path)}")
+            elif isinstance(event, engine.Refused):
+                asked = event.action == "save" and run.requested_saves > 0
+                if asked:
+                    run.requested_saves -= 1
+                if asked or event.action != "save":
+                    log.record("refused", f"{event.action}: {event.message}")
+                    self.notify(event.message, title=f"{event.action} refused", severity="warning")
+                elif event.message not in run.refusals_logged:
+                    run.refusals_logged.add(event.message)
+                    log.record("refused", f"automatic save: {event.message}")
+            elif isinstance(event, engine.Finished):
+                run.state, state_changed = ("finished" if event.reason == "completed" else "stopped"), True
+                run.final_digest = event.state_digest
+                progress.run_clock.pause()
+                log.record(run.state, f"at update {event.step}; state digest {event.state_digest[:16]}…")
+            elif isinstance(event, engine.Failed):
+                run.state, state_changed = "failed", True
+                progress.run_clock.pause()
+                log.record("failed", event.message)
+                self.notify(event.message, title="training failed", severity="error")
+        if rows:
+            table.add_records(rows)
+            plot.request_redraw()
+        progress.advance(run.step)
+        if state_changed:
+            self._show_state()
+        else:
+            progress.refresh_figures()
+        if state_changed and not run.active:
+            plot.redraw()
+            self._maybe_exit()
+
+    def _show_state(self) -> None:
+        state = self.run.state if self.run else "idle"
+        self.query_one(RunProgress).set_state(state)
+        self.refresh_bindings()
+
+    def _display_path(self, path: Path) -> str:
+        """Paths under the runs directory are shown relative to it."""
+        try:
+            return str(Path(path).relative_to(self.mini_app.settings.runs_dir))
+        except ValueError:
+            return str(path)
+
+    # -- quitting ------------------------------------------------------------------------
+    @property
+    def has_active_run(self) -> bool:
+        return self.run is not None and self.run.active
+
+    @property
+    def unsaved_updates(self) -> int:
+        return self.run.handle.unsaved_updates if self.run else 0
+
+    def stop_for_exit(self, *, save: bool) -> None:
+        """Stop the run and exit the app once its worker has finished."""
+        self._exit_after_run = True
+        if self.run is None or not self.run.active:
+            self.app.exit()
+            return
+        if not save:
+            self.run.checkpointer.discard()
+        self.run.handle.send("stop")
+        self.run.state = "stopping"
+        self._show_state()
+
+    def _maybe_exit(self) -> None:
+        if self._exit_after_run and (self.run is None or not self.run.active):
+            self.app.exit()
+
+    # -- overlay and export (file work off the UI thread) --------------------------------
+    @work(thread=True, exit_on_error=False, group="files")
+    def _load_overlay(self, path: Path) -> None:
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.run_session import load_curve
+
+        try:
+            curve = load_curve(path)
+        except MiniGPTError as err:
+            self.app.call_from_thread(self.notify, str(err), title="overlay", severity="error")
+            return
+        self.post_message(CurveLoaded(curve))
+
+    @on(CurveLoaded)
+    def _curve_loaded(self, message: CurveLoaded) -> None:
+        curve = message.curve
+        self.query_one(LossPlot).set_overlay(curve)
+        self.query_one(EventLog).record(
+            "overlay", f"{curve.name}: {len(curve.updates)} updates, {len(curve.train)} evaluations")
+
+    @work(thread=True, exit_on_error=False, group="files")
+    def _export(self, run_dir: Path) -> None:
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.run_session import export_csv
+
+        try:
+            target = export_csv(run_dir)
+        except (MiniGPTError, OSError) as err:
+            self.app.call_from_thread(self.notify, str(err), title="export failed", severity="error")
+            return
+        self.app.call_from_thread(self._exported, target)
+
+    def _exported(self, target: Path) -> None:
+        self.query_one(EventLog).record("exported", self._display_path(target))
+        self.notify(str(target), title="metrics exported")
+
+
+def _validation_text(value: float | None) -> str:
+    return f", validation {value:.4f}" if value is not None else ""

@@ -1,0 +1,114 @@
+"""The loss plot: batch loss per update, train and validation loss per evaluation, and
+optionally another run's curves overlaid. Rebuilding a plotext figure is the costliest
+thing the UI draws, so redraws are throttled to ``max_redraws_per_second``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from textual.timer import Timer
+from textual_plotext import PlotextPlot
+
+from minigpt_tui.messages import LoadedCurve
+
+Point = tuple[int, float]
+
+
+def bucket_means(points: Sequence[Point], limit: int) -> list[Point]:
+    """At most ``limit`` points: consecutive buckets averaged, the last step kept exact."""
+    if len(points) <= limit or limit < 2:
+        return list(points)
+    size = -(-len(points) // limit)
+    out: list[Point] = []
+    for start in range(0, len(points), size):
+        chunk = points[start:start + size]
+        out.append((chunk[-1][0], sum(v for _, v in chunk) / len(chunk)))
+    return out
+
+
+class LossPlot(PlotextPlot):
+    DEFAULT_CSS = """
+    LossPlot { height: 1fr; min-height: 8; }
+    """
+
+    def __init__(self, *, max_redraws_per_second: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._interval = 1.0 / max_redraws_per_second
+        self._clock = clock
+        self._last_redraw = -1e9
+        self._pending: Timer | None = None
+        self.updates: list[Point] = []
+        self.train: list[Point] = []
+        self.validation: list[Point] = []
+        self.overlay: LoadedCurve | None = None
+        self.redraws = 0
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.redraw()
+
+    # -- data ----------------------------------------------------------------------------
+    def reset(self) -> None:
+        self.updates.clear()
+        self.train.clear()
+        self.validation.clear()
+        self.request_redraw()
+
+    def add_update(self, step: int, loss: float) -> None:
+        self.updates.append((step, loss))
+
+    def add_evaluation(self, step: int, train_loss: float, validation_loss: float | None) -> None:
+        self.train.append((step, train_loss))
+        if validation_loss is not None:
+            self.validation.append((step, validation_loss))
+
+    def set_overlay(self, curve: LoadedCurve | None) -> None:
+        self.overlay = curve
+        self.redraw()
+
+    # -- drawing -------------------------------------------------------------------------
+    def request_redraw(self) -> None:
+        """Redraw now if the last redraw is old enough, else once the interval has passed."""
+        if self._pending is not None:
+            return
+        wait = self._last_redraw + self._interval - self._clock()
+        if wait <= 0:
+            self.redraw()
+        else:
+            self._pending = self.set_timer(wait, self.redraw)
+
+    def redraw(self) -> None:
+        if self._pending is not None:
+            self._pending.stop()
+            self._pending = None
+        self._last_redraw = self._clock()
+        self.redraws += 1
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.xlabel("update")
+        limit = max(2 * self.size.width, 40)
+        plotted = False
+        if self.overlay is not None:
+            plotted |= self._line(self.overlay.updates, f"{self.overlay.name} batch", "gray", limit)
+            plotted |= self._line(self.overlay.train, f"{self.overlay.name} train", "magenta", limit)
+            plotted |= self._line(self.overlay.validation, f"{self.overlay.name} val", "cyan", limit)
+        plotted |= self._line(self.updates, "batch", "blue", limit)
+        plotted |= self._line(self.train, "train", "orange", limit)
+        plotted |= self._line(self.validation, "val", "green", limit)
+        if not plotted:
+            plt.title("loss (no updates yet)")
+        self.refresh()
+
+    def _line(self, points: Sequence[Point], label: str, color: str, limit: int) -> bool:
+        if not points:
+            return False
+        shown = bucket_means(points, limit)
+        xs = [step for step, _ in shown]
+        ys = [value for _, value in shown]
+        marker = "braille" if len(shown) > 12 else "dot"
+        self.plt.plot(xs, ys, label=label, color=color, marker=marker)
+        return True

@@ -1,0 +1,65 @@
+"""The run summary: what identifies the run on screen (or the next run, before one starts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from minigpt_tui.messages import RunSummary
+
+
+def short_identity(identity: str) -> str:
+    return identity[:12] + "…" if len(identity) > 12 else identity
+
+
+def precision_text(precision: str, dtype: str, threads: int) -> str:
+    if precision == "exact":
+        return f"exact ({dtype}, 1 thread, deterministic)"
+    return f"fast ({dtype}, {threads} thread{'s' if threads != 1 else ''})"
+
+
+class RunSummaryView(Static):
+    DEFAULT_CSS = """
+    RunSummaryView { height: auto; padding: 0 1; }
+    """
+
+    def show_pending(self, config: Any) -> None:
+        """The configuration the next run will use (a RunConfig; nothing is built yet)."""
+        grid = self._grid()
+        grid.add_row("next run", Text.assemble(
+            (f"preset {config.preset}", "bold"),
+            f" · {config.train.steps} updates · ",
+            precision_text(config.train.precision, config.dtype_name, config.train.threads),
+        ))
+        grid.add_row("corpus", config.corpus.source)
+        grid.add_row("", Text("space starts it · n configures a new run", style="dim"))
+        self.update(grid)
+
+    def show_run(self, summary: RunSummary) -> None:
+        grid = self._grid()
+        title = Text.assemble((summary.run_name, "bold"), f" · preset {summary.preset} · ",
+                              f"{summary.parameter_scalars:,} parameters in {summary.parameter_tensors} tensors")
+        if summary.resumed_from is not None:
+            title.append(f" · resumed at update {summary.start_step}", style="italic")
+        grid.add_row("run", title)
+        grid.add_row("precision", precision_text(summary.precision, summary.dtype, summary.threads))
+        grid.add_row("corpus", Text.assemble(
+            summary.corpus_source,
+            f" · {summary.train_records} train / {summary.validation_records} val records · id ",
+            (short_identity(summary.corpus_identity), "cyan"),
+        ))
+        grid.add_row("tokenizer", Text.assemble(
+            f"byte BPE · {summary.merges} merges · vocab {summary.vocab_size} · id ",
+            (short_identity(summary.tokenizer_identity), "cyan"),
+        ))
+        self.update(grid)
+
+    @staticmethod
+    def _grid() -> Table:
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style="dim", no_wrap=True)
+        grid.add_column(no_wrap=True, overflow="ellipsis")
+        return grid
