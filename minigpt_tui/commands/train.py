@@ -117,6 +117,8 @@ def drive(trainer: Any, run: Any, *, until: int | None, show_progress: bool,
     target = steps if until is None else until
     save_every = trainer.config.train.save_every
     stopped_by = None
+    saved_step: int | None = None
+    due: list[str] = []  # why the next checkpoint is due; saved once this step's work is done
     with graceful_stop() as stop, _progress(show_progress, trainer.step, target) as advance:
         for item in scheduled_work(trainer, until):
             if isinstance(item, UpdateRecord):
@@ -125,17 +127,22 @@ def drive(trainer: Any, run: Any, *, until: int | None, show_progress: bool,
                 run.append_metric({"kind": "update", **record, "seconds": item.seconds,
                                    "tokens_per_second": item.tokens_per_second})
                 advance(item.step, item.loss)
-                if checkpointer is not None and save_every and item.step % save_every == 0:
-                    saved.append(str(checkpointer.save(trainer, "interval")))
+                if save_every and item.step % save_every == 0:
+                    due.append("interval")
             else:
                 evaluations.append(asdict(item))
                 run.append_metric({"kind": "evaluation", **asdict(item)})
-                if checkpointer is not None and trainer.best_step == item.step and item.step > 0:
-                    saved.append(str(checkpointer.save(trainer, "best")))
+                if trainer.best_step == item.step and item.step > 0:
+                    due.append("best")
+            if checkpointer is not None and due and not trainer.evaluation_due():
+                saved.append(str(checkpointer.save(trainer, "+".join(due))))
+                saved_step = trainer.step
+            if not trainer.evaluation_due():
+                due = []
             if stop:
                 stopped_by = stop.signal_name
                 break
-    if checkpointer is not None and (not saved or not saved[-1].endswith(f"{trainer.step:06d}")):
+    if checkpointer is not None and saved_step != trainer.step:
         saved.append(str(checkpointer.save(trainer, "stop")))
     tensors, scalars = trainer.parameter_counts
     return {

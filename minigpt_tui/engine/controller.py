@@ -158,13 +158,12 @@ class RunController:
             self._sink(Paused(trainer.step))
         work = scheduled_work(trainer, self._until)
         save_every = trainer.config.train.save_every
+        due: list[str] = []
         with torch.no_grad():  # grad mode is per thread; the trainer enables it per update
             while True:
                 if self._handle_commands(trainer):
                     self._finish(trainer, "stopped")
                     return
-                if self._paused:
-                    continue
                 try:
                     item = next(work)
                 except StopIteration:
@@ -176,12 +175,17 @@ class RunController:
                     self.unsaved_updates += 1
                     self._sink(UpdateDone(item, trainer.config.train.steps))
                     if save_every and trainer.step % save_every == 0:
-                        self._save(trainer, "interval")
+                        due.append("interval")
                 else:
                     best_changed = not item.extra and trainer.best_step == item.step and item.validation_loss is not None
                     self._sink(EvaluationDone(item, trainer.best_step, best_changed))
                     if best_changed and trainer.step > 0:
-                        self._save(trainer, "best")
+                        due.append("best")
+                # One checkpoint per step, after that step's scheduled evaluation.
+                if not trainer.evaluation_due():
+                    if due:
+                        self._save(trainer, "+".join(due))
+                    due = []
 
     def _handle_commands(self, trainer: Trainer) -> bool:
         """Apply waiting commands; block while paused. True means stop."""
