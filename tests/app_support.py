@@ -92,11 +92,16 @@ def make_app(runs_dir: Path) -> MiniGPTApp:
                       clock=lambda: 1000.0, wall_clock=lambda: FROZEN_SAVED_AT)
 
 
-async def settle(pilot, rounds: int = 4) -> None:
-    """Let every worker finish and every message it posted be handled."""
+async def settle(pilot, rounds: int = 6) -> None:
+    """Let every worker finish and every message it posted be handled (a handled message may
+    start another worker, hence the rounds)."""
     for _ in range(rounds):
         await pilot.app.workers.wait_for_complete()
         await pilot.pause()
+        if not any(worker.is_running for worker in pilot.app.workers):
+            await pilot.pause()
+            if not any(worker.is_running for worker in pilot.app.workers):
+                return
 
 
 def tree_snapshot(root: Path) -> dict[str, tuple[int, int]]:

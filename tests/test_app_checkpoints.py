@@ -5,6 +5,7 @@ keeps running, nothing on disk changes)."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from pathlib import Path
@@ -34,6 +35,7 @@ from tests.app_support import (
 )
 
 pytestmark = pytest.mark.anyio
+SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
 
 
 @pytest.fixture
@@ -84,7 +86,7 @@ async def open_by_path(pilot, path: Path) -> None:
 
 async def test_tree_lists_runs_with_disk_use_and_opens_the_latest_checkpoint(runs):
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_checkpoints(pilot)
         tree = screen.query_one(RunTree)
         names = [listing.name for listing in tree.listings]
@@ -106,11 +108,18 @@ async def test_tree_lists_runs_with_disk_use_and_opens_the_latest_checkpoint(run
         tree.select_node(older)
         await settle(pilot)
         assert screen.opened.inspection.path.name == "step-000002"
+        # ? explains every record of this screen.
+        tree.focus()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        help_text = app.screen.markdown
+        for record in ("offsets", "Aliases", "Integrity", "Tokenizer", "Compare", "weights-only", "★ best"):
+            assert record in help_text, record
 
 
 async def test_tensor_entries_sort_and_filter(runs):
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_checkpoints(pilot)
         table = screen.query_one(TensorTable)
         inspection = inspect_path(runs / "tiny-a")
@@ -155,7 +164,7 @@ async def test_statistics_are_computed_on_a_worker_thread_and_match_the_engine(r
 
     monkeypatch.setattr(inspect_module, "tensor_statistics", spy)
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_checkpoints(pilot)
         table = screen.query_one(TensorTable)
         row = next(i for i, e in enumerate(table.shown) if e.name == "token_embedding.weight")
@@ -176,7 +185,7 @@ async def test_statistics_are_computed_on_a_worker_thread_and_match_the_engine(r
 
 async def test_alias_state_metadata_and_integrity_panels(runs):
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_checkpoints(pilot)
         aliases = static_text(screen, "#aliases-text")
         assert "head.weight" in aliases and "token_embedding.weight" in aliases and "transpose" in aliases
@@ -204,7 +213,7 @@ async def test_verify_reports_a_changed_file_and_changes_nothing(runs):
     (folder / "training.safetensors").write_bytes(bytes(data))
     before = tree_snapshot(runs)
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         seen = record_notifications(app)
         screen = await open_checkpoints(pilot)
         await pilot.press("v")
@@ -217,7 +226,7 @@ async def test_verify_reports_a_changed_file_and_changes_nothing(runs):
 
 async def test_tokenizer_panel_lists_merges_and_splits_typed_text(runs):
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_checkpoints(pilot)
         await pilot.press("7")
         await settle(pilot)
@@ -242,7 +251,7 @@ async def test_tokenizer_panel_lists_merges_and_splits_typed_text(runs):
 async def test_opening_a_foreign_file_and_a_large_file_by_path(runs):
     files = runs.parent / "files"
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_checkpoints(pilot)
         await open_by_path(pilot, files / "foreign.safetensors")
         inspection = screen.opened.inspection
@@ -272,7 +281,7 @@ async def test_malformed_and_missing_paths_are_notified_and_change_nothing(runs)
     files = runs.parent / "files"
     before = tree_snapshot(runs.parent)
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         seen = record_notifications(app)
         screen = await open_checkpoints(pilot)
         opened = screen.opened
@@ -289,7 +298,7 @@ async def test_malformed_and_missing_paths_are_notified_and_change_nothing(runs)
 
 async def test_rename_a_run_and_refuse_invalid_or_taken_names(runs):
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         seen = record_notifications(app)
         screen = await open_checkpoints(pilot)
         tree = screen.query_one(RunTree)
@@ -317,7 +326,7 @@ async def test_rename_a_run_and_refuse_invalid_or_taken_names(runs):
 
 async def test_delete_a_run_only_after_confirmation(runs):
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_checkpoints(pilot)
         tree = screen.query_one(RunTree)
         tree.focus()
@@ -340,7 +349,7 @@ async def test_delete_a_run_only_after_confirmation(runs):
 
 async def test_generate_with_this_model_opens_the_generation_screen_with_it_loaded(runs):
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_checkpoints(pilot)
         await pilot.press("p")
         await settle(pilot, rounds=6)
@@ -378,43 +387,9 @@ def test_preflight_lists_what_resume_restores_and_a_warm_start_resets(saved):
     assert not preflight("m", single.kind, single.state, None).can_resume
 
 
-async def test_resume_shows_the_preflight_and_hands_the_checkpoint_to_training(runs):
-    app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_checkpoints(pilot)
-        # The finished checkpoint (4 of 4) cannot be resumed: the button is disabled.
-        await pilot.press("r")
-        await pilot.pause()
-        assert isinstance(app.screen, ResumePreflightScreen)
-        assert app.screen.query_one("#resume", Button).disabled
-        await pilot.press("escape")
-        await pilot.pause()
-        folder = runs / "tiny-a" / "checkpoints" / "step-000002"
-        screen.open_path(folder)
-        await settle(pilot)
-        handed: list[Path] = []
-        app.action_show_screen("training")
-        await pilot.pause()
-        training = app.training_screen
-        assert hasattr(training, "resume_from_checkpoint"), "the Training screen has no resume entry point"
-        training.resume_from_checkpoint = handed.append  # observe the hand-off only
-        app.switch_mode("checkpoints")
-        await pilot.pause()
-        await pilot.press("r")
-        await pilot.pause()
-        dialog = app.screen
-        assert isinstance(dialog, ResumePreflightScreen)
-        text = plain(dialog.query_one(Static).content)
-        assert "Resuming restores" in text and "weights-only start" in text and "update 2 of 4" in text
-        await pilot.click("#resume")
-        await settle(pilot)
-        assert handed == [folder]
-        assert app.screen is training
-
-
 async def test_compare_with_another_checkpoint(runs):
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         seen = record_notifications(app)
         screen = await open_checkpoints(pilot)
         await pilot.press("m")
@@ -442,17 +417,6 @@ async def test_compare_with_another_checkpoint(runs):
         assert app.is_running
 
 
-async def test_help_explains_the_checkpoints_screen(runs):
-    app = make_app(runs)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await open_checkpoints(pilot)
-        await pilot.press("question_mark")
-        await pilot.pause()
-        help_text = app.screen.markdown
-        for record in ("offsets", "Aliases", "Integrity", "Tokenizer", "Compare", "weights-only"):
-            assert record in help_text
-
-
 def test_screens_and_widgets_do_not_import_torch():
     import subprocess
     import sys
@@ -464,3 +428,69 @@ def test_screens_and_widgets_do_not_import_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+async def test_resume_after_the_preflight_continues_the_run_bit_for_bit(runs):
+    from tests.checkpoint_support import make_trainer
+
+    straight = make_trainer("tiny", updates=4)
+    folder = runs / "tiny-a" / "checkpoints" / "step-000002"
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        # The finished checkpoint (4 of 4) cannot be resumed: the button is disabled.
+        await pilot.press("r")
+        await pilot.pause()
+        assert isinstance(app.screen, ResumePreflightScreen)
+        assert app.screen.query_one("#resume", Button).disabled
+        await pilot.press("escape")
+        await pilot.pause()
+        screen.open_path(folder)
+        await settle(pilot)
+        await pilot.press("r")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, ResumePreflightScreen)
+        text = plain(dialog.query_one(Static).content)
+        assert "Resuming restores" in text and "weights-only start" in text and "update 2 of 4" in text
+        await pilot.click("#resume")
+        await settle(pilot, rounds=10)
+        training = app.training_screen
+        assert app.screen is training
+        assert training.run.summary.resumed_from == folder
+        assert training.run.state == "finished" and training.run.step == 4
+        assert training.run.final_digest == straight.state_digest()
+    records = [json.loads(line) for line in (runs / "tiny-a" / "metrics.jsonl").read_text().splitlines()]
+    assert records[0] == {"kind": "resume", "from": str(folder), "step": 2}
+    assert [r["step"] for r in records if r["kind"] == "update"] == [3, 4]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_snapshot_checkpoints_screen(saved, tmp_path, snap_compare, size):
+    runs = saved.copy_to(tmp_path)
+
+    async def run_before(pilot):
+        screen = await open_checkpoints(pilot)
+        if size == (120, 40):
+            table = screen.query_one(TensorTable)
+            table.focus()
+            table.move_cursor(row=next(i for i, e in enumerate(table.shown) if e.name == "token_embedding.weight"))
+            await pilot.press("enter")
+            await settle(pilot)
+        pilot.app.clear_notifications()
+        await pilot.pause()
+
+    assert snap_compare(make_app(runs), terminal_size=size, run_before=run_before)
+
+
+def test_snapshot_resume_preflight(saved, tmp_path, snap_compare):
+    runs = saved.copy_to(tmp_path)
+
+    async def run_before(pilot):
+        screen = await open_checkpoints(pilot)
+        screen.open_path(runs / "tiny-a" / "checkpoints" / "step-000002")
+        await settle(pilot)
+        await pilot.press("r")
+        await pilot.pause()
+
+    assert snap_compare(make_app(runs), terminal_size=(80, 24), run_before=run_before)

@@ -23,6 +23,7 @@ from minigpt_tui.widgets.decision_list import DecisionList
 from tests.app_support import build_saved_runs, make_app, settle, static_text, tree_snapshot
 
 pytestmark = pytest.mark.anyio
+SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
 PROMPT = "ab"
 
 
@@ -90,7 +91,7 @@ def chosen_ids(screen: GenerationScreen) -> list[int]:
 
 async def test_the_model_field_is_filled_with_the_newest_run_and_loads_on_enter(runs):
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_generation(pilot, model=None)
         assert screen.query_one("#model", Input).value == "tiny-a:latest"
         assert screen.view is None
@@ -101,15 +102,24 @@ async def test_the_model_field_is_filled_with_the_newest_run_and_loads_on_enter(
         tokenizer = load_portable_model(model_file(runs)).tokenizer
         assert [p.id for p in screen.view.prompt] == tokenizer.encode_prompt(PROMPT)
         assert screen.view.prompt[0].text == "<bos>"
+        # ? explains every record of this screen.
+        screen.query_one(CandidateTable).focus()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        text = app.screen.markdown
+        for record in ("raw p", "sel p", "elig", "entropy", "Attention", "stop", "UTF-8", "forced", "budget"):
+            assert record in text, record
 
 
 async def test_step_run_back_and_reset_match_the_engine(runs):
     expected = engine_stepper(runs, GenerationRule.greedy())
     expected.run()
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_generation(pilot)
-        await keys(pilot, "n")
+        # Keys pressed faster than the worker decides are applied in order.
+        await pilot.press("n", "n", "n", "backspace", "backspace")
+        await settle(pilot)
         view = screen.view
         assert len(view.decisions) == 1
         first = view.decisions[0]
@@ -143,7 +153,7 @@ async def test_step_run_back_and_reset_match_the_engine(runs):
 
 async def test_force_takes_the_highlighted_candidate_and_continues_from_there(runs, tmp_path):
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_generation(pilot)
         await keys(pilot, "n", "n", "n")
         # Select decision 2, highlight its third candidate, force it.
@@ -181,6 +191,15 @@ async def test_force_takes_the_highlighted_candidate_and_continues_from_there(ru
         assert trace["decisions"][1]["chosen"]["id"] == target.id
         assert trace["model"]["path"] == str(model_file(runs))
         assert trace["output"]["generated_ids"] == chosen_ids(screen)
+        # A folder is no place for a trace: refused, nothing written.
+        seen = record_notifications(app)
+        await pilot.press("w")
+        await pilot.pause()
+        app.screen.query_one(Input).value = str(tmp_path)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert any(s == "error" for _, s in seen)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["trace.json", "runs", "files"])
 
 
 async def test_sampling_with_a_seed_matches_the_engine_and_shows_draws(runs):
@@ -188,7 +207,7 @@ async def test_sampling_with_a_seed_matches_the_engine_and_shows_draws(runs):
     reference = engine_stepper(runs, rule)
     reference.run()
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_generation(pilot)
         screen.query_one("#rule", Select).value = "sample"
         await pilot.pause()
@@ -240,30 +259,17 @@ async def test_forward_passes_and_loading_never_run_on_the_ui_thread(runs, monke
     monkeypatch.setattr(model_module.MiniGPT, "forward", spy_forward)
     monkeypatch.setattr(portable, "load_portable_model", spy_load)
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         screen = await open_generation(pilot)
         await keys(pilot, "n", "r", "backspace", "n")
         assert screen.view.finished
     assert len(threads) >= 3 and all(t is not threading.main_thread() for t in threads)
 
 
-async def test_keys_are_applied_in_the_order_they_were_pressed(runs):
-    reference = engine_stepper(runs, GenerationRule.greedy())
-    reference.step()
-    reference.step()
-    app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_generation(pilot)
-        screen.query_one(CandidateTable).focus()
-        await pilot.press("n", "n", "n", "backspace")  # no waiting between keys
-        await settle(pilot)
-        assert chosen_ids(screen) == [d.chosen.id for d in reference.decisions]
-
-
 async def test_invalid_values_and_models_are_notified_and_change_nothing(runs):
     before = tree_snapshot(runs.parent)
     app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         seen = record_notifications(app)
         screen = await open_generation(pilot)
         await keys(pilot, "n")
@@ -321,21 +327,6 @@ async def test_invalid_values_and_models_are_notified_and_change_nothing(runs):
     assert tree_snapshot(runs.parent) == before
 
 
-async def test_saving_a_trace_to_a_folder_is_refused(runs):
-    app = make_app(runs)
-    async with app.run_test(size=(120, 40)) as pilot:
-        seen = record_notifications(app)
-        screen = await open_generation(pilot)
-        await keys(pilot, "n")
-        await pilot.press("w")
-        await pilot.pause()
-        app.screen.query_one(Input).value = str(runs)
-        await pilot.press("enter")
-        await settle(pilot)
-        assert any(s == "error" for _, s in seen)
-        assert screen.view is not None and len(screen.view.decisions) == 1
-
-
 def test_the_form_parses_numbers_and_ignores_sampling_fields_under_greedy():
     assert parse_settings("hi", "greedy", "junk", "junk", "junk", "junk", "") == parse_settings(
         "hi", "greedy", "", "", "", "", "24")
@@ -345,13 +336,16 @@ def test_the_form_parses_numbers_and_ignores_sampling_fields_under_greedy():
     assert (blank.top_k, blank.top_p) == (None, None)
 
 
-async def test_help_explains_every_record(runs):
-    app = make_app(runs)
-    async with app.run_test(size=(80, 24)) as pilot:
-        screen = await open_generation(pilot, model=None)
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_snapshot_generation_screen(saved, tmp_path, snap_compare, size):
+    runs = saved.copy_to(tmp_path)
+
+    async def run_before(pilot):
+        screen = await open_generation(pilot)
+        await keys(pilot, "n", "n", "n") if size == (80, 24) else await keys(pilot, "r")
+        pilot.app.clear_notifications()
         screen.query_one(CandidateTable).focus()
-        await pilot.press("question_mark")
         await pilot.pause()
-        text = app.screen.markdown
-        for record in ("raw p", "sel p", "elig", "entropy", "Attention", "stop", "UTF-8", "forced", "budget"):
-            assert record in text, record
+
+    assert snap_compare(make_app(runs), terminal_size=size, run_before=run_before)

@@ -519,7 +519,14 @@ class GenerationScreen(Screen):
             self._suggest_model()
 
     def on_screen_resume(self) -> None:
-        self.sub_title = "Generation"
+        self.sub_title = f"Generation · {self._display_path(self.view.model_label)}" if self.view else "Generation"
+
+    def _display_path(self, path: str) -> str:
+        """A model under the runs directory is named relative to it."""
+        try:
+            return str(Path(path).relative_to(self.mini_app.settings.runs_dir))
+        except ValueError:
+            return path
 
     # -- choosing a model ---------------------------------------------------------------------
     def load_model(self, spec: str) -> None:
@@ -620,7 +627,7 @@ class GenerationScreen(Screen):
         def load(session: GenerationSession) -> str:
             session.load(spec)
             session.configure(settings)
-            return f"loaded {session.model_path}"
+            return f"loaded {self._display_path(str(session.model_path))}"
 
         self._enqueue(Operation("load", load, loads_model=True))
 
@@ -765,6 +772,7 @@ class GenerationScreen(Screen):
         decisions.show_decisions(view.decisions, select=select)
         self.query_one(PrefixView).show_view(view)
         self.query_one(PrefixView).border_title = f"Prefix · {view.rule_label}"
+        self.sub_title = f"Generation · {self._display_path(view.model_label)}"
         self._show_selected()
         self._show_output(view)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -71,8 +73,9 @@ def preflight(checkpoint: str, kind: str, state: dict[str, dict[str, Any]],
                         f"{optimizer.get('parameters_with_state')} parameters in {optimizer.get('groups')} groups")
         reset.append("optimizer moments go back to zero and its step to 0 (the first updates are bias-corrected again)")
     if "schedule" in state:
-        restored.append(f"schedule: {_get(state, 'schedule', 'kind')} at update {step} of {steps}; "
-                        f"next lr {_get(state, 'schedule', 'next_lr')}")
+        next_lr = _get(state, "schedule", "next_lr")
+        restored.append(f"schedule: {_get(state, 'schedule', 'kind')} at update {step} of {steps}"
+                        + (f"; next lr {next_lr:g}" if isinstance(next_lr, (int, float)) else ""))
         reset.append(f"the learning-rate schedule restarts at update 1 (warmup {_get(state, 'schedule', 'warmup')} again)")
     data = state.get("data_progress") or {}
     if data:
@@ -127,24 +130,27 @@ def short(value: Any, limit: int = 48) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def preflight_text(check: ResumePreflight) -> Text:
-    out = Text()
-    out.append(f"{check.checkpoint}\n", style="bold")
+def _section(title: str, mark: str, lines: tuple[str, ...], style: str = "") -> list[Any]:
+    """A heading and its lines, each wrapped with a hanging indent under its mark."""
+    table = Table.grid(padding=(0, 1))
+    table.add_column(no_wrap=True, style=style)
+    table.add_column(style=style)
+    for line in lines:
+        table.add_row(f" {mark}", line)
+    return [Text(""), Text(title, style="bold" if not style else f"bold {style}"), table]
+
+
+def preflight_renderable(check: ResumePreflight) -> Group:
+    parts: list[Any] = [Text(check.checkpoint, style="bold")]
     if check.blockers:
-        out.append("\nCannot resume:\n", style="bold red")
-        for line in check.blockers:
-            out.append(f"  ✗ {line}\n", style="red")
-    out.append("\nResuming restores, so the next update is the one the run would have made:\n", style="bold")
-    for line in check.restored:
-        out.append(f"  ✓ {line}\n")
-    out.append("\nA weights-only start (train --init-from) would instead reset:\n", style="bold")
-    for line in check.reset_by_weights_only:
-        out.append(f"  ↺ {line}\n")
+        parts += _section("Cannot resume:", "✗", check.blockers, "red")
+    parts += _section("Resuming restores, so the next update is the one the run would have made:", "✓",
+                      check.restored)
+    parts += _section("A weights-only start (train --init-from) would instead reset:", "↺",
+                      check.reset_by_weights_only)
     if check.notes:
-        out.append("\nNotes:\n", style="bold")
-        for line in check.notes:
-            out.append(f"  • {line}\n", style="dim")
-    return out
+        parts += _section("Notes:", "•", check.notes, "dim")
+    return Group(*parts)
 
 
 class ResumePreflightScreen(ModalScreen[bool]):
@@ -153,10 +159,10 @@ class ResumePreflightScreen(ModalScreen[bool]):
     DEFAULT_CSS = """
     ResumePreflightScreen { align: center middle; }
     ResumePreflightScreen #preflight {
-        width: 100; max-width: 100%; height: auto; max-height: 100%;
+        width: 100; max-width: 100%; height: 90%; max-height: 40;
         border: round $primary; background: $surface; padding: 0 1;
     }
-    ResumePreflightScreen #preflight-body { height: auto; max-height: 1fr; }
+    ResumePreflightScreen #preflight-body { height: 1fr; }
     ResumePreflightScreen .buttons { height: 1; margin-top: 1; align-horizontal: right; }
     ResumePreflightScreen Button { margin-left: 2; }
     """
@@ -172,7 +178,7 @@ class ResumePreflightScreen(ModalScreen[bool]):
             box.border_title = "Resume training?"
             box.border_subtitle = "enter resumes · escape cancels"
             with VerticalScroll(id="preflight-body"):
-                yield Static(preflight_text(self.check))
+                yield Static(preflight_renderable(self.check))
             with Horizontal(classes="buttons"):
                 yield Button("Resume", id="resume", variant="primary", compact=True,
                              disabled=not self.check.can_resume)
