@@ -4,9 +4,12 @@ malformed files, the app at a fixed size, and a way to wait until its workers ar
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import shutil
 import struct
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +88,17 @@ def write_sparse_large_file(path: Path, side: int = 16384) -> int:
         fh.write(struct.pack("<Q", len(header_bytes)) + header_bytes)
         fh.truncate(8 + len(header_bytes) + nbytes)
     return nbytes
+
+
+def run_async(test: Callable[..., Coroutine]) -> Callable[..., None]:
+    """Run an ``async def`` test (a Pilot session) in its own event loop, so the tests need
+    no async plugin; pytest still sees the test's own fixtures through ``__wrapped__``."""
+
+    @functools.wraps(test)
+    def run(*args, **kwargs) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
 
 
 def make_app(runs_dir: Path) -> MiniGPTApp:

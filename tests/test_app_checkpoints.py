@@ -25,6 +25,7 @@ from minigpt_tui.widgets.tensor_detail import TensorDetail
 from minigpt_tui.widgets.tensor_table import TensorTable, middle_truncate
 from minigpt_tui.widgets.tokenizer_panel import TokenizerPanel
 from tests.app_support import (
+    run_async,
     build_saved_runs,
     make_app,
     plain,
@@ -34,13 +35,8 @@ from tests.app_support import (
     write_sparse_large_file,
 )
 
-pytestmark = pytest.mark.anyio
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
 
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +80,7 @@ async def open_by_path(pilot, path: Path) -> None:
     await settle(pilot)
 
 
+@run_async
 async def test_tree_lists_runs_with_disk_use_and_opens_the_latest_checkpoint(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -117,6 +114,7 @@ async def test_tree_lists_runs_with_disk_use_and_opens_the_latest_checkpoint(run
             assert record in help_text, record
 
 
+@run_async
 async def test_tensor_entries_sort_and_filter(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -152,6 +150,7 @@ def test_long_names_are_cut_in_the_middle():
     assert middle_truncate("short", 28) == "short"
 
 
+@run_async
 async def test_statistics_are_computed_on_a_worker_thread_and_match_the_engine(runs, monkeypatch):
     import minigpt_tui.engine.checkpoint.inspect as inspect_module
 
@@ -183,6 +182,7 @@ async def test_statistics_are_computed_on_a_worker_thread_and_match_the_engine(r
         assert "[266, 4]" in record and "8,512" in record
 
 
+@run_async
 async def test_alias_state_metadata_and_integrity_panels(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -206,6 +206,7 @@ async def test_alias_state_metadata_and_integrity_panels(runs):
         assert "checked against every file" in integrity and integrity.count("matches") >= 4
 
 
+@run_async
 async def test_verify_reports_a_changed_file_and_changes_nothing(runs):
     folder = runs / "tiny-a" / "checkpoints" / "step-000004"
     data = bytearray((folder / "training.safetensors").read_bytes())
@@ -224,6 +225,7 @@ async def test_verify_reports_a_changed_file_and_changes_nothing(runs):
     assert tree_snapshot(runs) == before
 
 
+@run_async
 async def test_tokenizer_panel_lists_merges_and_splits_typed_text(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -248,6 +250,7 @@ async def test_tokenizer_panel_lists_merges_and_splits_typed_text(runs):
         assert BOS not in expected
 
 
+@run_async
 async def test_opening_a_foreign_file_and_a_large_file_by_path(runs):
     files = runs.parent / "files"
     app = make_app(runs)
@@ -277,6 +280,7 @@ async def test_opening_a_foreign_file_and_a_large_file_by_path(runs):
         assert screen.query_one(TensorTable).shown[0].shape == (16384, 16384)
 
 
+@run_async
 async def test_malformed_and_missing_paths_are_notified_and_change_nothing(runs):
     files = runs.parent / "files"
     before = tree_snapshot(runs.parent)
@@ -296,6 +300,7 @@ async def test_malformed_and_missing_paths_are_notified_and_change_nothing(runs)
     assert tree_snapshot(runs.parent) == before
 
 
+@run_async
 async def test_rename_a_run_and_refuse_invalid_or_taken_names(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -324,6 +329,7 @@ async def test_rename_a_run_and_refuse_invalid_or_taken_names(runs):
         assert screen.opened.inspection.path == runs / "renamed" / "checkpoints" / "step-000004"
 
 
+@run_async
 async def test_delete_a_run_only_after_confirmation(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -347,6 +353,7 @@ async def test_delete_a_run_only_after_confirmation(runs):
         assert screen.opened is None
 
 
+@run_async
 async def test_generate_with_this_model_opens_the_generation_screen_with_it_loaded(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -387,6 +394,7 @@ def test_preflight_lists_what_resume_restores_and_a_warm_start_resets(saved):
     assert not preflight("m", single.kind, single.state, None).can_resume
 
 
+@run_async
 async def test_compare_with_another_checkpoint(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -430,6 +438,7 @@ def test_screens_and_widgets_do_not_import_torch():
     assert done.stdout.strip() == "False"
 
 
+@run_async
 async def test_resume_after_the_preflight_continues_the_run_bit_for_bit(runs):
     from tests.checkpoint_support import make_trainer
 

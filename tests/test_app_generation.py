@@ -20,16 +20,11 @@ from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.decision_list import DecisionList
-from tests.app_support import build_saved_runs, make_app, settle, static_text, tree_snapshot
+from tests.app_support import build_saved_runs, run_async, make_app, settle, static_text, tree_snapshot
 
-pytestmark = pytest.mark.anyio
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
 PROMPT = "ab"
 
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +84,7 @@ def chosen_ids(screen: GenerationScreen) -> list[int]:
     return [d.chosen.id for d in screen.view.decisions]
 
 
+@run_async
 async def test_the_model_field_is_filled_with_the_newest_run_and_loads_on_enter(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -111,6 +107,7 @@ async def test_the_model_field_is_filled_with_the_newest_run_and_loads_on_enter(
             assert record in text, record
 
 
+@run_async
 async def test_step_run_back_and_reset_match_the_engine(runs):
     expected = engine_stepper(runs, GenerationRule.greedy())
     expected.run()
@@ -151,6 +148,7 @@ async def test_step_run_back_and_reset_match_the_engine(runs):
         assert screen.query_one(DecisionList).row_count == 0
 
 
+@run_async
 async def test_force_takes_the_highlighted_candidate_and_continues_from_there(runs, tmp_path):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -202,6 +200,7 @@ async def test_force_takes_the_highlighted_candidate_and_continues_from_there(ru
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["trace.json", "runs", "files"])
 
 
+@run_async
 async def test_sampling_with_a_seed_matches_the_engine_and_shows_draws(runs):
     rule = GenerationRule.sample(0.8, top_k=5, top_p=0.9, seed=7)
     reference = engine_stepper(runs, rule)
@@ -225,6 +224,7 @@ async def test_sampling_with_a_seed_matches_the_engine_and_shows_draws(runs):
         assert "sample t=0.8 k=5 p=0.9 seed=7" in str(screen.query_one("#prefix").border_title)
 
 
+@run_async
 async def test_attention_view_shows_every_layer_and_head(runs):
     app = make_app(runs)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -240,6 +240,7 @@ async def test_attention_view_shows_every_layer_and_head(runs):
         assert "L0  H0" in text and "L2  H0" in text and "max" in text
 
 
+@run_async
 async def test_forward_passes_and_loading_never_run_on_the_ui_thread(runs, monkeypatch):
     from minigpt_tui.engine import model as model_module
     from minigpt_tui.engine.checkpoint import portable
@@ -266,6 +267,7 @@ async def test_forward_passes_and_loading_never_run_on_the_ui_thread(runs, monke
     assert len(threads) >= 3 and all(t is not threading.main_thread() for t in threads)
 
 
+@run_async
 async def test_invalid_values_and_models_are_notified_and_change_nothing(runs):
     before = tree_snapshot(runs.parent)
     app = make_app(runs)
