@@ -41,6 +41,8 @@ MERGES_TENSOR = "tokenizer.merges"
 HISTOGRAM_BINS = 20
 KIND_LABELS = {
     "checkpoint-dir": "checkpoint folder",
+    "hf-model": "transformers model folder",
+    "torch-pickle": "PyTorch pickle (read with weights_only=True)",
     "portable-model": "portable model file",
     "training-state": "training-state file",
     "safetensors": "safetensors file (not made by minigpt-tui)",
@@ -238,7 +240,7 @@ class CheckpointsScreen(Screen):
     DEFAULT_CSS = """
     CheckpointsScreen #ckpt-body { height: 1fr; }
     CheckpointsScreen #runs {
-        width: 34; height: 1fr;
+        width: 30; height: 1fr;
         border: round $primary 50%; border-title-color: $text;
     }
     CheckpointsScreen #runs:focus { border: round $primary; }
@@ -464,7 +466,8 @@ class CheckpointsScreen(Screen):
 
     def _show_metadata(self, metadata: dict[str, Any], kind: str) -> None:
         target = self.query_one("#metadata-text", Static)
-        files = metadata if kind == "checkpoint-dir" else {"": metadata}
+        per_file = bool(metadata) and all(isinstance(v, dict) for v in metadata.values())
+        files = metadata if per_file else {"": metadata}
         out = Text()
         for file_name, records in files.items():
             if file_name:
@@ -485,6 +488,17 @@ class CheckpointsScreen(Screen):
                                "was validated when it opened (lengths, offsets, dtypes).", style="dim"))
             return
         out = Text()
+        if "complete" not in integrity:
+            # Another kind of folder (a transformers model): its own checks, shown as recorded.
+            ok = integrity.get("ok")
+            out.append("checks: ", style="bold")
+            out.append("passed" if ok else "problems found", style="green" if ok else "bold red")
+            for key, value in integrity.items():
+                if key != "ok":
+                    out.append(f"\n{key}: ", style="bold")
+                    out.append(short_value(value) if value not in ([], None) else "none")
+            target.update(out)
+            return
         if not integrity.get("complete"):
             out.append("incomplete: ", style="bold red")
             out.append(f"{integrity.get('problem')}\n")
@@ -592,7 +606,8 @@ class CheckpointsScreen(Screen):
         where = display_path(inspection.path, self.runs_dir)
         self.query_one(TensorDetail).show_pending(entry, where)
         self.query_one(TabbedContent).active = "detail"
-        name = f"{entry.file}:{entry.name}" if inspection.kind == "checkpoint-dir" else entry.name
+        # In a folder (checkpoint, transformers model) the entry's file says which one holds it.
+        name = f"{entry.file}:{entry.name}" if Path(inspection.path).is_dir() else entry.name
         self._statistics(self._stats_serial, Path(inspection.path), name, entry)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-statistics")

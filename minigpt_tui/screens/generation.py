@@ -691,9 +691,14 @@ class GenerationScreen(Screen):
         self._update_view_hint()
 
     def _update_view_hint(self) -> None:
+        # Only a short terminal shows one of the two at a time; a tall one shows both.
+        short = self.has_class("-short")
         showing = self.has_class("-show-attention")
-        self.query_one(CandidateTable).border_subtitle = "v: attention" if not showing else ""
-        self.query_one(AttentionView).border_subtitle = "v: candidates" if showing else ""
+        self.query_one(CandidateTable).border_subtitle = "v: attention" if short and not showing else ""
+        self.query_one(AttentionView).border_subtitle = "v: candidates" if short and showing else ""
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._update_view_hint)
 
     def action_leave_form(self) -> None:
         self.query_one(CandidateTable).focus()

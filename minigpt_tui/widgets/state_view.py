@@ -14,7 +14,7 @@ GROUP_MEANINGS: tuple[tuple[str, str], ...] = (
     ("composition", "how the model is assembled: token-table encoder, decoder backbone, head tied to the table"),
     ("model_config", "the model's normalized settings (family, width, heads, layers, context…)"),
     ("constants", "numerical settings whose exact bits matter, also stored as the F64 'constants' tensor"),
-    ("tokenizer", "the byte-level BPE tokenizer saved with the model (merges in 'tokenizer.merges')"),
+    ("tokenizer", "the tokenizer saved with the model (ours: byte-level BPE, merges in 'tokenizer.merges')"),
     ("special_ids", "ids with fixed meaning: BOS, EOS, where the 256 bytes and the merges start"),
     ("parameters", "learned tensors and scalars (the tied table counted once) and their dtype"),
     ("provenance", "where the weights came from: run and update"),

@@ -29,11 +29,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("file", "file"),
 )
 SORTABLE = tuple(key for _label, key in COLUMNS)
-# Optimizer entry names run past 50 characters; a capped name column keeps the numbers in
-# view (the Detail panel shows the whole name).
-NAME_WIDTH_WIDE = 44
-NAME_WIDTH_NARROW = 28
-WIDE_TABLE = 90
+# Optimizer entry names run past 50 characters: the name column takes the width the other
+# columns leave (never under MIN_NAME_WIDTH), cut in the middle; Detail shows the whole name.
+MIN_NAME_WIDTH = 30  # every model parameter name of ours fits
+CELL_PADDING = 2
 
 
 def human_bytes(count: int) -> str:
@@ -104,23 +103,36 @@ class TensorTable(DataTable):
     def on_mount(self) -> None:
         self._columns_for(False)
 
-    def _name_cap(self) -> int:
-        return NAME_WIDTH_WIDE if self.size.width >= WIDE_TABLE else NAME_WIDTH_NARROW
+    def _cells_of(self, entry: Any) -> list[str]:
+        """The plain text of an entry's cells other than the name (for measuring)."""
+        cells = [entry.dtype, shape_text(entry.shape), f"{entry.elements:,}", f"{entry.bytes:,}",
+                 f"{entry.begin:,}–{entry.end:,}", entry.group]
+        if self._show_file:
+            cells.append(entry.file)
+        return cells
+
+    def _fitted_name_width(self) -> int | None:
+        """None when every name fits; else the width that keeps the other columns in view."""
+        longest = max((len(e.name) for e in self.entries), default=4)
+        labels = [label for label, key in COLUMNS if key != "name" and (key != "file" or self._show_file)]
+        others = [len(label) + 2 for label in labels]  # room for the sort arrow
+        for entry in self.entries:
+            others = [max(width, len(cell)) for width, cell in zip(others, self._cells_of(entry))]
+        available = self.size.width - sum(others) - CELL_PADDING * (len(others) + 1) - 2  # scrollbar
+        width = max(MIN_NAME_WIDTH, available)
+        return None if longest <= width else width
 
     def _columns_for(self, show_file: bool) -> None:
         self.clear(columns=True)
         self._show_file = show_file
-        longest = max((len(e.name) for e in self.entries), default=4)
-        self._name_width = min(longest, self._name_cap()) if longest > self._name_cap() else None
+        self._name_width = self._fitted_name_width()
         for label, key in COLUMNS:
             if key == "file" and not show_file:
                 continue
             self.add_column(label, key=key, width=self._name_width if key == "name" else None)
 
     def on_resize(self) -> None:
-        longest = max((len(e.name) for e in self.entries), default=4)
-        wanted = min(longest, self._name_cap()) if longest > self._name_cap() else None
-        if wanted != self._name_width:
+        if self._fitted_name_width() != self._name_width:
             self._columns_for(self._show_file)
             self._rebuild()
 
@@ -129,7 +141,8 @@ class TensorTable(DataTable):
         """Replace the entries (a new file or checkpoint); the filter and order stay."""
         self.entries = tuple(entries)
         files = {e.file for e in self.entries}
-        self._columns_for(len(files) > 1)
+        self._show_file = len(files) > 1
+        self._columns_for(self._show_file)
         self._rebuild()
 
     def set_filter(self, text: str) -> None:
