@@ -183,6 +183,26 @@ async def test_statistics_are_computed_on_a_worker_thread_and_match_the_engine(r
 
 
 @run_async
+async def test_statistics_of_a_file_gone_since_opening_is_an_error_not_a_crash(runs):
+    copy = runs.parent / "files" / "gone.safetensors"
+    copy.write_bytes((runs.parent / "files" / "foreign.safetensors").read_bytes())
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        seen = record_notifications(app)
+        screen = await open_checkpoints(pilot)
+        await open_by_path(pilot, copy)
+        copy.unlink()
+        table = screen.query_one(TensorTable)
+        table.focus()
+        await pilot.press("enter")
+        await settle(pilot)
+        errors = [m for m, s in seen if s == "error"]
+        assert len(errors) == 1 and "gone.safetensors" in errors[0]
+        assert "statistics unavailable" in static_text(screen, "#detail-stats")
+        assert app.is_running
+
+
+@run_async
 async def test_alias_state_metadata_and_integrity_panels(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -278,6 +298,30 @@ async def test_opening_a_foreign_file_and_a_large_file_by_path(runs):
         await open_by_path(pilot, files / "big.safetensors")
         assert screen.opened.inspection.entries[0].bytes == declared
         assert screen.query_one(TensorTable).shown[0].shape == (16384, 16384)
+
+
+@run_async
+async def test_a_transformers_folder_opens_with_its_tokenizer(runs):
+    from minigpt_tui.engine.checkpoint.portable import load_portable_model
+    from minigpt_tui.engine.interop.hf_export import export_hf
+
+    portable = load_portable_model(runs / "tiny-a" / "checkpoints" / "step-000004" / "model.safetensors")
+    folder = runs.parent / "files" / "hf-tiny"
+    export_hf(portable, folder)
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        await open_by_path(pilot, folder)
+        assert screen.opened.inspection.kind == "hf-model"
+        assert "transformers model folder" in static_text(screen, "#ckpt-summary")
+        assert "checks: passed" in static_text(screen, "#integrity-text")
+        panel = screen.query_one(TokenizerPanel)
+        assert panel.tokenizer is not None and panel.tokenizer.identity == portable.tokenizer.identity
+        table = screen.query_one(TensorTable)
+        table.focus()
+        await pilot.press("enter")
+        await settle(pilot)
+        assert "statistics" in static_text(screen, "#detail-stats")
 
 
 @run_async
@@ -405,8 +449,7 @@ async def test_compare_with_another_checkpoint(runs):
         prompt = app.screen
         assert isinstance(prompt, PathPromptScreen)
         assert [label for label, _ in prompt.choices] == ["tiny-a  step 2"]
-        await pilot.press("tab")  # the field -> nothing; choose from the list instead
-        prompt.query_one("#path-prompt-choices").focus()
+        assert prompt.query_one("#path-prompt-choices").has_focus  # arrows and enter choose
         await pilot.press("enter")
         await settle(pilot)
         expected = compare_checkpoints(runs / "tiny-a" / "checkpoints" / "step-000004",
@@ -418,6 +461,7 @@ async def test_compare_with_another_checkpoint(runs):
         # An unreadable other side is an error notification.
         await pilot.press("m")
         await pilot.pause()
+        app.screen.query_one(Input).focus()
         app.screen.query_one(Input).value = str(runs.parent / "files" / "garbage.safetensors")
         await pilot.press("enter")
         await settle(pilot)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 MODEL_FILE = "model.safetensors"
 MERGES_TENSOR = "tokenizer.merges"
+HF_TOKENIZER_FILE = "tokenizer.json"
 HISTOGRAM_BINS = 20
 KIND_LABELS = {
     "checkpoint-dir": "checkpoint folder",
@@ -426,13 +427,13 @@ class CheckpointsScreen(Screen):
         self._show_integrity(inspection.integrity, inspection.kind)
         self.query_one("#compare-text", Static).update(
             Text("Press m to compare this checkpoint with another.", style="dim"))
-        model_file = self.model_file()
+        source = self.tokenizer_source()
         panel = self.query_one(TokenizerPanel)
-        if model_file is not None:
+        if source is not None:
             panel.show_unavailable("reading the tokenizer…")
-            self._load_tokenizer(message.serial, model_file)
+            self._load_tokenizer(message.serial, source)
         else:
-            panel.show_unavailable("No tokenizer: this is not a minigpt-tui model file.")
+            panel.show_unavailable("No tokenizer here: neither a minigpt-tui model file nor a folder with tokenizer.json.")
 
     def _show_summary(self, inspection: Any) -> None:
         wide = self.has_class("-wide")
@@ -545,12 +546,29 @@ class CheckpointsScreen(Screen):
                     return Path(summary.path)
         return None
 
+    def tokenizer_source(self) -> Path | None:
+        """Where the open thing keeps a tokenizer: our model file, or a transformers
+        folder's tokenizer.json."""
+        model_file = self.model_file()
+        if model_file is not None:
+            return model_file
+        if self.opened is not None and self.opened.inspection.kind == "hf-model":
+            candidate = Path(self.opened.inspection.path) / HF_TOKENIZER_FILE
+            return candidate if candidate.is_file() else None
+        return None
+
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-tokenizer")
-    def _load_tokenizer(self, serial: int, model_file: Path) -> None:
+    def _load_tokenizer(self, serial: int, source: Path) -> None:
         from minigpt_tui.engine.errors import MiniGPTError
 
         try:
-            tokenizer, note = read_tokenizer(model_file)
+            if source.name == HF_TOKENIZER_FILE:
+                from minigpt_tui.engine.interop.hf_tokenizer import read_tokenizer_json
+
+                tokenizer = read_tokenizer_json(source)
+                note = f"read from {source.name}, in minigpt-tui's id layout"
+            else:
+                tokenizer, note = read_tokenizer(source)
         except (MiniGPTError, OSError, ValueError) as err:
             self.post_message(TokenizerReady(serial, None, str(err)))
             return
@@ -786,14 +804,15 @@ class CheckpointsScreen(Screen):
         heading.append(f"\n\n{len(differing)} tensors differ, {result['unchanged']} are byte-identical; "
                        f"{len(result['state_differences'])} state records differ\n", style="bold")
         tensors = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        tensors.add_column("file", style="dim", no_wrap=True)
-        tensors.add_column("tensor", overflow="fold")
+        # The long names go last, so that wrapping them leaves the short columns aligned.
         tensors.add_column("status", no_wrap=True)
         tensors.add_column("max |a−b|", justify="right", no_wrap=True)
+        tensors.add_column("file", style="dim", no_wrap=True)
+        tensors.add_column("tensor", overflow="fold")
         for row in differing:
             diff = row.get("max_abs_diff")
-            tensors.add_row(row["file"].removesuffix(".safetensors"), row["name"], row["status"],
-                            "–" if diff is None else f"{diff:.3g}")
+            tensors.add_row(row["status"], "–" if diff is None else f"{diff:.3g}",
+                            row["file"].removesuffix(".safetensors"), row["name"])
         states = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
         states.add_column("group", no_wrap=True)
         states.add_column("record", overflow="fold")

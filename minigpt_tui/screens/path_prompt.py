@@ -53,8 +53,11 @@ class PathPromptScreen(ModalScreen[str | None]):
     def on_mount(self) -> None:
         field = self.query_one(Input)
         field.cursor_blink = False
-        field.focus()
         field.cursor_position = len(field.value)
+        if self.choices:
+            self.query_one(OptionList).focus()  # arrows and enter choose; tab reaches the field
+        else:
+            field.focus()
 
     @on(OptionList.OptionSelected)
     def _chosen(self, event: OptionList.OptionSelected) -> None:
