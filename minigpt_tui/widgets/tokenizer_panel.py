@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Input, Static
 from minigpt_tui.widgets.pieces import piece_chips, piece_text
 
 MAX_ENCODED_CHARACTERS = 4000  # the field is for trying words and lines, not documents
+MAX_MERGE_ROWS = 5000  # a 50k-merge foreign tokenizer would take seconds to lay out
 
 
 class TokenizerPanel(Vertical):
@@ -67,7 +68,10 @@ class TokenizerPanel(Vertical):
         table = self.query_one("#tokenizer-merges", DataTable)
         table.clear()
         first = tokenizer.vocab_size - len(merges)
-        for rank, (left, right) in enumerate(merges):
+        if len(merges) > MAX_MERGE_ROWS:
+            summary.append(f"\nthe table lists the first {MAX_MERGE_ROWS:,} of {len(merges):,} merges", style="dim")
+            self.query_one("#tokenizer-summary", Static).update(summary)
+        for rank, (left, right) in enumerate(merges[:MAX_MERGE_ROWS]):
             token_id = first + rank
             table.add_row(
                 Text(str(rank), justify="right"),
