@@ -14,7 +14,10 @@ named baseline.
    ``torch.load(weights_only=True)`` of the same tensors saved as ``.pt`` (and mmap=True).
 4. Statistics of one tensor, reading that tensor alone, against loading the whole file.
 
-Every figure is the best of several rounds (the page cache is warm for both sides).
+Every figure is the best (and median) of several rounds run in alternation with the
+baseline (the page cache is warm for both sides). On a shared machine the wall-clock figures
+move with other users' load, so the load average is printed, and the CPU time per call (all
+threads, kernel included) is reported as well: it measures the work itself.
 
     .venv/bin/python benchmarks/bench_checkpoint.py
 """
@@ -41,7 +44,7 @@ from minigpt_tui.engine.config import load_config
 from minigpt_tui.engine.corpus import load_corpus
 from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
 
-ROUNDS = 15
+ROUNDS = 25
 
 
 def best_of(rounds: int, action: Callable[[], object]) -> tuple[float, float]:
@@ -56,13 +59,22 @@ def best_of(rounds: int, action: Callable[[], object]) -> tuple[float, float]:
 def interleaved(rounds: int, *actions: Callable[[], object]) -> list[tuple[float, float]]:
     """Best and median of each action, run in alternation so that the load of a shared
     machine falls on every side alike."""
+    return [(best, median) for best, median, _ in interleaved_with_cpu(rounds, *actions)]
+
+
+def interleaved_with_cpu(rounds: int, *actions: Callable[[], object]) -> list[tuple[float, float, float]]:
+    """As :func:`interleaved`, plus the median CPU time of this process (all its threads,
+    kernel time included) per call: the work done, which other users of a shared machine
+    do not change the way they change the wall-clock figures."""
     times: list[list[float]] = [[] for _ in actions]
+    cpu: list[list[float]] = [[] for _ in actions]
     for _ in range(rounds):
         for i, action in enumerate(actions):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             action()
             times[i].append(time.perf_counter() - start)
-    return [(min(t), statistics.median(t)) for t in times]
+            cpu[i].append(time.process_time() - start_cpu)
+    return [(min(t), statistics.median(t), statistics.median(c)) for t, c in zip(times, cpu)]
 
 
 class _Timed:
@@ -74,22 +86,26 @@ class _Timed:
 
 @contextmanager
 def measured_fsync_and_hashing(skip: bool = False):
-    """Time fsync and SHA-256 inside our code; with ``skip`` do neither (the digests come
+    """Time fsync/fdatasync and SHA-256 inside our code; with ``skip`` do neither (the digests come
     out wrong: only for measuring what the rest costs)."""
     fsync_time, hash_time = _Timed(), _Timed()
     real_fsync = os.fsync
+    real_writeback = safetensors_io._sync_file_range
     real_sha256 = hashlib.sha256
 
-    def timed_fsync(fd: int) -> None:
-        start = time.perf_counter()
-        if not skip:
-            real_fsync(fd)
-        fsync_time.seconds += time.perf_counter() - start
+    def timed(sync: Callable[[int], None]) -> Callable[[int], None]:
+        def timed_sync(fd: int) -> None:
+            start = time.perf_counter()
+            if not skip:
+                sync(fd)
+            fsync_time.seconds += time.perf_counter() - start
+
+        return timed_sync
 
     class TimedHash:
         def __init__(self, data: bytes = b"") -> None:
             start = time.perf_counter()
-            self._inner = real_sha256(data)
+            self._inner = real_sha256(b"" if skip else data)
             hash_time.seconds += time.perf_counter() - start
 
         def update(self, data: bytes) -> None:
@@ -106,7 +122,9 @@ def measured_fsync_and_hashing(skip: bool = False):
 
     modules = (safetensors_io, portable, training_state, directory)
     saved = {m: getattr(m, "hashlib", None) for m in modules}
-    os.fsync = timed_fsync
+    os.fsync = timed(real_fsync)
+    if skip:  # nor start writing pages out early (a hint the fsync would follow up)
+        safetensors_io._sync_file_range = lambda: None
     for m in modules:
         if saved[m] is not None:
             m.hashlib = HashModule
@@ -114,6 +132,7 @@ def measured_fsync_and_hashing(skip: bool = False):
         yield fsync_time, hash_time
     finally:
         os.fsync = real_fsync
+        safetensors_io._sync_file_range = real_writeback
         for m, original in saved.items():
             if original is not None:
                 m.hashlib = original
@@ -159,9 +178,14 @@ def save_and_load(work: Path) -> None:
 
     ours_save()
     torch_save()
-    (ours_best, ours_median), (base_best, base_median), (base_sync_best, _) = interleaved(
-        ROUNDS, ours_save, torch_save, torch_save_fsync
-    )
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cores")
+    # Each round replaces the folder of the same step, as torch.save replaces its file:
+    # both sides pay for freeing the previous copy.
+    (
+        (ours_best, ours_median, ours_cpu),
+        (base_best, base_median, base_cpu),
+        (base_sync_best, base_sync_median, base_sync_cpu),
+    ) = interleaved_with_cpu(ROUNDS, ours_save, torch_save, torch_save_fsync)
     with measured_fsync_and_hashing() as (fsync_time, hash_time):
         start = time.perf_counter()
         for _ in range(ROUNDS):
@@ -176,8 +200,11 @@ def save_and_load(work: Path) -> None:
     print(f"   ours            best {ours_best * 1e3:8.2f} ms  median {ours_median * 1e3:8.2f} ms  ({ours_bytes / 1e6:.2f} MB)")
     print(f"   torch.save      best {base_best * 1e3:8.2f} ms  median {base_median * 1e3:8.2f} ms  "
           f"({pt_path.stat().st_size / 1e6:.2f} MB, no fsync)")
-    print(f"   torch.save+fsync best {base_sync_best * 1e3:7.2f} ms")
-    print(f"   ratio ours / torch.save = {ours_best / base_best:.2f}   ours / (torch.save+fsync) = {ours_best / base_sync_best:.2f}")
+    print(f"   torch.save+fsync best {base_sync_best * 1e3:7.2f} ms  median {base_sync_median * 1e3:8.2f} ms")
+    print(f"   ratio ours / torch.save = {ours_best / base_best:.2f}   ours / (torch.save+fsync) = {ours_best / base_sync_best:.2f}"
+          f"   (medians: {ours_median / base_median:.2f} and {ours_median / base_sync_median:.2f})")
+    print(f"   CPU time per save (median, all threads): ours {ours_cpu * 1e3:.1f} ms, torch.save {base_cpu * 1e3:.1f} ms, "
+          f"torch.save+fsync {base_sync_cpu * 1e3:.1f} ms")
     print(f"   ours without fsync and SHA-256 (instrumented, digests wrong) best {bare_best * 1e3:.2f} ms: "
           f"ratio to torch.save = {bare_best / base_best:.2f}")
     print(f"   share of our save time: fsync {100 * fsync_time.seconds / total:.1f}%, "
@@ -197,7 +224,9 @@ def save_and_load(work: Path) -> None:
 
     ours_load()
     torch_load()
-    (load_best, load_median), (tload_best, tload_median) = interleaved(ROUNDS, ours_load, torch_load)
+    (load_best, load_median, load_cpu), (tload_best, tload_median, tload_cpu) = interleaved_with_cpu(
+        ROUNDS, ours_load, torch_load
+    )
     with measured_fsync_and_hashing() as (_, hash_time):
         start = time.perf_counter()
         for _ in range(ROUNDS):
@@ -207,8 +236,10 @@ def save_and_load(work: Path) -> None:
     print("\n2. load into a ready model and optimizer")
     print(f"   ours (both files SHA-256-checked against manifest)  best {load_best * 1e3:8.2f} ms  median {load_median * 1e3:8.2f} ms")
     print(f"   torch.load(weights_only=True) + load_state_dict     best {tload_best * 1e3:8.2f} ms  median {tload_median * 1e3:8.2f} ms")
-    print(f"   ratio ours / torch.load = {load_best / tload_best:.2f}; SHA-256 share of our load: "
-          f"{100 * hash_time.seconds / total:.1f}%")
+    print(f"   ratio ours / torch.load = {load_best / tload_best:.2f} (medians: {load_median / tload_median:.2f}); "
+          f"SHA-256 share of our load: {100 * hash_time.seconds / total:.1f}% (thread time; the two files overlap)")
+    print(f"   CPU time per load (median, all threads): ours {load_cpu * 1e3:.1f} ms, torch {tload_cpu * 1e3:.1f} ms")
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 def inspection(work: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 
@@ -35,7 +36,7 @@ class Corpus:
     def validation(self) -> list[str]:
         return [r.text for r in self.records if r.split == VALIDATION]
 
-    @property
+    @cached_property  # the records never change: every checkpoint save and load asks
     def identity(self) -> str:
         """SHA-256 over each record's split and exact UTF-8 bytes, in order, length-prefixed."""
         digest = hashlib.sha256(b"minigpt-tui-corpus-v1\0")

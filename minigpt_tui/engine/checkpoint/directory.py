@@ -27,19 +27,26 @@ from minigpt_tui.engine.checkpoint.portable import (
     MODEL_FILE,
     PortableFile,
     PortableModel,
+    PortablePayload,
     portable_payload,
     read_portable,
 )
 from minigpt_tui.engine.checkpoint.safetensors_io import (
     ExpectedFile,
     ProgressHook,
+    WrittenFile,
     atomic_write_bytes,
+    create_file,
     fsync_directory,
     json_metadata,
-    write_safetensors,
+    plan_file,
+    start_writeback,
+    write_data,
+    write_header,
 )
 from minigpt_tui.engine.checkpoint.training_state import (
     TRAINING_FILE,
+    CapturedState,
     TrainingState,
     apply_training_state,
     capture_state,
@@ -297,28 +304,83 @@ def _exchange(a: Path, b: Path) -> bool:
     return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
-def _install(tmp: Path, final: Path, notify: ProgressHook) -> None:
+def _install(tmp: Path, final: Path, notify: ProgressHook) -> Path | None:
     """Put a finished folder in place; an existing checkpoint of the same step is replaced
-    without a moment where neither is in place (when the kernel can swap)."""
+    without a moment where neither is in place (when the kernel can swap). Returns the
+    displaced old checkpoint, now under a hidden work name, for the caller to delete once
+    the parent folder is fsynced (a crash before that leaves it to recover_interrupted)."""
     if not final.exists():
         os.rename(tmp, final)
         notify("installed")
-        return
+        return None
     if _exchange(tmp, final):
         notify("installed")
-        fsync_directory(final.parent)
-        shutil.rmtree(tmp, ignore_errors=True)  # now the old one
-        return
+        return tmp  # now the old one
     aside = _work_name(final, "replaced")
     os.rename(final, aside)
     notify("moved-aside")
     os.rename(tmp, final)
     notify("installed")
-    fsync_directory(final.parent)
-    shutil.rmtree(aside, ignore_errors=True)
+    return aside
 
 
 # -- saving -------------------------------------------------------------------------------------
+# Stands in for a SHA-256 hex digest in a header planned before the digest is known: the
+# final header has the same length, so tensor data can be written at its final offset first.
+_DIGEST_PLACEHOLDER = "0" * 64
+
+
+def _write_checkpoint_files(
+    folder: Path, payload: PortablePayload, captured: CapturedState, notify: ProgressHook
+) -> tuple[str, WrittenFile, WrittenFile]:
+    """Write both files into ``folder``: (model identity, model file, training file).
+
+    Ordered so that the disk and both cores work at once: the tensor data goes to its final
+    offsets first (each header planned with placeholder digests of the final length) and
+    the kernel starts writing it out while the model identity and the state's content
+    digest are computed; then the headers are written, both files are fsynced on helper
+    threads while each file's SHA-256 is computed from the same in-memory buffers (nothing
+    is read back), and the call returns when all of that is done."""
+    model_path, state_path = folder / MODEL_FILE, folder / TRAINING_FILE
+    descriptors: list[int] = []
+    try:
+        # Leaving the pool waits for every helper, so no descriptor closes under one.
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            content = pool.submit(captured.content_digest)
+            model_plan = plan_file(payload.tensors, payload.metadata(_DIGEST_PLACEHOLDER))
+            state_plan = plan_file(
+                captured.tensors, json_metadata(captured.metadata(_DIGEST_PLACEHOLDER, _DIGEST_PLACEHOLDER))
+            )
+            model_fd = create_file(model_path)
+            descriptors.append(model_fd)
+            write_data(model_fd, model_plan, MODEL_FILE, notify)
+            start_writeback(model_fd)
+            state_fd = create_file(state_path)
+            descriptors.append(state_fd)
+            write_data(state_fd, state_plan, TRAINING_FILE, notify)
+            start_writeback(state_fd)
+            identity = payload.identity()
+            model_final = model_plan.with_metadata(payload.metadata(identity))
+            write_header(model_fd, model_final, MODEL_FILE, notify)
+            model_synced = pool.submit(os.fsync, model_fd)
+            state_final = state_plan.with_metadata(json_metadata(captured.metadata(identity, content.result())))
+            write_header(state_fd, state_final, TRAINING_FILE, notify)
+            state_synced = pool.submit(os.fsync, state_fd)
+            state_sha256 = pool.submit(state_final.sha256)
+            model_file = WrittenFile(model_path, model_final.size, model_final.sha256())
+            model_synced.result()
+            notify(f"{MODEL_FILE}:fsynced")
+            state_synced.result()
+            notify(f"{TRAINING_FILE}:fsynced")
+            state_file = WrittenFile(state_path, state_final.size, state_sha256.result())
+    except OSError as err:
+        raise CheckpointError(f"cannot write the checkpoint files in {folder}: {err.strerror or err}") from None
+    finally:
+        for fd in descriptors:
+            os.close(fd)
+    return identity, model_file, state_file
+
+
 def save_checkpoint(
     trainer: "Trainer",
     checkpoints_dir: Path,
@@ -340,21 +402,7 @@ def save_checkpoint(
         origin = {"step": trainer.step, **(provenance or {})}
         payload = portable_payload(trainer.model, trainer.tokenizer, origin)
         captured = capture_state(trainer)
-        # The digests, then the two files (each hashed as it is written), two at a time on
-        # two threads: hashing, writing and fsync release the GIL.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pending_identity = pool.submit(payload.identity)
-            content = captured.content_digest()
-            identity = pending_identity.result()
-            pending_model = pool.submit(
-                write_safetensors, tmp / MODEL_FILE, payload.tensors, payload.metadata(identity),
-                progress=notify, atomic=False,
-            )
-            state_file = write_safetensors(
-                tmp / TRAINING_FILE, captured.tensors, json_metadata(captured.metadata(identity, content)),
-                progress=notify, atomic=False,
-            )
-            model_file = pending_model.result()
+        identity, model_file, state_file = _write_checkpoint_files(tmp, payload, captured, notify)
         manifest = {
             "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
             "step": trainer.step,
@@ -372,12 +420,16 @@ def save_checkpoint(
         atomic_write_bytes(tmp / MANIFEST, text.encode("utf-8"), progress=notify, atomic=False)
         fsync_directory(tmp)
         notify("folder-fsynced")
-        _install(tmp, final, notify)
+        displaced = _install(tmp, final, notify)
         fsync_directory(checkpoints_dir)
         notify("parent-fsynced")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if displaced is not None:
+        # Not fsynced: the new checkpoint is durable already, and freeing the old one's
+        # blocks need not be waited for.
+        shutil.rmtree(displaced, ignore_errors=True)
     return final
 
 

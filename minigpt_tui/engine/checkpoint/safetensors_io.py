@@ -11,12 +11,15 @@ is materialized, so header-only inspection stays fast.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -116,14 +119,18 @@ class Header:
     def names(self) -> list[str]:
         return [e.name for e in self.entries]
 
+    @cached_property
+    def _by_name(self) -> dict[str, TensorEntry]:
+        return {e.name: e for e in self.entries}
+
     def entry(self, name: str) -> TensorEntry:
-        for e in self.entries:
-            if e.name == name:
-                return e
-        raise CheckpointError(f"{self.path}: no tensor named '{name}'")
+        found = self._by_name.get(name)
+        if found is None:
+            raise CheckpointError(f"{self.path}: no tensor named '{name}'")
+        return found
 
     def has(self, name: str) -> bool:
-        return any(e.name == name for e in self.entries)
+        return name in self._by_name
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -259,10 +266,12 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def torch_dtype(name: str) -> "torch.dtype":
+@cache
+def _torch_dtypes() -> dict[str, "torch.dtype"]:
+    """Format dtype names to torch dtypes (built once, on first use: torch loads lazily)."""
     import torch
 
-    table = {
+    return {
         "BOOL": torch.bool,
         "U8": torch.uint8,
         "I8": torch.int8,
@@ -280,33 +289,26 @@ def torch_dtype(name: str) -> "torch.dtype":
         "F8_E5M2": torch.float8_e5m2,
         "F8_E4M3": torch.float8_e4m3fn,
     }
-    if name not in table:
+
+
+def torch_dtype(name: str) -> "torch.dtype":
+    found = _torch_dtypes().get(name)
+    if found is None:
         raise CheckpointError(f"tensors of dtype {name} cannot be read into torch here")
-    return table[name]
+    return found
+
+
+@cache
+def _dtype_names() -> dict["torch.dtype", str]:
+    """Torch dtypes to format names, for those a file may be written from."""
+    return {dtype: name for name, dtype in _torch_dtypes().items() if not name.startswith("F8_")}
 
 
 def dtype_name(dtype: "torch.dtype") -> str:
-    import torch
-
-    table = {
-        torch.bool: "BOOL",
-        torch.uint8: "U8",
-        torch.int8: "I8",
-        torch.int16: "I16",
-        torch.uint16: "U16",
-        torch.float16: "F16",
-        torch.bfloat16: "BF16",
-        torch.int32: "I32",
-        torch.uint32: "U32",
-        torch.float32: "F32",
-        torch.float64: "F64",
-        torch.int64: "I64",
-        torch.uint64: "U64",
-        torch.complex64: "C64",
-    }
-    if dtype not in table:
+    found = _dtype_names().get(dtype)
+    if found is None:
         raise CheckpointError(f"tensors of dtype {dtype} cannot be saved")
-    return table[dtype]
+    return found
 
 
 def _check_byte_order() -> None:
@@ -345,7 +347,7 @@ class LoadedFile:
     """A whole file read once: its validated header, its bytes and their SHA-256."""
 
     header: Header
-    buffer: bytearray
+    buffer: memoryview  # the whole file, writable (tensors are views of it)
     sha256: str
 
     @property
@@ -363,12 +365,19 @@ class LoadedFile:
 def load_file(path: Path | str, expect: "ExpectedFile | None" = None) -> LoadedFile:
     """Read a whole safetensors file once, hash it, check it against ``expect`` (a
     manifest's record) before anything else, then validate its header."""
+    import numpy
+
     path = Path(path)
     try:
-        with path.open("rb") as fh:
+        with path.open("rb", buffering=0) as fh:
             size = os.fstat(fh.fileno()).st_size
-            buffer = bytearray(size)
-            got = fh.readinto(buffer)
+            if expect is not None:
+                expect.check_size(path, size)  # a truncated file is refused before it is read
+            # Uninitialized memory (no zero-filling pass): the read overwrites every byte.
+            buffer = memoryview(numpy.empty(size, dtype=numpy.uint8))
+            got = 0
+            while got < size and (count := fh.readinto(buffer[got:])):
+                got += count
     except FileNotFoundError:
         raise CheckpointError(f"file not found: {path}") from None
     except IsADirectoryError:
@@ -392,11 +401,14 @@ class ExpectedFile:
     sha256: str
     source: str  # the manifest's path, for the message
 
-    def check(self, path: Path, size: int, sha256: str) -> None:
+    def check_size(self, path: Path, size: int) -> None:
         if size != self.size:
             raise CheckpointError(
                 f"{path}: {size} bytes but {self.source} records {self.size}: the file is truncated or changed"
             )
+
+    def check(self, path: Path, size: int, sha256: str) -> None:
+        self.check_size(path, size)
         if sha256 != self.sha256:
             raise CheckpointError(
                 f"{path}: SHA-256 {sha256[:12]}… does not match {self.source} ({self.sha256[:12]}…): "
@@ -448,6 +460,120 @@ def plan_layout(tensors: Sequence[tuple[str, "torch.Tensor"]]) -> list[TensorEnt
     return entries
 
 
+@dataclass(frozen=True)
+class PlannedFile:
+    """A safetensors file laid out in memory: the length-prefixed header and every tensor's
+    bytes in data order, as views of the tensors themselves (no copy). What a writer puts
+    on disk and what its SHA-256 covers are these same buffers, each read once per pass."""
+
+    entries: tuple[TensorEntry, ...]
+    prefix: bytes  # the 8-byte header length and the header
+    views: tuple[memoryview, ...]  # one per entry, in the same order
+
+    @property
+    def data_start(self) -> int:
+        return len(self.prefix)
+
+    @property
+    def size(self) -> int:
+        return len(self.prefix) + (self.entries[-1].end if self.entries else 0)
+
+    def sha256(self) -> str:
+        """The SHA-256 of the file this plan writes, from memory (no read back)."""
+        digest = hashlib.sha256(self.prefix)
+        for view in self.views:
+            digest.update(view)
+        return digest.hexdigest()
+
+    def with_metadata(self, metadata: Mapping[str, str]) -> "PlannedFile":
+        """The same layout under final metadata whose header has the planned length (digests
+        filled into placeholders of equal length), so data already written stays valid."""
+        prefix = _length_prefixed(encode_header(self.entries, metadata))
+        if len(prefix) != len(self.prefix):
+            raise CheckpointError(
+                f"the final header is {len(prefix)} bytes, not the planned {len(self.prefix)}: "
+                "a digest placeholder had the wrong length"
+            )
+        return PlannedFile(self.entries, prefix, self.views)
+
+
+def _length_prefixed(header: bytes) -> bytes:
+    return len(header).to_bytes(8, "little") + header
+
+
+def plan_file(tensors: Sequence[tuple[str, "torch.Tensor"]], metadata: Mapping[str, str] | None = None) -> PlannedFile:
+    entries = plan_layout(tensors)  # refuses duplicate names before the lookup below merges them
+    lookup = dict(tensors)
+    views = tuple(tensor_memory(lookup[e.name]) for e in entries)
+    return PlannedFile(tuple(entries), _length_prefixed(encode_header(entries, metadata or {})), views)
+
+
+def create_file(path: Path) -> int:
+    """A descriptor for writing ``path`` from its start (created or truncated)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666)
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    view = memoryview(data).cast("B")
+    while view.nbytes:
+        done = os.pwrite(fd, view, offset)
+        view = view[done:]
+        offset += done
+
+
+def write_header(fd: int, planned: PlannedFile, label: str, notify: ProgressHook) -> None:
+    _pwrite_all(fd, planned.prefix, 0)
+    notify(f"{label}:header")
+
+
+def write_data(fd: int, planned: PlannedFile, label: str, notify: ProgressHook) -> None:
+    """Every tensor's bytes at its place after the header (which may be written later)."""
+    for entry, view in zip(planned.entries, planned.views):
+        _pwrite_all(fd, view, planned.data_start + entry.begin)
+        notify(f"{label}:tensor:{entry.name}")
+
+
+# sync_file_range flag: start writing the range's dirty pages, do not wait for them.
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+@cache
+def _sync_file_range() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+def start_writeback(fd: int) -> None:
+    """Ask the kernel to start sending ``fd``'s written pages to the disk now, without
+    waiting and without a journal commit (Linux ``sync_file_range``), so the disk works
+    while the CPU hashes. Only a hint: durability is still the file's own fsync."""
+    function = _sync_file_range()
+    if function is not None:
+        function(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+
+# Below this size a helper thread costs more than the overlap it buys.
+_OVERLAP_BYTES = 1 << 20
+
+
+def fsync_while_hashing(fd: int, planned: PlannedFile) -> str:
+    """fsync ``fd`` and return the plan's SHA-256: the disk works while the CPU hashes."""
+    if planned.size < _OVERLAP_BYTES:
+        os.fsync(fd)
+        return planned.sha256()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        synced = pool.submit(os.fsync, fd)
+        sha256 = planned.sha256()
+        synced.result()
+    return sha256
+
+
 def write_safetensors(
     path: Path | str,
     tensors: Sequence[tuple[str, "torch.Tensor"]],
@@ -456,30 +582,22 @@ def write_safetensors(
     progress: ProgressHook | None = None,
     atomic: bool = True,
 ) -> WrittenFile:
-    """Write a safetensors file, flushed and fsynced, hashing while it writes. ``atomic``:
-    under a temporary name in the same folder, renamed into place, the folder fsynced.
-    Without it the caller owns atomicity (a checkpoint writes into a temporary folder)."""
+    """Write a safetensors file, flushed and fsynced, hashed from the same buffers while
+    the fsync runs. ``atomic``: under a temporary name in the same folder, renamed into
+    place, the folder fsynced. Without it the caller owns atomicity (a checkpoint writes
+    into a temporary folder)."""
     path = Path(path)
-    lookup = dict(tensors)
-    entries = plan_layout(tensors)
-    header = encode_header(entries, metadata or {})
-    digest = hashlib.sha256()
+    planned = plan_file(tensors, metadata)
     tmp = path.with_name(f".{path.name}.partial-{os.getpid()}") if atomic else path
     notify = progress or (lambda _event: None)
     try:
-        with tmp.open("wb") as fh:
-            prefix = len(header).to_bytes(8, "little") + header
-            fh.write(prefix)
-            digest.update(prefix)
-            notify(f"{path.name}:header")
-            for entry in entries:
-                data = tensor_memory(lookup[entry.name])
-                fh.write(data)
-                digest.update(data)
-                notify(f"{path.name}:tensor:{entry.name}")
-            fh.flush()
-            os.fsync(fh.fileno())
-            size = fh.tell()
+        fd = create_file(tmp)
+        try:
+            write_header(fd, planned, path.name, notify)
+            write_data(fd, planned, path.name, notify)
+            sha256 = fsync_while_hashing(fd, planned)
+        finally:
+            os.close(fd)
         notify(f"{path.name}:fsynced")
         if atomic:
             os.replace(tmp, path)
@@ -491,7 +609,7 @@ def write_safetensors(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return WrittenFile(path, size, digest.hexdigest())
+    return WrittenFile(path, planned.size, sha256)
 
 
 def fsync_directory(path: Path) -> None:

@@ -270,8 +270,9 @@ def capture_state(trainer: "Trainer") -> CapturedState:
         ("curve.best_validation", torch.tensor([trainer.best_validation if trainer.best_validation is not None else math.nan], dtype=torch.float64))
     )
 
+    config_record = config.to_dict()
     identities = {
-        "config": config_identity(config.to_dict()),
+        "config": config_identity(config_record),
         "corpus": trainer.setup.corpus.identity,
         "tokenizer": trainer.tokenizer.identity,
     }
@@ -323,7 +324,7 @@ def capture_state(trainer: "Trainer") -> CapturedState:
 
     metadata = {
         "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
-        "config": config.to_dict(),
+        "config": config_record,
         "identities": identities,
         "envelope": current_envelope(train, measured=True),
         "continuation": continuation_of(trainer).to_json(),
