@@ -53,13 +53,14 @@ def check_corpus_path(source: str) -> None:
 
 
 class MiniGPTApp(App[None]):
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses elsewhere find it too
     TITLE = "minigpt-tui"
 
+    SCREEN_KEYS = Binding.Group("Screens")
     BINDINGS = [
-        Binding("t", "show_screen('training')", "Training"),
-        Binding("c", "show_screen('checkpoints')", "Checkpoints"),
-        Binding("g", "show_screen('generation')", "Generation"),
+        Binding("t", "show_screen('training')", "Training", group=SCREEN_KEYS),
+        Binding("c", "show_screen('checkpoints')", "Checkpoints", group=SCREEN_KEYS),
+        Binding("g", "show_screen('generation')", "Generation", group=SCREEN_KEYS),
         Binding("question_mark", "help", "Help"),
         Binding("q", "request_quit", "Quit"),
         Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
@@ -116,10 +117,10 @@ class MiniGPTApp(App[None]):
     def action_show_screen(self, mode: str) -> None:
         entry = self.screen_entries.get(mode)
         if entry is None:
-            self.notify(f"unknown screen '{mode}'", severity="error")
+            self.notify(f"unknown screen '{mode}'", severity="error", markup=False)
             return
         if not self.screen_available(mode):
-            self.notify(f"the {entry.title} screen is not available yet", title=entry.title, severity="warning")
+            self.notify(f"the {entry.title} screen is not available yet", title=entry.title, severity="warning", markup=False)
             return
         if self.current_mode != mode:
             self.switch_mode(mode)

@@ -108,46 +108,6 @@ class RunFiles:
 
 
 @dataclass
-class ResumePlan:
-    """Continue a saved run from one of its checkpoints, exactly where it stopped.
-
-    Like ``minigpt-tui resume``: a checkpoint inside ``RUN/checkpoints`` continues in RUN
-    (its metrics get a ``resume`` record, then the new updates); a loose one in a new run.
-    """
-
-    checkpoint: Path
-    runs_dir: Path
-    files: RunFiles = field(default_factory=RunFiles)
-
-    def build(self, announce: Callable[[RunSummary], None],
-              checkpointer: GuardedCheckpointer | None) -> Any:
-        from minigpt_tui.engine.checkpoint.directory import restore_trainer
-        from minigpt_tui.engine.errors import ConfigError
-        from minigpt_tui.engine.runs import RunDirectory
-        from minigpt_tui.engine.trainer import apply_precision
-
-        folder = self.checkpoint
-        trainer = restore_trainer(folder)
-        steps = trainer.config.train.steps
-        if trainer.finished:
-            raise ConfigError(f"the checkpoint at update {trainer.step} has completed its schedule of {steps} "
-                              "updates; nothing is left to resume")
-        apply_precision(trainer.config.train)
-        if folder.parent.name == "checkpoints" and folder.parent.parent.is_dir():
-            run = RunDirectory(folder.parent.parent)
-        else:
-            run = RunDirectory.create(self.runs_dir, None, f"resumed-{trainer.config.preset}")
-            run.write_json("config.json", trainer.config.to_dict())
-        run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
-        self.files.run = run
-        make = checkpointer_factory()
-        if checkpointer is not None and make is not None:
-            checkpointer.inner = make(run)
-        announce(summarize(trainer, run.name, run.path, resumed_from=folder))
-        return trainer
-
-
-@dataclass
 class NewRunPlan:
     """A new run from a resolved config (a RunConfig), in ``runs_dir``."""
 

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Markdown
+from textual.widgets import Static
 
 
 def help_markdown(screen: Screen, global_keys: list[tuple[str, str]]) -> str:
@@ -29,7 +29,11 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help-body") as body:
             body.border_title = f"Help: {getattr(self.about, 'HELP_TITLE', None) or type(self.about).__name__}"
             body.border_subtitle = "escape closes"
-            yield Markdown(self.markdown, id="help-text")
+            # Rich's Markdown in one Static: a Markdown widget builds a widget per block and
+            # per table cell, which took a few hundred milliseconds to open while training.
+            from rich.markdown import Markdown
+
+            yield Static(Markdown(self.markdown), id="help-text")
 
     def on_mount(self) -> None:
         self.query_one("#help-body").focus()

@@ -22,10 +22,17 @@ SEED_STREAMS = ("init", "data", "dropout", "sampling")
 
 
 @dataclass(frozen=True)
+class NewRunRequest:
+    config: Any  # a resolved RunConfig
+    name: str | None  # the run's folder name; None: PRESET-TIMESTAMP
+
+
+@dataclass(frozen=True)
 class NewRunForm:
     """The form's text fields as typed; :meth:`resolve` turns them into a RunConfig."""
 
     preset: str
+    name: str = ""
     corpus: str = ""
     steps: str = ""
     precision: str = ""
@@ -35,6 +42,18 @@ class NewRunForm:
     dropout: str = ""
     sampling: str = ""
     save_every: str = ""
+
+    def request(self, runs_dir: Path) -> NewRunRequest:
+        """The resolved run, or a MiniGPTError naming the first invalid field."""
+        from minigpt_tui.engine.errors import ConfigError
+        from minigpt_tui.engine.runs import check_run_name
+
+        name = self.name.strip() or None
+        if name is not None:
+            check_run_name(name)
+            if (runs_dir / name).exists():
+                raise ConfigError(f"run '{name}' already exists in {runs_dir}")
+        return NewRunRequest(self.resolve(), name)
 
     def resolve(self) -> Any:
         from minigpt_tui.app import check_corpus_path
@@ -84,14 +103,15 @@ def _whole(what: str, text: str) -> int | None:
         raise ConfigError(f"{what} must be a whole number, got '{text}'") from None
 
 
-class NewRunScreen(ModalScreen[Any]):
-    """Dismisses with a resolved RunConfig, or None when cancelled."""
+class NewRunScreen(ModalScreen[NewRunRequest | None]):
+    """Dismisses with a :class:`NewRunRequest`, or None when cancelled."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "start", "Start")]
 
-    def __init__(self, current: Any) -> None:
+    def __init__(self, current: Any, runs_dir: Path) -> None:
         super().__init__()
         self.current = current
+        self.runs_dir = runs_dir
 
     def compose(self) -> ComposeResult:
         from minigpt_tui.engine.config import preset_names
@@ -104,6 +124,8 @@ class NewRunScreen(ModalScreen[Any]):
                 yield Label("preset")
                 yield Select([(name, name) for name in preset_names()], value=current.preset,
                              allow_blank=False, compact=True, id="preset")
+                yield Label("run name")
+                yield Input(placeholder=f"{current.preset}-YYYYMMDD-HHMMSS", compact=True, id="name")
                 yield Label("corpus")
                 yield Input(placeholder=current.corpus.source, compact=True, id="corpus")
                 yield Label("updates")
@@ -134,6 +156,7 @@ class NewRunScreen(ModalScreen[Any]):
             config = load_config(str(event.value))
         except MiniGPTError:
             return
+        self.query_one("#name", Input).placeholder = f"{config.preset}-YYYYMMDD-HHMMSS"
         self.query_one("#corpus", Input).placeholder = config.corpus.source
         self.query_one("#steps", Input).placeholder = str(config.train.steps)
         self.query_one("#save_every", Input).placeholder = f"{config.train.save_every} (0: off)"
@@ -147,6 +170,7 @@ class NewRunScreen(ModalScreen[Any]):
 
         return NewRunForm(
             preset=str(self.query_one("#preset", Select).value),
+            name=text("name"),
             corpus=text("corpus"),
             steps=text("steps"),
             precision=str(self.query_one("#precision", Select).value),
@@ -164,11 +188,11 @@ class NewRunScreen(ModalScreen[Any]):
         from minigpt_tui.engine.errors import MiniGPTError
 
         try:
-            config = self.form().resolve()
+            request = self.form().request(self.runs_dir)
         except MiniGPTError as err:
-            self.notify(str(err), title="invalid value", severity="error")
+            self.notify(str(err), title="invalid value", severity="error", markup=False)
             return
-        self.dismiss(config)
+        self.dismiss(request)
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:

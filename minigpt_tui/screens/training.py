@@ -1,7 +1,7 @@
 """The Training screen: a run's summary, progress, live loss table and plot, and events.
 
 The run controller works on a thread worker. Its events land in a :class:`RunFeed`; this
-screen drains the feed at most ``DRAINS_PER_SECOND`` times a second, so a run making
+screen drains the feed at most ``REFRESHES_PER_SECOND`` times a second, so a run making
 hundreds of updates a second costs the UI thread (and the GIL) a few small refreshes.
 """
 
@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Header
+from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
 from minigpt_tui.messages import CurveLoaded, EngineEventsReady, RunFeed, RunSummary
@@ -26,12 +26,12 @@ from minigpt_tui.widgets.event_log import EventLog
 from minigpt_tui.widgets.loss_plot import LossPlot
 from minigpt_tui.widgets.loss_table import LossTable
 from minigpt_tui.widgets.run_progress import RunProgress
+from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.run_summary import RunSummaryView
 
 if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
 
-DRAINS_PER_SECOND = 10.0
 ACTIVE_STATES = ("starting", "running", "paused", "stopping")
 
 TRAINING_HELP = """\
@@ -52,7 +52,7 @@ Trains a run on a thread of its own; this screen shows what it does, live.
 | `v` | on a narrow terminal, switch between the loss table and the plot |
 
 ## Run summary
-- **run**: the run's name (its folder in the runs directory), its preset, and the number of learned scalars in how many tensors (the tied token table counts once).
+- **run**: the run's name (its folder in the runs directory), its preset, and its parameters: the number of learned scalars in how many tensors (the tied token table counts once).
 - **precision**: `exact` trains in float64 on one thread with deterministic algorithms, so a paused, saved and resumed run gives bit-for-bit the same records as one never stopped; `fast` uses float32 and several threads.
 - **corpus**: where the records come from, how many are in the training and validation splits, and the corpus identity (SHA-256 over every record's split and bytes).
 - **tokenizer**: the byte-level BPE tokenizer learned from the training split: merges, vocabulary size (2 specials + 256 bytes + merges) and its identity (SHA-256 of its definition).
@@ -111,6 +111,11 @@ class TrainingScreen(Screen):
     HELP = TRAINING_HELP
     HELP_TITLE = "Training"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    # How often the run's events are drained into the table and progress line, and how
+    # often the plot is rebuilt; each refresh takes the GIL from training for a moment.
+    REFRESHES_PER_SECOND = 10.0  # progress line and event log
+    TABLE_REFRESHES_PER_SECOND = 4.0
+    PLOT_REDRAWS_PER_SECOND = 1.0
 
     BINDINGS = [
         Binding("space", "start", "Start"),
@@ -119,7 +124,7 @@ class TrainingScreen(Screen):
         Binding("s", "save", "Save"),
         Binding("e", "evaluate", "Eval"),
         Binding("x", "stop", "Stop"),
-        Binding("n", "new_run", "New run"),
+        Binding("n", "new_run", "New run", show=False),
         Binding("o", "overlay", "Overlay", show=False),
         Binding("w", "export_csv", "Export CSV", show=False),
         Binding("v", "toggle_view", "Table/Plot", show=False),
@@ -143,16 +148,17 @@ class TrainingScreen(Screen):
         yield RunSummaryView(id="summary")
         yield RunProgress(clock=clock, id="progress")
         with Horizontal(id="losses"):
-            table = LossTable(id="loss-table")
+            table = LossTable(clock=clock, max_refreshes_per_second=self.TABLE_REFRESHES_PER_SECOND,
+                              id="loss-table")
             table.border_title = "Losses"
             yield table
-            plot = LossPlot(clock=clock, id="loss-plot")
+            plot = LossPlot(clock=clock, max_redraws_per_second=self.PLOT_REDRAWS_PER_SECOND, id="loss-plot")
             plot.border_title = "Loss"
             yield plot
         log = EventLog(wall_clock=self.mini_app.wall_clock, id="events")
         log.border_title = "Events"
         yield log
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.sub_title = "Training"
@@ -195,7 +201,7 @@ class TrainingScreen(Screen):
         if not self.run.handle.saving and self.run.state != "starting":
             # The controller refuses too; say why in words the user can act on.
             self.notify("saving is not available yet (the checkpoint engine is not installed)",
-                        title="save refused", severity="warning")
+                        title="save refused", severity="warning", markup=False)
             self._command("save_now", None)
             return
         self.run.requested_saves += 1
@@ -214,18 +220,18 @@ class TrainingScreen(Screen):
         self._show_state()
 
     def action_new_run(self) -> None:
-        from minigpt_tui.screens.new_run import NewRunScreen
+        from minigpt_tui.screens.new_run import NewRunRequest, NewRunScreen
 
         if self.run is not None and self.run.active:
-            self.notify("stop the current run first (x)", title="a run is active", severity="warning")
+            self.notify("stop the current run first (x)", title="a run is active", severity="warning", markup=False)
             return
 
-        def chosen(config: Any) -> None:
-            if config is not None:
-                self.mini_app.next_config = config
-                self.start_run(config)
+        def chosen(request: NewRunRequest | None) -> None:
+            if request is not None:
+                self.mini_app.next_config = request.config
+                self.start_run(request.config, request.name)
 
-        self.app.push_screen(NewRunScreen(self.mini_app.next_config), chosen)
+        self.app.push_screen(NewRunScreen(self.mini_app.next_config, self.mini_app.settings.runs_dir), chosen)
 
     def action_overlay(self) -> None:
         from minigpt_tui.screens.overlay import OverlayScreen
@@ -247,7 +253,7 @@ class TrainingScreen(Screen):
     def action_export_csv(self) -> None:
         run_dir = self.run.run_dir if self.run else None
         if run_dir is None:
-            self.notify("no run directory yet: start a run first", title="export", severity="warning")
+            self.notify("no run directory yet: start a run first", title="export", severity="warning", markup=False)
             return
         self._export(run_dir)
 
@@ -262,7 +268,7 @@ class TrainingScreen(Screen):
 
     def _require_active(self, action: str) -> bool:
         if self.run is None or not self.run.active:
-            self.notify(f"no run is active: press space to start one", title=action, severity="warning")
+            self.notify(f"no run is active: press space to start one", title=action, severity="warning", markup=False)
             return False
         return True
 
@@ -271,13 +277,14 @@ class TrainingScreen(Screen):
             return
         self.run.handle.send(name)
         if note:
-            self.notify(note, timeout=2)
+            self.notify(note, timeout=2, markup=False)
 
     # -- starting a run ------------------------------------------------------------------
-    def start_run(self, config: Any) -> None:
-        """Start a new run from a resolved RunConfig (the engine builds it on the worker)."""
+    def start_run(self, config: Any, name: str | None = None) -> None:
+        """Start a new run from a resolved RunConfig (the engine builds it on the worker);
+        ``name`` is its folder in the runs directory (default: PRESET-TIMESTAMP)."""
         if self.run is not None and self.run.active:
-            self.notify("a run is already active", severity="warning")
+            self.notify("a run is already active", severity="warning", markup=False)
             return
         run = ActiveRun(RunHandle(), RunFeed(self.post_message), GuardedCheckpointer(), config,
                         steps=config.train.steps)
@@ -289,7 +296,7 @@ class TrainingScreen(Screen):
         self.query_one(EventLog).record("started", f"building preset {config.preset} "
                                         f"({config.train.steps} updates, {config.train.precision})")
         self._show_state()
-        self._train(NewRunPlan(config, self.mini_app.settings.runs_dir), run)
+        self._train(NewRunPlan(config, self.mini_app.settings.runs_dir, name), run)
 
     def resume_from_checkpoint(self, checkpoint: Path) -> None:
         """Continue the run saved in ``checkpoint`` (a checkpoint folder) exactly where it
@@ -299,7 +306,7 @@ class TrainingScreen(Screen):
         from minigpt_tui.run_session import ResumePlan, saved_run_config
 
         if self.run is not None and self.run.active:
-            self.notify("a run is already active", severity="warning")
+            self.notify("a run is already active", severity="warning", markup=False)
             return
         try:
             config = saved_run_config(checkpoint)
@@ -335,7 +342,7 @@ class TrainingScreen(Screen):
                 self._show_state()
             message = str(error) if error is not None else "unknown error"
             self.query_one(EventLog).record("failed", message)
-            self.notify(message, title="training failed", severity="error")
+            self.notify(message, title="training failed", severity="error", markup=False)
             self._maybe_exit()
         elif event.state in (WorkerState.SUCCESS, WorkerState.CANCELLED):
             if self.run is not None:
@@ -350,7 +357,7 @@ class TrainingScreen(Screen):
             return
         if self._drain_timer is not None:
             return
-        wait = self._last_drain + 1.0 / DRAINS_PER_SECOND - self.mini_app.clock()
+        wait = self._last_drain + 1.0 / self.REFRESHES_PER_SECOND - self.mini_app.clock()
         if wait <= 0:
             self._drain()
         else:
@@ -411,14 +418,14 @@ class TrainingScreen(Screen):
             elif isinstance(event, engine.Saved):
                 if event.reason == "manual" and run.requested_saves:
                     run.requested_saves -= 1
-                log.record("saved", f"update {event.step} ({event.reason}): {self._display_path(event.path)}")
+                log.record("saved", f"update {event.step} ({event.reason}): {self._run_path(event.path)}")
             elif isinstance(event, engine.Refused):
                 asked = event.action == "save" and run.requested_saves > 0
                 if asked:
                     run.requested_saves -= 1
                 if asked or event.action != "save":
                     log.record("refused", f"{event.action}: {event.message}")
-                    self.notify(event.message, title=f"{event.action} refused", severity="warning")
+                    self.notify(event.message, title=f"{event.action} refused", severity="warning", markup=False)
                 elif event.message not in run.refusals_logged:
                     run.refusals_logged.add(event.message)
                     log.record("refused", f"automatic save: {event.message}")
@@ -431,23 +438,36 @@ class TrainingScreen(Screen):
                 run.state, state_changed = "failed", True
                 progress.run_clock.pause()
                 log.record("failed", event.message)
-                self.notify(event.message, title="training failed", severity="error")
+                self.notify(event.message, title="training failed", severity="error", markup=False)
         if rows:
-            table.add_records(rows)
+            table.queue_records(rows)
             plot.request_redraw()
         progress.advance(run.step)
         if state_changed:
             self._show_state()
         else:
             progress.refresh_figures()
-        if state_changed and not run.active:
+        if state_changed and run.state != "running":
+            # Paused, finished or failed: show everything now rather than at the next tick.
+            table.flush()
             plot.redraw()
+        if state_changed and not run.active:
             self._maybe_exit()
 
     def _show_state(self) -> None:
         state = self.run.state if self.run else "idle"
         self.query_one(RunProgress).set_state(state)
         self.refresh_bindings()
+
+    def _run_path(self, path: Path) -> str:
+        """Paths inside the run's own directory are shown relative to it (the summary names the run)."""
+        run_dir = self.run.run_dir if self.run else None
+        if run_dir is not None:
+            try:
+                return str(Path(path).relative_to(run_dir))
+            except ValueError:
+                pass
+        return self._display_path(path)
 
     def _display_path(self, path: Path) -> str:
         """Paths under the runs directory are shown relative to it."""
@@ -490,7 +510,7 @@ class TrainingScreen(Screen):
         try:
             curve = load_curve(path)
         except MiniGPTError as err:
-            self.app.call_from_thread(self.notify, str(err), title="overlay", severity="error")
+            self.app.call_from_thread(self.notify, str(err), title="overlay", severity="error", markup=False)
             return
         self.post_message(CurveLoaded(curve))
 
@@ -509,13 +529,13 @@ class TrainingScreen(Screen):
         try:
             target = export_csv(run_dir)
         except (MiniGPTError, OSError) as err:
-            self.app.call_from_thread(self.notify, str(err), title="export failed", severity="error")
+            self.app.call_from_thread(self.notify, str(err), title="export failed", severity="error", markup=False)
             return
         self.app.call_from_thread(self._exported, target)
 
     def _exported(self, target: Path) -> None:
         self.query_one(EventLog).record("exported", self._display_path(target))
-        self.notify(str(target), title="metrics exported")
+        self.notify(str(target), title="metrics exported", markup=False)
 
 
 def _validation_text(value: float | None) -> str:

@@ -27,11 +27,11 @@ KIND_STYLES = {
 
 class EventLog(RichLog):
     DEFAULT_CSS = """
-    EventLog { height: 6; }
+    EventLog { height: 6; overflow-x: hidden; }
     """
 
     def __init__(self, *, wall_clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
-        super().__init__(max_lines=500, wrap=False, markup=False, highlight=False, **kwargs)
+        super().__init__(max_lines=500, wrap=True, markup=False, highlight=False, **kwargs)
         self._wall_clock = wall_clock
         self.entries: list[tuple[str, str]] = []
 

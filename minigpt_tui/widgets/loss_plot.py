@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rich.text import Text
 from textual.timer import Timer
 from textual_plotext import PlotextPlot
 
@@ -45,6 +46,7 @@ class LossPlot(PlotextPlot):
         self.validation: list[Point] = []
         self.overlay: LoadedCurve | None = None
         self.redraws = 0
+        self._rendered: tuple[tuple[Any, ...], Text] | None = None
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -102,6 +104,14 @@ class LossPlot(PlotextPlot):
         if not plotted:
             plt.title("loss (no updates yet)")
         self.refresh()
+
+    def render(self) -> Text:
+        """Rebuilding the figure is costly; a repaint with the same data, size and theme
+        (a dialog closing, a screen coming back) reuses the last one."""
+        key = (self.redraws, self.size, self.app.theme, self.theme)
+        if self._rendered is None or self._rendered[0] != key:
+            self._rendered = (key, super().render())
+        return self._rendered[1]
 
     def _line(self, points: Sequence[Point], label: str, color: str, limit: int) -> bool:
         if not points:

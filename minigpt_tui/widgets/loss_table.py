@@ -1,181 +1,299 @@
 """The live loss table: one row per update and per evaluation, newest at the bottom.
 
-The table keeps at most ``max_rows`` rows. When it grows past that it is rebuilt from the
-newest ``keep_rows`` in one pass, which costs far less than removing rows one by one
-(each removal re-indexes every row).
+A Line-API widget rather than a DataTable: each row is rendered once, to a strip that is
+kept, and a refresh draws only the visible rows from those strips. (A DataTable re-renders
+every visible cell whenever a row is added; at a few hundred updates a second that alone
+took more of the GIL than training could spare.) The table keeps the newest ``max_rows``
+rows; older ones are dropped.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rich.text import Text
-from textual.widgets import DataTable
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.timer import Timer
 
-# Two-line headers keep the table narrow enough for an 80-column terminal.
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("\nupdate", "step"),
-    ("batch\nloss", "batch_loss"),
-    ("train\nloss", "train_loss"),
-    ("val\nloss", "val_loss"),
-    ("\nmark", "mark"),
-    ("\nlr", "lr"),
-    ("grad\nnorm", "grad_norm"),
-    ("loss\nscale", "loss_scale"),
-    ("tokens\n/s", "tokens_per_second"),
-)
 BEST_MARK = "★ best"
 EXTRA_MARK = "extra"
-SKIPPED_MARK = "skipped"
+SKIPPED_MARK = "skip"
+GAP = 1
+HEADER_LINES = 2
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    header: tuple[str, str]
+    width: int
+    numeric: bool = True
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("step", ("", "update"), 9),
+    Column("batch_loss", ("batch", "loss"), 7),
+    Column("train_loss", ("train", "loss"), 7),
+    Column("val_loss", ("val", "loss"), 7),
+    Column("mark", ("", "mark"), 6, numeric=False),
+    Column("lr", ("", "lr"), 8),
+    Column("grad_norm", ("grad", "norm"), 7),
+    Column("loss_scale", ("loss", "scale"), 7),
+    Column("tokens_per_second", ("tokens", "/s"), 7),
+)
+MARK_COLUMN = 4
 
 
 @dataclass(frozen=True)
 class LossRow:
-    """One displayed row; ``key`` is unique per row, ``evaluation_step`` marks eval rows."""
+    """One displayed row: its cells as text, and what kind of row it is."""
 
-    key: str
-    cells: tuple[Text, ...]
-    evaluation_step: int | None = None
+    key: int
+    cells: tuple[str, ...]
+    evaluation: bool = False
+    evaluation_step: int | None = None  # on-schedule evaluations only (extras never become best)
+
+    @property
+    def mark(self) -> str:
+        return self.cells[MARK_COLUMN]
+
+    def with_mark(self, mark: str) -> "LossRow":
+        cells = list(self.cells)
+        cells[MARK_COLUMN] = mark
+        return LossRow(self.key, tuple(cells), self.evaluation, self.evaluation_step)
 
 
-def _number(value: float | None, spec: str, style: str = "") -> Text:
-    if value is None:
-        return Text("–", style="dim", justify="right")
-    return Text(format(value, spec), style=style, justify="right")
+def _number(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
 
 
-def update_row(serial: int, record: Any) -> LossRow:
+def _scale(value: float) -> str:
+    """Loss scales are powers of two: whole numbers in full while they fit the column."""
+    return str(int(value)) if value == int(value) and abs(value) < 1e7 else format(value, ".1e")
+
+
+def _evaluation_label(step: int) -> str:
+    label = f"eval {step}"
+    return label if len(label) <= COLUMNS[0].width else f"e {step}"
+
+
+def update_row(key: int, record: Any) -> LossRow:
+    return LossRow(key, (
+        str(record.step),
+        _number(record.loss, ".4f"),
+        "",
+        "",
+        "" if record.applied else SKIPPED_MARK,
+        _number(record.lr, ".2e"),
+        _number(record.grad_norm, ".4f"),
+        _scale(record.loss_scale),
+        _number(record.tokens_per_second, ",.0f"),
+    ))
+
+
+def evaluation_row(key: int, record: Any, best_step: int | None) -> LossRow:
+    if record.extra:
+        mark = EXTRA_MARK
+    elif best_step is not None and record.step == best_step and record.validation_loss is not None:
+        mark = BEST_MARK
+    else:
+        mark = ""
     return LossRow(
-        key=f"row-{serial}",
-        cells=(
-            Text(str(record.step), justify="right"),
-            _number(record.loss, ".4f"),
-            Text(""),
-            Text(""),
-            Text(SKIPPED_MARK if not record.applied else "", style="bold red"),
-            _number(record.lr, ".2e"),
-            _number(record.grad_norm, ".4f"),
-            _number(record.loss_scale, "g"),
-            _number(record.tokens_per_second, ",.0f"),
-        ),
-    )
-
-
-def evaluation_row(serial: int, record: Any, best_step: int | None) -> LossRow:
-    return LossRow(
-        key=f"row-{serial}",
-        cells=(
-            Text(f"eval {record.step}", style="bold", justify="right"),
-            Text(""),
-            _number(record.train_loss, ".4f", "bold"),
-            _number(record.validation_loss, ".4f", "bold"),
-            evaluation_mark(record, best_step),
-            Text(""),
-            Text(""),
-            Text(""),
-            Text(""),
-        ),
+        key,
+        (_evaluation_label(record.step), "", _number(record.train_loss, ".4f"), _number(record.validation_loss, ".4f"),
+         mark, "", "", "", ""),
+        evaluation=True,
         evaluation_step=None if record.extra else record.step,
     )
 
 
-def evaluation_mark(record: Any, best_step: int | None) -> Text:
-    if record.extra:
-        return Text(EXTRA_MARK, style="italic")
-    if best_step is not None and record.step == best_step and record.validation_loss is not None:
-        return Text(BEST_MARK, style="bold green")
-    return Text("")
+class LossTable(ScrollView, can_focus=True):
+    """Updates and evaluations of the current run, bounded in size, following the newest
+    row unless the user has scrolled up."""
 
-
-class LossTable(DataTable):
-    """Updates and evaluations of the current run, bounded in size."""
-
+    COMPONENT_CLASSES = {
+        "loss-table--header",
+        "loss-table--evaluation",
+        "loss-table--best",
+        "loss-table--extra",
+        "loss-table--skipped",
+    }
     DEFAULT_CSS = """
-    LossTable { height: 1fr; }
+    LossTable { height: 1fr; background: $surface; overflow-y: scroll; }
+    LossTable > .loss-table--header { text-style: bold; color: $text-accent; }
+    LossTable > .loss-table--evaluation { text-style: bold; background: $boost; }
+    LossTable > .loss-table--best { color: $text-success; text-style: bold; }
+    LossTable > .loss-table--extra { color: $text-muted; text-style: italic; }
+    LossTable > .loss-table--skipped { color: $text-error; }
     """
 
-    def __init__(self, *, max_rows: int = 600, keep_rows: int = 400, **kwargs: Any) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, header_height=2, **kwargs)
-        if not 0 < keep_rows <= max_rows:
-            raise ValueError("keep_rows must be in (0, max_rows]")
+    def __init__(self, *, max_rows: int = 500, max_refreshes_per_second: float = 4.0,
+                 clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.max_rows = max_rows
-        self.keep_rows = keep_rows
-        self._rows: deque[LossRow] = deque(maxlen=max_rows)
+        self._interval = 1.0 / max_refreshes_per_second
+        self._clock = clock
+        self._queued: list[tuple[Any, int | None]] = []
+        self._flush_timer: Timer | None = None
+        self._last_flush = -1e9
+        self.rows: deque[LossRow] = deque()
         self._serial = 0
-        self._best_row_key: str | None = None
         self._best_step: int | None = None
-        self._follow = True
+        self._strips: dict[int, Strip] = {}
+        self._header: list[Strip] | None = None
+        self.row_width = sum(c.width for c in COLUMNS) + GAP * len(COLUMNS)
 
     def on_mount(self) -> None:
-        for label, key in COLUMNS:
-            self.add_column(label, key=key)
+        self._set_rows_height()
+        self.watch(self.app, "theme", lambda _: self._forget_strips(), init=False)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._forget_strips()
+
+    def _forget_strips(self) -> None:
+        self._strips.clear()
+        self._header = None
+        self.refresh()
 
     # -- content -------------------------------------------------------------------------
     def reset(self) -> None:
-        self._rows.clear()
-        self._best_row_key = None
+        self._queued.clear()
+        self.rows.clear()
+        self._strips.clear()
         self._best_step = None
-        self._follow = True
-        self.clear()
+        self._set_rows_height()
+        self.scroll_to(0, 0, animate=False, immediate=True)
+        self.refresh()
+
+    def queue_records(self, items: list[tuple[Any, int | None]]) -> None:
+        """Add rows at most ``max_refreshes_per_second`` times a second: redrawing a
+        scrolled table touches every visible line, the costliest refresh of a live run."""
+        self._queued.extend(items)
+        if self._flush_timer is not None or not self._queued:
+            return
+        wait = self._last_flush + self._interval - self._clock()
+        if wait <= 0:
+            self.flush()
+        else:
+            self._flush_timer = self.set_timer(wait, self.flush)
+
+    def flush(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.stop()
+            self._flush_timer = None
+        self._last_flush = self._clock()
+        items, self._queued = self._queued, []
+        self.add_records(items)
 
     def add_records(self, items: list[tuple[Any, int | None]]) -> None:
-        """Append rows for ``(record, best_step)`` pairs: an UpdateRecord's best_step is None."""
+        """Append rows for ``(record, best_step)`` pairs (``best_step`` is None for updates)."""
         if not items:
             return
-        follow = self._follow_tail()
-        new_rows: list[LossRow] = []
+        following = self.scroll_y >= self.max_scroll_y - 0.5
         for record, best_step in items:
             self._serial += 1
             if hasattr(record, "train_loss"):
-                row = evaluation_row(self._serial, record, best_step)
                 if best_step is not None and best_step != self._best_step:
-                    self._move_best(best_step)
-                if row.evaluation_step is not None and row.evaluation_step == best_step:
-                    self._best_row_key = row.key
+                    self._clear_best_mark()
                     self._best_step = best_step
+                self.rows.append(evaluation_row(self._serial, record, best_step))
             else:
-                row = update_row(self._serial, record)
-            new_rows.append(row)
-        self._rows.extend(new_rows)
-        if self.row_count + len(new_rows) > self.max_rows:
-            self._rebuild(list(self._rows)[-self.keep_rows:])
+                self.rows.append(update_row(self._serial, record))
+        dropped = 0
+        while len(self.rows) > self.max_rows:
+            self._strips.pop(self.rows.popleft().key, None)
+            dropped += 1
+        self._set_rows_height()
+        if following:
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+        elif dropped:
+            self.scroll_to(y=max(0, self.scroll_y - dropped), animate=False, immediate=True)
+        self.refresh()
+
+    def _set_rows_height(self) -> None:
+        """Grow the scrollable height without a layout of the whole screen.
+
+        Assigning ``virtual_size`` lays out the screen (it is a layout reactive), which cost
+        more than everything else a refresh does. The vertical scrollbar is always shown
+        (``overflow-y: scroll``) and the width never changes, so nothing outside this widget
+        depends on its height: set it quietly and update the scrollbars.
+        """
+        size = Size(self.row_width, len(self.rows) + HEADER_LINES)
+        if size != self.virtual_size:
+            self.set_reactive(ScrollView.virtual_size, size)
+            self._scroll_update(size)
+
+    def _clear_best_mark(self) -> None:
+        for index in range(len(self.rows) - 1, -1, -1):
+            row = self.rows[index]
+            if row.mark == BEST_MARK:
+                self.rows[index] = row.with_mark("")
+                self._strips.pop(row.key, None)
+                return
+
+    def marks(self) -> dict[int, str]:
+        """Row key to mark, for rows that have one."""
+        return {row.key: row.mark for row in self.rows if row.mark}
+
+    def row_texts(self) -> list[tuple[str, ...]]:
+        return [row.cells for row in self.rows]
+
+    # -- drawing -------------------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        if y < HEADER_LINES:
+            strip = self._header_strips()[y]
         else:
-            for row in new_rows:
-                self.add_row(*row.cells, key=row.key)
-        if follow:
-            self.move_cursor(row=self.row_count - 1, animate=False, scroll=True)
+            index = scroll_y + y - HEADER_LINES
+            if index >= len(self.rows):
+                return Strip.blank(width, base)
+            strip = self._row_strip(self.rows[index])
+        return strip.crop_extend(scroll_x, scroll_x + width, base)
 
-    def _follow_tail(self) -> bool:
-        """Keep following new rows unless the user moved the cursor up."""
-        return self.row_count == 0 or self.cursor_row >= self.row_count - 1
+    def _header_strips(self) -> list[Strip]:
+        if self._header is None:
+            style = self.rich_style + self.get_component_rich_style("loss-table--header")
+            self._header = [
+                Strip([Segment(self._cells(tuple(c.header[line] for c in COLUMNS)), style)], self.row_width)
+                for line in range(HEADER_LINES)
+            ]
+        return self._header
 
-    def _move_best(self, best_step: int) -> None:
-        previous = self._best_row_key
-        self._best_row_key = None
-        self._best_step = best_step
-        if previous is None:
-            return
-        for index, row in enumerate(self._rows):
-            if row.key == previous:
-                cells = list(row.cells)
-                cells[4] = Text("")
-                self._rows[index] = LossRow(row.key, tuple(cells), row.evaluation_step)
-                break
-        if previous in self.rows:
-            self.update_cell(previous, "mark", Text(""))
+    def _row_strip(self, row: LossRow) -> Strip:
+        strip = self._strips.get(row.key)
+        if strip is None:
+            strip = self._strips[row.key] = self._render_row(row)
+        return strip
 
-    def _rebuild(self, rows: list[LossRow]) -> None:
-        self._rows = deque(rows, maxlen=self.max_rows)
-        self.clear()
-        for row in rows:
-            self.add_row(*row.cells, key=row.key)
+    def _render_row(self, row: LossRow) -> Strip:
+        style = self.rich_style
+        if row.evaluation:
+            style += self.get_component_rich_style("loss-table--evaluation")
+        before = self._cells(row.cells[:MARK_COLUMN], COLUMNS[:MARK_COLUMN])
+        mark = self._cells((row.mark,), (COLUMNS[MARK_COLUMN],))
+        after = self._cells(row.cells[MARK_COLUMN + 1:], COLUMNS[MARK_COLUMN + 1:])
+        mark_style = style + self._mark_style(row.mark) if row.mark else style
+        return Strip([Segment(before, style), Segment(mark, mark_style), Segment(after, style)], self.row_width)
 
-    @property
-    def best_row_key(self) -> str | None:
-        return self._best_row_key
+    def _mark_style(self, mark: str) -> Style:
+        component = {BEST_MARK: "loss-table--best", EXTRA_MARK: "loss-table--extra",
+                     SKIPPED_MARK: "loss-table--skipped"}[mark]
+        return self.get_component_rich_style(component)
 
-    def marks(self) -> dict[str, str]:
-        """Row key to mark text (for tests and the help view)."""
-        return {row.key: row.cells[4].plain for row in self._rows if row.cells[4].plain}
+    @staticmethod
+    def _cells(texts: tuple[str, ...], columns: tuple[Column, ...] = COLUMNS) -> str:
+        parts = []
+        for text, column in zip(texts, columns):
+            text = text[: column.width]
+            parts.append(" " * GAP + (text.rjust(column.width) if column.numeric else text.ljust(column.width)))
+        return "".join(parts)

@@ -11,9 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from textual.app import ComposeResult
-from textual.containers import Horizontal
-from textual.widgets import Label, ProgressBar
+from rich.text import Text
+from textual.widget import Widget
 
 
 def format_duration(seconds: float) -> str:
@@ -68,56 +67,63 @@ class RunClock:
         return None if rate is None else (steps - self.last_step) / rate
 
 
-class RunProgress(Horizontal):
+class RunProgress(Widget):
+    """One line: state, bar, figures. Drawn as one Text, so a refresh never changes layout."""
+
+    COMPONENT_CLASSES = {"run-progress--done", "run-progress--todo", "run-progress--figures"}
     DEFAULT_CSS = """
     RunProgress { height: 1; padding: 0 1; }
-    RunProgress > #run-state { width: 10; text-style: bold; }
-    RunProgress > ProgressBar { width: auto; }
-    RunProgress > #run-figures { width: 1fr; padding-left: 1; }
+    RunProgress > .run-progress--done { color: $primary; }
+    RunProgress > .run-progress--todo { color: $foreground 15%; }
+    RunProgress > .run-progress--figures { color: $text; }
+    RunProgress.state-running { color: $text-success; }
+    RunProgress.state-paused, RunProgress.state-stopping, RunProgress.state-stopped { color: $text-warning; }
+    RunProgress.state-failed { color: $text-error; }
+    RunProgress.state-finished { color: $text-accent; }
     """
+    STATE_WIDTH = 10
+    BAR_WIDTH = 32
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.run_clock = RunClock(clock)
         self.steps = 0
+        self.step = 0
         self.state = "idle"
-
-    def compose(self) -> ComposeResult:
-        yield Label("idle", id="run-state")
-        # A bar without a total animates forever; an idle run shows 0 of its schedule.
-        yield ProgressBar(total=1, show_eta=False, id="run-bar")
-        yield Label("", id="run-figures")
-
-    def set_state(self, state: str) -> None:
-        self.state = state
-        label = self.query_one("#run-state", Label)
-        label.update(state)
-        label.set_classes(f"state-{state}")
-        self.refresh_figures()
+        self.figures = ""
 
     def show_pending(self, steps: int) -> None:
-        self.steps = 0
-        self.query_one(ProgressBar).update(total=steps, progress=0)
-        self.query_one("#run-figures", Label).update(f"0/{steps}")
+        self.steps, self.step = steps, 0
+        self.run_clock = RunClock(self.run_clock._clock)
+        self.figures = f"0/{steps}"
+        self.refresh()
+
+    def set_state(self, state: str) -> None:
+        self.remove_class(f"state-{self.state}")
+        self.state = state
+        self.add_class(f"state-{state}")
+        self.refresh_figures()
 
     def begin(self, step: int, steps: int) -> None:
-        self.steps = steps
+        self.steps, self.step = steps, step
         self.run_clock.start(step)
-        self.query_one(ProgressBar).update(total=steps, progress=step)
         self.refresh_figures()
 
     def advance(self, step: int) -> None:
+        self.step = step
         self.run_clock.advance(step)
-        self.query_one(ProgressBar).update(progress=step)
 
     def refresh_figures(self) -> None:
-        label = self.query_one("#run-figures", Label)
+        self.figures = self._figures()
+        self.refresh()
+
+    def _figures(self) -> str:
         if not self.steps:
-            label.update("")
-            return
-        step = self.run_clock.last_step
-        parts = [f"{step}/{self.steps}"]
-        if self.state == "finished" or step >= self.steps:
+            return ""
+        parts = [f"{self.step}/{self.steps}"]
+        if self.run_clock._first_step is None:
+            return parts[0]
+        if self.state == "finished" or self.step >= self.steps:
             parts.append(f"in {format_duration(self.run_clock.running_seconds)}")
         else:
             eta = self.run_clock.eta(self.steps)
@@ -125,4 +131,17 @@ class RunProgress(Horizontal):
         rate = self.run_clock.rate()
         if rate is not None:
             parts.append(f"{rate:,.1f} upd/s")
-        label.update(" · ".join(parts))
+        return " · ".join(parts)
+
+    def render(self) -> Text:
+        fraction = min(1.0, self.step / self.steps) if self.steps else 0.0
+        spare = self.size.width - self.STATE_WIDTH - len(self.figures) - 8
+        width = max(8, min(self.BAR_WIDTH, spare))
+        done = int(round(fraction * width))
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(f"{self.state:<{self.STATE_WIDTH}}", style="bold")
+        text.append("━" * done, style=self.get_component_rich_style("run-progress--done"))
+        text.append("━" * (width - done), style=self.get_component_rich_style("run-progress--todo"))
+        text.append(f" {fraction * 100:3.0f}%  ", style=self.get_component_rich_style("run-progress--figures"))
+        text.append(self.figures, style=self.get_component_rich_style("run-progress--figures"))
+        return text

@@ -1,0 +1,513 @@
+"""The app shell and the Training screen on the real engine: start, pause, resume, evaluate
+now, save now, stop, quit (asking first), relaunch and resume from a checkpoint, the
+new-run form and every error path, screens and help, overlay and CSV export, and that the
+first frame never waits for torch."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.widgets import Input
+
+from minigpt_tui.app import LaunchSettings, MiniGPTApp, resolve_next_config
+from minigpt_tui.messages import EngineEventsReady, RunFeed
+from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
+from minigpt_tui.screens.help import HelpScreen
+from minigpt_tui.screens.new_run import NewRunScreen
+from minigpt_tui.screens.overlay import OverlayScreen
+from minigpt_tui.screens.training import TrainingScreen
+from minigpt_tui.widgets.loss_plot import LossPlot, bucket_means
+from minigpt_tui.widgets.loss_table import BEST_MARK, EXTRA_MARK, LossTable
+from tests.app_support import run_async
+
+SIZE = (100, 30)
+# mini: a few seconds at most, long enough that a pause sent after update 20 lands mid-run.
+QUICK = {"train": {"steps": 300, "eval_every": 50, "save_every": 0}}
+
+
+def make_app(runs_dir: Path, overrides: dict[str, dict[str, Any]] | None = None, preset: str = "mini") -> MiniGPTApp:
+    settings = LaunchSettings(runs_dir=runs_dir, preset=preset)
+    config = resolve_next_config(settings, overrides)
+    return MiniGPTApp(settings, next_config=config, preload_engine=False)
+
+
+def record_notifications(app: App) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    original = app.notify
+
+    def notify(message, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append((str(message), str(kwargs.get("severity", "information"))))
+        return original(message, **kwargs)
+
+    app.notify = notify  # type: ignore[method-assign]
+    return seen
+
+
+async def wait_until(pilot, predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            screen = pilot.app.training_screen
+            run = screen.run if screen is not None else None
+            seen = (run.state, run.step, run.events_seen, screen.query_one("#events").entries[-6:]) if run else None
+            raise AssertionError(f"condition not reached in {timeout} s; run: {seen}")
+        await pilot.pause(0.02)
+
+
+async def key(pilot, name: str, character: str | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Press a key as the terminal driver would. ``pilot.press`` waits for the process to go
+    idle after each key (up to a second), which never happens while a run trains."""
+    from textual import events
+
+    if character is None and len(name) == 1:
+        character = name
+    pilot.app.post_message(events.Key(name, " " if name == "space" else character))
+    await pilot.pause(0.05)
+
+
+async def press_button(pilot, selector: str) -> None:  # type: ignore[no-untyped-def]
+    from textual.widgets import Button
+
+    pilot.app.screen.query_one(selector, Button).press()
+    await pilot.pause(0.05)
+
+
+def reference_run(overrides: dict[str, dict[str, Any]], until: int | None = None, preset: str = "mini"):
+    """The same run never paused, in this process: its records and final state digest."""
+    from minigpt_tui.engine.config import load_config
+    from minigpt_tui.engine.corpus import load_corpus
+    from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision, scheduled_work
+
+    config = load_config(preset, None, overrides)
+    apply_precision(config.train)
+    trainer = Trainer(TrainingSetup.build(config, load_corpus(config.corpus)))
+    updates, evaluations = [], []
+    for item in scheduled_work(trainer, until):
+        if hasattr(item, "exact_fields"):
+            updates.append(json.loads(json.dumps(item.exact_fields())))
+        else:
+            evaluations.append(json.loads(json.dumps(asdict(item))))
+    return updates, evaluations, trainer.state_digest()
+
+
+def app_records(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    updates = [{k: v for k, v in r.items() if k not in ("kind", "seconds", "tokens_per_second")}
+               for r in records if r["kind"] == "update"]
+    evaluations = [{k: v for k, v in r.items() if k != "kind"} for r in records
+                   if r["kind"] == "evaluation" and not r["extra"]]
+    return updates, evaluations
+
+
+def training(app: MiniGPTApp) -> TrainingScreen:
+    screen = app.training_screen
+    assert isinstance(screen, TrainingScreen)
+    return screen
+
+
+# -- the run's controls ------------------------------------------------------------------------
+@run_async
+async def test_pause_and_resume_give_the_records_of_a_run_never_paused(tmp_path):
+    app = make_app(tmp_path / "runs", QUICK)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run.step >= 20)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run.state == "paused")
+        paused_at = screen.run.step
+        assert 20 <= paused_at < 300
+        await pilot.pause(0.3)
+        assert screen.run.step == paused_at  # a pause holds at a complete update
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run.state == "finished")
+        run_dir = screen.run.run_dir
+        digest = screen.run.final_digest
+        kinds = [kind for kind, _ in app.screen.query_one("#events").entries]
+        assert "paused" in kinds and "resumed" in kinds and "finished" in kinds
+        assert screen.query_one(LossTable).rows[-1].cells[0] == "eval 300"
+    updates, evaluations, reference_digest = reference_run(QUICK)
+    got_updates, got_evaluations = app_records(run_dir)
+    assert got_updates == updates
+    assert got_evaluations == evaluations
+    assert digest == reference_digest
+
+
+@run_async
+async def test_evaluate_now_is_extra_save_now_saves_and_stop_ends_at_an_update(tmp_path):
+    overrides = {"train": {"steps": 400, "eval_every": 50, "save_every": 0}}
+    app = make_app(tmp_path / "runs", overrides)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run.step >= 60)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run.state == "paused")
+        step = screen.run.step
+        table = screen.query_one(LossTable)
+        best_before = [row.cells[0] for row in table.rows if row.mark == BEST_MARK]
+        await key(pilot, "e")
+        await wait_until(pilot, lambda: EXTRA_MARK in table.marks().values())
+        extra = [row for row in table.rows if row.mark == EXTRA_MARK]
+        assert extra[0].cells[0] == f"eval {step}"
+        assert [row.cells[0] for row in table.rows if row.mark == BEST_MARK] == best_before
+        await key(pilot, "s")
+        await wait_until(pilot, lambda: any("(manual)" in m for k, m in screen.query_one("#events").entries))
+        assert (screen.run.run_dir / "checkpoints" / f"step-{step:06d}" / "manifest.json").is_file()
+        await key(pilot, "x")
+        await wait_until(pilot, lambda: screen.run.state == "stopped")
+        assert screen.run.step == step
+        run_dir, digest = screen.run.run_dir, screen.run.final_digest
+    # The extra evaluation and the save changed nothing: the records and state equal a run
+    # that went straight to that update.
+    updates, evaluations, reference_digest = reference_run(overrides, until=step)
+    got_updates, got_evaluations = app_records(run_dir)
+    assert got_updates == updates and got_evaluations == evaluations
+    assert digest == reference_digest
+
+
+@run_async
+async def test_a_run_paused_saved_quit_relaunched_and_resumed_equals_one_never_paused(tmp_path):
+    runs = tmp_path / "runs"
+    first = make_app(runs, QUICK)
+    async with first.run_test(size=SIZE) as pilot:
+        screen = training(first)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run.step >= 20)
+        await key(pilot, "space")  # pausing saves the run's unsaved updates
+        await wait_until(pilot, lambda: screen.run.state == "paused" and screen.unsaved_updates == 0)
+        paused_at = screen.run.step
+        run_dir = screen.run.run_dir
+        await key(pilot, "q")  # nothing unsaved: quits without asking
+        await wait_until(pilot, lambda: first.return_code is not None)
+    checkpoint = run_dir / "checkpoints" / f"step-{paused_at:06d}"
+    assert (checkpoint / "manifest.json").is_file()
+
+    second = make_app(runs, QUICK)
+    async with second.run_test(size=SIZE) as pilot:
+        screen = training(second)
+        screen.resume_from_checkpoint(checkpoint)
+        await wait_until(pilot, lambda: screen.run.state == "finished")
+        assert screen.run.summary.resumed_from == checkpoint
+        digest = screen.run.final_digest
+    updates, evaluations, reference_digest = reference_run(QUICK)
+    got_updates, got_evaluations = app_records(run_dir)
+    assert got_updates == updates
+    assert got_evaluations == evaluations
+    assert digest == reference_digest
+
+
+@run_async
+async def test_quit_asks_while_a_run_has_unsaved_updates(tmp_path):
+    overrides = {"train": {"steps": 100_000, "eval_every": 0, "save_every": 0}}
+    app = make_app(tmp_path / "runs", overrides)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run.step >= 5)
+        await key(pilot, "q")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
+        await press_button(pilot, "#stay")
+        await pilot.pause()
+        assert app.screen is screen and screen.run.state == "running"
+        await key(pilot, "q")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
+        await press_button(pilot, "#discard")
+        await wait_until(pilot, lambda: app.return_code is not None)
+        assert screen.run.state == "stopped"
+        run_dir = screen.run.run_dir
+    assert not list((run_dir / "checkpoints").glob("step-*"))  # quitting without saving saved nothing
+
+
+@run_async
+async def test_save_and_quit_saves_the_last_update(tmp_path):
+    overrides = {"train": {"steps": 100_000, "eval_every": 0, "save_every": 0}}
+    app = make_app(tmp_path / "runs", overrides)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run.step >= 5)
+        await key(pilot, "q")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
+        await press_button(pilot, "#save")
+        await wait_until(pilot, lambda: app.return_code is not None)
+        step, run_dir = screen.run.step, screen.run.run_dir
+    assert [p.name for p in (run_dir / "checkpoints").glob("step-*")] == [f"step-{step:06d}"]
+
+
+# -- the new-run form and errors ----------------------------------------------------------------
+@run_async
+async def test_new_run_form_starts_a_named_run_with_one_seed(tmp_path):
+    from minigpt_tui.engine.config import SeedConfig
+
+    app = make_app(tmp_path / "runs", preset="tiny")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        assert isinstance(form, NewRunScreen)
+        form.query_one("#name", Input).value = "seeded"
+        form.query_one("#steps", Input).value = "3"
+        form.query_one("#seed", Input).value = "7"
+        form.query_one("#save_every", Input).value = "2"
+        await press_button(pilot, "#start")
+        await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "finished")
+        assert screen.run.summary.run_name == "seeded"
+    config = json.loads((tmp_path / "runs" / "seeded" / "config.json").read_text())
+    derived = SeedConfig.derive(7)
+    assert config["seeds"] == {k: getattr(derived, k) for k in ("init", "data", "dropout", "sampling")}
+    assert config["train"]["steps"] == 3 and config["train"]["save_every"] == 2
+    assert (tmp_path / "runs" / "seeded" / "checkpoints" / "step-000002").is_dir()
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("steps", "abc", "updates must be a whole number, got 'abc'"),
+    ("steps", "0", "train.steps must be at least 1"),
+    ("corpus", "/no/such/corpus.txt", "corpus not found: /no/such/corpus.txt"),
+    ("name", "bad name!", "invalid run name 'bad name!'"),
+    ("init", "-1", "seeds.init must be an unsigned 64-bit integer"),
+])
+@run_async
+async def test_an_invalid_form_value_is_refused_with_its_reason(tmp_path, field, value, reason):
+    app = make_app(tmp_path / "runs", preset="tiny")
+    notes = record_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        form.query_one(f"#{field}", Input).value = value
+        await pilot.click("#start")
+        await pilot.pause()
+        assert app.screen is form  # the form stays open for a correction
+        assert any(reason in message and severity == "error" for message, severity in notes), notes
+        assert training(app).run is None
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@run_async
+async def test_one_seed_and_stream_seeds_together_are_refused(tmp_path):
+    app = make_app(tmp_path / "runs", preset="tiny")
+    notes = record_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        app.screen.query_one("#seed", Input).value = "5"
+        app.screen.query_one("#data", Input).value = "6"
+        await pilot.click("#start")
+        await pilot.pause()
+        assert any("one seed or separate stream seeds, not both" in m for m, _ in notes)
+
+
+@run_async
+async def test_an_unusable_corpus_fails_the_run_with_one_line_and_writes_nothing(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n   \n")
+    runs = tmp_path / "runs"
+    app = make_app(runs, preset="tiny")
+    notes = record_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        await pilot.press("n")
+        await pilot.pause()
+        app.screen.query_one("#corpus", Input).value = str(empty)
+        await press_button(pilot, "#start")
+        await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "failed")
+        assert any(f"corpus {empty} has no records" in m and s == "error" for m, s in notes), notes
+        # The app keeps running: the same screen takes the next command.
+        failed = screen.run
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run is not failed and screen.run.state == "failed")
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+@run_async
+async def test_resuming_a_folder_that_is_no_checkpoint_is_refused(tmp_path):
+    folder = tmp_path / "not-a-checkpoint"
+    folder.mkdir()
+    app = make_app(tmp_path / "runs", preset="tiny")
+    notes = record_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        screen.resume_from_checkpoint(folder)
+        await pilot.pause()
+        await wait_until(pilot, lambda: bool(notes))
+        assert notes[0][1] == "error" and str(folder) in notes[0][0]
+        assert screen.run is None or not screen.run.active
+    assert list(folder.iterdir()) == []
+
+
+def test_the_command_line_refuses_an_unknown_preset_before_opening_the_app(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "minigpt_tui", "--runs-dir", str(tmp_path), "--preset", "huge"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("minigpt-tui: error: unknown preset 'huge'")
+    assert "Traceback" not in done.stderr
+
+
+def test_the_command_line_refuses_a_missing_corpus_before_opening_the_app(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "minigpt_tui", "--runs-dir", str(tmp_path), "--corpus",
+                           str(tmp_path / "nope.txt")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "corpus not found" in done.stderr and "Traceback" not in done.stderr
+
+
+# -- screens, help, palette ---------------------------------------------------------------------
+@run_async
+async def test_keys_switch_screens_and_a_missing_screen_says_so(tmp_path, monkeypatch):
+    import minigpt_tui.app as app_module
+    from minigpt_tui.screens import MAIN_SCREENS, ScreenEntry
+
+    missing = ScreenEntry("generation", "g", "Generation", "minigpt_tui.screens.not_written_yet",
+                          "GenerationScreen", "not here")
+    monkeypatch.setattr(app_module, "MAIN_SCREENS", (MAIN_SCREENS[0], MAIN_SCREENS[1], missing))
+    app = make_app(tmp_path / "runs", preset="tiny")
+    notes = record_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        assert isinstance(app.screen, TrainingScreen)
+        await pilot.press("c")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "CheckpointsScreen"
+        await pilot.press("g")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "CheckpointsScreen"
+        assert notes[-1] == ("the Generation screen is not available yet", "warning")
+        await pilot.press("t")
+        await pilot.pause()
+        assert isinstance(app.screen, TrainingScreen)
+        titles = [command.title for command in app.get_system_commands(app.screen)]
+        assert {"Training screen", "Checkpoints screen", "Generation screen", "Help", "New run"} <= set(titles)
+
+
+@run_async
+async def test_help_explains_every_record_of_the_training_screen(tmp_path):
+    app = make_app(tmp_path / "runs", preset="tiny")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = app.screen.markdown
+        for record in ("batch loss", "lr", "grad norm", "loss scale", "tokens/s", "validation", "★ best",
+                       "extra", "ETA", "corpus", "tokenizer", "precision", "parameters", "Events", "`q`", "`c`"):
+            assert record in text, record
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, TrainingScreen)
+
+
+# -- overlay and export -------------------------------------------------------------------------
+@run_async
+async def test_overlay_another_run_and_export_metrics_to_csv(tmp_path):
+    from minigpt_tui.engine.runs import RunDirectory
+
+    runs = tmp_path / "runs"
+    other = RunDirectory.create(runs, "other", "mini")
+    other.write_json("config.json", {})
+    for step, loss in ((1, 4.0), (2, 3.5)):
+        other.append_metric({"kind": "update", "step": step, "loss": loss})
+    other.append_metric({"kind": "evaluation", "step": 2, "train_loss": 3.4, "validation_loss": 3.6,
+                         "train_targets": 1, "validation_targets": 1, "extra": False})
+    app = make_app(runs, {"train": {"steps": 60, "eval_every": 50, "save_every": 0}})
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run.state == "finished")
+        await key(pilot, "o")
+        await pilot.pause()
+        assert isinstance(app.screen, OverlayScreen)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: screen.query_one(LossPlot).overlay is not None)
+        curve = screen.query_one(LossPlot).overlay
+        assert curve.name == "other" and curve.updates == ((1, 4.0), (2, 3.5))
+        assert curve.validation == ((2, 3.6),)
+        await key(pilot, "w")
+        run_dir = screen.run.run_dir
+        await wait_until(pilot, lambda: (run_dir / "metrics.csv").exists())
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert len(rows) == 60 + 3  # 60 updates and the evaluations after updates 0, 50 and 60
+    assert rows[0]["kind"] == "evaluation" and rows[1]["kind"] == "update" and rows[1]["step"] == "1"
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert float(rows[1]["loss"]) == lines[1]["loss"]
+
+
+# -- widgets and plumbing -------------------------------------------------------------------------
+def fake_update(step: int, loss: float = 1.0, applied: bool = True) -> SimpleNamespace:
+    return SimpleNamespace(step=step, loss=loss, lr=0.01, grad_norm=0.5, loss_scale=1.0,
+                           tokens_per_second=1000.0, applied=applied)
+
+
+def fake_evaluation(step: int, validation: float | None, extra: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(step=step, train_loss=1.0, validation_loss=validation, extra=extra)
+
+
+class TableApp(App):
+    def compose(self) -> ComposeResult:
+        yield LossTable(max_rows=50)
+
+
+@run_async
+async def test_loss_table_stays_bounded_and_marks_one_best_row():
+    app = TableApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        table = app.query_one(LossTable)
+        table.add_records([(fake_update(i), None) for i in range(1, 41)])
+        table.add_records([(fake_evaluation(40, 2.0), 40)])
+        table.add_records([(fake_evaluation(40, 2.5, extra=True), 40)])
+        table.add_records([(fake_update(41, applied=False), None)])
+        table.add_records([(fake_evaluation(50, 1.5), 50)])
+        assert sorted(table.marks().values()) == sorted([BEST_MARK, EXTRA_MARK, "skip"])
+        assert [r.cells[0] for r in table.rows if r.mark == BEST_MARK] == ["eval 50"]
+        table.add_records([(fake_update(i), None) for i in range(51, 200)])
+        await pilot.pause()
+        assert len(table.rows) == 50
+        assert table.rows[-1].cells[0] == "199"
+        assert table.scroll_y == table.max_scroll_y  # it follows the newest row
+
+
+def test_run_feed_posts_once_until_drained():
+    posted = []
+    feed = RunFeed(posted.append)
+    for i in range(1000):
+        feed(i)
+    assert len(posted) == 1 and isinstance(posted[0], EngineEventsReady)
+    assert feed.drain() == list(range(1000))
+    feed("next")
+    assert len(posted) == 2
+
+
+def test_plot_buckets_keep_the_last_step_exact():
+    points = [(i, float(i)) for i in range(1, 1001)]
+    shown = bucket_means(points, 100)
+    assert len(shown) <= 100 and shown[-1][0] == 1000
+    assert bucket_means(points[:10], 100) == points[:10]
+
+
+def test_the_app_modules_never_import_torch_and_the_first_frame_does_not_wait_for_it(tmp_path):
+    code = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from minigpt_tui.app import LaunchSettings, MiniGPTApp\n"
+        "import minigpt_tui.screens.training, minigpt_tui.screens.new_run, minigpt_tui.screens.help\n"
+        "import minigpt_tui.screens.overlay, minigpt_tui.screens.confirm_quit, minigpt_tui.run_session\n"
+        "assert 'torch' not in sys.modules, 'imported torch'\n"
+        f"app = MiniGPTApp(LaunchSettings(runs_dir=Path({str(tmp_path)!r})), preload_engine=False)\n"
+        "async def main():\n"
+        "    async with app.run_test(size=(80, 24)) as pilot:\n"
+        "        await pilot.pause()\n"
+        "        assert type(app.screen).__name__ == 'TrainingScreen'\n"
+        "        print('torch' in sys.modules)\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
