@@ -111,11 +111,13 @@ class TrainingScreen(Screen):
     HELP = TRAINING_HELP
     HELP_TITLE = "Training"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
-    # How often the run's events are drained into the table and progress line, and how
-    # often the plot is rebuilt; each refresh takes the GIL from training for a moment.
-    REFRESHES_PER_SECOND = 10.0  # progress line and event log
-    TABLE_REFRESHES_PER_SECOND = 4.0
-    PLOT_REDRAWS_PER_SECOND = 1.0
+    # How often a running run's events reach the screen. Every refresh takes the GIL from
+    # training for a moment; measured in tmux on mini (benchmarks/bench_app.py), 10 / 4 / 1
+    # cost about 15% of the training speed, 5 / 2 / 0.5 about 5%. A pause or the end of
+    # the run shows everything at once.
+    REFRESHES_PER_SECOND = 5.0  # progress line and event log
+    TABLE_REFRESHES_PER_SECOND = 2.0
+    PLOT_REDRAWS_PER_SECOND = 0.5
 
     BINDINGS = [
         Binding("space", "start", "Start"),

@@ -1,0 +1,74 @@
+"""Snapshots of the Training screen after a real (short) mini run, at 80x24 and 120x40, in
+the dark and light themes. Everything that varies between runs is frozen: the trainer's
+clock (so tokens/s is fixed), the app's clocks (ETA, rate, event times), the run's name
+and the runs directory (paths are shown relative to it)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from minigpt_tui.app import LaunchSettings, MiniGPTApp, resolve_next_config
+
+FROZEN_WALL = 1767225600.0
+SNAPSHOT_RUN = {"train": {"steps": 60, "eval_every": 50, "save_every": 0}}
+
+
+@pytest.fixture(autouse=True)
+def utc_event_times(monkeypatch):
+    """The event log shows local times: pin the zone so the frozen time reads the same anywhere."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.fixture
+def frozen_trainer_clock(monkeypatch):
+    """Each update appears to take exactly 5 ms, so its tokens/s is the same every run."""
+    import minigpt_tui.engine.trainer as trainer_module
+
+    ticks = itertools.count()
+    monkeypatch.setattr(trainer_module, "time", SimpleNamespace(perf_counter=lambda: next(ticks) * 0.005))
+
+
+def finished_run_app(runs_dir: Path, theme: str | None = None) -> tuple[MiniGPTApp, object]:
+    settings = LaunchSettings(runs_dir=runs_dir)
+    config = resolve_next_config(settings, SNAPSHOT_RUN)
+    app = MiniGPTApp(settings, next_config=config, preload_engine=False,
+                     clock=lambda: 1000.0, wall_clock=lambda: FROZEN_WALL)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        if theme:
+            app.theme = theme
+        screen = app.training_screen
+        screen.start_run(config, "snapshot")
+        deadline = time.monotonic() + 60
+        while screen.run.active and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        assert screen.run.state == "finished"
+        await pilot.pause()
+
+    return app, run_before
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_snapshot_training_screen_after_a_run(tmp_path, frozen_trainer_clock, snap_compare, size):
+    app, run_before = finished_run_app(tmp_path / "runs")
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_snapshot_training_screen_light_theme(tmp_path, frozen_trainer_clock, snap_compare):
+    app, run_before = finished_run_app(tmp_path / "runs", theme="textual-light")
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+def test_snapshot_training_screen_before_a_run(tmp_path, snap_compare):
+    settings = LaunchSettings(runs_dir=tmp_path / "runs")
+    app = MiniGPTApp(settings, preload_engine=False, clock=lambda: 1000.0, wall_clock=lambda: FROZEN_WALL)
+    assert snap_compare(app, terminal_size=(80, 24))
