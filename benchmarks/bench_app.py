@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 APP = str(VENV_BIN / "minigpt-tui") if (VENV_BIN / "minigpt-tui").exists() else "minigpt-tui"
 SIZE = (120, 40)
+# A tmux server of our own: other sessions (and their kill-server) never touch it.
+TMUX = ["tmux", "-L", "minigpt-tui-bench"]
 
 BARE_APP = '''
 from textual.app import App
@@ -50,17 +52,17 @@ class Pane:
     def __init__(self, command: str, name: str) -> None:
         self.name = name
         width, height = SIZE
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        subprocess.run([*TMUX, "kill-session", "-t", name], capture_output=True)
         self.started = time.perf_counter()
-        subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", str(width), "-y", str(height),
+        subprocess.run([*TMUX, "new-session", "-d", "-s", name, "-x", str(width), "-y", str(height),
                         command + "; sleep 600"], check=True)
 
     def text(self) -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name],
+        return subprocess.run([*TMUX, "capture-pane", "-p", "-t", self.name],
                               capture_output=True, text=True).stdout
 
     def keys(self, *keys: str) -> float:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+        subprocess.run([*TMUX, "send-keys", "-t", self.name, *keys], check=True)
         return time.perf_counter()
 
     def wait_for(self, predicate: Callable[[str], bool], timeout: float = 30.0, poll: float = 0.005) -> float:
@@ -72,7 +74,7 @@ class Pane:
         raise TimeoutError(f"{self.name}: condition not met in {timeout} s; pane:\n{self.text()}")
 
     def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        subprocess.run([*TMUX, "kill-session", "-t", self.name], capture_output=True)
 
 
 def first_frame(repeats: int, work: Path) -> None:

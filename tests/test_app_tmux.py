@@ -24,17 +24,19 @@ pytestmark = pytest.mark.skipif(
 class TmuxPane:
     def __init__(self, command: list[str], env: dict[str, str], size: tuple[int, int] = (100, 30)) -> None:
         self.name = f"minigpt-e2e-{uuid.uuid4().hex[:8]}"
+        # A tmux server of its own: nobody else's sessions or kill-server reach it.
+        self.tmux = ["tmux", "-L", self.name]
         exports = " ".join(f"{k}={v}" for k, v in env.items())
         # The pane stays open after the app exits, so the exit can be observed.
         shell = f"env {exports} {' '.join(command)}; echo APP-EXITED-$?; sleep 60"
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(size[0]), "-y", str(size[1]),
+        subprocess.run([*self.tmux, "new-session", "-d", "-s", self.name, "-x", str(size[0]), "-y", str(size[1]),
                         shell], check=True)
 
     def text(self) -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
+        return subprocess.run([*self.tmux, "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
 
     def keys(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+        subprocess.run([*self.tmux, "send-keys", "-t", self.name, *keys], check=True)
 
     def wait_for(self, predicate: Callable[[str], bool], what: str, timeout: float = 60.0) -> str:
         deadline = time.monotonic() + timeout
@@ -46,7 +48,7 @@ class TmuxPane:
         raise AssertionError(f"waited {timeout} s for {what}; the pane shows:\n{self.text()}")
 
     def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True)
 
 
 def test_the_real_app_trains_pauses_helps_and_quits_in_a_terminal(tmp_path):

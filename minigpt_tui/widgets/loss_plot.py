@@ -93,32 +93,31 @@ class LossPlot(PlotextPlot):
         plt.clear_figure()
         plt.xlabel("update")
         limit = max(2 * self.size.width, 40)
-        plotted = False
         if self.overlay is not None:
-            plotted |= self._line(self.overlay.updates, f"{self.overlay.name} batch", "gray", limit)
-            plotted |= self._line(self.overlay.train, f"{self.overlay.name} train", "magenta", limit)
-            plotted |= self._line(self.overlay.validation, f"{self.overlay.name} val", "cyan", limit)
-        plotted |= self._line(self.updates, "batch", "blue", limit)
-        plotted |= self._line(self.train, "train", "orange", limit)
-        plotted |= self._line(self.validation, "val", "green", limit)
-        if not plotted:
-            plt.title("loss (no updates yet)")
+            self._line(self.overlay.updates, f"{self.overlay.name} batch", "gray", limit)
+            self._line(self.overlay.train, f"{self.overlay.name} train", "magenta", limit)
+            self._line(self.overlay.validation, f"{self.overlay.name} val", "cyan", limit)
+        self._line(self.updates, "batch", "blue", limit)
+        self._line(self.train, "train", "orange", limit)
+        self._line(self.validation, "val", "green", limit)
         self.refresh()
 
     def render(self) -> Text:
         """Rebuilding the figure is costly; a repaint with the same data, size and theme
         (a dialog closing, a screen coming back) reuses the last one."""
+        if not (self.updates or self.train or self.overlay):
+            # Nothing to plot yet: skip building an empty figure (it would delay the first frame).
+            return Text("loss: no updates yet", style="dim", justify="center")
         key = (self.redraws, self.size, self.app.theme, self.theme)
         if self._rendered is None or self._rendered[0] != key:
             self._rendered = (key, super().render())
         return self._rendered[1]
 
-    def _line(self, points: Sequence[Point], label: str, color: str, limit: int) -> bool:
+    def _line(self, points: Sequence[Point], label: str, color: str, limit: int) -> None:
         if not points:
-            return False
+            return
         shown = bucket_means(points, limit)
         xs = [step for step, _ in shown]
         ys = [value for _, value in shown]
         marker = "braille" if len(shown) > 12 else "dot"
         self.plt.plot(xs, ys, label=label, color=color, marker=marker)
-        return True
