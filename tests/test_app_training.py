@@ -405,6 +405,31 @@ async def test_help_explains_every_record_of_the_training_screen(tmp_path):
         assert isinstance(app.screen, TrainingScreen)
 
 
+@run_async
+async def test_clicking_a_key_in_the_key_bar_presses_it_and_v_switches_table_and_plot(tmp_path):
+    from minigpt_tui.widgets.key_bar import KeyBar
+
+    app = make_app(tmp_path / "runs", preset="tiny")
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = training(app)
+        bar = screen.query_one(KeyBar)
+        await pilot.pause()
+        help_span = next(span for span in bar.spans if span.key == "question_mark")
+        await pilot.click(KeyBar, offset=(help_span.start, 0))
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        table, plot = screen.query_one(LossTable), screen.query_one(LossPlot)
+        assert table.display and not plot.display and table.border_subtitle == "v: plot"
+        await pilot.press("v")
+        await pilot.pause()
+        assert plot.display and not table.display and plot.border_subtitle == "v: table"
+        await pilot.resize_terminal(130, 40)
+        await pilot.pause()
+        assert plot.display and table.display and not table.border_subtitle and not plot.border_subtitle
+
+
 # -- overlay and export -------------------------------------------------------------------------
 @run_async
 async def test_overlay_another_run_and_export_metrics_to_csv(tmp_path):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -110,7 +110,8 @@ class ActiveRun:
 class TrainingScreen(Screen):
     HELP = TRAINING_HELP
     HELP_TITLE = "Training"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    WIDE_FROM = 120
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_FROM, "-wide")]
     # How often a running run's events reach the screen. Every refresh takes the GIL from
     # training for a moment; measured in tmux on mini (benchmarks/bench_app.py), 10 / 4 / 1
     # cost about 15% of the training speed, 5 / 2 / 0.5 about 5%. A pause or the end of
@@ -263,10 +264,15 @@ class TrainingScreen(Screen):
         self.toggle_class("-show-plot")
         self._update_view_hint()
 
-    def _update_view_hint(self) -> None:
+    def on_resize(self, event: events.Resize) -> None:
+        self._update_view_hint(event.size.width)
+
+    def _update_view_hint(self, width: int | None = None) -> None:
+        """Below the wide breakpoint the table and the plot take turns (``v``): say so."""
+        narrow = (width if width is not None else self.size.width) < self.WIDE_FROM
         showing_plot = self.has_class("-show-plot")
-        self.query_one(LossTable).border_subtitle = "v: plot" if not showing_plot else ""
-        self.query_one(LossPlot).border_subtitle = "v: table" if showing_plot else ""
+        self.query_one(LossTable).border_subtitle = "v: plot" if narrow and not showing_plot else ""
+        self.query_one(LossPlot).border_subtitle = "v: table" if narrow and showing_plot else ""
 
     def _require_active(self, action: str) -> bool:
         if self.run is None or not self.run.active:
