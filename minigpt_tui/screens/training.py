@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Header
@@ -23,10 +23,10 @@ from textual.worker import Worker, WorkerState
 from minigpt_tui.messages import CurveLoaded, EngineEventsReady, RunFeed, RunSummary
 from minigpt_tui.run_session import GuardedCheckpointer, NewRunPlan, ResumePlan, RunHandle
 from minigpt_tui.widgets.event_log import EventLog
+from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.loss_plot import LossPlot
 from minigpt_tui.widgets.loss_table import LossTable
 from minigpt_tui.widgets.run_progress import RunProgress
-from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.run_summary import RunSummaryView
 
 if TYPE_CHECKING:
@@ -183,9 +183,8 @@ class TrainingScreen(Screen):
         if action == "resume":
             return state == "paused"
         if action in ("save", "evaluate", "stop"):
+            # None: shown dimmed in the key bar while no run is active.
             return True if state in ("starting", "running", "paused") else None
-        if action == "toggle_view":
-            return True
         return True
 
     def action_start(self) -> None:
@@ -201,13 +200,7 @@ class TrainingScreen(Screen):
         if not self._require_active("save"):
             return
         assert self.run is not None
-        if not self.run.handle.saving and self.run.state != "starting":
-            # The controller refuses too; say why in words the user can act on.
-            self.notify("saving is not available yet (the checkpoint engine is not installed)",
-                        title="save refused", severity="warning", markup=False)
-            self._command("save_now", None)
-            return
-        self.run.requested_saves += 1
+        self.run.requested_saves += 1  # a refusal of this save is notified, not only logged
         self._command("save_now", "saving at the next update boundary")
 
     def action_evaluate(self) -> None:
@@ -276,7 +269,7 @@ class TrainingScreen(Screen):
 
     def _require_active(self, action: str) -> bool:
         if self.run is None or not self.run.active:
-            self.notify(f"no run is active: press space to start one", title=action, severity="warning", markup=False)
+            self.notify("no run is active: press space to start one", title=action, severity="warning", markup=False)
             return False
         return True
 
@@ -294,24 +287,15 @@ class TrainingScreen(Screen):
         if self.run is not None and self.run.active:
             self.notify("a run is already active", severity="warning", markup=False)
             return
-        run = ActiveRun(RunHandle(), RunFeed(self.post_message), GuardedCheckpointer(), config,
-                        steps=config.train.steps)
-        self.run = run
-        self.query_one(LossTable).reset()
-        self.query_one(LossPlot).reset()
-        self.query_one(RunSummaryView).show_pending(config)
-        self.query_one(RunProgress).show_pending(config.train.steps)
-        self.query_one(EventLog).record("started", f"building preset {config.preset} "
-                                        f"({config.train.steps} updates, {config.train.precision})")
-        self._show_state()
-        self._train(NewRunPlan(config, self.mini_app.settings.runs_dir, name), run)
+        self._launch(NewRunPlan(config, self.mini_app.settings.runs_dir, name), config, "started",
+                     f"building preset {config.preset} ({config.train.steps} updates, {config.train.precision})")
 
     def resume_from_checkpoint(self, checkpoint: Path) -> None:
         """Continue the run saved in ``checkpoint`` (a checkpoint folder) exactly where it
         stopped; the Checkpoints screen calls this after its preflight. The engine restores
         it on the worker and refuses, with its one-line reason, what it cannot continue."""
         from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.run_session import ResumePlan, saved_run_config
+        from minigpt_tui.run_session import saved_run_config
 
         if self.run is not None and self.run.active:
             self.notify("a run is already active", severity="warning", markup=False)
@@ -321,6 +305,10 @@ class TrainingScreen(Screen):
         except MiniGPTError as err:
             self.notify(str(err), title="resume refused", severity="error", markup=False)
             return
+        self._launch(ResumePlan(Path(checkpoint), self.mini_app.settings.runs_dir), config, "resumed",
+                     f"restoring {self._display_path(checkpoint)}")
+
+    def _launch(self, plan: NewRunPlan | ResumePlan, config: Any, kind: str, note: str) -> None:
         run = ActiveRun(RunHandle(), RunFeed(self.post_message), GuardedCheckpointer(), config,
                         steps=config.train.steps)
         self.run = run
@@ -328,12 +316,12 @@ class TrainingScreen(Screen):
         self.query_one(LossPlot).reset()
         self.query_one(RunSummaryView).show_pending(config)
         self.query_one(RunProgress).show_pending(config.train.steps)
-        self.query_one(EventLog).record("resumed", f"restoring {self._display_path(checkpoint)}")
+        self.query_one(EventLog).record(kind, note)
         self._show_state()
-        self._train(ResumePlan(Path(checkpoint), self.mini_app.settings.runs_dir), run)  # type: ignore[arg-type]
+        self._train(plan, run)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="training", name="training")
-    def _train(self, plan: NewRunPlan, run: ActiveRun) -> None:
+    def _train(self, plan: NewRunPlan | ResumePlan, run: ActiveRun) -> None:
         from minigpt_tui.run_session import drive
 
         drive(plan, run.handle, run.feed, run.checkpointer)
