@@ -257,9 +257,9 @@ class Trainer:
                     p.grad.div_(scale)
             finite = all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None)
         grads = [p.grad for p in params if p.grad is not None]
-        total_norm = torch.nn.utils.get_total_norm(grads, foreach=False)
+        total_norm = torch.nn.utils.get_total_norm(grads, foreach=True)
         if train.clip > 0:
-            torch.nn.utils.clip_grads_with_norm_(params, train.clip, total_norm, foreach=False)
+            torch.nn.utils.clip_grads_with_norm_(params, train.clip, total_norm, foreach=True)
         grad_norm = float(total_norm)
         if finite:
             self.optimizer.step()
