@@ -69,6 +69,23 @@ class CurveLoaded(Message):
         self.curve = curve
 
 
+@dataclass(frozen=True)
+class RunHistory:
+    """A resumed run's records up to the checkpoint it continues from (from metrics.jsonl):
+    plain records with the fields the table and plot read."""
+
+    updates: tuple[Any, ...]
+    evaluations: tuple[Any, ...]
+    best_step: int | None
+
+
+class HistoryLoaded(Message):
+    def __init__(self, feed: "RunFeed", history: RunHistory) -> None:
+        super().__init__()
+        self.feed = feed
+        self.history = history
+
+
 class EngineImported(Message):
     """torch and the engine finished importing on a worker thread."""
 

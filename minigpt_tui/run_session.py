@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.messages import LoadedCurve, RunSummary
+from minigpt_tui.messages import LoadedCurve, RunHistory, RunSummary
 
 CSV_COLUMNS = ("kind", "step", "lr", "loss", "grad_norm", "loss_scale", "next_loss_scale", "applied",
                "valid_targets", "seconds", "tokens_per_second", "train_loss", "validation_loss",
@@ -266,6 +266,34 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             break  # a torn last line after a crash: keep what precedes it
     return records
+
+
+def load_history(run_dir: Path, until_step: int) -> RunHistory:
+    """The records a resumed run had up to ``until_step``: the last record of each update
+    and evaluation step at or before it (a run resumed before may hold a step twice)."""
+    from types import SimpleNamespace
+
+    updates: dict[int, Any] = {}
+    evaluations: dict[tuple[int, bool], Any] = {}
+    for record in read_metrics(run_dir):
+        step = record.get("step")
+        if not isinstance(step, int) or step > until_step:
+            continue
+        if record.get("kind") == "update":
+            updates[step] = SimpleNamespace(
+                step=step, loss=record.get("loss"), lr=record.get("lr"), grad_norm=record.get("grad_norm"),
+                loss_scale=record.get("loss_scale", 1.0), tokens_per_second=record.get("tokens_per_second"),
+                applied=record.get("applied", True))
+        elif record.get("kind") == "evaluation":
+            extra = bool(record.get("extra"))
+            evaluations[(step, extra)] = SimpleNamespace(
+                step=step, train_loss=record.get("train_loss"), validation_loss=record.get("validation_loss"),
+                extra=extra)
+    scheduled = [e for e in evaluations.values() if not e.extra and e.validation_loss is not None]
+    best = min(scheduled, key=lambda e: (e.validation_loss, e.step)) if scheduled else None
+    ordered_evaluations = sorted(evaluations.values(), key=lambda e: (e.step, e.extra))
+    return RunHistory(tuple(updates[k] for k in sorted(updates)), tuple(ordered_evaluations),
+                      best.step if best else None)
 
 
 def load_curve(path: Path) -> LoadedCurve:

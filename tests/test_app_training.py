@@ -200,6 +200,14 @@ async def test_a_run_paused_saved_quit_relaunched_and_resumed_equals_one_never_p
         await wait_until(pilot, lambda: screen.run.state == "finished")
         assert screen.run.summary.resumed_from == checkpoint
         digest = screen.run.final_digest
+        # The history before the checkpoint is shown too, once, in order, with one best mark.
+        await wait_until(pilot, lambda: len(screen.query_one(LossPlot).updates) == 300)
+        table = screen.query_one(LossTable)
+        steps = [row.cells[0] for row in table.rows]
+        assert steps[:2] == ["eval 0", "1"] and steps[-1] == "eval 300"
+        assert [s for s in steps if not s.startswith("eval")] == [str(i) for i in range(1, 301)]
+        assert list(table.marks().values()) == [BEST_MARK]
+        assert [step for step, _ in screen.query_one(LossPlot).updates] == list(range(1, 301))
     updates, evaluations, reference_digest = reference_run(QUICK)
     got_updates, got_evaluations = app_records(run_dir)
     assert got_updates == updates

@@ -20,7 +20,7 @@ from textual.timer import Timer
 from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
-from minigpt_tui.messages import CurveLoaded, EngineEventsReady, RunFeed, RunSummary
+from minigpt_tui.messages import CurveLoaded, EngineEventsReady, HistoryLoaded, RunFeed, RunSummary
 from minigpt_tui.run_session import GuardedCheckpointer, NewRunPlan, ResumePlan, RunHandle
 from minigpt_tui.widgets.event_log import EventLog
 from minigpt_tui.widgets.key_bar import KeyBar
@@ -398,6 +398,8 @@ class TrainingScreen(Screen):
                 run.summary = event
                 run.step = event.start_step
                 self.query_one(RunSummaryView).show_run(event)
+                if event.resumed_from is not None and event.run_dir is not None:
+                    self._load_history(run.feed, event.run_dir, event.start_step)
             elif isinstance(event, engine.RunStarted):
                 run.state, state_changed = "running", True
                 run.step, run.steps = event.step, event.steps
@@ -509,6 +511,32 @@ class TrainingScreen(Screen):
             self.app.call_from_thread(self.notify, str(err), title="overlay", severity="error", markup=False)
             return
         self.post_message(CurveLoaded(curve))
+
+    @work(thread=True, exit_on_error=False, group="files")
+    def _load_history(self, feed: RunFeed, run_dir: Path, until_step: int) -> None:
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.run_session import load_history
+
+        try:
+            history = load_history(run_dir, until_step)
+        except MiniGPTError:
+            return  # no readable metrics: the run shows what it does from here on
+        self.post_message(HistoryLoaded(feed, history))
+
+    @on(HistoryLoaded)
+    def _history_loaded(self, message: HistoryLoaded) -> None:
+        if self.run is None or message.feed is not self.run.feed:
+            return
+        history = message.history
+        records = sorted([(u, None) for u in history.updates] + [(e, history.best_step) for e in history.evaluations],
+                         key=lambda item: (item[0].step, hasattr(item[0], "train_loss")))
+        self.query_one(LossTable).prepend_records(records)
+        self.query_one(LossPlot).prepend_history(
+            [(u.step, u.loss) for u in history.updates if u.loss is not None],
+            [(e.step, e.train_loss) for e in history.evaluations if e.train_loss is not None],
+            [(e.step, e.validation_loss) for e in history.evaluations if e.validation_loss is not None])
+        self.query_one(EventLog).record(
+            "resumed", f"history: {len(history.updates)} updates, {len(history.evaluations)} evaluations before")
 
     @on(CurveLoaded)
     def _curve_loaded(self, message: CurveLoaded) -> None:

@@ -67,6 +67,12 @@ class LossPlot(PlotextPlot):
         if validation_loss is not None:
             self.validation.append((step, validation_loss))
 
+    def prepend_history(self, updates: list[Point], train: list[Point], validation: list[Point]) -> None:
+        self.updates[:0] = updates
+        self.train[:0] = train
+        self.validation[:0] = validation
+        self.redraw()
+
     def set_overlay(self, curve: LoadedCurve | None) -> None:
         self.overlay = curve
         self.redraw()

@@ -218,6 +218,35 @@ class LossTable(ScrollView, can_focus=True):
             self.scroll_to(y=max(0, self.scroll_y - dropped), animate=False, immediate=True)
         self.refresh()
 
+    def prepend_records(self, items: list[tuple[Any, int | None]]) -> None:
+        """Put earlier records (a resumed run's history) before the rows shown so far. The
+        best mark follows the live run's best step once it has one (it knows the history)."""
+        if not items:
+            return
+        current = list(self.rows)
+        live_best = self._best_step
+        self.rows.clear()
+        self._strips.clear()
+        self._best_step = None
+        self.add_records(items)
+        self.rows.extend(current)
+        while len(self.rows) > self.max_rows:
+            self.rows.popleft()
+        self._mark_best(live_best if live_best is not None else self._best_step)
+        self._set_rows_height()
+        self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+        self.refresh()
+
+    def _mark_best(self, best_step: int | None) -> None:
+        self._best_step = best_step
+        for index, row in enumerate(self.rows):
+            wanted = BEST_MARK if best_step is not None and row.evaluation_step == best_step else row.mark
+            if row.mark == BEST_MARK and wanted != BEST_MARK:
+                wanted = ""
+            if wanted != row.mark:
+                self.rows[index] = row.with_mark(wanted)
+                self._strips.pop(row.key, None)
+
     def _set_rows_height(self) -> None:
         """Grow the scrollable height without a layout of the whole screen.
 
