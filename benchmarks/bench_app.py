@@ -186,8 +186,10 @@ def toggle_times(pane: Pane, repeats: int, open_key: str, opened_marker: str, cl
 
 
 SCREEN_SWITCH = ("c", "minigpt-tui — Checkpoints", "t", "minigpt-tui — Training")
+# A lone escape byte is held for ESCDELAY (Textual's default 100 ms) to tell the escape key
+# from the start of an escape sequence: closing with escape includes that wait.
 OVERLAY_DIALOG = ("o", "Overlay a run's curves", "Escape", "─ Events ─")
-HELP_DIALOG = ("?", "Help: Training", "Escape", "─ Events ─")
+HELP_DIALOG = ("?", "Help: Training", "?", "─ Events ─")
 
 
 def key_latency(repeats: int, work: Path) -> None:
@@ -199,8 +201,9 @@ def key_latency(repeats: int, work: Path) -> None:
         results = [("t/c screen switch, idle", toggle_times(pane, repeats, *SCREEN_SWITCH))]
         start_app_run(pane, 100_000)
         results.append(("t/c screen switch, training", toggle_times(pane, repeats, *SCREEN_SWITCH)))
-        results.append(("overlay dialog, training", toggle_times(pane, repeats, *OVERLAY_DIALOG)))
-        results.append(("help (Markdown), training", toggle_times(pane, repeats, *HELP_DIALOG)))
+        results.append(("overlay dialog (closed with escape: +ESCDELAY), training",
+                        toggle_times(pane, repeats, *OVERLAY_DIALOG)))
+        results.append(("help (opened and closed with ?), training", toggle_times(pane, repeats, *HELP_DIALOG)))
         pane.keys("x")
     finally:
         pane.close()
@@ -219,14 +222,19 @@ def main() -> None:
     if shutil.which("tmux") is None:
         print("bench_app: tmux is not installed; these figures need a real terminal")
         return
+    # A session that outlives the measured ones: closing the last session ends the tmux
+    # server, and a session started at that moment fails ("server exited unexpectedly").
+    keeper = Pane("sleep 3600", "bench-keeper")
     with tempfile.TemporaryDirectory(prefix="bench-app-") as tmp:
         work = Path(tmp)
         if args.only in (None, "first-frame"):
-            first_frame(max(3, args.repeats), work)
+            first_frame(max(5, args.repeats), work)
         if args.only in (None, "keys"):
             key_latency(10, work)
         if args.only in (None, "speed"):
             training_speed(args.updates, args.repeats, work)
+    keeper.close()
+    subprocess.run([*TMUX, "kill-server"], capture_output=True)
 
 
 if __name__ == "__main__":
