@@ -191,15 +191,24 @@ def _print_inspection(result: dict[str, Any]) -> None:
     for f in result["files"]:
         files.add_row(f["name"], f["kind"], str(f["size"]), str(f["header_bytes"]), str(f["tensors"]))
     console.print(files)
-    entries = Table(title="tensor entries (header only)")
-    for column in ("file", "name", "group", "dtype", "shape", "elements", "bytes", "offsets"):
-        entries.add_column(column)
-    for e in result["entries"]:
-        entries.add_row(
-            e["file"], e["name"], e["group"], e["dtype"], str(e["shape"]), str(e["elements"]), str(e["bytes"]),
-            f"{e['begin']}..{e['end']}",
-        )
-    console.print(entries)
+    # One table per file; the name folds rather than being cut, and below 110 columns the
+    # group and offset columns give their width to it.
+    wide = console.width >= 110
+    for file_name in dict.fromkeys(e["file"] for e in result["entries"]):
+        entries = Table(title=f"{file_name}: tensor entries (header only)")
+        entries.add_column("name", overflow="fold", ratio=1)
+        columns = ("group", "dtype", "shape", "elements", "bytes", "offsets") if wide else (
+            "dtype", "shape", "elements", "bytes")
+        for column in columns:
+            entries.add_column(column, no_wrap=True)
+        for e in result["entries"]:
+            if e["file"] != file_name:
+                continue
+            values = {"group": e["group"], "dtype": e["dtype"], "shape": str(e["shape"]),
+                      "elements": str(e["elements"]), "bytes": str(e["bytes"]),
+                      "offsets": f"{e['begin']}..{e['end']}"}
+            entries.add_row(e["name"], *(values[c] for c in columns))
+        console.print(entries)
     if result["aliases"]:
         aliases = Table(title="alias records")
         for column in ("name", "target", "transform", "use"):
@@ -224,7 +233,10 @@ def _print_inspection(result: dict[str, Any]) -> None:
             table.add_row(key, _short(value))
         console.print(table)
     integrity = result.get("integrity")
-    if integrity is not None:
+    if integrity is not None and "complete" not in integrity:  # a transformers folder: index against shards
+        verdict = "ok" if integrity.get("ok") else "PROBLEM: " + "; ".join(integrity.get("problems") or [])
+        console.print(f"integrity ({integrity.get('checked')}): {verdict}")
+    elif integrity is not None:
         status = "complete" if integrity["complete"] else "INCOMPLETE"
         checked = "hashes checked" if integrity.get("hashes_checked") else "sizes checked (add --verify for hashes)"
         console.print(f"integrity: {status}, {'ok' if integrity['ok'] else 'PROBLEM: ' + str(integrity['problem'])}; {checked}")

@@ -255,6 +255,18 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
 
 
 # -- one tensor on demand -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TensorRead:
+    """One tensor read on its own, whatever format held it, with what its file records."""
+
+    file: Path
+    name: str
+    dtype: str  # the format's label (safetensors dtype, or torch's name for a pickled one)
+    shape: tuple[int, ...]
+    tensor: Any  # torch.Tensor (torch is imported lazily)
+    bytes_read: int
+
+
 def _locate(path: Path, name: str) -> tuple[Path, Header]:
     path = Path(path).expanduser()
     if path.is_file():
@@ -273,17 +285,40 @@ def _locate(path: Path, name: str) -> tuple[Path, Header]:
     raise CheckpointError(f"{folder}: no tensor named '{name}'")
 
 
-def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, Any]:
-    """min, max, mean, std (population), zero fraction and a histogram of one tensor,
-    reading that tensor's bytes alone."""
-    import torch
-
-    if bins < 1:
-        raise CheckpointError("bins must be at least 1")
-    file_path, header = _locate(Path(path), name)
+def _read_own(path: Path, name: str) -> TensorRead:
+    """A tensor of a safetensors file or of our checkpoint folder: header, then its bytes alone."""
+    file_path, header = _locate(path, name)
     bare = name.partition(":")[2] if ":" in name and not header.has(name) else name
     entry = header.entry(bare)
     tensor = read_tensor(file_path, bare, header)
+    return TensorRead(file_path, bare, entry.dtype, entry.shape, tensor, entry.nbytes)
+
+
+def read_one_tensor(path: Path | str, name: str) -> TensorRead:
+    """The tensor named ``name`` (as ``inspect_path`` lists it, optionally ``FILE:NAME``) of
+    anything ``inspect_path`` opens, reading as little as the format allows."""
+    from minigpt_tui.engine.interop.foreign import read_foreign_tensor
+
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"no such file or folder: {path}")
+    foreign = read_foreign_tensor(path, name)  # transformers folders and indexes, .pt/.pth pickles
+    return foreign if foreign is not None else _read_own(path, name)
+
+
+def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, Any]:
+    """min, max, mean, std (population), zero fraction and a histogram of one tensor,
+    reading that tensor's bytes alone (a pickle is memory-mapped, not read whole)."""
+    if bins < 1:
+        raise CheckpointError("bins must be at least 1")
+    return statistics_of(read_one_tensor(path, name), bins)
+
+
+def statistics_of(read: TensorRead, bins: int = 20) -> dict[str, Any]:
+    """The statistics ``tensor_statistics`` reports, of a tensor already read."""
+    import torch
+
+    tensor = read.tensor
     if tensor.dtype == torch.uint64:
         values = torch.from_numpy(tensor.numpy().astype("float64")).reshape(-1)
     elif tensor.is_complex():
@@ -301,12 +336,12 @@ def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, 
         nan = int(torch.isnan(values).sum())
         finite = values[finite_mask]
     result: dict[str, Any] = {
-        "file": str(file_path),
-        "name": bare,
-        "dtype": entry.dtype,
-        "shape": list(entry.shape),
+        "file": str(read.file),
+        "name": read.name,
+        "dtype": read.dtype,
+        "shape": list(read.shape),
         "elements": count,
-        "bytes_read": entry.nbytes,
+        "bytes_read": read.bytes_read,
         "nan": nan,
         "inf": nonfinite - nan,
     }
@@ -342,19 +377,26 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def _tensors_of(inspection: Inspection) -> dict[str, Any]:
+def _file_tensors(summary: FileSummary) -> dict[str, Any]:
+    """Every tensor of one file an inspection lists, read by that file's format."""
+    from minigpt_tui.engine.interop.foreign import PICKLE_KINDS, pickle_tensors
+
+    if summary.kind in PICKLE_KINDS:
+        return pickle_tensors(summary.path)
     from minigpt_tui.engine.checkpoint.safetensors_io import load_file
 
-    out: dict[str, Any] = {}
-    if inspection.kind == CHECKPOINT_DIR:
-        for summary in inspection.files:
-            loaded = load_file(summary.path)
-            for entry in loaded.header.entries:
-                out[f"{summary.name}:{entry.name}"] = loaded.tensor(entry.name)
-    else:
-        loaded = load_file(inspection.path)
-        for entry in loaded.header.entries:
-            out[f"{inspection.path.name}:{entry.name}"] = loaded.tensor(entry.name)
+    return load_file(summary.path).tensors()
+
+
+def _tensors_of(inspection: Inspection) -> dict[tuple[str, str], tuple[str, Any]]:
+    """(role, name) -> (file, tensor). A tensor matches its namesake in the other checkpoint
+    whichever file or shard holds it; only a training-state file's tensors keep their own
+    role, so they never meet a model's."""
+    out: dict[tuple[str, str], tuple[str, Any]] = {}
+    for summary in inspection.files:
+        role = TRAINING_FILE if summary.kind == TRAINING_STATE else ""
+        for name, tensor in _file_tensors(summary).items():
+            out[(role, name)] = (summary.name, tensor)
     return out
 
 
@@ -375,21 +417,24 @@ def _max_abs_difference(a: Any, b: Any) -> float:
 
 
 def compare_checkpoints(a: Path | str, b: Path | str) -> dict[str, Any]:
-    """Which tensors changed (and by how much at most) and which state records differ."""
+    """Which tensors changed (and by how much at most) and which state records differ,
+    between any two things ``inspect_path`` opens (tensors are matched by name)."""
     import torch
 
     first, second = inspect_path(a), inspect_path(b)
     ta, tb = _tensors_of(first), _tensors_of(second)
     tensors = []
     for key in sorted(set(ta) | set(tb)):
-        file, _, name = key.partition(":")
-        row: dict[str, Any] = {"file": file, "name": name}
+        name = key[1]
+        row: dict[str, Any] = {"file": (ta.get(key) or tb[key])[0], "name": name}
+        if key in ta and key in tb and tb[key][0] != ta[key][0]:
+            row["file_b"] = tb[key][0]  # another file or shard holds it in b
         if key not in tb:
             row.update(status="only_a", max_abs_diff=None)
         elif key not in ta:
             row.update(status="only_b", max_abs_diff=None)
         else:
-            x, y = ta[key], tb[key]
+            x, y = ta[key][1], tb[key][1]
             if x.dtype != y.dtype or tuple(x.shape) != tuple(y.shape):
                 row.update(status="reshaped", max_abs_diff=None)
             else:

@@ -11,6 +11,10 @@
   ``iter_num``, ``best_val_loss``, ``model_args``, ``config``, the optimizer's groups).
   A pickle that needs code to run is refused with one line; the weights-only loader never
   runs it.
+
+One tensor's statistics and comparisons read these formats too: a shard's tensor is found
+through the index's ``weight_map`` and read alone from that shard; a pickle is loaded with
+``mmap=True`` (the same weights-only loader), so only the pages of the tensors used are read.
 """
 
 from __future__ import annotations
@@ -26,11 +30,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection
+from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection, TensorRead
+from minigpt_tui.engine.checkpoint.safetensors_io import Header, read_header, read_tensor
 from minigpt_tui.engine.errors import CheckpointError
 from minigpt_tui.engine.interop import hf_layout, hf_tokenizer
 from minigpt_tui.engine.interop.hf_export import CONFIG_FILE, GENERATION_CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
-from minigpt_tui.engine.interop.hf_import import PICKLED_WEIGHTS, is_hf_folder, read_hf_folder, read_json_file
+from minigpt_tui.engine.interop.hf_import import (
+    PICKLED_WEIGHTS,
+    is_hf_folder,
+    read_hf_folder,
+    read_json_file,
+    shard_name,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -38,6 +49,7 @@ if TYPE_CHECKING:
 HF_MODEL = "hf-model"
 TORCH_PICKLE = "torch-pickle"
 NANOGPT = "nanogpt"
+PICKLE_KINDS = (TORCH_PICKLE, NANOGPT)
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 MANIFEST = "manifest.json"
 NANOGPT_RECORDS = ("iter_num", "best_val_loss", "model_args", "config")
@@ -53,20 +65,45 @@ LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
 RECORD_TEXT_LIMIT = 200
 
 
-def inspect_foreign(path: Path | str) -> Inspection | None:
-    """The inspection of a transformers folder or index, or of a PyTorch pickle file;
-    None for anything else (our own files and folders, plain safetensors files)."""
-    path = Path(path).expanduser()
+def _foreign_source(path: Path) -> tuple[str, Path] | None:
+    """(HF_MODEL, folder) or (TORCH_PICKLE, file) for a path this module opens; None for
+    anything else (our own files and folders, plain safetensors files)."""
     if path.is_dir():
         if (path / MANIFEST).exists() or not is_hf_folder(path):
             return None
-        return inspect_hf_folder(path)
+        return HF_MODEL, path
     if path.is_file():
         if path.name.endswith(".safetensors.index.json"):
-            return inspect_hf_folder(path.parent)
+            return HF_MODEL, path.parent
         if path.suffix.lower() in PICKLE_SUFFIXES:
-            return inspect_torch_file(path)
+            return TORCH_PICKLE, path
     return None
+
+
+def inspect_foreign(path: Path | str) -> Inspection | None:
+    """The inspection of a transformers folder or index, or of a PyTorch pickle file;
+    None for anything else (our own files and folders, plain safetensors files)."""
+    source = _foreign_source(Path(path).expanduser())
+    if source is None:
+        return None
+    kind, where = source
+    return inspect_hf_folder(where) if kind == HF_MODEL else inspect_torch_file(where)
+
+
+def read_foreign_tensor(path: Path | str, name: str) -> TensorRead | None:
+    """One tensor of a transformers folder or index, or of a PyTorch pickle, by the name
+    ``inspect_foreign`` lists (``FILE:NAME`` also accepted); None when ``path`` is none of
+    these."""
+    source = _foreign_source(Path(path).expanduser())
+    if source is None:
+        return None
+    kind, where = source
+    if kind == TORCH_PICKLE:
+        return _pickle_tensor(where, name)
+    pickled = _pickled_hf_weights(where)
+    if pickled is not None:
+        return _pickle_tensor(pickled, name)
+    return _hf_tensor(where, name)
 
 
 def _group(name: str) -> str:
@@ -173,12 +210,63 @@ def _dtype_totals(rows: list[tuple[str, int, int]]) -> dict[str, Any]:
     return totals
 
 
+def _pickled_hf_weights(path: Path) -> Path | None:
+    """A folder's ``pytorch_model.bin`` when it has no safetensors weights to prefer."""
+    if any((path / name).is_file() for name in (WEIGHTS_FILE, INDEX_FILE)):
+        return None
+    return next((path / n for n in PICKLED_WEIGHTS if (path / n).is_file() and n.endswith(".bin")), None)
+
+
+def _candidate_names(name: str) -> list[str]:
+    """``name`` itself, then without a leading ``FILE:`` (the checkpoint browser adds the
+    file of a folder's entry)."""
+    _, separator, bare = name.partition(":")
+    return [name, bare] if separator and bare else [name]
+
+
+def _hf_locate(folder: Path, name: str) -> tuple[Path, Header, str]:
+    """The shard holding ``name``: looked up in the index's weight_map and confirmed by that
+    shard's header; every shard's header only when the index disagrees with its shards."""
+    candidates = _candidate_names(name)
+    index_path = folder / INDEX_FILE
+    if not index_path.is_file():
+        header = read_header(folder / WEIGHTS_FILE)
+        for candidate in candidates:
+            if header.has(candidate):
+                return folder / WEIGHTS_FILE, header, candidate
+        raise CheckpointError(f"{folder}: no tensor named '{name}'")
+    index = read_json_file(index_path, "index")
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index_path}: no weight_map")
+    for candidate in candidates:
+        listed = weight_map.get(candidate)
+        if listed is None:
+            continue
+        shard = folder / shard_name(index_path, listed)
+        if shard.is_file():
+            header = read_header(shard)
+            if header.has(candidate):
+                return shard, header, candidate
+    held = read_hf_folder(folder, strict=False)  # inspect reports the disagreement itself
+    for candidate in candidates:
+        if candidate in held.locations:
+            shard = held.locations[candidate]
+            return folder / shard, held.headers[shard], candidate
+    raise CheckpointError(f"{folder}: no tensor named '{name}'")
+
+
+def _hf_tensor(folder: Path, name: str) -> TensorRead:
+    shard, header, found = _hf_locate(folder, name)
+    entry = header.entry(found)
+    return TensorRead(shard, found, entry.dtype, entry.shape, read_tensor(shard, found, header), entry.nbytes)
+
+
 def inspect_hf_folder(path: Path) -> Inspection:
     """A transformers folder from its config and shard headers (no tensor data read)."""
-    if not any((path / name).is_file() for name in (WEIGHTS_FILE, INDEX_FILE)):
-        pickled = next((path / n for n in PICKLED_WEIGHTS if (path / n).is_file() and n.endswith(".bin")), None)
-        if pickled is not None:
-            return _with_hf_config(inspect_torch_file(pickled), path)
+    pickled = _pickled_hf_weights(path)
+    if pickled is not None:
+        return _with_hf_config(inspect_torch_file(pickled), path)
     folder = read_hf_folder(path, strict=False)
     entries = []
     files = []
@@ -286,16 +374,20 @@ def _refusal(path: Path, message: str) -> CheckpointError:
     return CheckpointError(f"{path}: refused by the weights-only loader{': ' + detail if detail else ''}; it was not run")
 
 
-def load_torch_pickle(path: Path) -> Any:
+def load_torch_pickle(path: Path, *, mmap: bool = False) -> Any:
     """``torch.load(path, weights_only=True, map_location="cpu")``: the only way this
-    project opens a pickle. Every failure is one line."""
+    project opens a pickle. Every failure is one line. ``mmap`` maps a torch zip's tensor
+    data instead of reading it (a legacy pickle, which cannot be mapped, is read whole)."""
     import pickle
 
     import torch
 
     try:
+        mapped = mmap and zipfile.is_zipfile(path)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            if mapped:
+                return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
             return torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as err:
         raise _refusal(path, str(err)) from None
@@ -465,3 +557,39 @@ def inspect_torch_file(path: Path) -> Inspection:
                 "top_level": [str(k) for k in top]}
     summary = FileSummary(path.name, path, kind, size, 0, len(entries), sum(e.bytes for e in entries))
     return Inspection(path, kind, tuple(entries), tuple(aliases), state, metadata, None, (summary,))
+
+
+def _plain(tensor: "torch.Tensor") -> "torch.Tensor":
+    """A strided, unquantized tensor the statistics and comparison can read."""
+    import torch
+
+    if tensor.is_quantized:
+        return tensor.dequantize()
+    if tensor.layout != torch.strided:
+        return tensor.to_dense()
+    return tensor
+
+
+def _named_tensors(obj: Any) -> dict[str, "torch.Tensor"]:
+    """A loaded pickle's tensors under the names ``inspect_torch_file`` shows."""
+    found: list[_Found] = []
+    _walk(obj, "", "", found, {})
+    return {item.name: item.tensor for item in found}
+
+
+def pickle_tensors(path: Path) -> dict[str, "torch.Tensor"]:
+    """Every tensor of a PyTorch pickle by its inspected name (memory-mapped, weights-only)."""
+    return {name: _plain(tensor) for name, tensor in _named_tensors(load_torch_pickle(path, mmap=True)).items()}
+
+
+def _pickle_tensor(path: Path, name: str) -> TensorRead:
+    mapped = zipfile.is_zipfile(path)
+    tensors = _named_tensors(load_torch_pickle(path, mmap=True))
+    for candidate in _candidate_names(name):
+        tensor = tensors.get(candidate)
+        if tensor is not None:
+            plain = _plain(tensor)
+            # Mapped, only the tensor's own pages are read; a legacy pickle was read whole.
+            read = plain.numel() * plain.element_size() if mapped else path.stat().st_size
+            return TensorRead(path, candidate, _dtype_label(tensor), tuple(tensor.shape), plain, read)
+    raise CheckpointError(f"{path}: no tensor named '{name}'")

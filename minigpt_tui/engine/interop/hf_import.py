@@ -63,7 +63,7 @@ def is_hf_folder(path: Path) -> bool:
     )
 
 
-def _shard_name(index_path: Path, name: Any) -> str:
+def shard_name(index_path: Path, name: Any) -> str:
     if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", ".."):
         raise CheckpointError(f"{index_path}: shard name {name!r} is not a file name in the folder")
     return name
@@ -88,7 +88,7 @@ def read_hf_folder(path: Path | str, *, strict: bool = True) -> HFFolder:
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index_path}: no weight_map")
-        names = sorted({_shard_name(index_path, v) for v in weight_map.values()})
+        names = sorted({shard_name(index_path, v) for v in weight_map.values()})
     elif (path / WEIGHTS_FILE).is_file():
         weight_map = None
         names = [WEIGHTS_FILE]
