@@ -10,6 +10,7 @@ import argparse
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -153,12 +154,10 @@ class MiniGPTApp(App[None]):
             yield SystemCommand(f"{entry.title} screen", entry.description + note,
                                 lambda mode=entry.mode: self.action_show_screen(mode))
         yield SystemCommand("Help", "Explain every record on this screen", self.action_help)
-        from minigpt_tui.screens.training import TrainingScreen
-
-        if isinstance(screen, TrainingScreen):
-            yield SystemCommand("New run", "Configure and start a new training run", screen.action_new_run)
-            yield SystemCommand("Overlay a run", "Overlay another run's loss curves on the plot", screen.action_overlay)
-            yield SystemCommand("Export metrics to CSV", "Write this run's metrics.csv", screen.action_export_csv)
+        # The screen in front lists its own actions (PALETTE_COMMANDS: title, help, action),
+        # each run as its key runs it.
+        for title, help_text, action in getattr(screen, "PALETTE_COMMANDS", ()):
+            yield SystemCommand(title, help_text, partial(screen.run_action, action))
         yield from super().get_system_commands(screen)
 
     # -- quitting ------------------------------------------------------------------------

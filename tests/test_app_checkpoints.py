@@ -150,6 +150,73 @@ def test_long_names_are_cut_in_the_middle():
     assert middle_truncate("short", 28) == "short"
 
 
+def column_widths(table, keys) -> int:
+    return sum(table.columns[key].get_render_width(table) for key in keys)
+
+
+@run_async
+async def test_below_150_columns_the_runs_panel_steps_aside_so_the_tensor_columns_fit(runs):
+    from minigpt_tui.widgets.key_bar import KeyBar
+
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        tree, table, bar = screen.query_one(RunTree), screen.query_one(TensorTable), screen.query_one(KeyBar)
+        assert tree.has_focus and tree.display
+        line = bar.render().plain
+        assert len(line) <= SIZE[0] and "b Hide runs" in line
+        for hint in ("o Open", "/ Filter", "p Generate", "r Resume", "m Compare", "t c g"):
+            assert hint in line, hint
+        # A click in the panels leaves the runs where they are (nothing moves under the pointer).
+        await pilot.click(TensorTable, offset=(4, 3))
+        await pilot.pause()
+        assert table.has_focus and tree.display
+        # Leaving the tree from the keyboard puts it aside: the key columns fit the width.
+        tree.focus()
+        await pilot.pause()
+        await pilot.press("tab")
+        await settle(pilot)
+        assert not tree.display and screen.runs_aside
+        assert column_widths(table, ("name", "dtype", "shape", "elements", "bytes")) \
+            <= table.scrollable_content_region.width
+        assert "b Show runs" in bar.render().plain
+        await pilot.press("b")
+        await settle(pilot)
+        assert tree.display and tree.has_focus and not screen.runs_aside
+        await pilot.press("b")
+        await settle(pilot)
+        assert not tree.display and table.has_focus
+        # At 120 columns, aside, every column shows in full; from 150 the runs stay beside.
+        await pilot.resize_terminal(120, 40)
+        await settle(pilot)
+        assert column_widths(table, table.columns) <= table.scrollable_content_region.width
+        await pilot.resize_terminal(160, 40)
+        await settle(pilot)
+        assert tree.display and not screen.runs_aside
+        assert column_widths(table, table.columns) <= table.scrollable_content_region.width
+        assert " b " not in bar.render().plain
+
+
+@run_async
+async def test_the_palette_lists_the_checkpoint_actions_and_runs_them(runs):
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        commands = {command.title: command for command in app.get_system_commands(screen)}
+        for title in ("Open a path", "Generate with this model", "Resume training from this checkpoint",
+                      "Compare with another checkpoint"):
+            assert title in commands, title
+        assert "New run" not in commands  # a Training action
+        await commands["Compare with another checkpoint"].callback()
+        await pilot.pause()
+        assert isinstance(app.screen, PathPromptScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        await commands["Generate with this model"].callback()
+        await settle(pilot)
+        assert type(app.screen).__name__ == "GenerationScreen"
+
+
 @run_async
 async def test_statistics_are_computed_on_a_worker_thread_and_match_the_engine(runs, monkeypatch):
     import minigpt_tui.engine.checkpoint.inspect as inspect_module
@@ -524,6 +591,9 @@ def test_snapshot_checkpoints_screen(saved, tmp_path, snap_compare, size):
 
     async def run_before(pilot):
         screen = await open_checkpoints(pilot)
+        if size == (80, 24):
+            await pilot.press("tab", "tab")  # from the tree to the tensor table: the runs step aside
+            await settle(pilot)
         if size == (120, 40):
             table = screen.query_one(TensorTable)
             table.focus()

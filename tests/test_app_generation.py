@@ -225,6 +225,57 @@ async def test_sampling_with_a_seed_matches_the_engine_and_shows_draws(runs):
 
 
 @run_async
+async def test_at_80_columns_every_candidate_column_and_key_hint_fits(runs):
+    from minigpt_tui.widgets.key_bar import KeyBar
+
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_generation(pilot)
+        await keys(pilot, "r")
+        table = screen.query_one(CandidateTable)
+        width = sum(column.get_render_width(table) for column in table.columns.values())
+        assert width <= table.scrollable_content_region.width
+        assert (table.fit.piece, table.fit.bar) == (8, 3)
+        assert len(table.get_cell_at((0, 5)).plain) == 3  # the bar column, 3 cells of 8 steps each
+        line = screen.query_one(KeyBar).render().plain
+        assert len(line) <= SIZE[0]
+        for hint in ("n Next", "r Run", "⌫ Back", "^r Reset", "f Force", "w Save trace", "t c g", "?"):
+            assert hint in line, hint
+        await pilot.resize_terminal(120, 40)
+        await settle(pilot)
+        assert (table.fit.piece, table.fit.bar) == (10, 8)
+        assert table.row_count == len(screen.view.decisions[-1].candidates)
+
+
+@run_async
+async def test_the_palette_lists_the_generation_actions_and_runs_them(runs):
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_generation(pilot)
+        commands = {command.title: command for command in app.get_system_commands(screen)}
+        for title in ("Next decision", "Run to the end", "Back one decision", "Reset to the prompt", "Save trace"):
+            assert title in commands, title
+        await commands["Next decision"].callback()
+        await settle(pilot)
+        assert len(screen.view.decisions) == 1
+        await commands["Run to the end"].callback()
+        await settle(pilot)
+        assert screen.view.finished
+        made = len(screen.view.decisions)
+        await commands["Back one decision"].callback()
+        await settle(pilot)
+        assert len(screen.view.decisions) == made - 1
+        await commands["Reset to the prompt"].callback()
+        await settle(pilot)
+        assert not screen.view.decisions
+        await commands["Next decision"].callback()
+        await settle(pilot)
+        await commands["Save trace"].callback()
+        await pilot.pause()
+        assert isinstance(app.screen, PathPromptScreen)
+
+
+@run_async
 async def test_attention_view_shows_every_layer_and_head(runs):
     app = make_app(runs)
     async with app.run_test(size=(120, 40)) as pilot:

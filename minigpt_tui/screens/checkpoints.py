@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,14 +20,15 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane, Tree
+from textual.widgets import Header, Input, Static, TabbedContent, TabPane, Tabs, Tree
 
+from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.run_tree import RunListing, RunTree, TreeTarget, scan_runs
 from minigpt_tui.widgets.state_view import StateView, short_value
 from minigpt_tui.widgets.tensor_detail import TensorDetail
@@ -49,6 +51,11 @@ KIND_LABELS = {
     "safetensors": "safetensors file (not made by minigpt-tui)",
 }
 TABS = ("tensors", "detail", "aliases", "state", "metadata", "integrity", "tokenizer", "compare")
+# Below this width the tensor table does not fit beside the runs panel with all its columns:
+# the runs panel steps aside while the keyboard works in the panels (b brings it back).
+RUNS_BESIDE_FROM = 150
+ROOMY_RUNS_FROM = 120  # from here the runs panel is wide enough for every checkpoint label
+SUMMARY_DETAIL_FROM = 110  # file summaries add header and data sizes from this width
 
 CHECKPOINTS_HELP = """\
 # Checkpoints
@@ -65,6 +72,7 @@ the statistics of one tensor, on a worker thread.
 | `/` | filter the tensor entries (name, dtype, group or file contain the text); `escape` clears it |
 | `s` / `S` | in Tensors: sort by the next column / reverse the order (or click a column header) |
 | `1`–`8` | show a panel: Tensors, Detail, Aliases, State, Metadata, Integrity, Tokenizer, Compare |
+| `b` | below 150 columns: hide the runs panel so the panels take the whole width, or show it again. Leaving the tree with `tab` / `shift+tab`, or filtering with `/`, hides it too; focusing the tree shows it |
 | `v` | verify: hash every file against the manifest (reads the files) |
 | `p` | generate with this model: the Generation screen opens with it loaded |
 | `r` | resume training from this checkpoint, after a preflight list (what is restored, what a weights-only start would reset) |
@@ -87,7 +95,7 @@ One row per tensor entry in the file headers: **name**; **dtype** (F64, F32, BF1
 **shape** ([] is a scalar); **elements** (product of the shape); **bytes** (elements × dtype size);
 **offsets**, the entry's begin–end byte range within the file's data section (after the 8-byte length and the JSON header);
 **group**, what the entry is for (learned, constants, tokenizer; in a training state: optimizer, schedule,
-data_progress, randomness, loss_scaling, accumulation, update_policy, evaluation); **file**, when a folder holds two files.
+data_progress, randomness, loss_scaling, accumulation, update_policy, evaluation); **file** (its name without `.safetensors`), when a folder holds two files.
 
 ## Detail
 The chosen tensor's header record, then statistics computed from its bytes: min, max, mean, population standard
@@ -236,16 +244,18 @@ def display_path(path: Path, runs_dir: Path) -> str:
 class CheckpointsScreen(Screen):
     HELP = CHECKPOINTS_HELP
     HELP_TITLE = "Checkpoints"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (ROOMY_RUNS_FROM, "-medium"), (RUNS_BESIDE_FROM, "-wide")]
 
     DEFAULT_CSS = """
     CheckpointsScreen #ckpt-body { height: 1fr; }
     CheckpointsScreen #runs {
-        width: 30; height: 1fr;
+        width: 32; height: 1fr;
         border: round $primary 50%; border-title-color: $text;
     }
     CheckpointsScreen #runs:focus { border: round $primary; }
-    CheckpointsScreen.-narrow #runs { width: 24; }
+    CheckpointsScreen.-medium #runs, CheckpointsScreen.-wide #runs { width: 38; }
+    CheckpointsScreen.-runs-aside #runs { display: none; }
+    CheckpointsScreen.-wide.-runs-aside #runs { display: block; }
     CheckpointsScreen #ckpt-main { width: 1fr; height: 1fr; }
     CheckpointsScreen #ckpt-summary { height: auto; max-height: 4; padding: 0 1; background: $boost; }
     CheckpointsScreen #tensor-filter { display: none; margin: 0 1; }
@@ -263,6 +273,10 @@ class CheckpointsScreen(Screen):
         Binding("p", "generate", "Generate"),
         Binding("r", "resume", "Resume"),
         Binding("m", "compare", "Compare"),
+        Binding("b", "runs_aside", "Hide runs"),
+        Binding("b", "runs_beside", "Show runs"),
+        Binding("tab", "focus_next", "Focus next", show=False),
+        Binding("shift+tab", "focus_previous", "Focus previous", show=False),
         Binding("v", "verify", "Verify", show=False),
         Binding("e", "rename", "Rename", show=False),
         Binding("d", "delete", "Delete", show=False),
@@ -271,6 +285,12 @@ class CheckpointsScreen(Screen):
         *(Binding(str(number), f"show_tab('{tab}')", tab.title(), show=False)
           for number, tab in enumerate(TABS, start=1)),
     ]
+    PALETTE_COMMANDS = (
+        ("Open a path", "Open a safetensors file, checkpoint folder or run folder (o)", "open_path"),
+        ("Generate with this model", "Load this checkpoint on the Generation screen (p)", "generate"),
+        ("Resume training from this checkpoint", "After a preflight list of what is restored (r)", "resume"),
+        ("Compare with another checkpoint", "Changed tensors and differing state records (m)", "compare"),
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -326,7 +346,7 @@ class CheckpointsScreen(Screen):
                         with VerticalScroll(id="compare-view"):
                             yield Static(Text("Press m to compare this checkpoint with another.", style="dim"),
                                          id="compare-text")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.sub_title = "Checkpoints"
@@ -339,6 +359,60 @@ class CheckpointsScreen(Screen):
         self.sub_title = "Checkpoints"
         if self.is_mounted:
             self.rescan(select=self._selected_path())
+
+    # -- the runs panel beside or aside ------------------------------------------------------------
+    @property
+    def runs_aside(self) -> bool:
+        """Whether the runs panel is hidden now (only ever below RUNS_BESIDE_FROM columns)."""
+        return self.has_class("-runs-aside") and not self.has_class("-wide")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "runs_aside":
+            return not self.has_class("-wide") and not self.runs_aside
+        if action == "runs_beside":
+            return self.runs_aside
+        return True
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.refresh_bindings)
+
+    def _set_runs_aside(self, aside: bool) -> None:
+        self.set_class(aside, "-runs-aside")
+        self.refresh_bindings()
+
+    def action_runs_aside(self) -> None:
+        self._set_runs_aside(True)
+        if self.focused is None or self.focused is self.query_one(RunTree):
+            self._focus_panels()
+
+    def action_runs_beside(self) -> None:
+        self._set_runs_aside(False)
+        self.query_one(RunTree).focus()
+
+    def _focus_panels(self) -> None:
+        """Focus the first focusable widget of the panel on show (the tensor table, a scroll view)."""
+        pane = self.query_one(TabbedContent).active_pane
+        target = next((w for w in pane.query("*") if w.can_focus and w.display), None) if pane else None
+        (target or self.query_one(TabbedContent).query_one(Tabs)).focus()
+
+    def action_focus_next(self) -> None:
+        self._focus_from_keyboard(self.focus_next)
+
+    def action_focus_previous(self) -> None:
+        self._focus_from_keyboard(self.focus_previous)
+
+    def _focus_from_keyboard(self, move: Callable[[], object]) -> None:
+        # Leaving the tree from the keyboard puts it aside on a narrow screen; a click never
+        # does, since moving the panels under the pointer would change what the click hits.
+        tree = self.query_one(RunTree)
+        from_tree = self.focused is tree
+        move()
+        if from_tree and not self.has_class("-wide") and self.focused is not tree:
+            self._set_runs_aside(True)
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if self.has_class("-runs-aside") and isinstance(event.widget, RunTree):
+            self._set_runs_aside(False)
 
     def _selected_path(self) -> Path | None:
         target = self.query_one(RunTree).highlighted_target
@@ -436,7 +510,7 @@ class CheckpointsScreen(Screen):
             panel.show_unavailable("No tokenizer here: neither a minigpt-tui model file nor a folder with tokenizer.json.")
 
     def _show_summary(self, inspection: Any) -> None:
-        wide = self.has_class("-wide")
+        wide = self.size.width >= SUMMARY_DETAIL_FROM
         out = Text()
         out.append(display_path(inspection.path, self.runs_dir), style="bold")
         out.append(f"  {KIND_LABELS.get(inspection.kind, inspection.kind)}", style="italic")
@@ -586,6 +660,8 @@ class CheckpointsScreen(Screen):
 
     # -- tensors ---------------------------------------------------------------------------------
     def action_filter(self) -> None:
+        if not self.has_class("-wide"):
+            self._set_runs_aside(True)
         self.add_class("-filtering")
         self.query_one(TabbedContent).active = "tensors"
         self.query_one("#tensor-filter", Input).focus()

@@ -26,7 +26,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Label, Select, Static
+from textual.widgets import DataTable, Header, Input, Label, Select, Static
 
 from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
@@ -38,6 +38,7 @@ from minigpt_tui.widgets.generation_views import (
     PieceView,
     StepperView,
 )
+from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.pieces import piece_text
 from minigpt_tui.widgets.prefix_view import PrefixView
 
@@ -437,6 +438,13 @@ class GenerationScreen(Screen):
         Binding("v", "toggle_attention", "Attention", show=False),
         Binding("escape", "leave_form", "To candidates", show=False),
     ]
+    PALETTE_COMMANDS = (
+        ("Next decision", "Take one decision (n)", "step"),
+        ("Run to the end", "Decide until EOS, the budget or a full context (r)", "run"),
+        ("Back one decision", "Undo the last decision (backspace)", "back"),
+        ("Reset to the prompt", "Start over from the prompt with the form's settings (ctrl+r)", "reset"),
+        ("Save trace", "Write the generation trace as JSON (w)", "save_trace"),
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -503,7 +511,7 @@ class GenerationScreen(Screen):
                 attention.border_title = "Attention (last position over the prefix)"
                 yield attention
         yield Static("", id="gen-output")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.sub_title = "Generation"

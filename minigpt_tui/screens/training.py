@@ -132,6 +132,11 @@ class TrainingScreen(Screen):
         Binding("w", "export_csv", "Export CSV", show=False),
         Binding("v", "toggle_view", "Table/Plot", show=False),
     ]
+    PALETTE_COMMANDS = (
+        ("New run", "Configure and start a new training run (n)", "new_run"),
+        ("Overlay a run", "Overlay another run's loss curves on the plot (o)", "overlay"),
+        ("Export metrics to CSV", "Write this run's metrics.csv (w)", "export_csv"),
+    )
 
     def __init__(self) -> None:
         super().__init__()

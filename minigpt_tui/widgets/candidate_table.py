@@ -1,9 +1,14 @@
 """One decision's candidates: rank, id, piece, logit, raw probability (with a bar),
 selection probability under the rule, and eligibility (✓/✗). ▶ marks the chosen id, ◇ the
-rule's own pick when another was forced."""
+rule's own pick when another was forced.
+
+The piece column and the bar take the width the numbers leave: on an 80-column terminal a
+piece is cut at 8 cells and the bar is 3 cells (24 steps), so every column stays in view.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -12,32 +17,68 @@ from textual.widgets import DataTable
 from minigpt_tui.widgets.generation_views import CandidateView, DecisionView
 from minigpt_tui.widgets.pieces import bar, piece_text
 
-BAR_WIDTH = 8
-PIECE_WIDTH = 10
+BAR_WIDTH = 8  # the widest bar
+MIN_BAR_WIDTH = 3
+PIECE_WIDTH = 10  # the widest piece cell
+MIN_PIECE_WIDTH = 6
+# Cells the other columns take, padding included: rank ▶ and 3 digits, a 3-digit id, a logit
+# like -12.345, two probabilities like 0.4778 or 5.6e-5, and the elig mark under its label.
+CELL_PADDING = 2
+OTHER_COLUMNS_WIDTH = (4 + 3 + 7 + 6 + 6 + 4) + CELL_PADDING * 6
+COLUMNS = (("rank", "rank"), ("id", "id"), ("piece", "piece"), ("logit", "logit"), ("raw p", "raw"),
+           ("", "bar"), ("sel p", "selection"), ("elig", "eligible"))
 
 
 def probability(value: float) -> Text:
-    return Text(f"{value:.4f}" if value >= 1e-4 or value == 0 else f"{value:.1e}", justify="right")
+    """0.4778 for a probability from 1e-4, else 5.6e-5 (no zero padding in the exponent)."""
+    if value >= 1e-4 or value == 0:
+        return Text(f"{value:.4f}", justify="right")
+    mantissa, exponent = f"{value:.1e}".split("e")
+    return Text(f"{mantissa}e{int(exponent)}", justify="right")
+
+
+@dataclass(frozen=True)
+class CandidateFit:
+    piece: int
+    bar: int
+
+
+def fit_columns(width: int) -> CandidateFit:
+    """Piece and bar widths for a table ``width`` cells wide (scrollbar excluded)."""
+    room = width - OTHER_COLUMNS_WIDTH - 2 * CELL_PADDING  # for the piece and the bar cells
+    piece = min(PIECE_WIDTH, max(MIN_PIECE_WIDTH, room - MIN_BAR_WIDTH))
+    return CandidateFit(piece, min(BAR_WIDTH, max(0, room - piece)))
 
 
 class CandidateTable(DataTable):
     DEFAULT_CSS = """
-    CandidateTable { height: 1fr; }
+    CandidateTable { height: 1fr; scrollbar-size-vertical: 1; }
     """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.decision: DecisionView | None = None
+        self.fit = fit_columns(0)
 
     def on_mount(self) -> None:
-        for label, key in (("rank", "rank"), ("id", "id"), ("piece", "piece"),
-                           ("logit", "logit"), ("raw p", "raw"), ("", "bar"), ("sel p", "selection"),
-                           ("elig", "eligible")):
-            self.add_column(label, key=key)
+        self._add_columns()
 
-    def show_decision(self, decision: DecisionView | None) -> None:
-        keep_row = self.cursor_row if decision is not None and self.decision is not None \
-            and decision.step == self.decision.step else None
+    def _add_columns(self) -> None:
+        self.clear(columns=True)
+        for label, key in COLUMNS:
+            self.add_column(label, key=key, width=self.fit.piece if key == "piece" else None)
+
+    def on_resize(self) -> None:
+        fit = fit_columns(self.size.width - self.styles.scrollbar_size_vertical)
+        if fit != self.fit:
+            self.fit = fit
+            self._add_columns()
+            self.show_decision(self.decision, keep_row=self.cursor_row)
+
+    def show_decision(self, decision: DecisionView | None, *, keep_row: int | None = None) -> None:
+        if keep_row is None and decision is not None and self.decision is not None \
+                and decision.step == self.decision.step:
+            keep_row = self.cursor_row
         self.decision = decision
         self.clear()
         if decision is None:
@@ -57,15 +98,15 @@ class CandidateTable(DataTable):
         else:
             mark = Text(" ")
         piece = piece_text(candidate.piece, style=style)
-        piece.truncate(PIECE_WIDTH, overflow="ellipsis")
-        rank = mark + Text(f"{candidate.rank:>4}", style=style)
+        piece.truncate(self.fit.piece, overflow="ellipsis")
+        rank = mark + Text(f"{candidate.rank:>3}", style=style)
         return (
             rank,
             Text(str(candidate.id), justify="right", style=style),
             piece,
             Text(f"{candidate.logit:.3f}", justify="right", style=style),
             probability(candidate.raw_probability),
-            Text(bar(candidate.raw_probability, BAR_WIDTH), style="bold" if candidate.chosen else ""),
+            Text(bar(candidate.raw_probability, self.fit.bar), style="bold" if candidate.chosen else ""),
             probability(candidate.selection_probability),
             Text("✓" if candidate.eligible else "✗", justify="center",
                  style="" if candidate.eligible else "bold"),

@@ -2,9 +2,11 @@
 
 One widget drawing one line of text. Textual's Footer rebuilds a widget per key whenever
 the bindings change (every dialog closing, every screen switch), which cost tens of
-milliseconds of each key's response while a run trained. Below ``wide_from`` columns the
-bar drops the padding and shows grouped keys (t c g) under their group's name, so that
-it fits an 80-column terminal. Clicking a key presses it.
+milliseconds of each key's response while a run trained. Below ``wide_from`` columns (or
+when the wide form does not fit) the bar drops the padding and shows grouped keys (t c g)
+under their group's name; when that is still too long, the app-wide keys lose their
+descriptions from the right (palette, quit, help, screens), since the screen's own keys
+are the ones to read, and ? lists every key. Clicking a key presses it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
@@ -24,6 +27,11 @@ class KeyEntry:
     description: str
     enabled: bool
     group: Binding.Group | None = None
+    app_wide: bool = False  # bound on the App (screens, help, quit, palette), not the screen
+
+    def width(self, gap: str) -> int:
+        """Cells taken by the keys, the description and the gap after them."""
+        return sum(cell_len(display) + 1 for _key, display in self.keys) + cell_len(self.description) + len(gap)
 
 
 @dataclass(frozen=True)
@@ -69,28 +77,49 @@ class KeyBar(Widget):
             if group is not None and out and out[-1].group == group:
                 out[-1].keys.append(key)
                 continue
-            out.append(KeyEntry([key], group.description if group else binding.description, active.enabled, group))
+            out.append(KeyEntry([key], group.description if group else binding.description, active.enabled, group,
+                                app_wide=active.node is self.app))
         if self.app.ENABLE_COMMAND_PALETTE:
-            out.append(KeyEntry([(self.app.COMMAND_PALETTE_BINDING, "^p")], "palette", True))
+            out.append(KeyEntry([(self.app.COMMAND_PALETTE_BINDING, "^p")], "palette", True, app_wide=True))
         return out
 
+    def fitted(self, width: int) -> tuple[list[KeyEntry], str, set[int]]:
+        """The entries, the gap between them, and which entries (by index) go without their
+        description, so that the line fits ``width`` cells when it can."""
+        if width >= self.wide_from:
+            entries = self.entries(narrow=False)
+            if 1 + sum(entry.width("  ") for entry in entries) - 2 <= width:
+                return entries, "  ", set()
+        entries = self.entries(narrow=True)
+        bare: set[int] = set()
+        length = 1 + sum(entry.width(" ") for entry in entries) - 1
+        for index in reversed(range(len(entries))):
+            if length <= width:
+                break
+            if entries[index].app_wide:
+                bare.add(index)
+                length -= cell_len(entries[index].description) + 1
+        return entries, " ", bare
+
     def render(self) -> Text:
-        narrow = self.size.width < self.wide_from
-        gap = " " if narrow else "  "
+        entries, gap, bare = self.fitted(self.size.width)
         key_style = self.get_component_rich_style("key-bar--key")
         description_style = self.get_component_rich_style("key-bar--description")
         disabled = self.get_component_rich_style("key-bar--disabled")
         text = Text(no_wrap=True, overflow="crop", end="")
         spans: list[KeySpan] = []
         text.append(" ")
-        for entry in self.entries(narrow):
+        for index, entry in enumerate(entries):
             dim = disabled if not entry.enabled else None
-            for key, display in entry.keys:
+            for number, (key, display) in enumerate(entry.keys):
+                if number:
+                    text.append(" ")
                 start = len(text)
                 text.append(display, key_style + dim if dim else key_style)
                 spans.append(KeySpan(start, len(text), key))
+            if index not in bare:
                 text.append(" ")
-            text.append(entry.description, description_style + dim if dim else description_style)
+                text.append(entry.description, description_style + dim if dim else description_style)
             text.append(gap)
         self.spans = spans
         return text

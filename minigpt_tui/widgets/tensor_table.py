@@ -29,10 +29,15 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("file", "file"),
 )
 SORTABLE = tuple(key for _label, key in COLUMNS)
+# The columns kept in view beside the name when not every column fits; the others are
+# scrolled to (and Detail shows them all).
+KEY_COLUMNS = ("dtype", "shape", "elements", "bytes")
 # Optimizer entry names run past 50 characters: the name column takes the width the other
 # columns leave (never under MIN_NAME_WIDTH), cut in the middle; Detail shows the whole name.
 MIN_NAME_WIDTH = 30  # every model parameter name of ours fits
 CELL_PADDING = 2
+SCROLLBAR_WIDTH = 2
+SORT_ARROW_WIDTH = 2
 
 
 def human_bytes(count: int) -> str:
@@ -49,6 +54,11 @@ def human_bytes(count: int) -> str:
 
 def shape_text(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]" if shape else "[] (scalar)"
+
+
+def file_label(file_name: str) -> str:
+    """A file column cell: the file name without its ``.safetensors`` suffix."""
+    return file_name.removesuffix(".safetensors")
 
 
 def middle_truncate(text: str, width: int | None) -> str:
@@ -108,19 +118,29 @@ class TensorTable(DataTable):
         cells = [entry.dtype, shape_text(entry.shape), f"{entry.elements:,}", f"{entry.bytes:,}",
                  f"{entry.begin:,}–{entry.end:,}", entry.group]
         if self._show_file:
-            cells.append(entry.file)
+            cells.append(file_label(entry.file))
         return cells
 
     def _fitted_name_width(self) -> int | None:
-        """None when every name fits; else the width that keeps the other columns in view."""
+        """None when every name fits beside all the other columns; else the name width that
+        keeps all of them in view, or failing that the key columns (never under MIN_NAME_WIDTH)."""
         longest = max((len(e.name) for e in self.entries), default=4)
-        labels = [label for label, key in COLUMNS if key != "name" and (key != "file" or self._show_file)]
-        others = [len(label) + 2 for label in labels]  # room for the sort arrow
+        keys = [key for _label, key in COLUMNS if key != "name" and (key != "file" or self._show_file)]
+        widths = {key: len(label) for label, key in COLUMNS}
         for entry in self.entries:
-            others = [max(width, len(cell)) for width, cell in zip(others, self._cells_of(entry))]
-        available = self.size.width - sum(others) - CELL_PADDING * (len(others) + 1) - 2  # scrollbar
-        width = max(MIN_NAME_WIDTH, available)
-        return None if longest <= width else width
+            for key, cell in zip(keys, self._cells_of(entry)):
+                widths[key] = max(widths[key], len(cell))
+
+        def room_beside(columns: list[str]) -> int:
+            taken = sum(widths[key] + CELL_PADDING for key in columns)
+            return self.size.width - taken - CELL_PADDING - SORT_ARROW_WIDTH - SCROLLBAR_WIDTH
+
+        every = room_beside(keys)
+        if longest <= every:
+            return None
+        if every >= MIN_NAME_WIDTH:
+            return every
+        return max(MIN_NAME_WIDTH, room_beside([key for key in keys if key in KEY_COLUMNS]))
 
     def _columns_for(self, show_file: bool) -> None:
         self.clear(columns=True)
@@ -187,7 +207,7 @@ class TensorTable(DataTable):
                 Text(entry.group, style="dim"),
             ]
             if self._show_file:
-                cells.append(Text(entry.file, style="dim"))
+                cells.append(Text(file_label(entry.file), style="dim"))
             self.add_row(*cells, key=f"{index}")
         self._label_columns()
 
