@@ -60,7 +60,8 @@ def test_the_real_app_trains_pauses_helps_and_quits_in_a_terminal(tmp_path):
         assert "space Start" in screen and "? Help" in screen and "q Quit" in screen
 
         pane.keys("Space")
-        screen = pane.wait_for(lambda t: "finished" in t and "4/4" in t, "the tiny run to finish")
+        # The progress line and the event log refresh separately: wait for both.
+        screen = pane.wait_for(lambda t: "4/4" in t and "finished at update 4" in t, "the tiny run to finish")
         assert "29 tensors" in screen and "1,572 parameters" in screen
         assert "finished at update 4" in screen
         run_dirs = [p for p in runs.iterdir() if p.is_dir()]
