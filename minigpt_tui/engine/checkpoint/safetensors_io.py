@@ -16,8 +16,9 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
@@ -134,24 +135,30 @@ class Header:
 
 
 # -- reading --------------------------------------------------------------------------------
-def read_header(path: Path | str) -> Header:
-    """Read and validate the header of ``path`` without reading any tensor data."""
-    path = Path(path)
+@contextmanager
+def opening_errors(path: Path, what: str) -> Iterator[None]:
+    """Turn the ways opening a file fails into one-line errors naming the path."""
     try:
-        with path.open("rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            prefix = fh.read(8)
-            if len(prefix) < 8:
-                raise InvalidSafetensors(path, "file-too-small", f"the file has {size} bytes, fewer than the 8-byte header length")
-            declared = int.from_bytes(prefix, "little")
-            _check_header_length(path, declared, size)
-            text = fh.read(declared)
+        yield
     except FileNotFoundError:
         raise CheckpointError(f"file not found: {path}") from None
     except IsADirectoryError:
-        raise CheckpointError(f"{path} is a directory, not a safetensors file") from None
+        raise CheckpointError(f"{path} is a directory, not {what}") from None
     except PermissionError:
         raise CheckpointError(f"cannot read {path}: permission denied") from None
+
+
+def read_header(path: Path | str) -> Header:
+    """Read and validate the header of ``path`` without reading any tensor data."""
+    path = Path(path)
+    with opening_errors(path, "a safetensors file"), path.open("rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        prefix = fh.read(8)
+        if len(prefix) < 8:
+            raise InvalidSafetensors(path, "file-too-small", f"the file has {size} bytes, fewer than the 8-byte header length")
+        declared = int.from_bytes(prefix, "little")
+        _check_header_length(path, declared, size)
+        text = fh.read(declared)
     if len(text) < declared:
         raise InvalidSafetensors(path, "truncated-header", f"the header declares {declared} bytes but the file ends first")
     return parse_header(path, text, size)
@@ -368,22 +375,15 @@ def load_file(path: Path | str, expect: "ExpectedFile | None" = None) -> LoadedF
     import numpy
 
     path = Path(path)
-    try:
-        with path.open("rb", buffering=0) as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if expect is not None:
-                expect.check_size(path, size)  # a truncated file is refused before it is read
-            # Uninitialized memory (no zero-filling pass): the read overwrites every byte.
-            buffer = memoryview(numpy.empty(size, dtype=numpy.uint8))
-            got = 0
-            while got < size and (count := fh.readinto(buffer[got:])):
-                got += count
-    except FileNotFoundError:
-        raise CheckpointError(f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise CheckpointError(f"{path} is a directory, not a safetensors file") from None
-    except PermissionError:
-        raise CheckpointError(f"cannot read {path}: permission denied") from None
+    with opening_errors(path, "a safetensors file"), path.open("rb", buffering=0) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if expect is not None:
+            expect.check_size(path, size)  # a truncated file is refused before it is read
+        # Uninitialized memory (no zero-filling pass): the read overwrites every byte.
+        buffer = memoryview(numpy.empty(size, dtype=numpy.uint8))
+        got = 0
+        while got < size and (count := fh.readinto(buffer[got:])):
+            got += count
     if got != size:
         raise CheckpointError(f"{path} changed size while it was read")
     sha256 = hashlib.sha256(buffer).hexdigest()

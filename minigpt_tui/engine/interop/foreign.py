@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection, TensorRead
-from minigpt_tui.engine.checkpoint.safetensors_io import Header, read_header, read_tensor
+from minigpt_tui.engine.checkpoint.safetensors_io import Header, opening_errors, read_header, read_tensor
 from minigpt_tui.engine.errors import CheckpointError
 from minigpt_tui.engine.interop import hf_layout, hf_tokenizer
 from minigpt_tui.engine.interop.hf_export import CONFIG_FILE, GENERATION_CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
@@ -383,20 +383,13 @@ def load_torch_pickle(path: Path, *, mmap: bool = False) -> Any:
     import torch
 
     try:
-        mapped = mmap and zipfile.is_zipfile(path)
-        with warnings.catch_warnings():
+        with opening_errors(path, "a PyTorch checkpoint"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if mapped:
+            if mmap and zipfile.is_zipfile(path):
                 return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
             return torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as err:
         raise _refusal(path, str(err)) from None
-    except FileNotFoundError:
-        raise CheckpointError(f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise CheckpointError(f"{path} is a directory, not a PyTorch checkpoint") from None
-    except PermissionError:
-        raise CheckpointError(f"cannot read {path}: permission denied") from None
     except EOFError:
         raise CheckpointError(f"{path}: not a PyTorch checkpoint (the file ends before its first record)") from None
     except (RuntimeError, ValueError, TypeError, KeyError, AttributeError, zipfile.BadZipFile, OSError) as err:
