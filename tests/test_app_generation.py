@@ -5,6 +5,7 @@ nothing on disk changes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -245,6 +246,38 @@ async def test_at_80_columns_every_candidate_column_and_key_hint_fits(runs):
         await settle(pilot)
         assert (table.fit.piece, table.fit.bar) == (10, 8)
         assert table.row_count == len(screen.view.decisions[-1].candidates)
+
+
+@run_async
+async def test_at_80_columns_a_long_piece_is_cut_and_every_decision_number_and_probability_shows(runs):
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_generation(pilot)
+        await keys(pilot, "r")
+        first = screen.view.decisions[0]
+        # More rows than fit (a scrollbar), two-digit and forced steps, and a long piece.
+        decisions = tuple(
+            dataclasses.replace(first, step=step, forced=step % 3 == 0,
+                                chosen=dataclasses.replace(first.chosen, piece=" Answer: "))
+            for step in range(1, 21))
+        listed = screen.query_one(DecisionList)
+        listed.show_decisions(decisions, select=20)
+        await settle(pilot)
+        width = sum(column.get_render_width(listed) for column in listed.columns.values())
+        assert width <= listed.scrollable_content_region.width
+        probability = f"{first.chosen.selection_probability:.2f}"
+        lines = [listed.render_line(y).text for y in range(1, listed.size.height)]
+        assert len(lines) >= 10
+        for line in lines:
+            step, piece, shown = line.split()
+            assert int(step.rstrip("*")) in range(1, 21) and step.endswith("*") == (int(step.rstrip("*")) % 3 == 0)
+            assert piece.startswith("·A") and piece.endswith("…"), line
+            assert shown == probability, line
+        await pilot.resize_terminal(120, 40)
+        await settle(pilot)
+        assert listed.piece_width == len("·Answer:·")  # room for 10; no wider than the widest piece
+        assert listed.get_cell_at((0, 1)).plain == "·Answer:·"
+        assert listed.cursor_row == 19
 
 
 @run_async

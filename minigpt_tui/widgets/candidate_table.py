@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from minigpt_tui.widgets.generation_views import CandidateView, DecisionView
-from minigpt_tui.widgets.pieces import bar, piece_text
+from minigpt_tui.widgets.pieces import bar, fitted_piece
 
 BAR_WIDTH = 8  # the widest bar
 MIN_BAR_WIDTH = 3
@@ -97,8 +97,7 @@ class CandidateTable(DataTable):
             mark = Text("◇", style="italic")
         else:
             mark = Text(" ")
-        piece = piece_text(candidate.piece, style=style)
-        piece.truncate(self.fit.piece, overflow="ellipsis")
+        piece = fitted_piece(candidate.piece, self.fit.piece, style=style)
         rank = mark + Text(f"{candidate.rank:>3}", style=style)
         return (
             rank,

@@ -31,6 +31,14 @@ def piece_text(text: str, *, style: str = "") -> Text:
     return out
 
 
+def fitted_piece(text: str, width: int, *, style: str = "") -> Text:
+    """``piece_text`` cut to ``width`` cells, its end replaced by an ellipsis when longer, so
+    the columns beside a piece cell stay in view."""
+    piece = piece_text(text, style=style)
+    piece.truncate(width, overflow="ellipsis")
+    return piece
+
+
 def piece_chips(pieces: list[tuple[int, str]], *, highlight_from: int | None = None,
                 marked: set[int] | None = None) -> Text:
     """Pieces side by side between thin dim separators; positions from ``highlight_from``
