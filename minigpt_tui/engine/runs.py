@@ -119,6 +119,7 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
         best_checkpoint,
         checkpoint_name,
         latest_checkpoint,
+        latest_in_folder,
         list_checkpoints,
     )
     from minigpt_tui.engine.errors import CheckpointError
@@ -131,10 +132,9 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
             raise CheckpointError(f"{path} is a file; a checkpoint is a folder with {MANIFEST}")
         if (path / MANIFEST).exists() or STEP_DIR.match(path.name):
             return path
-        for candidate in (path / "checkpoints", path):
-            latest = latest_checkpoint(candidate)
-            if latest is not None:
-                return latest
+        latest = latest_in_folder(path)
+        if latest is not None:
+            return latest
         raise CheckpointError(f"{path} holds no complete checkpoint")
     run, _, which = spec.partition(":")
     which = which or "latest"

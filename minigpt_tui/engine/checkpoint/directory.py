@@ -216,6 +216,16 @@ def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
     return complete[-1].path if complete else None
 
 
+def latest_in_folder(folder: Path) -> Path | None:
+    """The latest complete checkpoint of a run folder (its ``checkpoints/``) or of a
+    folder of checkpoints; None when there is none."""
+    for candidate in (folder / "checkpoints", folder):
+        latest = latest_checkpoint(candidate)
+        if latest is not None:
+            return latest
+    return None
+
+
 def best_checkpoint(checkpoints_dir: Path) -> Path:
     """The checkpoint at the best validation step recorded by the latest checkpoint."""
     complete = list_checkpoints(checkpoints_dir)

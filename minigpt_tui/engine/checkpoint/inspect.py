@@ -189,14 +189,13 @@ def _summary(path: Path, label: str, kind: str, header: Header) -> FileSummary:
 
 def _folder_for(path: Path) -> Path:
     """A run folder inspects as its latest checkpoint."""
-    from minigpt_tui.engine.checkpoint.directory import MANIFEST, latest_checkpoint
+    from minigpt_tui.engine.checkpoint.directory import MANIFEST, latest_in_folder
 
     if (path / MANIFEST).exists() or (path / MODEL_FILE).exists() or (path / TRAINING_FILE).exists():
         return path
-    for candidate in (path / "checkpoints", path):
-        latest = latest_checkpoint(candidate)
-        if latest is not None:
-            return latest
+    latest = latest_in_folder(path)
+    if latest is not None:
+        return latest
     raise CheckpointError(f"{path} holds no checkpoint (no manifest.json, no safetensors files)")
 
 
