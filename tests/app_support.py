@@ -118,6 +118,21 @@ async def settle(pilot, rounds: int = 6) -> None:
                 return
 
 
+def record_notifications(app) -> list[tuple[str, str]]:
+    """Wrap ``app.notify`` so a test can read every (message, severity) it was given."""
+    seen: list[tuple[str, str]] = []
+    original = app.notify
+
+    def notify(message, *, title="", severity="information", timeout=None, markup=True):
+        seen.append((str(message), str(severity)))
+        if timeout is None:
+            return original(message, title=title, severity=severity, markup=markup)
+        return original(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    app.notify = notify
+    return seen
+
+
 def tree_snapshot(root: Path) -> dict[str, tuple[int, int]]:
     """Every file under ``root`` with its size and mtime (what a failed action must not change)."""
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)

@@ -25,6 +25,7 @@ from minigpt_tui.widgets.tensor_detail import TensorDetail
 from minigpt_tui.widgets.tensor_table import TensorTable, middle_truncate
 from minigpt_tui.widgets.tokenizer_panel import TokenizerPanel
 from tests.app_support import (
+    record_notifications,
     run_async,
     build_saved_runs,
     make_app,
@@ -47,20 +48,6 @@ def saved(tmp_path_factory):
 @pytest.fixture
 def runs(saved, tmp_path):
     return saved.copy_to(tmp_path)
-
-
-def record_notifications(app) -> list[tuple[str, str]]:
-    seen: list[tuple[str, str]] = []
-    original = app.notify
-
-    def notify(message, *, title="", severity="information", timeout=None, markup=True):
-        seen.append((str(message), str(severity)))
-        if timeout is None:
-            return original(message, title=title, severity=severity, markup=markup)
-        return original(message, title=title, severity=severity, timeout=timeout, markup=markup)
-
-    app.notify = notify
-    return seen
 
 
 async def open_checkpoints(pilot) -> CheckpointsScreen:

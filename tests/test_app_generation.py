@@ -21,7 +21,7 @@ from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.decision_list import DecisionList
-from tests.app_support import build_saved_runs, run_async, make_app, settle, static_text, tree_snapshot
+from tests.app_support import build_saved_runs, record_notifications, run_async, make_app, settle, static_text, tree_snapshot
 
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
 PROMPT = "ab"
@@ -44,20 +44,6 @@ def model_file(runs: Path, step: int = 4) -> Path:
 
 def engine_stepper(runs: Path, rule: GenerationRule, prompt: str = PROMPT) -> DecisionStepper:
     return DecisionStepper.from_portable(load_portable_model(model_file(runs)), prompt, rule)
-
-
-def record_notifications(app) -> list[tuple[str, str]]:
-    seen: list[tuple[str, str]] = []
-    original = app.notify
-
-    def notify(message, *, title="", severity="information", timeout=None, markup=True):
-        seen.append((str(message), str(severity)))
-        if timeout is None:
-            return original(message, title=title, severity=severity, markup=markup)
-        return original(message, title=title, severity=severity, timeout=timeout, markup=markup)
-
-    app.notify = notify
-    return seen
 
 
 async def open_generation(pilot, *, model: str | None = "tiny-a:latest", prompt: str = PROMPT) -> GenerationScreen:

@@ -109,6 +109,16 @@ def app_records(run_dir: Path) -> tuple[list[dict], list[dict]]:
     return updates, evaluations
 
 
+def assert_matches_reference(run_dir, digest: str) -> None:
+    """The app's run recorded the updates, evaluations and final digest of a run that was
+    never paused, saved or resumed."""
+    updates, evaluations, reference_digest = reference_run(QUICK)
+    got_updates, got_evaluations = app_records(run_dir)
+    assert got_updates == updates
+    assert got_evaluations == evaluations
+    assert digest == reference_digest
+
+
 def training(app: MiniGPTApp) -> TrainingScreen:
     screen = app.training_screen
     assert isinstance(screen, TrainingScreen)
@@ -136,11 +146,7 @@ async def test_pause_and_resume_give_the_records_of_a_run_never_paused(tmp_path)
         kinds = [kind for kind, _ in app.screen.query_one("#events").entries]
         assert "paused" in kinds and "resumed" in kinds and "finished" in kinds
         assert screen.query_one(LossTable).rows[-1].cells[0] == "eval 300"
-    updates, evaluations, reference_digest = reference_run(QUICK)
-    got_updates, got_evaluations = app_records(run_dir)
-    assert got_updates == updates
-    assert got_evaluations == evaluations
-    assert digest == reference_digest
+    assert_matches_reference(run_dir, digest)
 
 
 @run_async
@@ -208,11 +214,7 @@ async def test_a_run_paused_saved_quit_relaunched_and_resumed_equals_one_never_p
         assert [s for s in steps if not s.startswith("eval")] == [str(i) for i in range(1, 301)]
         assert list(table.marks().values()) == [BEST_MARK]
         assert [step for step, _ in screen.query_one(LossPlot).updates] == list(range(1, 301))
-    updates, evaluations, reference_digest = reference_run(QUICK)
-    got_updates, got_evaluations = app_records(run_dir)
-    assert got_updates == updates
-    assert got_evaluations == evaluations
-    assert digest == reference_digest
+    assert_matches_reference(run_dir, digest)
 
 
 @run_async
