@@ -134,10 +134,11 @@ def drive(trainer: Any, run: Any, *, until: int | None, show_progress: bool,
                 run.append_metric({"kind": "evaluation", **asdict(item)})
                 if trainer.best_step == item.step and item.step > 0:
                     due.append("best")
-            if checkpointer is not None and due and not trainer.evaluation_due():
-                saved.append(str(checkpointer.save(trainer, "+".join(due))))
-                saved_step = trainer.step
+            # One checkpoint per step, after that step's scheduled evaluation.
             if not trainer.evaluation_due():
+                if checkpointer is not None and due:
+                    saved.append(str(checkpointer.save(trainer, "+".join(due))))
+                    saved_step = trainer.step
                 due = []
             if stop:
                 stopped_by = stop.signal_name
