@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.commands.common import emit_json
+from minigpt_tui.commands.common import emit_json, runs_dir_from_args
 
 # The three-process experiment per preset: save after CUT updates, resume to END.
 EXPERIMENTS = {"tiny": (2, 4), "mini": (300, 600)}
@@ -51,12 +51,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.set_defaults(handler=run_verify)
 
 
-def _runs_dir(args: argparse.Namespace) -> Path:
-    from minigpt_tui.engine.runs import resolve_runs_dir
-
-    return resolve_runs_dir(getattr(args, "runs_dir_sub", None) or getattr(args, "runs_dir", None))
-
-
 def _resolve(spec: str, runs_dir: Path) -> Path:
     from minigpt_tui.engine.runs import resolve_checkpoint
 
@@ -70,7 +64,7 @@ def run_resume(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.errors import ConfigError, ResumeRefused
     from minigpt_tui.engine.trainer import apply_precision
 
-    runs_dir = _runs_dir(args)
+    runs_dir = runs_dir_from_args(args)
     folder = _resolve(args.checkpoint, runs_dir)
     policy = {}
     if args.save_every is not None:
@@ -131,7 +125,8 @@ def _run_for(folder: Path, runs_dir: Path, trainer: Any) -> Any:
 def run_inspect(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints, inspect_path, tensor_statistics
 
-    target = _inspect_target(args.path, _runs_dir(args))
+    runs_dir = runs_dir_from_args(args)
+    target = _inspect_target(args.path, runs_dir)
     inspection = inspect_path(target, verify_hashes=args.verify)
     result = inspection.to_json()
     if args.verify:
@@ -139,7 +134,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     if args.tensor:
         result["statistics"] = tensor_statistics(inspection.path, args.tensor, bins=args.bins)
     if args.compare:
-        result["comparison"] = compare_checkpoints(inspection.path, _inspect_target(args.compare, _runs_dir(args)))
+        result["comparison"] = compare_checkpoints(inspection.path, _inspect_target(args.compare, runs_dir))
     if args.json:
         emit_json(result)
     else:

@@ -59,6 +59,14 @@ def graceful_stop() -> Iterator[StopFlag]:
             signal.signal(s, h)
 
 
+def runs_dir_from_args(args: argparse.Namespace) -> Any:
+    """The runs directory: a subcommand's ``--runs-dir``, else the top-level one, else the
+    environment variable or the user data dir."""
+    from minigpt_tui.engine.runs import resolve_runs_dir
+
+    return resolve_runs_dir(getattr(args, "runs_dir_sub", None) or getattr(args, "runs_dir", None))
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="mini", help="preset: tiny, mini or small (default: mini)")
     parser.add_argument("--config", help="TOML file whose sections override the preset")

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.commands.common import emit_json
+from minigpt_tui.commands.common import emit_json, runs_dir_from_args
 
 MODEL_HELP = "a model file, a checkpoint folder, or RUN:best / RUN:latest from the runs directory"
 
@@ -110,9 +110,9 @@ def load_model(spec: str, args: argparse.Namespace) -> Any:
     """Resolve FILE | checkpoint folder | RUN:best | RUN:latest and restore the model."""
     from minigpt_tui.engine.checkpoint.portable import load_portable_model
     from minigpt_tui.engine.errors import GenerationError
-    from minigpt_tui.engine.runs import resolve_model_file, resolve_runs_dir
+    from minigpt_tui.engine.runs import resolve_model_file
 
-    runs_dir = resolve_runs_dir(getattr(args, "runs_dir_sub", None) or getattr(args, "runs_dir", None))
+    runs_dir = runs_dir_from_args(args)
     portable = load_portable_model(resolve_model_file(spec, runs_dir))
     if portable.tokenizer is None:
         raise GenerationError(f"{portable.path} has no tokenizer: a backbone-only export cannot generate text")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from minigpt_tui.commands.common import emit_json
+from minigpt_tui.commands.common import emit_json, runs_dir_from_args
 
 MODEL_HELP = "a model file, a checkpoint folder, or RUN:best / RUN:latest from the runs directory"
 
@@ -33,19 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     convert.set_defaults(handler=run_convert)
 
 
-def _runs_dir(args: argparse.Namespace) -> Path:
-    from minigpt_tui.engine.runs import resolve_runs_dir
-
-    return resolve_runs_dir(getattr(args, "runs_dir_sub", None) or getattr(args, "runs_dir", None))
-
-
 def _model_path(spec: str, args: argparse.Namespace) -> Path:
     from minigpt_tui.engine.runs import resolve_model_file
 
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "model.safetensors").is_file():
         return path / "model.safetensors"
-    return resolve_model_file(spec, _runs_dir(args))
+    return resolve_model_file(spec, runs_dir_from_args(args))
 
 
 def run_export(args: argparse.Namespace) -> int:

@@ -6,7 +6,13 @@ import argparse
 import sys
 from typing import Any
 
-from minigpt_tui.commands.common import add_config_arguments, config_from_args, emit_json, graceful_stop
+from minigpt_tui.commands.common import (
+    add_config_arguments,
+    config_from_args,
+    emit_json,
+    graceful_stop,
+    runs_dir_from_args,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.corpus import load_corpus
     from minigpt_tui.engine.errors import ConfigError
-    from minigpt_tui.engine.runs import RunDirectory, resolve_runs_dir
+    from minigpt_tui.engine.runs import RunDirectory
     from minigpt_tui.engine.trainer import TrainingSetup, Trainer, apply_precision
 
     from minigpt_tui.engine.checkpoint.directory import Checkpointer
@@ -40,7 +46,7 @@ def run_train(args: argparse.Namespace) -> int:
         config = config.replace(train=policy)
     if args.until is not None and not 1 <= args.until <= config.train.steps:
         raise ConfigError(f"--until must be between 1 and {config.train.steps}")
-    runs_dir = resolve_runs_dir(args.runs_dir_sub or args.runs_dir)
+    runs_dir = runs_dir_from_args(args)
     warm = _warm_start(args.init_from, runs_dir, config) if args.init_from else None
     if warm is not None:
         config = config.replace(tokenizer={"merges": len(warm.tokenizer.merges)})
