@@ -60,6 +60,7 @@ class RunSummaryView(Static):
     @staticmethod
     def _grid() -> Table:
         grid = Table.grid(padding=(0, 1))
-        grid.add_column(style="dim", no_wrap=True)
-        grid.add_column(no_wrap=True, overflow="ellipsis")
+        # The labels keep their width; a long value (a corpus path) is cut instead.
+        grid.add_column(style="dim", no_wrap=True, min_width=9)
+        grid.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
         return grid
