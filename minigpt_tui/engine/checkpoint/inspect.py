@@ -19,7 +19,8 @@ from minigpt_tui.engine.checkpoint.portable import FORMAT_NAME as MODEL_FORMAT
 from minigpt_tui.engine.checkpoint.portable import MODEL_FILE
 from minigpt_tui.engine.checkpoint.safetensors_io import Header, read_header, read_tensor
 from minigpt_tui.engine.checkpoint.training_state import FORMAT_NAME as STATE_FORMAT
-from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE, group_of
+from minigpt_tui.engine.checkpoint.state_groups import group_of
+from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE
 from minigpt_tui.engine.errors import CheckpointError
 
 PORTABLE_MODEL = "portable-model"
