@@ -66,3 +66,20 @@ def test_every_tensor_of_the_fixture_belongs_to_a_declared_part_and_a_group():
     undeclared = {n for n in tensors if n not in declared and not n.startswith("optimizer.state.")}
     assert undeclared == set()
     assert all(group_of(name) is not StateGroup.OTHER for name in tensors)
+
+
+def test_integrity_has_one_shape_for_our_folders_and_transformers_folders(tmp_path):
+    from minigpt_tui.engine.checkpoint.directory import verify_checkpoint
+    from minigpt_tui.engine.checkpoint.integrity import Integrity, IntegrityScope
+
+    ours = verify_checkpoint(FIXTURE, hashes=True)
+    assert ours.ok and ours.step == 2 and ours.hashes_checked and [f.name for f in ours.files] == [
+        "model.safetensors", "training.safetensors"]
+    foreign = Integrity(IntegrityScope.INDEX, "headers and index", ("model.ghost.weight is not in any shard",))
+    assert not foreign.ok and foreign.problem == "model.ghost.weight is not in any shard"
+    assert ours.to_json().keys() == foreign.to_json().keys()
+    damaged = tmp_path / "step-000002"
+    shutil.copytree(FIXTURE, damaged)
+    (damaged / "training.safetensors").write_bytes(b"")
+    found = verify_checkpoint(damaged, hashes=False)
+    assert not found.ok and "bytes, the manifest records" in found.problem and found.files[1].size_ok is False

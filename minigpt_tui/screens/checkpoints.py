@@ -27,7 +27,9 @@ from textual.screen import Screen
 from textual.widgets import Header, Input, Static, TabbedContent, TabPane, Tabs, Tree
 
 from minigpt_tui.widgets.key_bar import KeyBar
+from minigpt_tui.engine.checkpoint.integrity import Integrity
 from minigpt_tui.engine.session.run_store import RunListing, RunStore
+from minigpt_tui.widgets.integrity_view import integrity_text
 from minigpt_tui.widgets.run_tree import RunTree, TreeTarget
 from minigpt_tui.widgets.state_view import StateView, short_value
 from minigpt_tui.widgets.tensor_detail import TensorDetail
@@ -173,7 +175,7 @@ class TokenizerReady(Message):
 
 
 class IntegrityReady(Message):
-    def __init__(self, serial: int, integrity: dict[str, Any]) -> None:
+    def __init__(self, serial: int, integrity: Integrity) -> None:
         super().__init__()
         self.serial = serial
         self.integrity = integrity
@@ -514,55 +516,8 @@ class CheckpointsScreen(Screen):
             out.append("\n")
         target.update(out)
 
-    def _show_integrity(self, integrity: dict[str, Any] | None, kind: str) -> None:
-        target = self.query_one("#integrity-text", Static)
-        if integrity is None:
-            target.update(Text(f"A single file ({KIND_LABELS.get(kind, kind)}) has no manifest; its header "
-                               "was validated when it opened (lengths, offsets, dtypes).", style="dim"))
-            return
-        out = Text()
-        if "complete" not in integrity:
-            # Another kind of folder (a transformers model): its own checks, shown as recorded.
-            ok = integrity.get("ok")
-            out.append("checks: ", style="bold")
-            out.append("passed" if ok else "problems found", style="green" if ok else "bold red")
-            for key, value in integrity.items():
-                if key != "ok":
-                    out.append(f"\n{key}: ", style="bold")
-                    out.append(short_value(value) if value not in ([], None) else "none")
-            target.update(out)
-            return
-        if not integrity.get("complete"):
-            out.append("incomplete: ", style="bold red")
-            out.append(f"{integrity.get('problem')}\n")
-            target.update(out)
-            return
-        ok = integrity.get("ok")
-        out.append("manifest: ", style="bold")
-        out.append("complete, " + ("every check passed" if ok else "a check failed"),
-                   style="green" if ok else "bold red")
-        out.append(f"\nstep {integrity.get('step')}, saved because: {integrity.get('reason')}\n")
-        if integrity.get("problem"):
-            out.append(f"problem: {integrity['problem']}\n", style="red")
-        hashed = integrity.get("hashes_checked")
-        out.append("SHA-256 " + ("checked against every file\n" if hashed else "not checked yet (press v)\n"),
-                   style="dim")
-        for name, record in (integrity.get("files") or {}).items():
-            out.append(f"\n{name}\n", style="bold")
-            out.append(f"  recorded size {record.get('size'):,} bytes; ")
-            if not record.get("present"):
-                out.append("missing\n", style="red")
-                continue
-            out.append("size matches" if record.get("size_ok") else f"actual {record.get('actual_size'):,}",
-                       style="green" if record.get("size_ok") else "red")
-            sha_ok = record.get("sha256_ok")
-            out.append("\n  sha256 " + str(record.get("sha256")) + " ")
-            if sha_ok is None:
-                out.append("(not checked)", style="dim")
-            else:
-                out.append("matches" if sha_ok else "DIFFERS", style="green" if sha_ok else "bold red")
-            out.append("\n")
-        target.update(out)
+    def _show_integrity(self, integrity: Integrity | None, kind: str) -> None:
+        self.query_one("#integrity-text", Static).update(integrity_text(integrity, KIND_LABELS.get(kind, kind)))
 
     # -- tokenizer ------------------------------------------------------------------------------
     def model_file(self) -> Path | None:
@@ -695,11 +650,13 @@ class CheckpointsScreen(Screen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-verify")
     def _verify(self, serial: int, folder: Path) -> None:
         from minigpt_tui.engine.checkpoint.directory import verify_checkpoint
+        from minigpt_tui.engine.checkpoint.integrity import IntegrityScope
 
         try:
             result = verify_checkpoint(folder, hashes=True)
         except OSError as err:
-            result = {"complete": False, "ok": False, "problem": f"cannot read {folder}: {err.strerror or err}"}
+            result = Integrity(IntegrityScope.MANIFEST, "manifest sizes and SHA-256",
+                               (f"cannot read {folder}: {err.strerror or err}",), complete=False)
         self.post_message(IntegrityReady(serial, result))
 
     @on(IntegrityReady)
@@ -707,10 +664,10 @@ class CheckpointsScreen(Screen):
         if self.opened is None or message.serial != self.opened.serial:
             return
         self._show_integrity(message.integrity, "checkpoint-dir")
-        if message.integrity.get("ok"):
+        if message.integrity.ok:
             self.notify("every file matches its manifest SHA-256", title="verified")
         else:
-            self.notify(str(message.integrity.get("problem")), title="verification failed", severity="error")
+            self.notify(str(message.integrity.problem), title="verification failed", severity="error")
 
     # -- open by path ---------------------------------------------------------------------------------
     def action_open_path(self) -> None:
@@ -741,15 +698,15 @@ class CheckpointsScreen(Screen):
 
     # -- resume ------------------------------------------------------------------------------------------
     def action_resume(self) -> None:
-        from minigpt_tui.screens.resume_preflight import ResumePreflightScreen, preflight
+        from minigpt_tui.engine.session.resume_preview import ResumePreview
+        from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
 
         if self.opened is None:
             self.notify("open a checkpoint first", title="resume", severity="warning")
             return
         inspection = self.opened.inspection
         folder = Path(inspection.path)
-        check = preflight(self.store.display(folder), inspection.kind, inspection.state,
-                          inspection.integrity)
+        check = ResumePreview.of(self.store.display(folder), inspection)
 
         def decided(go: bool | None) -> None:
             if go:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minigpt_tui.engine.checkpoint.integrity import Integrity
 from minigpt_tui.engine.checkpoint.portable import FORMAT_NAME as MODEL_FORMAT
 from minigpt_tui.engine.checkpoint.portable import MODEL_FILE
 from minigpt_tui.engine.checkpoint.safetensors_io import Header, read_header, read_tensor
@@ -85,7 +86,7 @@ class Inspection:
     aliases: tuple[dict[str, Any], ...]
     state: dict[str, dict[str, Any]]
     metadata: dict[str, Any]  # raw metadata: a file's str->str map; a folder's per file
-    integrity: dict[str, Any] | None
+    integrity: Integrity | None
     files: tuple[FileSummary, ...] = field(default_factory=tuple)
 
     def entry(self, name: str) -> EntryRecord:
@@ -103,7 +104,7 @@ class Inspection:
             "aliases": list(self.aliases),
             "state": self.state,
             "metadata": self.metadata,
-            "integrity": self.integrity,
+            "integrity": self.integrity.to_json() if self.integrity is not None else None,
         }
 
 
