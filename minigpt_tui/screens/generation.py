@@ -22,7 +22,6 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Label, Select, Static
 
@@ -38,6 +37,8 @@ from minigpt_tui.engine.session.generation import (
 from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.decision_list import DecisionList
+from minigpt_tui.messages import GenerationFailed, GenerationUpdated, QueueIdle
+from minigpt_tui.screens.help_texts import GENERATION_HELP
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.pieces import piece_text
 from minigpt_tui.widgets.prefix_view import PrefixView
@@ -46,88 +47,6 @@ if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
 
 MAX_BYTES_SHOWN = 24
-
-GENERATION_HELP = """\
-# Generation
-
-Steps through generation one next-token decision at a time. Each decision is one forward pass
-over the whole prefix (on a worker thread), one distribution over the vocabulary, and one
-chosen id.
-
-## Keys
-| key | action |
-|---|---|
-| `enter` | in the model field: load the model; in any other field: apply the settings and start over |
-| `n` | take one decision |
-| `r` | run: decide until a stop (EOS, the budget, or the context is full) |
-| `backspace` | step back one decision (the sampling generator is restored, so `n` redoes it exactly) |
-| `ctrl+r` | reset to the prompt (apply changed settings) |
-| `f` | force the highlighted candidate instead of the rule's choice at the selected decision; later decisions are undone and you continue from there |
-| `w` | save the trace (JSON: model, rule, prompt ids, every decision with logits and probabilities, output) |
-| `v` | on a small terminal, switch between the candidates and the attention view |
-| `escape` | leave the form for the candidate table |
-
-## Form
-- **model**: a checkpoint folder, a `model.safetensors` file, or `RUN:latest` / `RUN:best` / `RUN:STEP` for a run in the runs directory.
-- **prompt**: encoded with the model's own tokenizer, BOS first, no EOS.
-- **rule**: *greedy* takes the highest eligible logit (a tie goes to the smaller id). *sample* divides the logits by the **temp**erature, keeps the **top-k** highest, then the smallest set whose probability reaches **top-p**, renormalizes, and draws with its own generator seeded by **seed** (one draw per decision, so a forced decision does not shift later draws). Blank top-k / top-p means no cut.
-- **budget**: the most new ids to generate.
-
-## Prefix
-The ids the model sees next, as pieces: the prompt, then the generated pieces in bold; a forced piece is reversed.
-Spaces show as ·, newlines as ↵. The count is prefix length against the model's context.
-
-## Decisions
-One row per decision: its number (with `*` when you forced it), the chosen piece (reversed when forced) and its
-selection probability **p**. The highlighted row is the decision shown on the right; move it to look back.
-
-## Decision line
-The chosen piece and id; the rule's own pick when you forced another; **entropy** of the raw distribution in nats
-(0: certain; ln V: uniform); how many ids the rule **retained** out of the **eligible** ones (BOS is never eligible);
-the uniform **draw** in [0, 1) under sampling.
-
-## Candidates
-The top ids of the selected decision by logit, plus the chosen id and the rule's pick if they rank lower,
-and the ineligible ids (BOS, which is never chosen) wherever they rank:
-- **rank**: 1-based by logit, ties by smaller id.
-- **logit**: the model's score for the last position.
-- **raw p**: softmax of all logits (the model's own distribution), with a bar.
-- **sel p**: the probability the rule selected from: zero outside the retained set (ineligible, cut by top-k or top-p); under greedy, the eligible softmax.
-- **elig**: ✓ when the id may be chosen at all, ✗ when not (BOS, forbidden ids).
-- **▶** before the rank marks the chosen id (bold; forced ones are also named in the decision line), **◇** the rule's own pick when another id was forced.
-
-## Attention
-For the selected decision, each layer's (**L**) and head's (**H**) attention weights from the last position over
-the prefix, one cell per position: the cell's height is the weight relative to the row's largest, bold from 0.5
-and dim under 0.1 (each row sums to 1); the axis above shows each position's first character (^ is BOS), and
-each row ends with its largest weight and where it falls.
-
-## Output
-While deciding: how many decisions of the budget. At the end: the **stop** reason (eos: the model chose EOS;
-budget: the budget is spent; context: the prefix fills the context), the generated **bytes** (EOS excluded),
-whether they are valid **UTF-8**, and the text (invalid bytes shown as �).
-"""
-
-
-# -- messages -------------------------------------------------------------------------------------
-class GenerationUpdated(Message):
-    def __init__(self, view: StepperView | None, note: str | None = None, select: int | None = None) -> None:
-        super().__init__()
-        self.view = view
-        self.note = note
-        self.select = select
-
-
-class GenerationFailed(Message):
-    def __init__(self, reason: str, what: str, dropped: int) -> None:
-        super().__init__()
-        self.reason = reason
-        self.what = what
-        self.dropped = dropped
-
-
-class QueueIdle(Message):
-    pass
 
 
 @dataclass(frozen=True)
