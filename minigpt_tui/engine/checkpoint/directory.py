@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import re
 import shutil
@@ -74,16 +75,28 @@ def checkpoint_name(step: int) -> str:
 # -- manifests ----------------------------------------------------------------------------------
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The parsed manifest of a checkpoint folder; a folder without one is incomplete."""
+    from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
+    from minigpt_tui.engine.files import path_exists, require_regular_file
+
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"not a checkpoint directory: {folder}")
+    if _HIDDEN_WORK.match(folder.name) or folder.name.startswith("."):
+        raise CheckpointError(
+            f"{folder} is a hidden work folder (a save in progress, or one that was interrupted), not a checkpoint"
+        )
     path = folder / MANIFEST
-    if not path.exists():
+    if not path_exists(path):
         raise CheckpointError(f"{folder}: incomplete checkpoint: it has no {MANIFEST} (the save did not finish)")
+    require_regular_file(path, "a manifest")
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        if path.stat().st_size > _MAX_MANIFEST_BYTES:
+            raise CheckpointError(f"{path}: the manifest is larger than {_MAX_MANIFEST_BYTES} bytes: not ours")
+        data = load_json(path.read_bytes().decode("utf-8"), _MANIFEST_DEPTH)
+    except (UnicodeDecodeError, JSONRefused):
         raise CheckpointError(f"{path}: the manifest is damaged (not UTF-8 JSON)") from None
+    except OSError as err:
+        raise CheckpointError(f"cannot read {path}: {err.strerror or err}") from None
     fmt = data.get("format") if isinstance(data, dict) else None
     if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
         raise CheckpointError(f"{path}: not a minigpt-tui checkpoint manifest")
@@ -95,16 +108,41 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     for name, record in files.items():
         if (
             not isinstance(record, dict)
-            or not isinstance(record.get("size"), int)
+            or not _is_count(record.get("size"))
             or not isinstance(record.get("sha256"), str)
             or not _SHA256.match(record["sha256"])
             or "/" in name
             or name.startswith(".")
         ):
             raise CheckpointError(f"{path}: the manifest record for '{name}' is malformed")
-    if not isinstance(data.get("step"), int) or data["step"] < 0:
+    if not _is_count(data.get("step")):
         raise CheckpointError(f"{path}: the manifest has no valid step")
+    for key, valid in _MANIFEST_FIELDS.items():
+        if key in data and not valid(data[key]):
+            raise CheckpointError(f"{path}: the manifest field '{key}' is malformed ({type(data[key]).__name__})")
     return data
+
+
+# A manifest is a few hundred bytes; the bound keeps a hostile one from costing memory.
+_MAX_MANIFEST_BYTES = 1 << 20
+_MANIFEST_DEPTH = 8
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_MANIFEST_FIELDS: dict[str, Any] = {
+    "reason": lambda v: isinstance(v, str) and len(v) <= 200,
+    "best_step": lambda v: v is None or _is_count(v),
+    "saved_at": _is_time,
+    "model_identity": lambda v: isinstance(v, str) and _SHA256.match(v) is not None,
+    "provenance": lambda v: isinstance(v, dict) and all(isinstance(x, (str, int)) for x in v.values()),
+}
 
 
 def expected_from_manifest(file_path: Path) -> ExpectedFile | None:
@@ -502,11 +540,12 @@ def checkpoint_folder(path: Path | str) -> Path:
 _MALFORMED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 
 
-def load_checkpoint(folder: Path | str, *, recompute_digests: bool = False) -> LoadedCheckpoint:
+def load_checkpoint(folder: Path | str, *, recompute_digests: bool = True) -> LoadedCheckpoint:
     """Read and verify a checkpoint folder: every file against the manifest's size and
     SHA-256, formats, and that the two files belong together (same model identity, same
-    tokenizer). ``recompute_digests`` also recomputes the model identity and the state's
-    content digest from the tensors (the manifest already vouches for the bytes).
+    tokenizer). ``recompute_digests`` (the default) also recomputes the model identity and
+    the state's content digest from the tensors, so that weights edited under a re-signed
+    manifest are refused; only the benchmark turns it off, to measure what it costs.
     Changes nothing on disk."""
     try:
         return _load_checkpoint(folder, recompute_digests)
