@@ -91,9 +91,19 @@ class RunFiles:
     """The run directory of the run being trained, once it exists (worker thread)."""
 
     run: Any = None
-    writes_failed: int = 0
+    lock: Any = None  # the run's lock (engine.runs.RunLock), held while the run trains
+
+    def attach(self, run: Any) -> None:
+        """Take the run's lock (refused in one line when another process holds it)."""
+        self.lock = run.lock()
+        self.run = run
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
     def append(self, item: Any) -> None:
+        """A failed write raises; the controller then stops at this boundary and saves."""
         if self.run is None:
             return
         if hasattr(item, "exact_fields"):
@@ -101,10 +111,7 @@ class RunFiles:
                       "tokens_per_second": item.tokens_per_second}
         else:
             record = {"kind": "evaluation", **asdict(item)}
-        try:
-            self.run.append_metric(record)
-        except OSError:
-            self.writes_failed += 1
+        self.run.append_metric(record)
 
 
 @dataclass
@@ -129,10 +136,9 @@ class NewRunPlan:
         corpus = load_corpus(config.corpus)
         setup = TrainingSetup.build(config, corpus)
         trainer = Trainer(setup)
-        run = RunDirectory.create(self.runs_dir, self.name, config.preset)
-        run.write_json("config.json", config.to_dict())
-        run.write_json("identities.json", identities(setup))
-        self.files.run = run
+        run = RunDirectory.create(self.runs_dir, self.name, config.preset,
+                                  {"config.json": config.to_dict(), "identities.json": identities(setup)})
+        self.files.attach(run)
         make = checkpointer_factory()
         if checkpointer is not None and make is not None:
             checkpointer.inner = make(run)
@@ -156,20 +162,16 @@ class ResumePlan:
         before anything is written."""
         from minigpt_tui.engine.checkpoint.directory import restore_trainer
         from minigpt_tui.engine.errors import ConfigError
-        from minigpt_tui.engine.runs import RunDirectory
+        from minigpt_tui.engine.runs import run_for_checkpoint
 
         folder = Path(self.checkpoint)
         trainer = restore_trainer(folder)
         if trainer.finished:
             raise ConfigError(f"the checkpoint at step {trainer.step} has completed its schedule of "
                               f"{trainer.config.train.steps} updates: nothing to resume")
-        if folder.parent.name == "checkpoints" and (folder.parent.parent / "config.json").is_file():
-            run = RunDirectory(folder.parent.parent)
-        else:
-            run = RunDirectory.create(self.runs_dir, None, f"resumed-{trainer.config.preset}")
-            run.write_json("config.json", trainer.config.to_dict())
+        run, _ = run_for_checkpoint(folder, self.runs_dir, trainer.config)
+        self.files.attach(run)
         run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
-        self.files.run = run
         make = checkpointer_factory()
         if checkpointer is not None and make is not None:
             checkpointer.inner = make(run)
@@ -242,7 +244,10 @@ def drive(plan: NewRunPlan | ResumePlan, handle: RunHandle, feed: Callable[[Any]
         on_record=plan.files.append,
     )
     handle.attach(controller)
-    controller.run()
+    try:
+        controller.run()
+    finally:
+        plan.files.release()
 
 
 # -- metrics files (no torch) ----------------------------------------------------------------

@@ -32,6 +32,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="resume although Python/torch/platform changed; bitwise continuation is then not promised",
     )
+    resume.add_argument(
+        "--fork",
+        action="store_true",
+        help="continue in a new run folder (needed when the checkpoint sits in another run's folder)",
+    )
     resume.set_defaults(handler=run_resume)
 
     inspect = subparsers.add_parser("inspect", help="show what a checkpoint or any safetensors file holds")
@@ -62,6 +67,7 @@ def run_resume(args: argparse.Namespace) -> int:
     from minigpt_tui.commands.train import drive, print_summary
     from minigpt_tui.engine.checkpoint.directory import Checkpointer, continuation_record, restore_trainer
     from minigpt_tui.engine.errors import ConfigError, ResumeRefused
+    from minigpt_tui.engine.runs import run_for_checkpoint
     from minigpt_tui.engine.trainer import apply_precision
 
     runs_dir = runs_dir_from_args(args)
@@ -92,10 +98,11 @@ def run_resume(args: argparse.Namespace) -> int:
         if args.until <= trainer.step:
             raise ConfigError(f"--until {args.until} is not after the checkpoint's step {trainer.step}")
     apply_precision(trainer.config.train)
-    run = _run_for(folder, runs_dir, trainer)
-    run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
-    checkpointer = Checkpointer(run, args.keep_last)
-    result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=checkpointer)
+    run, _ = run_for_checkpoint(folder, runs_dir, trainer.config, fork=args.fork)
+    with run.lock():
+        run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
+        checkpointer = Checkpointer(run, args.keep_last)
+        result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=checkpointer)
     result["run_dir"] = str(run.path)
     result["resumed_from"] = str(folder)
     result["continuation"] = continuation_record(trainer)
@@ -107,18 +114,6 @@ def run_resume(args: argparse.Namespace) -> int:
             for note in result["continuation"]["notes"]:
                 print(f"note: bitwise continuation not promised: {note}", file=sys.stderr)
     return 0
-
-
-def _run_for(folder: Path, runs_dir: Path, trainer: Any) -> Any:
-    """The run a checkpoint belongs to (``RUN/checkpoints/step-N``); a loose checkpoint
-    continues in a new run folder."""
-    from minigpt_tui.engine.runs import RunDirectory
-
-    if folder.parent.name == "checkpoints" and folder.parent.parent.is_dir():
-        return RunDirectory(folder.parent.parent)
-    run = RunDirectory.create(runs_dir, None, f"resumed-{trainer.config.preset}")
-    run.write_json("config.json", trainer.config.to_dict())
-    return run
 
 
 # -- inspect --------------------------------------------------------------------------------------

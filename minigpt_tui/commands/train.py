@@ -55,12 +55,12 @@ def run_train(args: argparse.Namespace) -> int:
     setup = TrainingSetup.build(config, corpus, warm.tokenizer if warm is not None else None)
     initial = {name: p.detach() for name, p in warm.model.named_parameters()} if warm is not None else None
     trainer = Trainer(setup, initial_weights=initial)
-    run = RunDirectory.create(runs_dir, args.run, config.preset)
-    run.write_json("config.json", config.to_dict())
-    run.write_json("identities.json", identities(setup))
+    files = {"config.json": config.to_dict(), "identities.json": identities(setup)}
     if warm is not None:
-        run.write_json("warm_start.json", _warm_record(warm))
-    result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=Checkpointer(run))
+        files["warm_start.json"] = _warm_record(warm)
+    run = RunDirectory.create(runs_dir, args.run, config.preset, files)
+    with run.lock():
+        result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=Checkpointer(run))
     result["run_dir"] = str(run.path)
     if warm is not None:
         result["warm_start"] = _warm_record(warm)
@@ -114,6 +114,7 @@ def drive(trainer: Any, run: Any, *, until: int | None, show_progress: bool,
     """Run the schedule to ``until``, appending metrics; stop cleanly on Ctrl+C/SIGTERM."""
     from dataclasses import asdict
 
+    from minigpt_tui.engine.errors import WriteRefused
     from minigpt_tui.engine.trainer import UpdateRecord, scheduled_work
 
     updates: list[dict[str, Any]] = []
@@ -125,19 +126,28 @@ def drive(trainer: Any, run: Any, *, until: int | None, show_progress: bool,
     stopped_by = None
     saved_step: int | None = None
     due: list[str] = []  # why the next checkpoint is due; saved once this step's work is done
+    write_failure: WriteRefused | None = None
+
+    def append_metric(record: dict[str, Any]) -> None:
+        nonlocal write_failure
+        try:
+            run.append_metric(record)
+        except WriteRefused as err:
+            write_failure = write_failure or err
+
     with graceful_stop() as stop, _progress(show_progress, trainer.step, target) as advance:
         for item in scheduled_work(trainer, until):
             if isinstance(item, UpdateRecord):
                 record = item.exact_fields()
                 updates.append(record)
-                run.append_metric({"kind": "update", **record, "seconds": item.seconds,
-                                   "tokens_per_second": item.tokens_per_second})
+                append_metric({"kind": "update", **record, "seconds": item.seconds,
+                               "tokens_per_second": item.tokens_per_second})
                 advance(item.step, item.loss)
                 if save_every and item.step % save_every == 0:
                     due.append("interval")
             else:
                 evaluations.append(asdict(item))
-                run.append_metric({"kind": "evaluation", **asdict(item)})
+                append_metric({"kind": "evaluation", **asdict(item)})
                 if trainer.best_step == item.step and item.step > 0:
                     due.append("best")
             # One checkpoint per step, after that step's scheduled evaluation.
@@ -149,8 +159,13 @@ def drive(trainer: Any, run: Any, *, until: int | None, show_progress: bool,
             if stop:
                 stopped_by = stop.signal_name
                 break
+            if write_failure is not None:  # the metrics log cannot be written: stop here
+                break
     if checkpointer is not None and saved_step != trainer.step:
         saved.append(str(checkpointer.save(trainer, "stop")))
+    if write_failure is not None:
+        where = f"; saved as {saved[-1]}" if saved else ""
+        raise WriteRefused(f"{write_failure}: the run stopped after update {trainer.step}{where}")
     tensors, scalars = trainer.parameter_counts
     return {
         "preset": trainer.config.preset,

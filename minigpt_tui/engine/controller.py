@@ -170,7 +170,7 @@ class RunController:
                     self._finish(trainer, "completed")
                     return
                 if self._on_record:
-                    self._on_record(item)
+                    self._record(item)
                 if isinstance(item, UpdateRecord):
                     self.unsaved_updates += 1
                     self._sink(UpdateDone(item, trainer.config.train.steps))
@@ -186,6 +186,15 @@ class RunController:
                     if due:
                         self._save(trainer, "+".join(due))
                     due = []
+
+    def _record(self, item: UpdateRecord | EvaluationRecord) -> None:
+        """Hand a record to ``on_record``; when it cannot be kept (the metrics log cannot be
+        written), the run stops at this update boundary and saves what it can."""
+        try:
+            self._on_record(item)  # type: ignore[misc]
+        except MiniGPTError as err:
+            self._sink(Refused("metrics", f"{err}: stopping the run"))
+            self.stop()
 
     def _handle_commands(self, trainer: Trainer) -> bool:
         """Apply waiting commands; block while paused. True means stop."""
@@ -210,7 +219,7 @@ class RunController:
             elif command.name == "evaluate":
                 record = trainer.evaluate(extra=True)
                 if self._on_record:
-                    self._on_record(record)
+                    self._record(record)
                 self._sink(EvaluationDone(record, trainer.best_step, False))
             elif command.name == "save":
                 self._save(trainer, "manual")

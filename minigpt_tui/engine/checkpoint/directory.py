@@ -289,7 +289,12 @@ def prune_checkpoints(checkpoints_dir: Path, keep_last: int, best_step: int | No
     removed = []
     for info in complete:
         if info.step not in keep:
-            _remove_folder(info.path)
+            try:
+                _remove_folder(info.path)
+            except FileNotFoundError:  # already gone (removed by another hand): nothing to prune
+                continue
+            except OSError as err:
+                raise CheckpointError(f"cannot remove the old checkpoint {info.path}: {err.strerror or err}") from None
             removed.append(info.path)
     return removed
 
@@ -441,10 +446,15 @@ def save_checkpoint(
     notify = progress or (lambda _event: None)
     trainer.require_update_boundary()  # refuse before anything touches the disk
     checkpoints_dir = Path(checkpoints_dir)
-    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    if not checkpoints_dir.parent.is_dir():  # never recreate a run folder deleted under a run
+        raise CheckpointError(f"cannot save: the folder {checkpoints_dir.parent} no longer exists")
     final = checkpoints_dir / checkpoint_name(trainer.step)
     tmp = _work_name(final, "partial")
-    tmp.mkdir()
+    try:
+        checkpoints_dir.mkdir(exist_ok=True)
+        tmp.mkdir()
+    except OSError as err:
+        raise CheckpointError(f"cannot save in {checkpoints_dir}: {err.strerror or err}") from None
     notify("begin")
     try:
         origin = {"step": trainer.step, **(provenance or {})}
@@ -471,6 +481,9 @@ def save_checkpoint(
         displaced = _install(tmp, final, notify)
         fsync_directory(checkpoints_dir)
         notify("parent-fsynced")
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"cannot save in {checkpoints_dir}: {err.strerror or err}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -502,11 +515,14 @@ class Checkpointer:
         self.recovered = recover_interrupted(self.checkpoints_dir)
 
     def save(self, trainer: "Trainer", reason: str) -> Path:
+        from minigpt_tui.engine.runs import RunDirectory
+
+        run_id = RunDirectory(self.run_dir).run_id
         path = save_checkpoint(
             trainer,
             self.checkpoints_dir,
             reason,
-            provenance={"run": self.run_dir.name},
+            provenance={"run": self.run_dir.name, **({"run_id": run_id} if run_id else {})},
             progress=self.progress,
         )
         self.saved.append(path)
