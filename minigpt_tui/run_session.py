@@ -319,13 +319,16 @@ def load_curve(path: Path) -> LoadedCurve:
 
 def export_csv(run_dir: Path, target: Path | None = None) -> Path:
     """Write the run's metrics as CSV (one row per update or evaluation); return its path."""
+    import io
+
+    from minigpt_tui.engine.files import write_file
+
     records = read_metrics(run_dir)
     target = target or run_dir / "metrics.csv"
-    tmp = target.with_suffix(target.suffix + ".tmp")
-    with tmp.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for record in records:
-            writer.writerow({k: record.get(k, "") for k in CSV_COLUMNS})
-    tmp.replace(target)
-    return target
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    for record in records:
+        writer.writerow({k: record.get(k, "") for k in CSV_COLUMNS})
+    # The run's own export: a new export replaces the previous one.
+    return write_file(target, text.getvalue().encode("utf-8"), replace=True, what="metrics export")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--kv-cache", action="store_true", help="reuse keys/values instead of recomputing the prefix")
     generate.add_argument("--attention", action="store_true", help="record the last position's attention (JSON)")
     generate.add_argument("--json", action="store_true", help="print the whole trace as JSON")
-    generate.add_argument("--trace-out", metavar="FILE", help="also write the trace as JSON to FILE")
+    generate.add_argument("--trace-out", metavar="FILE",
+                          help="also write the trace as JSON to FILE (a new file unless --force)")
+    generate.add_argument("--force", action="store_true", help="replace an existing --trace-out file")
     generate.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     generate.set_defaults(handler=run_generate)
 
@@ -37,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     probes.add_argument("--prompts", metavar="FILE", help="a probes JSON file (default: the bundled one)")
     _add_rule_arguments(probes, several_temperatures=True)
     probes.add_argument("--json", action="store_true", help="print the results as JSON")
-    probes.add_argument("--out", metavar="FILE", help="also write the results as JSON to FILE")
+    probes.add_argument("--out", metavar="FILE", help="also write the results as JSON to FILE (a new file unless --force)")
+    probes.add_argument("--force", action="store_true", help="replace an existing --out file")
     probes.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     probes.set_defaults(handler=run_probes_command)
 
@@ -119,17 +121,30 @@ def load_model(spec: str, args: argparse.Namespace) -> Any:
     return portable
 
 
-def _write_json(path_text: str, data: Any) -> Path:
+def _write_json(path_text: str, data: Any, force: bool) -> Path:
+    from minigpt_tui.engine.files import write_file
+
+    return write_file(Path(path_text), (json.dumps(data, indent=2) + "\n").encode("utf-8"), replace=force)
+
+
+def _check_output(path_text: str | None, force: bool) -> None:
+    """Refuse an unusable output path before any model is loaded."""
+    from minigpt_tui.engine.files import check_writable_target
+
+    if path_text:
+        check_writable_target(Path(path_text), replace=force)
+
+
+def _prompt(text: str) -> str:
+    """The prompt as given; bytes that are not UTF-8 (kept by the command line as lone
+    surrogates) are refused in one line."""
     from minigpt_tui.engine.errors import GenerationError
 
-    path = Path(path_text).expanduser()
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2) + "\n", "utf-8")
-        os.replace(tmp, path)
-    except OSError as err:
-        raise GenerationError(f"cannot write {path}: {err.strerror or err}") from None
-    return path
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise GenerationError(f"--prompt is not valid UTF-8 text (byte {err.start} of the argument)") from None
+    return text
 
 
 # -- generate ----------------------------------------------------------------------------
@@ -141,13 +156,14 @@ def run_generate(args: argparse.Namespace) -> int:
     top = _number(args.top, "--top", int)
     if top < 1:
         raise GenerationError(f"--top must be at least 1, got {top}")
+    _check_output(args.trace_out, args.force)
     portable = load_model(args.model, args)
-    stepper = DecisionStepper.from_portable(portable, args.prompt, rule, use_kv_cache=args.kv_cache,
+    stepper = DecisionStepper.from_portable(portable, _prompt(args.prompt), rule, use_kv_cache=args.kv_cache,
                                             attention=args.attention, top_n=top)
     stepper.run()
     trace = stepper.trace()
     if args.trace_out:
-        _write_json(args.trace_out, trace)
+        _write_json(args.trace_out, trace, args.force)
     if args.json:
         emit_json(trace)
     else:
@@ -194,12 +210,13 @@ def run_probes_command(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.generation import load_probes, run_probes
 
     rules = rules_from_args(args)
+    _check_output(args.out, args.force)
     if args.prompts:
         load_probes(args.prompts)  # a bad file is refused before any model is loaded
     models = [(spec, load_model(spec, args)) for spec in args.model]
     result = run_probes(models, rules, args.prompts)
     if args.out:
-        _write_json(args.out, result)
+        _write_json(args.out, result, args.force)
     if args.json:
         emit_json(result)
     else:
@@ -251,7 +268,7 @@ def run_infer(args: argparse.Namespace) -> int:
 
     rule = GenerationRule("greedy", max_new_tokens=_number(args.tokens, "--tokens", int))
     portable = load_model(args.model, args)
-    stepper = DecisionStepper.from_portable(portable, args.prompt, rule, top_n=1)
+    stepper = DecisionStepper.from_portable(portable, _prompt(args.prompt), rule, top_n=1)
     stepper.run()
     out = stepper.output()
     tensors, scalars = count_parameters(portable.model)

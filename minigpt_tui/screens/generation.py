@@ -10,7 +10,6 @@ widgets lay it out. Nothing here imports torch at module level.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -312,18 +311,11 @@ class GenerationSession:
 
     def save_trace(self, target: Path) -> Path:
         stepper = self._require()
+        from minigpt_tui.engine.files import write_file
+
         trace = stepper.trace(self.model_path)
-        target = target.expanduser()
-        if target.is_dir():
-            raise IsADirectoryError(f"{target} is a folder")
         text = json.dumps(trace, indent=1, ensure_ascii=False) + "\n"
-        tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
-        try:
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return target
+        return write_file(target, text.encode("utf-8"), what="trace")
 
     def view(self) -> StepperView:
         stepper = self._require()

@@ -706,19 +706,25 @@ def fsync_directory(path: Path) -> None:
 def atomic_write_bytes(
     path: Path, data: bytes, *, progress: ProgressHook | None = None, atomic: bool = True
 ) -> WrittenFile:
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}") if atomic else path
+    """``data`` as ``path``, fsynced. ``atomic``: through the one output writer (a regular
+    file replaced under a temporary name); without it the caller owns atomicity (the file
+    goes into a hidden work folder that is renamed into place as a whole)."""
+    from minigpt_tui.engine.files import write_file
+
+    if atomic:
+        write_file(path, data, replace=True)
+        if progress:
+            progress(f"{path.name}:fsynced")
+        return WrittenFile(path, len(data), hashlib.sha256(data).hexdigest())
     try:
-        with tmp.open("wb") as fh:
+        with path.open("wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         if progress:
             progress(f"{path.name}:fsynced")
-        if atomic:
-            os.replace(tmp, path)
-            fsync_directory(path.parent)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
         raise CheckpointError(f"cannot write {path}: {err.strerror or err}") from None
     return WrittenFile(path, len(data), hashlib.sha256(data).hexdigest())
 
