@@ -179,12 +179,18 @@ def load_config(
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    from minigpt_tui.engine.files import path_exists, require_regular_file
+
+    if path_exists(path):
+        require_regular_file(path, "a config file")
     try:
         return tomllib.loads(path.read_text("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read config file {path}: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} nests too deep to be a config") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
 
