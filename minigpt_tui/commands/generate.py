@@ -172,8 +172,10 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def _shown(piece: str) -> str:
-    """A piece with its boundaries visible: quoted, spaces and escapes kept."""
-    return json.dumps(piece, ensure_ascii=False)
+    """A piece with its boundaries visible: quoted, spaces kept, control characters escaped."""
+    from minigpt_tui.engine.printable import escape_controls
+
+    return escape_controls(json.dumps(piece, ensure_ascii=False))
 
 
 def print_decisions(stepper: Any) -> None:
@@ -181,9 +183,11 @@ def print_decisions(stepper: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from minigpt_tui.engine.printable import escape_controls
+
     console = Console()
     trace_model = stepper.model_path or "(in memory)"
-    console.print(Text(f"model {trace_model}"))
+    console.print(Text(escape_controls(f"model {trace_model}")))
     prompt_pieces = " ".join(_shown(stepper.tokenizer.piece_text(i)) for i in stepper.prompt_ids)
     console.print(Text(f"prompt ids {list(stepper.prompt_ids)}: {prompt_pieces}"))
     table = Table(title=f"decisions · {stepper.rule.label} · budget {stepper.rule.max_new_tokens}")
@@ -230,16 +234,18 @@ def print_probes(result: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from minigpt_tui.engine.printable import escape_controls
+
     console = Console()
     source = result["probes"]["source"]
     models = [m["label"] for m in result["models"]]
     for r, rule in enumerate(result["rules"]):
-        table = Table(title=f"probes · {rule['label']} · {source}", show_lines=True)
+        table = Table(title=Text(escape_controls(f"probes · {rule['label']} · {source}")), show_lines=True)
         table.add_column("probe / prompt", overflow="fold")
         table.add_column("last token", overflow="fold")
         table.add_column("expected", overflow="fold")
         for label in models:
-            table.add_column(label, overflow="fold")
+            table.add_column(Text(escape_controls(label)), overflow="fold")
         for row in result["rows"]:
             cells = []
             for m in range(len(models)):
@@ -252,7 +258,7 @@ def print_probes(result: dict[str, Any]) -> None:
                 cells.append(Text(f"{mark} {_shown(cell['completion'])}{stop}",
                                   style="green" if cell["match"] else ""))
             last = row["prompt_last_token"]
-            table.add_row(Text(f"{row['name']}\n{_shown(row['prompt'])}"),
+            table.add_row(Text(f"{escape_controls(row['name'])}\n{_shown(row['prompt'])}"),
                           Text(f"{last['id']} {_shown(last['piece'])}"), Text(_shown(row["expected"])), *cells)
         console.print(table)
     count = result["probes"]["count"]
@@ -298,9 +304,11 @@ def run_infer(args: argparse.Namespace) -> int:
         from rich.text import Text
 
         console = Console()
+        from minigpt_tui.engine.printable import escape_controls
+
         for key in ("model_path", "model_id", "prompt_ids", "generated_ids", "generated_bytes", "stop_reason",
                     "tied_alias"):
-            console.print(Text(f"{key}: {result[key]}"))
+            console.print(Text(escape_controls(f"{key}: {result[key]}")))
         shown = out["display"] if out["valid_utf8"] else f"{out['display']} (display only: invalid UTF-8)"
         console.print(Text(f"text: {_shown(shown)}"))
     return 0

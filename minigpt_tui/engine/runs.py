@@ -87,7 +87,8 @@ class RunDirectory:
         try:
             work.mkdir()
             staged = RunDirectory(work)
-            staged.write_json(RUN_FILE, {"run_id": uuid.uuid4().hex, "name": name, "created_at": time.time()})
+            created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            staged.write_json(RUN_FILE, {"run_id": uuid.uuid4().hex, "name": name, "created_at": created})
             for filename, data in (files or {}).items():
                 staged.write_json(filename, data)
             os.rename(work, path)
@@ -161,7 +162,10 @@ class RunLock:
         fd, self._fd = self._fd, None
         if fd is not None:
             try:
+                os.ftruncate(fd, 0)  # no holder any more (and the run's size does not vary)
                 fcntl.flock(fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
             finally:
                 os.close(fd)
 

@@ -10,7 +10,6 @@ reason and changes nothing on disk.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Header, Input, Static, TabbedContent, TabPane, Tabs, Tree
 
+from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.run_tree import RunListing, RunTree, TreeTarget, scan_runs
 from minigpt_tui.widgets.state_view import StateView, short_value
@@ -201,7 +201,7 @@ def read_tokenizer(model_file: Path) -> tuple[Any, str]:
     """The tokenizer saved in a model file, from its merges tensor alone (worker thread)."""
     import numpy as np
 
-    from minigpt_tui.engine.checkpoint.safetensors_io import read_header
+    from minigpt_tui.engine.checkpoint.safetensors_io import parse_record, read_header
     from minigpt_tui.engine.errors import CheckpointError, TokenizerError
     from minigpt_tui.engine.tokenizer import ByteBPETokenizer
 
@@ -223,8 +223,8 @@ def read_tokenizer(model_file: Path) -> tuple[Any, str]:
         raise CheckpointError(f"the saved tokenizer is invalid: {err}") from None
     note = ""
     try:
-        recorded = json.loads(header.metadata.get("tokenizer", "{}")).get("identity")
-    except (json.JSONDecodeError, AttributeError):
+        recorded = parse_record(model_file, "tokenizer", header.metadata.get("tokenizer", "{}")).get("identity")
+    except (CheckpointError, AttributeError):
         recorded = None
     if recorded is None:
         note = "no tokenizer identity is recorded in the metadata"
@@ -546,13 +546,13 @@ class CheckpointsScreen(Screen):
         out = Text()
         for file_name, records in files.items():
             if file_name:
-                out.append(f"{file_name}\n", style="bold underline")
+                out.append(f"{escape_controls(file_name)}\n", style="bold underline")
             if not records:
                 out.append("(no metadata)\n", style="dim")
             for key, value in records.items():
-                out.append(f"{key}", style="bold")
+                out.append(escape_controls(key), style="bold")
                 out.append(" = ")
-                out.append(f"{value}\n")
+                out.append(f"{escape_controls(value)}\n")
             out.append("\n")
         target.update(out)
 

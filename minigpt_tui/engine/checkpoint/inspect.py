@@ -28,6 +28,7 @@ from minigpt_tui.engine.checkpoint.training_state import FORMAT_NAME as STATE_FO
 from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE, group_of
 from minigpt_tui.engine.errors import CheckpointError
 
+MAX_BINS = 10_000  # a histogram wider than any terminal; more only costs memory
 PORTABLE_MODEL = "portable-model"
 TRAINING_STATE = "training-state"
 CHECKPOINT_DIR = "checkpoint-dir"
@@ -222,9 +223,12 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
     without it integrity covers presence and sizes only."""
     from minigpt_tui.engine.checkpoint.directory import verify_checkpoint
 
+    from minigpt_tui.engine.files import path_exists, require_file_or_folder
+
     path = Path(path).expanduser()
-    if not path.exists():
+    if not path_exists(path):
         raise CheckpointError(f"no such file or folder: {path}")
+    require_file_or_folder(path, "a checkpoint, a model file or a folder")
     from minigpt_tui.engine.interop import inspect_foreign
 
     foreign = inspect_foreign(path)  # transformers folders, sharded indexes, .pt/.pth pickles
@@ -324,8 +328,8 @@ def read_one_tensor(path: Path | str, name: str) -> TensorRead:
 def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, Any]:
     """min, max, mean, std (population), zero fraction and a histogram of one tensor,
     reading that tensor's bytes alone (a pickle is memory-mapped, not read whole)."""
-    if bins < 1:
-        raise CheckpointError("bins must be at least 1")
+    if not 1 <= bins <= MAX_BINS:
+        raise CheckpointError(f"bins must be between 1 and {MAX_BINS:,}, got {bins}")
     return statistics_of(read_one_tensor(path, name), bins)
 
 
