@@ -4,6 +4,7 @@ checkpoint holds, and run the exact-resume experiment end to end in fresh proces
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -65,14 +66,22 @@ def _resolve(spec: str, runs_dir: Path) -> Path:
 
 # -- resume ---------------------------------------------------------------------------------------
 def run_resume(args: argparse.Namespace) -> int:
-    from minigpt_tui.commands.train import drive, print_summary
-    from minigpt_tui.engine.checkpoint.directory import Checkpointer, continuation_record, restore_trainer
-    from minigpt_tui.engine.errors import ConfigError, ResumeRefused
-    from minigpt_tui.engine.runs import run_for_checkpoint
-    from minigpt_tui.engine.trainer import apply_precision
+    from minigpt_tui.engine.runs import owning_run
 
     runs_dir = runs_dir_from_args(args)
     folder = _resolve(args.checkpoint, runs_dir)
+    run = owning_run(folder, fork=args.fork)  # None: a new run folder once the restore succeeds
+    # The run is held before its checkpoint is read, so a second writer is refused at once.
+    with run.lock() if run is not None else contextlib.nullcontext():
+        return _resume(args, folder, runs_dir, run)
+
+
+def _resume(args: argparse.Namespace, folder: Path, runs_dir: Path, run: Any) -> int:
+    from minigpt_tui.engine.checkpoint.directory import restore_trainer
+    from minigpt_tui.engine.errors import ConfigError, ResumeRefused
+    from minigpt_tui.engine.runs import RunDirectory
+    from minigpt_tui.engine.trainer import apply_precision
+
     policy = {}
     if args.save_every is not None:
         policy["save_every"] = args.save_every
@@ -99,11 +108,21 @@ def run_resume(args: argparse.Namespace) -> int:
         if args.until <= trainer.step:
             raise ConfigError(f"--until {args.until} is not after the checkpoint's step {trainer.step}")
     apply_precision(trainer.config.train)
-    run, _ = run_for_checkpoint(folder, runs_dir, trainer.config, fork=args.fork)
-    with run.lock():
-        run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
-        checkpointer = Checkpointer(run, args.keep_last)
-        result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=checkpointer)
+    if run is None:
+        config = trainer.config
+        run = RunDirectory.create(runs_dir, None, f"resumed-{config.preset}", {"config.json": config.to_dict()})
+        with run.lock():
+            return _continue(args, folder, run, trainer)
+    return _continue(args, folder, run, trainer)
+
+
+def _continue(args: argparse.Namespace, folder: Path, run: Any, trainer: Any) -> int:
+    from minigpt_tui.commands.train import drive, print_summary
+    from minigpt_tui.engine.checkpoint.directory import Checkpointer, continuation_record
+
+    run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
+    checkpointer = Checkpointer(run, args.keep_last)
+    result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=checkpointer)
     result["run_dir"] = str(run.path)
     result["resumed_from"] = str(folder)
     result["continuation"] = continuation_record(trainer)

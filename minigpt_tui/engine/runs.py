@@ -16,6 +16,7 @@ from typing import Any
 
 from minigpt_tui.engine.errors import CheckpointError, ConfigError, ResumeRefused, RunLocked, WriteRefused
 from minigpt_tui.engine.files import append_line, make_folder, path_exists, write_file
+from minigpt_tui.engine.printable import escape_controls
 
 ENV_RUNS_DIR = "MINIGPT_TUI_RUNS_DIR"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -208,35 +209,47 @@ def lock_run(run_path: Path | str) -> RunLock:
 
 
 def _holder_text(fd: int) -> str:
-    try:
-        data = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(data["since"])))
-        return f"process {int(data['pid'])} on {str(data['host'])[:64]} (since {since})"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "another process"
+    """Who holds the lock, from its file (read again briefly: a holder that has just taken
+    the lock may not have written its name yet)."""
+    for _ in range(20):
+        try:
+            data = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(data["since"])))
+            return escape_controls(f"process {int(data['pid'])} on {str(data['host'])[:64]} (since {since})")
+        except (OSError, ValueError, KeyError, TypeError):
+            time.sleep(0.01)
+    return "another process"
+
+
+def owning_run(folder: Path, *, fork: bool = False) -> RunDirectory | None:
+    """The run a resume from ``folder`` continues (None: a new run folder, for a loose
+    checkpoint or with ``fork``). A checkpoint inside ``RUN/checkpoints/`` continues RUN
+    only when both record the same run identity; one copied into another run's folder is
+    refused unless ``fork``."""
+    from minigpt_tui.engine.checkpoint.directory import read_manifest
+
+    parent = Path(folder).parent
+    if fork or parent.name != "checkpoints" or not (parent.parent / "config.json").is_file():
+        return None
+    run = RunDirectory(parent.parent)
+    provenance = read_manifest(Path(folder)).get("provenance") or {}
+    saved_id = provenance.get("run_id") if isinstance(provenance, dict) else None
+    if saved_id != run.run_id:
+        raise ResumeRefused(
+            f"{folder} was saved by another run than '{run.name}' (run identity "
+            f"{str(saved_id)[:12]} vs {str(run.run_id)[:12]}): resuming would append to the wrong history; "
+            "add --fork to continue it in a new run folder"
+        )
+    return run
 
 
 def run_for_checkpoint(
     folder: Path, runs_dir: Path, config: Any, *, fork: bool = False
 ) -> tuple[RunDirectory, bool]:
-    """The run that a resume from ``folder`` continues, and whether it is new.
-
-    A checkpoint inside ``RUN/checkpoints/`` continues RUN when both record the same run
-    identity; a checkpoint copied into another run's folder is refused unless ``fork``,
-    which (like a loose checkpoint) continues in a new run folder."""
-    from minigpt_tui.engine.checkpoint.directory import read_manifest
-
-    parent = folder.parent
-    if parent.name == "checkpoints" and (parent.parent / "config.json").is_file() and not fork:
-        run = RunDirectory(parent.parent)
-        provenance = read_manifest(folder).get("provenance") or {}
-        saved_id = provenance.get("run_id") if isinstance(provenance, dict) else None
-        if saved_id != run.run_id:
-            raise ResumeRefused(
-                f"{folder} was saved by another run than '{run.name}' (run identity "
-                f"{str(saved_id)[:12]} vs {str(run.run_id)[:12]}): resuming would append to the wrong history; "
-                "add --fork to continue it in a new run folder"
-            )
+    """The run that a resume from ``folder`` continues (see :func:`owning_run`), made now
+    when it is a new one; and whether it is new."""
+    run = owning_run(folder, fork=fork)
+    if run is not None:
         return run, False
     run = RunDirectory.create(runs_dir, None, f"resumed-{config.preset}", {"config.json": config.to_dict()})
     return run, True
