@@ -96,6 +96,7 @@ class RunFiles:
     def attach(self, run: Any) -> None:
         """Take the run's lock (refused in one line when another process holds it)."""
         self.lock = run.lock()
+        self.lock.announce()
         self.run = run
 
     def release(self) -> None:

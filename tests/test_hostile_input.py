@@ -355,7 +355,8 @@ def test_fifos_devices_and_link_loops_are_refused_before_reading(tmp_path, check
 def test_a_second_writer_is_refused_naming_the_holder(runs, capsys):
     run = RunDirectory(runs / "good")
     metrics = run.metrics_path.read_bytes() if run.metrics_path.exists() else b""
-    with lock_run(run.path):
+    with lock_run(run.path) as lock:
+        lock.announce()
         with pytest.raises(RunLocked, match=f"process {os.getpid()}"):
             lock_run(run.path)
         code, _, err = cli(capsys, "--runs-dir", str(runs), "resume", "--checkpoint", "good:latest", "--until", "3")
@@ -368,8 +369,10 @@ def test_a_second_writer_is_refused_naming_the_holder(runs, capsys):
 def test_a_lock_left_by_a_dead_process_is_stale(runs):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (runs / "good" / ".lock").write_text(json.dumps({"pid": int(dead.stdout), "host": "h", "since": 0}))
+    before = snapshot(runs)
     with lock_run(runs / "good") as lock:
         assert lock.held
+    assert snapshot(runs) == before  # taking and releasing an unannounced lock writes nothing
 
 
 def test_two_resumes_at_once_one_is_refused(runs, tmp_path):

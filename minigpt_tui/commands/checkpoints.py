@@ -72,11 +72,11 @@ def run_resume(args: argparse.Namespace) -> int:
     folder = _resolve(args.checkpoint, runs_dir)
     run = owning_run(folder, fork=args.fork)  # None: a new run folder once the restore succeeds
     # The run is held before its checkpoint is read, so a second writer is refused at once.
-    with run.lock() if run is not None else contextlib.nullcontext():
-        return _resume(args, folder, runs_dir, run)
+    with run.lock() if run is not None else contextlib.nullcontext() as lock:
+        return _resume(args, folder, runs_dir, run, lock)
 
 
-def _resume(args: argparse.Namespace, folder: Path, runs_dir: Path, run: Any) -> int:
+def _resume(args: argparse.Namespace, folder: Path, runs_dir: Path, run: Any, lock: Any) -> int:
     from minigpt_tui.engine.checkpoint.directory import restore_trainer
     from minigpt_tui.engine.errors import ConfigError, ResumeRefused
     from minigpt_tui.engine.runs import RunDirectory
@@ -111,15 +111,16 @@ def _resume(args: argparse.Namespace, folder: Path, runs_dir: Path, run: Any) ->
     if run is None:
         config = trainer.config
         run = RunDirectory.create(runs_dir, None, f"resumed-{config.preset}", {"config.json": config.to_dict()})
-        with run.lock():
-            return _continue(args, folder, run, trainer)
-    return _continue(args, folder, run, trainer)
+        with run.lock() as new_lock:
+            return _continue(args, folder, run, trainer, new_lock)
+    return _continue(args, folder, run, trainer, lock)
 
 
-def _continue(args: argparse.Namespace, folder: Path, run: Any, trainer: Any) -> int:
+def _continue(args: argparse.Namespace, folder: Path, run: Any, trainer: Any, lock: Any) -> int:
     from minigpt_tui.commands.train import drive, print_summary
     from minigpt_tui.engine.checkpoint.directory import Checkpointer, continuation_record
 
+    lock.announce()
     run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
     checkpointer = Checkpointer(run, args.keep_last)
     result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=checkpointer)

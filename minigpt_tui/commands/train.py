@@ -59,7 +59,8 @@ def run_train(args: argparse.Namespace) -> int:
     if warm is not None:
         files["warm_start.json"] = _warm_record(warm)
     run = RunDirectory.create(runs_dir, args.run, config.preset, files)
-    with run.lock():
+    with run.lock() as lock:
+        lock.announce()
         result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=Checkpointer(run))
     result["run_dir"] = str(run.path)
     if warm is not None:

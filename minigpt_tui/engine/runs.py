@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -16,7 +15,6 @@ from typing import Any
 
 from minigpt_tui.engine.errors import CheckpointError, ConfigError, ResumeRefused, RunLocked, WriteRefused
 from minigpt_tui.engine.files import append_line, make_folder, path_exists, write_file
-from minigpt_tui.engine.printable import escape_controls
 
 ENV_RUNS_DIR = "MINIGPT_TUI_RUNS_DIR"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -87,6 +85,7 @@ class RunDirectory:
         work = runs_dir / f".{name}.creating-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             work.mkdir()
+            (work / LOCK_FILE).touch()
             staged = RunDirectory(work)
             created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             staged.write_json(RUN_FILE, {"run_id": uuid.uuid4().hex, "name": name, "created_at": created})
@@ -146,16 +145,31 @@ def _remove_tree(path: Path) -> None:
 class RunLock:
     """An advisory lock on ``RUN/.lock`` (``flock``): one process writes to a run at a time.
     The kernel drops it when the process ends, however it ends, so a lock left by a dead
-    process is stale by construction and the next writer simply takes it; the file's
-    content only names the holder for the refusal message."""
+    process is stale by construction and the next writer simply takes it. Taking the lock
+    writes nothing (a refused command changes nothing on disk); once the run really starts,
+    :meth:`announce` writes the holder into the file for the refusal message, and release
+    empties it again."""
 
     def __init__(self, run_path: Path, fd: int) -> None:
         self.run_path = run_path
         self._fd: int | None = fd
+        self._announced = False
 
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    def announce(self) -> None:
+        """Name this process in the lock file (called when the run starts writing)."""
+        if self._fd is None or self._announced:
+            return
+        holder = {"pid": os.getpid(), "since": time.time()}
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, (json.dumps(holder) + "\n").encode(), 0)
+            self._announced = True
+        except OSError:
+            pass  # the lock holds without its description
 
     def release(self) -> None:
         import fcntl
@@ -163,7 +177,8 @@ class RunLock:
         fd, self._fd = self._fd, None
         if fd is not None:
             try:
-                os.ftruncate(fd, 0)  # no holder any more (and the run's size does not vary)
+                if self._announced:
+                    os.ftruncate(fd, 0)
                 fcntl.flock(fd, fcntl.LOCK_UN)
             except OSError:
                 pass
@@ -199,26 +214,55 @@ def lock_run(run_path: Path | str) -> RunLock:
     except OSError as err:
         os.close(fd)
         raise WriteRefused(f"cannot lock the run {run_path}: {err.strerror or err}") from None
-    holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
-    except OSError:
-        pass  # the lock holds without its description
     return RunLock(run_path, fd)
 
 
 def _holder_text(fd: int) -> str:
-    """Who holds the lock, from its file (read again briefly: a holder that has just taken
-    the lock may not have written its name yet)."""
-    for _ in range(20):
+    """Who holds the lock: as the holder announced itself in the file, or (while it is
+    still loading, before it announces) the process that has the lock file open."""
+    try:
+        data = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        pid = int(data["pid"])
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(data["since"])))
+        if _alive(pid):  # not the description left by a holder that was killed
+            return f"process {pid} (since {since})"
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
+        pass
+    pid = _process_with_open(os.fstat(fd))
+    return f"process {pid}" if pid is not None else "another process"
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
+def _process_with_open(target: os.stat_result) -> int | None:
+    """Another process that has the file ``target`` open (Linux ``/proc/PID/fd``)."""
+    try:
+        pids = sorted(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+    except OSError:
+        return None
+    for pid in pids:
+        if pid == os.getpid():
+            continue
         try:
-            data = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
-            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(data["since"])))
-            return escape_controls(f"process {int(data['pid'])} on {str(data['host'])[:64]} (since {since})")
-        except (OSError, ValueError, KeyError, TypeError):
-            time.sleep(0.01)
-    return "another process"
+            for link in Path(f"/proc/{pid}/fd").iterdir():
+                info = link.stat()
+                if (info.st_ino, info.st_dev) == (target.st_ino, target.st_dev):
+                    return pid
+        except OSError:
+            continue
+    return None
 
 
 def owning_run(folder: Path, *, fork: bool = False) -> RunDirectory | None:
