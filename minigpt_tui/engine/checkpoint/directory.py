@@ -446,12 +446,10 @@ def save_checkpoint(
     notify = progress or (lambda _event: None)
     trainer.require_update_boundary()  # refuse before anything touches the disk
     checkpoints_dir = Path(checkpoints_dir)
-    if not checkpoints_dir.parent.is_dir():  # never recreate a run folder deleted under a run
-        raise CheckpointError(f"cannot save: the folder {checkpoints_dir.parent} no longer exists")
     final = checkpoints_dir / checkpoint_name(trainer.step)
     tmp = _work_name(final, "partial")
     try:
-        checkpoints_dir.mkdir(exist_ok=True)
+        checkpoints_dir.mkdir(parents=True, exist_ok=True)
         tmp.mkdir()
     except OSError as err:
         raise CheckpointError(f"cannot save in {checkpoints_dir}: {err.strerror or err}") from None
@@ -517,6 +515,8 @@ class Checkpointer:
     def save(self, trainer: "Trainer", reason: str) -> Path:
         from minigpt_tui.engine.runs import RunDirectory
 
+        if not self.run_dir.is_dir():  # never recreate a run folder deleted under a run
+            raise CheckpointError(f"cannot save: the run folder {self.run_dir} no longer exists")
         run_id = RunDirectory(self.run_dir).run_id
         path = save_checkpoint(
             trainer,
