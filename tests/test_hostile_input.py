@@ -445,14 +445,20 @@ def test_a_run_folder_is_made_whole_or_not_at_all(tmp_path):
 
 
 def test_metrics_that_cannot_be_written_stop_the_run_and_save(tmp_path):
-    from minigpt_tui.commands.train import drive
+    from minigpt_tui.engine.session.events import Refused, Saved
+    from minigpt_tui.engine.session.plans import PreparedRun
+    from minigpt_tui.engine.session.training import TrainingSession
 
     config = load_config("tiny")
     run = RunDirectory.create(tmp_path / "runs", "r", "tiny", {"config.json": config.to_dict()})
     run.metrics_path.mkdir()  # appending to it fails
-    trainer = make_trainer("tiny")
-    with pytest.raises(WriteRefused, match="metrics.jsonl.*stopped after update 1; saved as"):
-        drive(trainer, run, until=None, show_progress=False, checkpointer=Checkpointer(run))
+    events: list = []
+    session = TrainingSession(lambda: PreparedRun(make_trainer("tiny"), run, Checkpointer(run)), events.append)
+    finished = session.run()
+    assert finished.step == 1 and isinstance(session.write_failure, WriteRefused)
+    refusals = [e for e in events if isinstance(e, Refused)]
+    assert [r.action for r in refusals] == ["metrics"] and "metrics.jsonl" in refusals[0].message
+    assert [(e.step, e.reason) for e in events if isinstance(e, Saved)] == [(1, "stop")]
     assert [p.name for p in run.checkpoints.iterdir()] == ["step-000001"]
 
 

@@ -4,7 +4,6 @@ checkpoint holds, and run the exact-resume experiment end to end in fresh proces
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -66,67 +65,15 @@ def _resolve(spec: str, runs_dir: Path) -> Path:
 
 # -- resume ---------------------------------------------------------------------------------------
 def run_resume(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.runs import owning_run
+    from minigpt_tui.commands.train import drive, print_summary
+    from minigpt_tui.engine.session.plans import ResumeRun
 
     runs_dir = runs_dir_from_args(args)
-    folder = _resolve(args.checkpoint, runs_dir)
-    run = owning_run(folder, fork=args.fork)  # None: a new run folder once the restore succeeds
-    # The run is held before its checkpoint is read, so a second writer is refused at once.
-    with run.lock() if run is not None else contextlib.nullcontext() as lock:
-        return _resume(args, folder, runs_dir, run, lock)
-
-
-def _resume(args: argparse.Namespace, folder: Path, runs_dir: Path, run: Any, lock: Any) -> int:
-    from minigpt_tui.engine.checkpoint.directory import restore_trainer
-    from minigpt_tui.engine.errors import ConfigError, ResumeRefused
-    from minigpt_tui.engine.runs import RunDirectory
-    from minigpt_tui.engine.trainer import apply_precision
-
-    policy = {}
-    if args.save_every is not None:
-        policy["save_every"] = args.save_every
-    if args.keep_last is not None:
-        policy["keep_last"] = args.keep_last
-    trainer = restore_trainer(
-        folder,
-        allow_environment_change=args.allow_environment_change,
-        corpus_path_override=args.corpus,
-        policy_overrides=policy or None,
-    )
-    steps = trainer.config.train.steps
-    if trainer.finished:
-        raise ConfigError(
-            f"the checkpoint at step {trainer.step} has completed its schedule of {steps} updates; "
-            f"to train further start a new history: train --init-from {args.checkpoint}"
-        )
-    if args.until is not None:
-        if args.until > steps:
-            raise ResumeRefused(
-                f"--until {args.until} is beyond the saved schedule of {steps} updates; continuing past it is "
-                f"a weights-only warm start with a new schedule: train --init-from {args.checkpoint}"
-            )
-        if args.until <= trainer.step:
-            raise ConfigError(f"--until {args.until} is not after the checkpoint's step {trainer.step}")
-    apply_precision(trainer.config.train)
-    if run is None:
-        config = trainer.config
-        run = RunDirectory.create(runs_dir, None, f"resumed-{config.preset}", {"config.json": config.to_dict()})
-        with run.lock() as new_lock:
-            return _continue(args, folder, run, trainer, new_lock)
-    return _continue(args, folder, run, trainer, lock)
-
-
-def _continue(args: argparse.Namespace, folder: Path, run: Any, trainer: Any, lock: Any) -> int:
-    from minigpt_tui.commands.train import drive, print_summary
-    from minigpt_tui.engine.checkpoint.directory import Checkpointer, continuation_record
-
-    lock.announce()
-    run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
-    checkpointer = Checkpointer(run, args.keep_last)
-    result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=checkpointer)
-    result["run_dir"] = str(run.path)
-    result["resumed_from"] = str(folder)
-    result["continuation"] = continuation_record(trainer)
+    policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
+    plan = ResumeRun(_resolve(args.checkpoint, runs_dir), runs_dir, until=args.until,
+                     allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
+                     fork=args.fork)
+    result = drive(plan, show_progress=not args.json)
     if args.json:
         emit_json(result)
     else:

@@ -19,6 +19,7 @@ through the index's ``weight_map`` and read alone from that shard; a pickle is l
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import math
@@ -27,7 +28,7 @@ import re
 import warnings
 import zipfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection, TensorRead
@@ -162,6 +163,12 @@ def _jsonable(value: Any, budget: WalkBudget | None = None, depth: int = 0, wher
         if isinstance(value, dict):
             return {str(k)[:RECORD_TEXT_LIMIT]: _jsonable(v, budget, depth + 1, f"{where}.{k}") for k, v in value.items()}
         return [_jsonable(v, budget, depth + 1, f"{where}.{i}") for i, v in enumerate(value)]
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, argparse.Namespace):
+        return _jsonable(vars(value), budget, depth, where)
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):  # a numpy scalar
+        return _jsonable(value.item(), budget, depth + 1, where)
     return _text(value)
 
 
@@ -414,6 +421,26 @@ def _refusal(path: Path, message: str) -> CheckpointError:
     return CheckpointError(f"{path}: refused by the weights-only loader{': ' + detail if detail else ''}; it was not run")
 
 
+def known_safe_globals() -> list[Any]:
+    """The only classes a pickle may name beyond torch's own weights-only set: values that
+    routine training scripts store beside their tensors and that cannot run code when
+    rebuilt. numpy scalars (with their dtypes), ``argparse.Namespace`` (the script's
+    arguments) and ``pathlib`` paths. Everything else stays refused."""
+    import argparse
+    import pathlib
+
+    import numpy
+
+    core = getattr(numpy, "_core", None) or numpy.core  # numpy 2 renamed numpy.core
+    dtype_classes = [getattr(numpy.dtypes, name) for name in dir(numpy.dtypes) if name.endswith("DType")]
+    return [
+        core.multiarray.scalar, numpy.dtype, *dtype_classes,
+        argparse.Namespace,
+        pathlib.PurePath, pathlib.PurePosixPath, pathlib.PureWindowsPath,
+        pathlib.Path, pathlib.PosixPath, pathlib.WindowsPath,
+    ]
+
+
 def load_torch_pickle(path: Path, *, mmap: bool = False) -> Any:
     """``torch.load(path, weights_only=True, map_location="cpu")``: the only way this
     project opens a pickle. Every failure is one line. ``mmap`` maps a torch zip's tensor
@@ -423,7 +450,8 @@ def load_torch_pickle(path: Path, *, mmap: bool = False) -> Any:
     import torch
 
     try:
-        with opening_errors(path, "a PyTorch checkpoint"), warnings.catch_warnings():
+        with opening_errors(path, "a PyTorch checkpoint"), warnings.catch_warnings(), \
+                torch.serialization.safe_globals(known_safe_globals()):
             warnings.simplefilter("ignore")
             if mmap and zipfile.is_zipfile(path):
                 return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
@@ -475,6 +503,8 @@ def _walk(walk: _Walk, value: Any, prefix: str, group: str, depth: int) -> None:
             if value.numel() == 1 and not value.is_complex():
                 walk.records[prefix] = _jsonable(value.item())
         return
+    if isinstance(value, argparse.Namespace):
+        value = vars(value)
     if isinstance(value, (dict, list, tuple)):
         first = walk.seen.get(id(value))
         if first is not None:
