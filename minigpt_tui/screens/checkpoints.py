@@ -443,7 +443,7 @@ class CheckpointsScreen(Screen):
         if message.loud:
             self.notify(message.reason, title="cannot open", severity="error")
         if self.opened is None:
-            self.query_one("#ckpt-summary", Static).update(Text(message.reason, style="red"))
+            self.query_one("#ckpt-summary", Static).update(Text(escape_controls(message.reason), style="red"))
 
     @on(Inspected)
     def _inspected(self, message: Inspected) -> None:
@@ -471,10 +471,10 @@ class CheckpointsScreen(Screen):
     def _show_summary(self, inspection: Any) -> None:
         wide = self.size.width >= SUMMARY_DETAIL_FROM
         out = Text()
-        out.append(self.store.display(inspection.path), style="bold")
+        out.append(escape_controls(self.store.display(inspection.path)), style="bold")
         out.append(f"  {KIND_LABELS.get(inspection.kind, inspection.kind)}", style="italic")
         for summary in inspection.files:
-            out.append(f"\n{summary.name}: ", style="bold")
+            out.append(f"\n{escape_controls(summary.name)}: ", style="bold")
             out.append(f"{human_bytes(summary.size)}, {summary.tensors} tensors")
             if wide:
                 out.append(f", header {human_bytes(summary.header_bytes)}, data {human_bytes(summary.data_bytes)}")
