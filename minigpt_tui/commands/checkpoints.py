@@ -201,7 +201,7 @@ def _print_inspection(result: dict[str, Any]) -> None:
             table.add_row(_text(key), _short(value))
         console.print(table)
     integrity = result.get("integrity")
-    if integrity is not None and "complete" not in integrity:  # a transformers folder: index against shards
+    if integrity is not None and integrity["scope"] == "index":  # a transformers folder: index against shards
         verdict = "ok" if integrity.get("ok") else "PROBLEM: " + "; ".join(integrity.get("problems") or [])
         console.print(_text(f"integrity ({integrity.get('checked')}): {verdict}"))
     elif integrity is not None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
 from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.messages import RunSummary
+from minigpt_tui.widgets.pieces import plain_cell
 
 
 def short_identity(identity: str) -> str:
@@ -36,7 +36,7 @@ class RunSummaryView(Static):
             f" · {config.train.steps} updates · ",
             precision_text(config.train.precision, config.dtype_name, config.train.threads),
         ))
-        grid.add_row("corpus", escape(escape_controls(config.corpus.source)))
+        grid.add_row("corpus", plain_cell(config.corpus.source))
         grid.add_row("", Text("space starts it · n configures a new run", style="dim"))
         self.update(grid)
 

@@ -45,6 +45,7 @@ from minigpt_tui.engine.checkpoint.safetensors_io import (
     write_data,
     write_header,
 )
+from minigpt_tui.engine.checkpoint.integrity import FileIntegrity, Integrity, IntegrityScope
 from minigpt_tui.engine.checkpoint.training_state import (
     TRAINING_FILE,
     CapturedState,
@@ -156,44 +157,33 @@ def expected_from_manifest(file_path: Path) -> ExpectedFile | None:
     return ExpectedFile(record["size"], record["sha256"], str(folder / MANIFEST))
 
 
-def verify_checkpoint(folder: Path, *, hashes: bool = True) -> dict[str, Any]:
+def verify_checkpoint(folder: Path, *, hashes: bool = True) -> Integrity:
     """Integrity of a checkpoint folder: manifest present, sizes and (optionally) hashes."""
     from minigpt_tui.engine.checkpoint.safetensors_io import file_sha256
 
     folder = Path(folder)
+    checked = "manifest sizes and SHA-256" if hashes else "manifest sizes"
     try:
         manifest = read_manifest(folder)
     except CheckpointError as err:
-        return {"complete": False, "ok": False, "problem": str(err), "files": {}, "hashes_checked": False}
-    files: dict[str, Any] = {}
-    problem = None
+        return Integrity(IntegrityScope.MANIFEST, checked, (str(err),), complete=False)
+    files = []
+    problems = []
     for name, record in manifest["files"].items():
         path = folder / name
-        entry: dict[str, Any] = {"size": record["size"], "sha256": record["sha256"]}
         if not path.is_file():
-            entry.update(present=False, size_ok=False, sha256_ok=False)
-            problem = problem or f"{path} is missing"
-        else:
-            actual = path.stat().st_size
-            entry.update(present=True, actual_size=actual, size_ok=actual == record["size"])
-            if not entry["size_ok"]:
-                problem = problem or f"{path}: {actual} bytes, the manifest records {record['size']}"
-            if hashes:
-                entry["sha256_ok"] = file_sha256(path) == record["sha256"]
-                if not entry["sha256_ok"]:
-                    problem = problem or f"{path}: SHA-256 does not match the manifest"
-            else:
-                entry["sha256_ok"] = None
-        files[name] = entry
-    return {
-        "complete": True,
-        "ok": problem is None,
-        "problem": problem,
-        "files": files,
-        "hashes_checked": hashes,
-        "step": manifest["step"],
-        "reason": manifest.get("reason"),
-    }
+            files.append(FileIntegrity(name, record["size"], record["sha256"], present=False))
+            problems.append(f"{path} is missing")
+            continue
+        actual = path.stat().st_size
+        if actual != record["size"]:
+            problems.append(f"{path}: {actual} bytes, the manifest records {record['size']}")
+        sha_ok = file_sha256(path) == record["sha256"] if hashes else None
+        if sha_ok is False:
+            problems.append(f"{path}: SHA-256 does not match the manifest")
+        files.append(FileIntegrity(name, record["size"], record["sha256"], True, actual, sha_ok))
+    return Integrity(IntegrityScope.MANIFEST, checked, tuple(problems), hashes_checked=hashes,
+                     step=manifest["step"], reason=manifest.get("reason"), files=tuple(files))
 
 
 # -- listing and retention ----------------------------------------------------------------------

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minigpt_tui.engine.checkpoint.integrity import Integrity
 from minigpt_tui.engine.checkpoint.portable import FORMAT_NAME as MODEL_FORMAT
 from minigpt_tui.engine.checkpoint.portable import MODEL_FILE
 from minigpt_tui.engine.checkpoint.safetensors_io import (
@@ -25,7 +26,8 @@ from minigpt_tui.engine.checkpoint.safetensors_io import (
     read_tensor,
 )
 from minigpt_tui.engine.checkpoint.training_state import FORMAT_NAME as STATE_FORMAT
-from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE, group_of
+from minigpt_tui.engine.checkpoint.state_groups import group_of
+from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE
 from minigpt_tui.engine.errors import CheckpointError
 
 MAX_BINS = 10_000  # a histogram wider than any terminal; more only costs memory
@@ -91,7 +93,7 @@ class Inspection:
     aliases: tuple[dict[str, Any], ...]
     state: dict[str, dict[str, Any]]
     metadata: dict[str, Any]  # raw metadata: a file's str->str map; a folder's per file
-    integrity: dict[str, Any] | None
+    integrity: Integrity | None
     files: tuple[FileSummary, ...] = field(default_factory=tuple)
 
     def entry(self, name: str) -> EntryRecord:
@@ -109,7 +111,7 @@ class Inspection:
             "aliases": list(self.aliases),
             "state": self.state,
             "metadata": self.metadata,
-            "integrity": self.integrity,
+            "integrity": self.integrity.to_json() if self.integrity is not None else None,
         }
 
 

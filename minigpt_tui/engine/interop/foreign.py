@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui.engine.checkpoint.integrity import Integrity, IntegrityScope
 from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection, TensorRead
 from minigpt_tui.engine.checkpoint.safetensors_io import Header, opening_errors, read_header, read_tensor
 from minigpt_tui.engine.errors import CheckpointError
@@ -357,7 +358,7 @@ def inspect_hf_folder(path: Path) -> Inspection:
             "problems": list(folder.problems),
         }
         metadata[INDEX_FILE] = _jsonable(folder.index.get("metadata") or {})
-    integrity = {"ok": not folder.problems, "checked": "headers and index", "problems": list(folder.problems)}
+    integrity = Integrity(IntegrityScope.INDEX, "headers and index", tuple(folder.problems))
     return Inspection(path, HF_MODEL, tuple(entries), tuple(_hf_aliases(folder)), state, metadata, integrity,
                       tuple(files))
 
