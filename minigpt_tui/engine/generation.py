@@ -645,11 +645,13 @@ def load_probes(path: str | Path | None = None) -> ProbeSet:
         source = "bundled:probes.json"
         raw = resources.files("minigpt_tui").joinpath("assets/probes.json").read_bytes()
     else:
-        from minigpt_tui.engine.files import require_regular_file
+        from minigpt_tui.engine.files import path_exists, require_regular_file
 
         source = str(path)
+        if path_exists(Path(path).expanduser()):
+            require_regular_file(Path(path).expanduser(), "a probe file")  # never a FIFO or a device
         try:
-            raw = require_regular_file(Path(path).expanduser(), "a probe file").read_bytes()
+            raw = Path(path).expanduser().read_bytes()
         except FileNotFoundError:
             raise GenerationError(f"probe file not found: {path}") from None
         except OSError as err:

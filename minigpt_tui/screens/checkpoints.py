@@ -316,7 +316,7 @@ class CheckpointsScreen(Screen):
         if message.loud:
             self.notify(message.reason, title="cannot open", severity="error")
         if self.opened is None:
-            self.query_one("#ckpt-summary", Static).update(Text(message.reason, style="red"))
+            self.query_one("#ckpt-summary", Static).update(Text(escape_controls(message.reason), style="red"))
 
     @on(Inspected)
     def _inspected(self, message: Inspected) -> None:

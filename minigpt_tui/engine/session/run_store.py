@@ -102,9 +102,11 @@ class RunStore:
         return path.parent.resolve() == self.root.resolve() and (path / "config.json").is_file()
 
     def rename(self, run_path: Path, new_name: str) -> Path:
-        from minigpt_tui.engine.runs import check_run_name
+        from minigpt_tui.engine.runs import check_run_name, lock_run
 
         check_run_name(new_name)
+        with lock_run(run_path):  # refused, naming the holder, while another process trains it
+            pass
         target = run_path.parent / new_name
         if target.exists():
             raise ConfigError(f"a run named '{new_name}' already exists")
