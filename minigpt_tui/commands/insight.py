@@ -98,8 +98,8 @@ def print_insights(decisions: Sequence[Any], insights: Sequence[Any]) -> None:
                               Text(top))
             console.print(table)
         for parts in insight.contributions:
-            table = Table(title=f"contributions to {parts.id} {_shown(parts.piece)} · step {decision.step} "
-                                f"· logit {parts.logit:.6f} · sum of parts {parts.total:.6f}")
+            table = Table(title=f"contributions · step {decision.step} · {parts.id} {_shown(parts.piece)}",
+                          caption=f"logit {parts.logit:.9f} · sum of parts {parts.total:.9f}")
             table.add_column("part")
             table.add_column("logit", justify="right")
             table.add_row("embedding", f"{parts.embedding:+.6f}")

@@ -239,7 +239,7 @@ def check_token_id(model: MiniGPT, token_id: int) -> None:
 
 
 # -- the views ----------------------------------------------------------------------------
-def _rank_of(logits: Tensor, token_id: int) -> int:
+def token_rank(logits: Tensor, token_id: int) -> int:
     """1-based rank over the whole vocabulary by logit descending, then id ascending."""
     value = logits[token_id]
     above = int((logits > value).sum())
@@ -262,7 +262,7 @@ def logit_lens(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationCac
             order = torch.sort(logits, descending=True, stable=True).indices[:top].tolist()
             values = probabilities.tolist()
             entries = tuple(LensEntry(i, tokenizer.piece_text(i), values[i]) for i in order)
-            rows.append(LensRow(layer, stream, entries, _rank_of(logits, chosen_id), values[chosen_id], logits))
+            rows.append(LensRow(layer, stream, entries, token_rank(logits, chosen_id), values[chosen_id], logits))
     return tuple(rows)
 
 
