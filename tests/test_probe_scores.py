@@ -42,7 +42,7 @@ def test_scores_follow_the_probes_command_and_report_the_first_answer_token():
         [row["results"][0]["match"] for row in command["rows"]]
 
 
-def test_a_model_that_writes_the_answer_matches_with_rank_one():
+def test_a_model_that_writes_the_answer_matches_with_rank_one(tmp_path):
     model = MiniGPT(ModelConfig(family="gpt2", width=8, heads=1, kv_heads=1, ffn=8, layers=1, context=32),
                     BYTES_ONLY.vocab_size, torch.float64)
     model.initialize(4)
@@ -64,8 +64,16 @@ def test_a_model_that_writes_the_answer_matches_with_rank_one():
             model.token_embedding.weight[token_id, offset] = 1.0
     probes = ProbeSet("t", "x", (Probe("ok", prompt, "ok"), Probe("no", prompt, "ko")))
     hit, miss = score_probes(model, BYTES_ONLY, probes)
-    assert hit.match and hit.completion == "ok" and hit.expected_rank == 1 and hit.expected_probability > 5 / BYTES_ONLY.vocab_size
-    assert not miss.match and miss.completion == "ok" and miss.expected_rank > 1
+    assert hit.match and hit.completion == "ok"
+    assert hit.expected_rank == 1 and hit.expected_probability > 5 / BYTES_ONLY.vocab_size
+    assert not miss.match and miss.expected_rank > 1
+    assert miss.completion == "o"  # generation stops where it leaves the expected answer
+    file = tmp_path / "probes.json"
+    file.write_text(json.dumps({"format": "minigpt-tui-probes", "version": 1,
+                                "probes": [{"name": p.name, "prompt": p.prompt, "expected": p.expected}
+                                           for p in probes.probes]}))
+    command = run_probes([("m", SimpleNamespace(model=model, tokenizer=BYTES_ONLY))], [GenerationRule.greedy()], file)
+    assert [row["results"][0]["match"] for row in command["rows"]] == [True, False]
 
 
 def test_a_probe_that_cannot_run_is_an_error_not_a_failure():
