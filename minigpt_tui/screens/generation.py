@@ -95,7 +95,7 @@ The top ids of the selected decision by logit, plus the chosen id and the rule's
 and the ineligible ids (BOS, which is never chosen) wherever they rank:
 - **rank**: 1-based by logit, ties by smaller id.
 - **logit**: the model's score for the last position.
-- **raw p**: softmax of all logits (the model's own distribution), with a bar.
+- **raw p**: softmax of all logits (the model's own distribution), with a bar scaled to the most probable candidate (it shows even when every probability is small).
 - **sel p**: the probability the rule selected from: zero outside the retained set (ineligible, cut by top-k or top-p); under greedy, the eligible softmax.
 - **elig**: ✓ when the id may be chosen at all, ✗ when not (BOS, forbidden ids).
 - **▶** before the rank marks the chosen id (bold; forced ones are also named in the decision line), **◇** the rule's own pick when another id was forced.
