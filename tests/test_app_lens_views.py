@@ -11,6 +11,7 @@ from minigpt_tui.widgets.head_pattern_view import LABEL_CELLS, pattern_text
 from minigpt_tui.widgets.lens_view import lens_text, rank_sparkline
 from minigpt_tui.widgets.numbers import short_probability
 from minigpt_tui.widgets.pieces import piece_text, visible_piece
+from tests.app_support import run_async, static_text
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +70,39 @@ def test_head_pattern_view_has_a_row_per_query_and_nothing_past_the_diagonal(ins
     for query, row in enumerate(rows):
         cells = row[LABEL_CELLS:].split("  ")[0]
         assert len(cells) == query + 1
+
+
+@run_async
+async def test_insight_panel_switches_views_and_the_pattern_scrolls_inside_80x24():
+    from textual.app import App
+
+    from minigpt_tui.widgets.insight_panel import InsightPanel, insight_view
+
+    model = varied_model("llama")
+    ids = BYTES_ONLY.encode_prompt("longer than 24 rows tall")
+    insight = inspect_decision(model, BYTES_ONLY, ids, 72, lens=True, contributions=True, pattern=(0, 1))
+    view = insight_view(insight, 3, 72, "F", BYTES_ONLY.vocab_size)
+    assert isinstance(view.pattern.weights[0][0], float)
+
+    class PanelApp(App):
+        def compose(self):
+            yield InsightPanel()
+
+    app = PanelApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        panel = app.query_one(InsightPanel)
+        assert "Press l" in static_text(panel, "#lens-text")
+        panel.show_insight(view)
+        await pilot.pause()
+        assert static_text(panel, "#lens-text").startswith("chosen F 72 · rank by layer")
+        panel.show_kind("contributions")
+        await pilot.pause()
+        assert panel.kind == "contributions"
+        assert "b2 head 3" in static_text(panel, "#contributions-text")
+        panel.show_kind("pattern")
+        await pilot.pause()
+        scroller = panel.query_one("#insight-pattern")
+        assert scroller.region.height <= 24 and scroller.virtual_size.height > scroller.region.height
+        panel.show_insight(None)
+        await pilot.pause()
+        assert "Press h" in static_text(panel, "#head-pattern-text")

@@ -18,7 +18,7 @@ from textual.widgets import Static
 from minigpt_tui.widgets.pieces import bar, fitted_piece
 
 HALF_WIDTH = 20  # cells on each side of the axis
-EMPTY = "Press n to split the selected decision's logit into its parts."
+EMPTY = "Press x to split the selected decision's logit into its parts."
 
 
 def contribution_rows(parts: Any) -> list[tuple[str, float]]:
