@@ -129,3 +129,21 @@ def test_contrast_refusals_are_one_line(model_files, tmp_path, models, extra, me
     assert done.returncode == 1 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_a_second_opinion_on_each_decision_of_a_stepper():
+    from minigpt_tui.engine.contrast import check_same_tokenizer, second_opinion
+
+    a, b = varied_model("gpt2", seed=3), varied_model("gpt2", seed=5)
+    stepper = DecisionStepper(a, BYTES_ONLY, PROMPT, GenerationRule.greedy(4))
+    stepper.run()
+    path = contrast_models(portable(a), portable(b), PROMPT, rule=GenerationRule.greedy(4))
+    for decision, position in zip(stepper.decisions, path.positions):
+        same = second_opinion(portable(a), decision)
+        assert same.kl == 0.0 and same.top1_agree and same.rank_b == decision.chosen.rank
+        other = second_opinion(portable(b), decision)
+        assert other.kl == pytest.approx(position.kl, rel=1e-9, abs=1e-12)
+        assert (other.rank_b, other.top1_b) == (position.rank_b, position.top1_b)
+    merged = ByteBPETokenizer.train(["abababab cdcdcd"], 3)
+    with pytest.raises(GenerationError, match="different tokenizers"):
+        check_same_tokenizer(portable(a), portable(b, merged))

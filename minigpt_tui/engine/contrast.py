@@ -9,7 +9,8 @@ computation on both sides means a model contrasted with itself gives KL exactly 
 
 ``contrast_models(a, b, prompt, rule=..., continuation=None)`` takes two loaded portable
 models (``model``, ``tokenizer``, optionally ``identity`` and ``path``) and returns a
-:class:`Contrast`. Models whose tokenizers differ are refused: their ids mean different
+:class:`Contrast`. ``second_opinion(b, decision)`` compares one decision of a stepper with
+a second model reading the same prefix (the Generation screen's second model column). Models whose tokenizers differ are refused: their ids mean different
 things.
 """
 
@@ -128,9 +129,36 @@ def _path_logits(model: MiniGPT, ids: Sequence[int]) -> Tensor:
     return out.logits[0].detach().to(torch.float64)
 
 
-def contrast_models(a: Any, b: Any, prompt: str, *, rule: GenerationRule | None = None,
-                    continuation: str | None = None) -> Contrast:
-    """Both models along one path (see the module docstring)."""
+def compare_position(step: int, prefix_length: int, next_id: int, piece: str, logits_a: Tensor,
+                     logits_b: Tensor) -> ContrastPosition:
+    """Two models' logits at one position, compared: KL(A || B), top-1 ids, the next id's place."""
+    la, lb = logits_a.to(torch.float64), logits_b.to(torch.float64)
+    log_p, log_q = torch.log_softmax(la, dim=-1), torch.log_softmax(lb, dim=-1)
+    kl = float((log_p.exp() * (log_p - log_q)).sum())
+    top_a, top_b = int(torch.argmax(la)), int(torch.argmax(lb))
+    return ContrastPosition(step, prefix_length, next_id, piece, kl, top_a == top_b, top_a, top_b,
+                            token_rank(la, next_id), token_rank(lb, next_id), float(log_p[next_id].exp()),
+                            float(log_q[next_id].exp()))
+
+
+def second_opinion(b: Any, decision: Any) -> ContrastPosition:
+    """A second model on one decision of a stepper: B reads the decision's prefix and is
+    compared with the decision's own logits (A's). With a recomputing stepper and B the same
+    model, KL is exactly 0."""
+    if decision.logits.shape[-1] != b.model.vocab_size:
+        raise GenerationError(f"the second model has {b.model.vocab_size} output ids, "
+                              f"the first {decision.logits.shape[-1]}")
+    ids = decision.prefix_ids
+    if len(ids) > b.model.config.context:
+        raise GenerationError(f"the prefix of {len(ids)} ids does not fit the second model's context "
+                              f"of {b.model.config.context}")
+    logits_b = _path_logits(b.model, ids)[-1]
+    return compare_position(decision.step, len(ids), decision.chosen.id, decision.chosen.piece.text,
+                            decision.logits, logits_b)
+
+
+def check_same_tokenizer(a: Any, b: Any) -> None:
+    """Refuse two models whose ids mean different things (one line)."""
     tokenizer = a.tokenizer
     if tokenizer.identity != b.tokenizer.identity:
         raise GenerationError(
@@ -138,6 +166,13 @@ def contrast_models(a: Any, b: Any, prompt: str, *, rule: GenerationRule | None 
             f"vs {b.tokenizer.vocab_size} ids, {b.tokenizer.identity[:12]}): their ids cannot be compared")
     if a.model.vocab_size != b.model.vocab_size:
         raise GenerationError(f"the two models have {a.model.vocab_size} and {b.model.vocab_size} output ids")
+
+
+def contrast_models(a: Any, b: Any, prompt: str, *, rule: GenerationRule | None = None,
+                    continuation: str | None = None) -> Contrast:
+    """Both models along one path (see the module docstring)."""
+    check_same_tokenizer(a, b)
+    tokenizer = a.tokenizer
     prompt_ids = tuple(tokenizer.encode_prompt(prompt))
     if continuation is not None:
         if rule is not None:
@@ -162,14 +197,8 @@ def contrast_models(a: Any, b: Any, prompt: str, *, rule: GenerationRule | None 
     positions = []
     first = len(prompt_ids) - 1
     for step, index in enumerate(range(first, len(reading)), start=1):
-        la, lb = logits_a[index], logits_b[index]
-        log_p, log_q = torch.log_softmax(la, dim=-1), torch.log_softmax(lb, dim=-1)
-        kl = float((log_p.exp() * (log_p - log_q)).sum())
         next_id = path[index + 1]
-        top_a, top_b = int(torch.argmax(la)), int(torch.argmax(lb))
-        positions.append(ContrastPosition(
-            step, index + 1, next_id, tokenizer.piece_text(next_id), kl, top_a == top_b, top_a, top_b,
-            token_rank(la, next_id), token_rank(lb, next_id), float(log_p[next_id].exp()),
-            float(log_q[next_id].exp())))
+        positions.append(compare_position(step, index + 1, next_id, tokenizer.piece_text(next_id),
+                                          logits_a[index], logits_b[index]))
     return Contrast(prompt, prompt_ids, source, rule, tuple(following), _describe(a), _describe(b),
                     tokenizer.identity, tuple(positions))
