@@ -19,6 +19,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
+from minigpt_tui.engine.session.events import Command
 from minigpt_tui.messages import EngineImported
 from minigpt_tui.screens import MAIN_SCREENS, ScreenEntry
 
@@ -34,23 +35,9 @@ class LaunchSettings:
 
 def resolve_next_config(settings: LaunchSettings, overrides: dict[str, dict[str, Any]] | None = None) -> Any:
     """The RunConfig that ``space`` starts (config resolution does not import torch)."""
-    from minigpt_tui.engine.config import load_config
+    from minigpt_tui.engine.session.inputs import RunChoices
 
-    merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
-    if settings.corpus:
-        check_corpus_path(settings.corpus)
-        merged.setdefault("corpus", {})["source"] = str(Path(settings.corpus).expanduser().resolve())
-    return load_config(settings.preset, None, merged)
-
-
-def check_corpus_path(source: str) -> None:
-    from minigpt_tui.engine.errors import CorpusError
-
-    if source.startswith("bundled:"):
-        return
-    path = Path(source).expanduser()
-    if not path.exists():
-        raise CorpusError(f"corpus not found: {path}")
+    return RunChoices(settings.preset, corpus=settings.corpus).resolve(extra=overrides)
 
 
 class MiniGPTApp(App[None]):
@@ -103,7 +90,8 @@ class MiniGPTApp(App[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine-import")
     def _import_engine(self) -> None:
         started = time.perf_counter()
-        import minigpt_tui.engine.controller  # noqa: F401  (imports torch and the trainer)
+        import minigpt_tui.engine.checkpoint.directory  # noqa: F401  (imports torch)
+        import minigpt_tui.engine.trainer  # noqa: F401
 
         self.post_message(EngineImported(time.perf_counter() - started))
 
@@ -179,7 +167,7 @@ class MiniGPTApp(App[None]):
             elif choice == "discard":
                 training.stop_for_exit(save=False)
 
-        self.push_screen(ConfirmQuitScreen(unsaved, training.run.handle.saving), decided)
+        self.push_screen(ConfirmQuitScreen(unsaved), decided)
 
     def action_quit(self) -> None:  # type: ignore[override]
         self.action_request_quit()
@@ -189,7 +177,7 @@ class MiniGPTApp(App[None]):
         # make sure a run still going stops at its next update.
         training = self.training_screen
         if training is not None and training.run is not None and training.run.active:
-            training.run.handle.send("stop")
+            training.run.session.send(Command.STOP)
 
 
 def run_app(args: argparse.Namespace) -> int:

@@ -1,13 +1,13 @@
 """Textual messages that carry engine events and worker results to the UI thread.
 
-The run controller reports every update; one Textual message per update would take a
-large share of the GIL from training. A :class:`RunFeed` is the controller's sink instead:
+A training session reports every update; one Textual message per update would take a
+large share of the GIL from training. A :class:`RunFeed` is the session's sink instead:
 the worker thread appends events to a lock-protected list and posts one
 :class:`EngineEventsReady` only when the list goes from empty to non-empty. The screen
 drains the whole list at its own refresh rate, so a fast run costs the UI a few messages a
 second however many updates it makes.
 
-Nothing here imports torch: events are handled by duck type and class, never constructed.
+Nothing here imports torch: the event records come from the engine's torch-free session layer.
 """
 
 from __future__ import annotations
@@ -15,44 +15,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from textual.message import Message
 
+from minigpt_tui.engine.session.events import RunSummary
+from minigpt_tui.engine.session.history import LoadedCurve, RunHistory
 
-@dataclass(frozen=True)
-class RunSummary:
-    """What identifies a run, gathered on the worker thread once the trainer is built."""
-
-    run_name: str
-    run_dir: Path | None
-    preset: str
-    parameter_tensors: int
-    parameter_scalars: int
-    corpus_source: str
-    corpus_identity: str
-    train_records: int
-    validation_records: int
-    tokenizer_identity: str
-    vocab_size: int
-    merges: int
-    precision: str
-    dtype: str
-    threads: int
-    steps: int
-    start_step: int = 0
-    resumed_from: Path | None = None
-
-
-@dataclass(frozen=True)
-class LoadedCurve:
-    """Another run's losses, read from its ``metrics.jsonl`` for the plot overlay."""
-
-    name: str
-    updates: tuple[tuple[int, float], ...]
-    train: tuple[tuple[int, float], ...]
-    validation: tuple[tuple[int, float], ...]
+__all__ = ["CurveLoaded", "EngineEventsReady", "EngineImported", "HistoryLoaded", "LoadedCurve", "RunFeed",
+           "RunHistory", "RunSummary"]
 
 
 class EngineEventsReady(Message):
@@ -67,16 +38,6 @@ class CurveLoaded(Message):
     def __init__(self, curve: LoadedCurve) -> None:
         super().__init__()
         self.curve = curve
-
-
-@dataclass(frozen=True)
-class RunHistory:
-    """A resumed run's records up to the checkpoint it continues from (from metrics.jsonl):
-    plain records with the fields the table and plot read."""
-
-    updates: tuple[Any, ...]
-    evaluations: tuple[Any, ...]
-    best_step: int | None
 
 
 class HistoryLoaded(Message):
@@ -96,7 +57,7 @@ class EngineImported(Message):
 
 @dataclass
 class RunFeed:
-    """The controller's sink: cheap on the worker thread, drained by the UI thread.
+    """The session's sink: cheap on the worker thread, drained by the UI thread.
 
     ``post`` is a widget's ``post_message`` (thread-safe). Only the first event after a
     drain posts a message; later ones just join the pending list.

@@ -533,7 +533,7 @@ def test_the_app_modules_never_import_torch_and_the_first_frame_does_not_wait_fo
         "from pathlib import Path\n"
         "from minigpt_tui.app import LaunchSettings, MiniGPTApp\n"
         "import minigpt_tui.screens.training, minigpt_tui.screens.new_run, minigpt_tui.screens.help\n"
-        "import minigpt_tui.screens.overlay, minigpt_tui.screens.confirm_quit, minigpt_tui.run_session\n"
+        "import minigpt_tui.screens.overlay, minigpt_tui.screens.confirm_quit, minigpt_tui.engine.session.training\n"
         "assert 'torch' not in sys.modules, 'imported torch'\n"
         f"app = MiniGPTApp(LaunchSettings(runs_dir=Path({str(tmp_path)!r})), preload_engine=False)\n"
         "async def main():\n"

@@ -60,45 +60,13 @@ def _resolve(spec: str, runs_dir: Path) -> Path:
 # -- resume ---------------------------------------------------------------------------------------
 def run_resume(args: argparse.Namespace) -> int:
     from minigpt_tui.commands.train import drive, print_summary
-    from minigpt_tui.engine.checkpoint.directory import Checkpointer, continuation_record, restore_trainer
-    from minigpt_tui.engine.errors import ConfigError, ResumeRefused
-    from minigpt_tui.engine.trainer import apply_precision
+    from minigpt_tui.engine.session.plans import ResumeRun
 
     runs_dir = runs_dir_from_args(args)
-    folder = _resolve(args.checkpoint, runs_dir)
-    policy = {}
-    if args.save_every is not None:
-        policy["save_every"] = args.save_every
-    if args.keep_last is not None:
-        policy["keep_last"] = args.keep_last
-    trainer = restore_trainer(
-        folder,
-        allow_environment_change=args.allow_environment_change,
-        corpus_path_override=args.corpus,
-        policy_overrides=policy or None,
-    )
-    steps = trainer.config.train.steps
-    if trainer.finished:
-        raise ConfigError(
-            f"the checkpoint at step {trainer.step} has completed its schedule of {steps} updates; "
-            f"to train further start a new history: train --init-from {args.checkpoint}"
-        )
-    if args.until is not None:
-        if args.until > steps:
-            raise ResumeRefused(
-                f"--until {args.until} is beyond the saved schedule of {steps} updates; continuing past it is "
-                f"a weights-only warm start with a new schedule: train --init-from {args.checkpoint}"
-            )
-        if args.until <= trainer.step:
-            raise ConfigError(f"--until {args.until} is not after the checkpoint's step {trainer.step}")
-    apply_precision(trainer.config.train)
-    run = _run_for(folder, runs_dir, trainer)
-    run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
-    checkpointer = Checkpointer(run, args.keep_last)
-    result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=checkpointer)
-    result["run_dir"] = str(run.path)
-    result["resumed_from"] = str(folder)
-    result["continuation"] = continuation_record(trainer)
+    policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
+    plan = ResumeRun(_resolve(args.checkpoint, runs_dir), runs_dir, until=args.until,
+                     allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy)
+    result = drive(plan, show_progress=not args.json)
     if args.json:
         emit_json(result)
     else:
@@ -107,18 +75,6 @@ def run_resume(args: argparse.Namespace) -> int:
             for note in result["continuation"]["notes"]:
                 print(f"note: bitwise continuation not promised: {note}", file=sys.stderr)
     return 0
-
-
-def _run_for(folder: Path, runs_dir: Path, trainer: Any) -> Any:
-    """The run a checkpoint belongs to (``RUN/checkpoints/step-N``); a loose checkpoint
-    continues in a new run folder."""
-    from minigpt_tui.engine.runs import RunDirectory
-
-    if folder.parent.name == "checkpoints" and folder.parent.parent.is_dir():
-        return RunDirectory(folder.parent.parent)
-    run = RunDirectory.create(runs_dir, None, f"resumed-{trainer.config.preset}")
-    run.write_json("config.json", trainer.config.to_dict())
-    return run
 
 
 # -- inspect --------------------------------------------------------------------------------------

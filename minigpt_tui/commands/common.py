@@ -79,24 +79,15 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
+    """The run config chosen by the common options (and ``--save-every``/``--keep-last``)."""
     from pathlib import Path
 
-    from minigpt_tui.engine.config import SeedConfig, load_config
-    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.session.inputs import RunChoices
 
-    overrides: dict[str, dict[str, Any]] = {"corpus": {}, "train": {}, "seeds": {}}
-    if getattr(args, "corpus", None):
-        overrides["corpus"]["source"] = str(Path(args.corpus).expanduser().resolve())
-    if getattr(args, "val_every", None) is not None:
-        overrides["corpus"]["val_every"] = args.val_every
-    for name in ("steps", "precision", "threads"):
-        value = getattr(args, name, None)
-        if value is not None:
-            overrides["train"][name] = value
-    if getattr(args, "seed", None) is not None:
-        if not 0 <= args.seed < 2**64:
-            raise ConfigError("--seed must be an unsigned 64-bit integer")
-        seeds = SeedConfig.derive(args.seed)
-        overrides["seeds"] = {k: getattr(seeds, k) for k in ("init", "data", "dropout", "sampling")}
     config_file = Path(args.config).expanduser() if getattr(args, "config", None) else None
-    return load_config(args.preset, config_file, overrides)
+    return RunChoices(
+        args.preset, config_file, corpus=getattr(args, "corpus", None), val_every=getattr(args, "val_every", None),
+        steps=getattr(args, "steps", None), precision=getattr(args, "precision", None),
+        threads=getattr(args, "threads", None), save_every=getattr(args, "save_every", None),
+        keep_last=getattr(args, "keep_last", None), seed=getattr(args, "seed", None), seed_label="--seed",
+    ).resolve()

@@ -71,14 +71,9 @@ def _add_rule_arguments(parser: argparse.ArgumentParser, *, several_temperatures
 # -- reading arguments -------------------------------------------------------------------
 def _number(text: str | None, option: str, kind: type) -> Any:
     from minigpt_tui.engine.errors import GenerationError
+    from minigpt_tui.engine.session.inputs import parse_number
 
-    if text is None:
-        return None
-    try:
-        return kind(text)
-    except ValueError:
-        noun = "an integer" if kind is int else "a number"
-        raise GenerationError(f"{option} must be {noun}, got {text!r}") from None
+    return parse_number(text, option, kind, error=GenerationError)
 
 
 def rules_from_args(args: argparse.Namespace) -> list[Any]:

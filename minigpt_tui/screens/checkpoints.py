@@ -10,8 +10,6 @@ reason and changes nothing on disk.
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,8 @@ from textual.screen import Screen
 from textual.widgets import Header, Input, Static, TabbedContent, TabPane, Tabs, Tree
 
 from minigpt_tui.widgets.key_bar import KeyBar
-from minigpt_tui.widgets.run_tree import RunListing, RunTree, TreeTarget, scan_runs
+from minigpt_tui.engine.session.run_store import RunListing, RunStore
+from minigpt_tui.widgets.run_tree import RunTree, TreeTarget
 from minigpt_tui.widgets.state_view import StateView, short_value
 from minigpt_tui.widgets.tensor_detail import TensorDetail
 from minigpt_tui.widgets.tensor_table import TensorTable, human_bytes
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
 
 MODEL_FILE = "model.safetensors"
-MERGES_TENSOR = "tokenizer.merges"
 HF_TOKENIZER_FILE = "tokenizer.json"
 HISTOGRAM_BINS = 20
 KIND_LABELS = {
@@ -197,50 +195,6 @@ class Opened:
     inspection: Any
 
 
-def read_tokenizer(model_file: Path) -> tuple[Any, str]:
-    """The tokenizer saved in a model file, from its merges tensor alone (worker thread)."""
-    import numpy as np
-
-    from minigpt_tui.engine.checkpoint.safetensors_io import read_header
-    from minigpt_tui.engine.errors import CheckpointError, TokenizerError
-    from minigpt_tui.engine.tokenizer import ByteBPETokenizer
-
-    header = read_header(model_file)
-    if not header.has(MERGES_TENSOR):
-        raise CheckpointError(f"{model_file.name} holds no '{MERGES_TENSOR}' tensor: no tokenizer saved here")
-    entry = header.entry(MERGES_TENSOR)
-    if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:
-        raise CheckpointError(f"{MERGES_TENSOR} must be U32 [n, 2], found {entry.dtype} {list(entry.shape)}")
-    with model_file.open("rb") as fh:
-        fh.seek(header.data_start + entry.begin)
-        raw = fh.read(entry.nbytes)
-    if len(raw) != entry.nbytes:
-        raise CheckpointError(f"{model_file}: the file ends inside {MERGES_TENSOR}")
-    pairs = np.frombuffer(raw, dtype="<u4").reshape(entry.shape).tolist()
-    try:
-        tokenizer = ByteBPETokenizer(tuple((int(a), int(b)) for a, b in pairs))
-    except TokenizerError as err:
-        raise CheckpointError(f"the saved tokenizer is invalid: {err}") from None
-    note = ""
-    try:
-        recorded = json.loads(header.metadata.get("tokenizer", "{}")).get("identity")
-    except (json.JSONDecodeError, AttributeError):
-        recorded = None
-    if recorded is None:
-        note = "no tokenizer identity is recorded in the metadata"
-    elif recorded != tokenizer.identity:
-        note = "warning: these merges do not match the tokenizer identity recorded in the metadata"
-    return tokenizer, note
-
-
-def display_path(path: Path, runs_dir: Path) -> str:
-    """Paths under the runs directory are shown relative to it."""
-    try:
-        return str(Path(path).relative_to(runs_dir))
-    except ValueError:
-        return str(path)
-
-
 class CheckpointsScreen(Screen):
     HELP = CHECKPOINTS_HELP
     HELP_TITLE = "Checkpoints"
@@ -311,6 +265,10 @@ class CheckpointsScreen(Screen):
     @property
     def runs_dir(self) -> Path:
         return self.mini_app.settings.runs_dir
+
+    @property
+    def store(self) -> RunStore:
+        return RunStore(self.runs_dir)
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -425,7 +383,7 @@ class CheckpointsScreen(Screen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-scan")
     def _scan(self, runs_dir: Path, select: Path | None) -> None:
         try:
-            listings = scan_runs(runs_dir)
+            listings = RunStore(runs_dir).scan()
         except OSError as err:
             self.app.call_from_thread(self.notify, f"cannot read the runs directory {runs_dir}: {err.strerror or err}",
                                       title="runs", severity="error")
@@ -512,7 +470,7 @@ class CheckpointsScreen(Screen):
     def _show_summary(self, inspection: Any) -> None:
         wide = self.size.width >= SUMMARY_DETAIL_FROM
         out = Text()
-        out.append(display_path(inspection.path, self.runs_dir), style="bold")
+        out.append(self.store.display(inspection.path), style="bold")
         out.append(f"  {KIND_LABELS.get(inspection.kind, inspection.kind)}", style="italic")
         for summary in inspection.files:
             out.append(f"\n{summary.name}: ", style="bold")
@@ -635,18 +593,14 @@ class CheckpointsScreen(Screen):
     def _load_tokenizer(self, serial: int, source: Path) -> None:
         from minigpt_tui.engine.errors import MiniGPTError
 
-        try:
-            if source.name == HF_TOKENIZER_FILE:
-                from minigpt_tui.engine.interop.hf_tokenizer import read_tokenizer_json
+        from minigpt_tui.engine.session.run_store import read_saved_tokenizer
 
-                tokenizer = read_tokenizer_json(source)
-                note = f"read from {source.name}, in minigpt-tui's id layout"
-            else:
-                tokenizer, note = read_tokenizer(source)
+        try:
+            saved = read_saved_tokenizer(source)
         except (MiniGPTError, OSError, ValueError) as err:
             self.post_message(TokenizerReady(serial, None, str(err)))
             return
-        self.post_message(TokenizerReady(serial, tokenizer, note))
+        self.post_message(TokenizerReady(serial, saved.tokenizer, saved.note))
 
     @on(TokenizerReady)
     def _tokenizer_ready(self, message: TokenizerReady) -> None:
@@ -697,7 +651,7 @@ class CheckpointsScreen(Screen):
             return
         inspection = self.opened.inspection
         self._stats_serial += 1
-        where = display_path(inspection.path, self.runs_dir)
+        where = self.store.display(inspection.path)
         self.query_one(TensorDetail).show_pending(entry, where)
         self.query_one(TabbedContent).active = "detail"
         # In a folder (checkpoint, transformers model) the entry's file says which one holds it.
@@ -720,7 +674,7 @@ class CheckpointsScreen(Screen):
     def _statistics_ready(self, message: StatisticsReady) -> None:
         if message.serial != self._stats_serial or self.opened is None:
             return
-        where = display_path(self.opened.inspection.path, self.runs_dir)
+        where = self.store.display(self.opened.inspection.path)
         detail = self.query_one(TensorDetail)
         if message.stats is None:
             detail.show_failure(message.entry, where, message.reason or "unknown error")
@@ -794,7 +748,7 @@ class CheckpointsScreen(Screen):
             return
         inspection = self.opened.inspection
         folder = Path(inspection.path)
-        check = preflight(display_path(folder, self.runs_dir), inspection.kind, inspection.state,
+        check = preflight(self.store.display(folder), inspection.kind, inspection.state,
                           inspection.integrity)
 
         def decided(go: bool | None) -> None:
@@ -837,7 +791,7 @@ class CheckpointsScreen(Screen):
                 self._start_compare(Path(text).expanduser())
 
         self.app.push_screen(PathPromptScreen(
-            "Compare with", f"Compare {display_path(current, self.runs_dir)} with (choose or type a path):",
+            "Compare with", f"Compare {self.store.display(current)} with (choose or type a path):",
             placeholder="checkpoint folder or safetensors file", choices=choices), chosen)
 
     def _start_compare(self, other: Path) -> None:
@@ -873,9 +827,9 @@ class CheckpointsScreen(Screen):
     def comparison_renderable(self, result: dict[str, Any]) -> Group:
         heading = Text()
         heading.append("a ", style="bold")
-        heading.append(display_path(Path(result["a"]), self.runs_dir))
+        heading.append(self.store.display(Path(result["a"])))
         heading.append("\nb ", style="bold")
-        heading.append(display_path(Path(result["b"]), self.runs_dir))
+        heading.append(self.store.display(Path(result["b"])))
         differing = [t for t in result["tensors"] if t["status"] != "same"]
         heading.append(f"\n\n{len(differing)} tensors differ, {result['unchanged']} are byte-identical; "
                        f"{len(result['state_differences'])} state records differ\n", style="bold")
@@ -937,23 +891,15 @@ class CheckpointsScreen(Screen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
     def _rename(self, run: RunListing, new_name: str) -> None:
         from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.engine.runs import check_run_name
+        from minigpt_tui.engine.session.run_store import RunStoreError
 
         try:
-            check_run_name(new_name)
-            target = run.path.parent / new_name
-            if target.exists():
-                raise FileExistsError(f"a run named '{new_name}' already exists")
-            run.path.rename(target)
+            target = self.store.rename(run.path, new_name)
+        except RunStoreError as err:
+            self.app.call_from_thread(self.notify, str(err), title="rename failed", severity="error")
+            return
         except MiniGPTError as err:
             self.app.call_from_thread(self.notify, str(err), title="rename refused", severity="error")
-            return
-        except FileExistsError as err:
-            self.app.call_from_thread(self.notify, str(err), title="rename refused", severity="error")
-            return
-        except OSError as err:
-            self.app.call_from_thread(self.notify, f"cannot rename {run.name}: {err.strerror or err}",
-                                      title="rename failed", severity="error")
             return
         self.app.call_from_thread(self._renamed, run, target)
 
@@ -971,8 +917,7 @@ class CheckpointsScreen(Screen):
         run = self._run_under_cursor("delete")
         if run is None or self._refuse_active(run, "delete"):
             return
-        complete = sum(1 for c in run.checkpoints if c.complete)
-        details = [f"folder {run.path}", f"{complete} checkpoints, {human_bytes(run.disk_bytes)} on disk"]
+        details = [f"folder {run.path}", f"{run.complete_checkpoints} checkpoints, {human_bytes(run.disk_bytes)} on disk"]
 
         def decided(delete: bool | None) -> None:
             if delete:
@@ -982,18 +927,17 @@ class CheckpointsScreen(Screen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
     def _delete(self, run: RunListing) -> None:
-        runs_dir = self.runs_dir
-        # Only a run folder directly inside the runs directory, holding a run's config, is deleted.
-        if run.path.parent.resolve() != runs_dir.resolve() or not (run.path / "config.json").is_file():
-            self.app.call_from_thread(self.notify, f"{run.path} is not a run folder of {runs_dir}",
-                                      title="delete refused", severity="error")
-            return
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.session.run_store import RunStoreError
+
         try:
-            shutil.rmtree(run.path)
-        except OSError as err:
-            self.app.call_from_thread(self.notify, f"cannot delete {run.name}: {err.strerror or err}",
-                                      title="delete failed", severity="error")
+            self.store.delete(run.path)
+        except RunStoreError as err:
+            self.app.call_from_thread(self.notify, str(err), title="delete failed", severity="error")
             self.app.call_from_thread(self.rescan)
+            return
+        except MiniGPTError as err:
+            self.app.call_from_thread(self.notify, str(err), title="delete refused", severity="error")
             return
         self.app.call_from_thread(self._deleted, run)
 

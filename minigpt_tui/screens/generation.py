@@ -127,15 +127,10 @@ class GenerationSettings:
 
 def _number(what: str, text: str, kind: type, default: Any) -> Any:
     from minigpt_tui.engine.errors import GenerationError
+    from minigpt_tui.engine.session.inputs import parse_number
 
-    text = text.strip().replace("_", "")
-    if not text:
-        return default
-    try:
-        return kind(text)
-    except ValueError:
-        expected = "a whole number" if kind is int else "a number"
-        raise GenerationError(f"{what} must be {expected}, got '{text}'") from None
+    value = parse_number(text, what, kind, error=GenerationError)
+    return default if value is None else value
 
 
 def parse_settings(prompt: str, kind: str, temperature: str, top_k: str, top_p: str, seed: str,
@@ -531,10 +526,9 @@ class GenerationScreen(Screen):
 
     def _display_path(self, path: str) -> str:
         """A model under the runs directory is named relative to it."""
-        try:
-            return str(Path(path).relative_to(self.mini_app.settings.runs_dir))
-        except ValueError:
-            return path
+        from minigpt_tui.engine.session.run_store import RunStore
+
+        return RunStore(self.mini_app.settings.runs_dir).display(path)
 
     # -- choosing a model ---------------------------------------------------------------------
     def load_model(self, spec: str) -> None:
