@@ -1,11 +1,11 @@
 """Cost of scoring the bundled probes at every scheduled evaluation of a ``mini`` run.
 
-One ``mini`` run (600 updates, an evaluation every 50, exact precision, one thread) is
-driven through the trainer's schedule. At each scheduled evaluation the bundled probes are
-scored greedily (match, expected first-token probability and rank). Timed separately in the
-same run: the updates and evaluations (the baseline: what a run without probes does) and the
-probe scoring. Reported: the probes' share of the run, and the per-evaluation probe time
-against the mean time of the 50 updates before it (median, min-max).
+A whole ``mini`` run (600 updates, an evaluation every 50, exact precision, one thread, no
+run folder) through the training session, with the bundled probes scored after each
+scheduled evaluation, against the same run without probes (the baseline). Rounds
+interleave the two; each round builds a fresh trainer. Reported: median run time of each,
+the per-round ratio (median, min-max), and the probe scoring's own time inside the run
+(from each evaluation's event to its probes' event), which the run-to-run noise hides.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_probes.py
 """
@@ -18,45 +18,56 @@ import time
 from minigpt_tui.engine.config import load_config
 from minigpt_tui.engine.corpus import load_corpus
 from minigpt_tui.engine.generation import load_probes
-from minigpt_tui.engine.probe_scores import score_probes
-from minigpt_tui.engine.trainer import EvaluationRecord, Trainer, TrainingSetup, apply_precision, scheduled_work
+from minigpt_tui.engine.session.events import EvaluationDone, ProbesScored
+from minigpt_tui.engine.session.plans import PreparedRun
+from minigpt_tui.engine.session.training import TrainingSession
+from minigpt_tui.engine.trainer import Trainer, TrainingSetup
+
+ROUNDS = 3
 
 
 def main() -> None:
     config = load_config("mini")
-    apply_precision(config.train)
-    trainer = Trainer(TrainingSetup.build(config, load_corpus(config.corpus)))
+    corpus = load_corpus(config.corpus)
     probes = load_probes()
-    run_time = 0.0
-    probe_times: list[float] = []
-    since_last: list[float] = []
-    interval = 0.0
-    matched = 0
-    work = scheduled_work(trainer)
-    while True:
+
+    scoring: list[float] = []  # seconds from each EvaluationDone to its ProbesScored
+
+    def one_run(with_probes: bool) -> tuple[float, int]:
+        trainer = Trainer(TrainingSetup.build(config, corpus))
+        scored: list[ProbesScored] = []
+        evaluated_at = [0.0]
+
+        def sink(event: object) -> None:
+            if isinstance(event, EvaluationDone):
+                evaluated_at[0] = time.perf_counter()
+            elif isinstance(event, ProbesScored):
+                scoring.append(time.perf_counter() - evaluated_at[0])
+                scored.append(event)
+
+        session = TrainingSession(lambda: PreparedRun(trainer, probes=probes if with_probes else None), sink)
         start = time.perf_counter()
-        item = next(work, None)
-        elapsed = time.perf_counter() - start
-        if item is None:
-            break
-        run_time += elapsed
-        interval += elapsed
-        if isinstance(item, EvaluationRecord):
-            start = time.perf_counter()
-            scores = score_probes(trainer.model, trainer.tokenizer, probes)
-            probe_times.append(time.perf_counter() - start)
-            since_last.append(interval)
-            interval = 0.0
-            matched = sum(s.match for s in scores)
-    total_probes = sum(probe_times)
-    shares = [p / s for p, s in zip(probe_times[1:], since_last[1:])]
-    print(f"mini: {config.train.steps} updates, {len(probe_times)} scheduled evaluations, "
-          f"{len(probes.probes)} probes, {config.dtype_name}, one thread")
-    print(f"  run (updates + evaluations)   {run_time:8.2f} s  (baseline)")
-    print(f"  probe scoring, all evaluations {total_probes:7.2f} s  = {total_probes / run_time:.1%} of the run")
-    print(f"  per evaluation {statistics.median(probe_times) * 1e3:.1f} ms against the 50 updates before it: "
-          f"{statistics.median(shares):.1%} (min {min(shares):.1%}, max {max(shares):.1%})")
-    print(f"  probes matched at the end: {matched} of {len(probes.probes)}")
+        session.run()
+        return time.perf_counter() - start, len(scored)
+
+    one_run(True)  # warm up
+    scoring.clear()
+    with_times, without_times = [], []
+    evaluations = 0
+    for _ in range(ROUNDS):
+        seconds, evaluations = one_run(True)
+        with_times.append(seconds)
+        without_times.append(one_run(False)[0])
+    ratios = [w / b for w, b in zip(with_times, without_times)]
+    print(f"mini: {config.train.steps} updates, {evaluations} scheduled evaluations scored, "
+          f"{len(probes.probes)} probes, {config.dtype_name}, one thread, {ROUNDS} interleaved rounds")
+    print(f"  run with probes     {statistics.median(with_times):7.2f} s")
+    print(f"  run without probes  {statistics.median(without_times):7.2f} s  (baseline)")
+    print(f"  ratio {statistics.median(ratios):.3f}x (min {min(ratios):.3f}x, max {max(ratios):.3f}x): "
+          f"probes cost {statistics.median(ratios) - 1:+.1%} of the run")
+    per_run = sum(scoring) / ROUNDS
+    print(f"  scoring inside the run: {per_run:.3f} s per run = {per_run / statistics.median(without_times):.1%} "
+          f"of the baseline ({statistics.median(scoring) * 1e3:.1f} ms per evaluation)")
 
 
 if __name__ == "__main__":
