@@ -11,7 +11,7 @@ import pytest
 from minigpt_tui.engine.config import load_config
 from minigpt_tui.engine.errors import GenerationError
 from minigpt_tui.engine.session.events import EvaluationDone, Finished, ProbesScored
-from minigpt_tui.engine.session.history import export_csv, probe_records, read_metrics
+from minigpt_tui.engine.session.history import export_csv, load_history, probe_records, read_metrics
 from minigpt_tui.engine.session.plans import NewRun
 from minigpt_tui.engine.session.training import TrainingSession
 
@@ -56,6 +56,10 @@ def test_probes_follow_each_scheduled_evaluation_and_never_change_the_trajectory
     assert len(rows) == 30
     assert rows[-1]["probe"] == scored[-1].scores[-1].name
     assert float(rows[-1]["expected_probability"]) == scored[-1].scores[-1].expected_probability
+    history = load_history(run_dir, until_step=6)  # what a run resumed at update 6 shows
+    assert [step for step, _ in history.probes] == [0, 6]
+    assert [(h.name, h.match, h.expected_probability, h.expected_rank) for h in history.probes[-1][1]] == \
+        [(s.name, s.match, s.expected_probability, s.expected_rank) for s in scored[1].scores]
 
 
 def test_a_given_probe_file_is_scored_and_a_bad_one_refused_before_anything_is_written(tmp_path):

@@ -31,6 +31,7 @@ from minigpt_tui.widgets.event_log import EventLog
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.loss_plot import LossPlot
 from minigpt_tui.widgets.loss_table import LossTable
+from minigpt_tui.widgets.probes_table import ProbesTable
 from minigpt_tui.widgets.run_progress import RunProgress
 from minigpt_tui.widgets.run_summary import RunSummaryView
 
@@ -55,6 +56,7 @@ Trains a run on a thread of its own; this screen shows what it does, live.
 | `o` | overlay another run's curves on the plot (from its `metrics.jsonl`) |
 | `w` | export this run's metrics to `metrics.csv` in its run directory |
 | `v` | on a narrow terminal, switch between the loss table and the plot |
+| `p` | show the probes table in place of the loss table (and back); the highlighted probe's probability is drawn on the plot |
 
 ## Run summary
 - **run**: the run's name (its folder in the runs directory), its preset, and its parameters: the number of learned scalars in how many tensors (the tied token table counts once).
@@ -76,11 +78,17 @@ One row per update, newest at the bottom (the table keeps the latest few hundred
 
 Evaluation rows (**eval N**) hold the mean loss over the whole **train** and **validation** splits after update N. The lowest validation loss on schedule is marked **★ best**; an evaluation asked for with `e` is marked **extra** and never changes the best step.
 
+## Probes
+After every scheduled evaluation the run continues each probe's prompt greedily (the bundled probes, or the file given with `--probes`). One row per probe:
+- **match**: ✓ when the continuation is exactly the expected text followed by the end of the text.
+- **p**: the probability of the expected answer's first token at the first decision (small ones as 4e-3), and its **rank** (1 is the model's top choice).
+- **p by evaluation**: that probability at each evaluation so far, a full cell being 1.
+
 ## Plot
-Batch loss per update (blue, averaged into buckets when there are more points than columns), train loss (orange) and validation loss (green) per evaluation; an overlaid run's curves appear under its name.
+Batch loss per update (blue, averaged into buckets when there are more points than columns), train loss (orange) and validation loss (green) per evaluation; an overlaid run's curves appear under its name. With the probes table shown, the highlighted probe's probability (red) is drawn against the right axis, 0 to 1.
 
 ## Events
-Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, refused actions with their reason, finished or stopped with the final state digest, and failures.
+Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, the number of matching probes when it changes, refused actions with their reason, finished or stopped with the final state digest, and failures.
 """
 
 
@@ -109,6 +117,7 @@ class ActiveRun:
     # notified; automatic saves (interval, best, pause, stop) are refused only in the log.
     requested_saves: int = 0
     refusals_logged: set[str] = field(default_factory=set)
+    probe_matches: int | None = None  # the event log notes when the number of matching probes changes
 
     @property
     def active(self) -> bool:
@@ -143,6 +152,7 @@ class TrainingScreen(Screen):
         Binding("o", "overlay", "Overlay", show=False),
         Binding("w", "export_csv", "Export CSV", show=False),
         Binding("v", "toggle_view", "Table/Plot", show=False),
+        Binding("p", "toggle_probes", "Probes", show=False),
     ]
     PALETTE_COMMANDS = (
         ("New run", "Configure and start a new training run (n)", "new_run"),
@@ -172,6 +182,9 @@ class TrainingScreen(Screen):
                               id="loss-table")
             table.border_title = "Losses"
             yield table
+            probes = ProbesTable(id="probes-table")
+            probes.border_title = "Probes"
+            yield probes
             plot = LossPlot(clock=clock, max_redraws_per_second=self.PLOT_REDRAWS_PER_SECOND, id="loss-plot")
             plot.border_title = "Loss"
             yield plot
@@ -274,6 +287,24 @@ class TrainingScreen(Screen):
         self.toggle_class("-show-plot")
         self._update_view_hint()
 
+    def action_toggle_probes(self) -> None:
+        self.toggle_class("-show-probes")
+        probes = self.query_one(ProbesTable)
+        if self.has_class("-show-probes"):
+            probes.focus()
+            self._plot_probe(probes.highlighted_probe, probes)
+        else:
+            self.query_one(LossPlot).set_probe(None)
+
+    @on(ProbesTable.ProbeHighlighted)
+    def _probe_highlighted(self, message: ProbesTable.ProbeHighlighted) -> None:
+        if self.has_class("-show-probes"):
+            self.query_one(LossPlot).set_probe(message.name, message.points)
+
+    def _plot_probe(self, name: str | None, probes: ProbesTable) -> None:
+        points = [(p.step, p.probability) for p in probes.history.get(name, ())] if name else []
+        self.query_one(LossPlot).set_probe(name, points)
+
     def on_resize(self, event: events.Resize) -> None:
         self._update_view_hint(event.size.width)
 
@@ -331,6 +362,8 @@ class TrainingScreen(Screen):
         self.run = run
         self.query_one(LossTable).reset()
         self.query_one(LossPlot).reset()
+        self.query_one(LossPlot).set_probe(None)
+        self.query_one(ProbesTable).reset()
         self.query_one(RunSummaryView).show_pending(config)
         self.query_one(RunProgress).show_pending(config.train.steps)
         self.query_one(EventLog).record(kind, note)
@@ -414,6 +447,7 @@ class TrainingScreen(Screen):
         return {
             engine.UpdateDone: self._on_update_done,
             engine.EvaluationDone: self._on_evaluation_done,
+            engine.ProbesScored: self._on_probes_scored,
             RunSummary: self._on_run_summary,
             engine.RunStarted: self._on_run_started,
             engine.Paused: self._on_paused,
@@ -440,6 +474,13 @@ class TrainingScreen(Screen):
                        + _validation_text(record.validation_loss) + " (does not change the best step)")
         elif event.best_changed:
             log.record("best", f"best validation loss {record.validation_loss:.4f} at update {record.step}")
+
+    def _on_probes_scored(self, run: ActiveRun, event: engine.ProbesScored, applied: _AppliedEvents) -> None:
+        self.query_one(ProbesTable).add_scores(event.step, event.scores)
+        if event.matched != run.probe_matches and (run.probe_matches is not None or event.matched):
+            self.query_one(EventLog).record(
+                "probes", f"update {event.step}: {event.matched} of {len(event.scores)} match")
+        run.probe_matches = event.matched
 
     def _on_run_summary(self, run: ActiveRun, event: RunSummary, applied: _AppliedEvents) -> None:
         run.summary = event
@@ -574,6 +615,7 @@ class TrainingScreen(Screen):
             [(u.step, u.loss) for u in history.updates if u.loss is not None],
             [(e.step, e.train_loss) for e in history.evaluations if e.train_loss is not None],
             [(e.step, e.validation_loss) for e in history.evaluations if e.validation_loss is not None])
+        self.query_one(ProbesTable).prepend_history(history.probes)
         self.query_one(EventLog).record(
             "resumed", f"history: {len(history.updates)} updates, {len(history.evaluations)} evaluations before")
 

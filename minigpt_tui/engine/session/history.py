@@ -49,12 +49,23 @@ class HistoricEvaluation:
 
 
 @dataclass(frozen=True)
+class HistoricProbe:
+    """One probe's score as a ``probes`` record kept it."""
+
+    name: str
+    match: bool
+    expected_probability: float
+    expected_rank: int
+
+
+@dataclass(frozen=True)
 class RunHistory:
     """A resumed run's records up to the checkpoint it continues from."""
 
     updates: tuple[HistoricUpdate, ...]
     evaluations: tuple[HistoricEvaluation, ...]
     best_step: int | None
+    probes: tuple[tuple[int, tuple[HistoricProbe, ...]], ...] = ()  # (step, scores) per scored evaluation
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -97,8 +108,12 @@ def load_history(run_dir: Path, until_step: int) -> RunHistory:
     scheduled = [e for e in evaluations.values() if not e.extra and e.validation_loss is not None]
     best = min(scheduled, key=lambda e: (e.validation_loss, e.step)) if scheduled else None
     ordered_evaluations = sorted(evaluations.values(), key=lambda e: (e.step, e.extra))
+    probes = tuple((record["step"], tuple(
+        HistoricProbe(str(s.get("name")), bool(s.get("match")), float(s.get("expected_probability", 0.0)),
+                      int(s.get("expected_rank", 0)))
+        for s in record.get("probes", []) if isinstance(s, dict))) for record in probe_records(run_dir, until_step))
     return RunHistory(tuple(updates[k] for k in sorted(updates)), tuple(ordered_evaluations),
-                      best.step if best else None)
+                      best.step if best else None, probes)
 
 
 def load_curve(path: Path) -> LoadedCurve:
