@@ -73,7 +73,7 @@ def test_generate_prints_lens_contributions_and_pattern_tables(model_files, tmp_
     (["--layer", "3", "--head", "0"], "layer 3 does not exist: the model has blocks 0 to 2"),
     (["--layer", "0", "--head", "9"], "head 9 does not exist: each block has heads 0 to 3"),
     (["--layer", "1"], "--layer and --head go together"),
-    (["--head", "x", "--layer", "0"], "--head must be an integer, got 'x'"),
+    (["--head", "x", "--layer", "0"], "--head must be a whole number, got 'x'"),
     (["--candidate", "300"], "candidate id 300 is outside the vocabulary of 258"),
 ])
 def test_bad_views_are_refused_with_one_line(model_files, tmp_path, extra, message):

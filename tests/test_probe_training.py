@@ -103,5 +103,5 @@ def test_train_and_inspect_commands_show_the_probes(tmp_path):
     assert both.returncode == 1 and both.stderr.strip().splitlines() == [
         "minigpt-tui: error: choose either --probes FILE or --no-probes, not both"]
     missing = cli("train", "--preset", "mini", "--steps", "2", "--runs-dir", str(runs), "--probes", "nope.json")
-    assert missing.returncode == 1 and "probe file not found: nope.json" in missing.stderr
+    assert missing.returncode == 1 and "not found: nope.json" in missing.stderr
     assert sorted(p.name for p in runs.iterdir()) == ["p"]

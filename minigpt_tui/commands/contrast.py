@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     contrast.add_argument("--continuation", metavar="TEXT",
                           help="follow this text after the prompt instead of A's own choices under the rule")
     contrast.add_argument("--json", action="store_true", help="print the contrast as JSON")
-    contrast.add_argument("--out", metavar="FILE", help="also write the contrast as JSON to FILE")
+    contrast.add_argument("--out", metavar="FILE", help="also write the contrast as JSON to FILE (a new file unless --force)")
+    contrast.add_argument("--force", action="store_true", help="replace an existing --out file")
     contrast.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     contrast.set_defaults(handler=run_contrast)
 
@@ -31,7 +32,7 @@ def _rule_given(args: argparse.Namespace) -> bool:
 
 
 def run_contrast(args: argparse.Namespace) -> int:
-    from minigpt_tui.commands.generate import _write_json, load_model, rules_from_args
+    from minigpt_tui.commands.generate import _check_output, _prompt, _write_json, load_model, rules_from_args
     from minigpt_tui.engine.contrast import contrast_models
     from minigpt_tui.engine.errors import GenerationError
 
@@ -40,11 +41,14 @@ def run_contrast(args: argparse.Namespace) -> int:
     if args.continuation is not None and _rule_given(args):
         raise GenerationError("--continuation fixes the path: leave out the rule options")
     rule = None if args.continuation is not None else rules_from_args(args)[0]
+    prompt = _prompt(args.prompt)
+    continuation = None if args.continuation is None else _prompt(args.continuation)
+    _check_output(args.out, args.force)
     first, second = (load_model(spec, args) for spec in args.model)
-    result = contrast_models(first, second, args.prompt, rule=rule, continuation=args.continuation)
+    result = contrast_models(first, second, prompt, rule=rule, continuation=continuation)
     data = result.to_json()
     if args.out:
-        _write_json(args.out, data)
+        _write_json(args.out, data, args.force)
     if args.json:
         emit_json(data)
     else:
@@ -54,6 +58,8 @@ def run_contrast(args: argparse.Namespace) -> int:
 
 def print_contrast(result: Any, specs: list[str]) -> None:
     from rich.console import Console
+
+    from minigpt_tui.engine.printable import escape_controls
     from rich.table import Table
     from rich.text import Text
 
@@ -61,7 +67,7 @@ def print_contrast(result: Any, specs: list[str]) -> None:
         return json.dumps(piece, ensure_ascii=False)
 
     console = Console()
-    console.print(Text(f"A {specs[0]}\nB {specs[1]}"))
+    console.print(Text(f"A {escape_controls(specs[0])}\nB {escape_controls(specs[1])}"))
     source = "A's choices · " + result.rule.label if result.path_source == "a" else "the given continuation"
     table = Table(title=f"contrast · path: {source}")
     for name in ("step", "id", "piece", "KL(A||B)", "top-1", "rank A", "rank B", "p A", "p B"):

@@ -3,40 +3,36 @@ that shows pieces (prefix, candidates, merges, the tokenizer's try-it field)."""
 
 from __future__ import annotations
 
-import unicodedata
-
 from rich.text import Text
+
+from minigpt_tui.engine.printable import escape_controls
 
 SPECIAL_PIECES = ("<bos>", "<eos>")
 # Whitespace inside a piece would vanish between cell borders; these marks keep it visible.
 WHITESPACE_MARKS = {" ": "·", "\n": "↵", "\t": "→", "\r": "␍"}
 
 
-def control_escape(ch: str) -> str | None:
-    """``\\u0016`` for a control character (ESC, BEL, DEL, C1 ...), as the command line
-    prints it, so that no piece sends a control byte to the terminal; None otherwise."""
-    return f"\\u{ord(ch):04x}" if unicodedata.category(ch) == "Cc" else None
-
-
 def visible_piece(text: str) -> str:
-    """A piece label with spaces, newlines and tabs drawn as marks (``' the'`` -> ``'·the'``)."""
+    """A piece label with spaces, newlines and tabs drawn as marks (``' the'`` -> ``'·the'``)
+    and every other control character escaped."""
     if text in SPECIAL_PIECES:
         return text
-    return "".join(WHITESPACE_MARKS.get(ch) or control_escape(ch) or ch for ch in text)
+    return escape_controls("".join(WHITESPACE_MARKS.get(ch, ch) for ch in text))
 
 
 def piece_text(text: str, *, style: str = "") -> Text:
-    """A piece as rich Text: specials dim italic, whitespace marks and control escapes dim,
-    the rest as given."""
+    """A piece as rich Text: specials dim italic, whitespace marks dim, the rest as given."""
     if text in SPECIAL_PIECES:
         return Text(text, style=f"italic {style}".strip() + " dim")
     out = Text(style=style)
     for ch in text:
-        mark = WHITESPACE_MARKS.get(ch) or control_escape(ch)
-        if mark is None:
-            out.append(ch)
-        else:
+        mark = WHITESPACE_MARKS.get(ch)
+        if mark is not None:
             out.append(mark, style="dim")
+        elif (shown := escape_controls(ch)) != ch:
+            out.append(shown, style="dim")
+        else:
+            out.append(ch)
     return out
 
 
