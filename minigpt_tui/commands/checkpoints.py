@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
+from minigpt_tui.commands.train import add_probe_arguments
 from minigpt_tui.engine.printable import escape_controls
 
 # The three-process experiment per preset: save after CUT updates, resume to END.
@@ -28,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     resume.add_argument("--corpus", help="the corpus moved: read it from here (its identity must match)")
     resume.add_argument("--save-every", type=int, help="save every N updates (default: the run's setting)")
     resume.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best")
+    add_probe_arguments(resume)
     resume.add_argument(
         "--allow-environment-change",
         action="store_true",
@@ -65,14 +67,14 @@ def _resolve(spec: str, runs_dir: Path) -> Path:
 
 # -- resume ---------------------------------------------------------------------------------------
 def run_resume(args: argparse.Namespace) -> int:
-    from minigpt_tui.commands.train import drive, print_summary
+    from minigpt_tui.commands.train import drive, print_summary, probe_options
     from minigpt_tui.engine.session.plans import ResumeRun
 
     runs_dir = runs_dir_from_args(args)
     policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
     plan = ResumeRun(_resolve(args.checkpoint, runs_dir), runs_dir, until=args.until,
                      allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
-                     fork=args.fork)
+                     fork=args.fork, **probe_options(args))
     result = drive(plan, show_progress=not args.json)
     if args.json:
         emit_json(result)
@@ -98,11 +100,47 @@ def run_inspect(args: argparse.Namespace) -> int:
         result["statistics"] = tensor_statistics(inspection.path, args.tensor, bins=args.bins)
     if args.compare:
         result["comparison"] = compare_checkpoints(inspection.path, _inspect_target(args.compare, runs_dir))
+    if inspection.kind == "checkpoint-dir":
+        result["probes"] = _probes_at_checkpoint(inspection.path)
     if args.json:
         emit_json(result)
     else:
         _print_inspection(result)
+        if result.get("probes"):
+            _print_probes(result["probes"])
     return 0
+
+
+def _probes_at_checkpoint(folder: Path) -> dict[str, Any] | None:
+    """The run's last probes record at or before the checkpoint's step (None outside a run
+    folder, or when the run scored none)."""
+    from minigpt_tui.engine.checkpoint.directory import STEP_DIR
+    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.session.history import probe_records
+
+    match = STEP_DIR.match(folder.name)
+    run_dir = folder.parent.parent
+    if match is None or folder.parent.name != "checkpoints" or not (run_dir / "metrics.jsonl").is_file():
+        return None
+    try:
+        records = probe_records(run_dir, until_step=int(match.group(1)))
+    except ConfigError:
+        return None
+    return records[-1] if records else None
+
+
+def _print_probes(record: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=escape_controls(f"probes at step {record['step']} ({record.get('source')})"))
+    for column in ("probe", "match", "expected id", "p(expected)", "rank"):
+        table.add_column(column, justify="left" if column == "probe" else "right")
+    for score in record.get("probes", []):
+        table.add_row(Text(escape_controls(score.get("name"))), "✓" if score.get("match") else "✗", str(score.get("expected_id")),
+                      f"{score.get('expected_probability', 0.0):.4g}", str(score.get("expected_rank")))
+    Console().print(table)
 
 
 def _inspect_target(spec: str, runs_dir: Path) -> Path:

@@ -29,14 +29,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="CHECKPOINT",
         help="weights-only warm start from a model file, checkpoint or RUN:latest|best (a new training history)",
     )
+    add_probe_arguments(parser)
     parser.set_defaults(handler=run_train)
+
+
+def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--probes", metavar="FILE",
+                        help="score this probes file after every scheduled evaluation (default: the bundled probes)")
+    parser.add_argument("--no-probes", action="store_true", help="score no probes during the run")
+
+
+def probe_options(args: argparse.Namespace) -> dict[str, Any]:
+    from minigpt_tui.engine.errors import ConfigError
+
+    if args.no_probes and args.probes:
+        raise ConfigError("choose either --probes FILE or --no-probes, not both")
+    return {"probes": args.probes, "score_probes": not args.no_probes}
 
 
 def run_train(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.session.plans import NewRun
 
     config = config_from_args(args)
-    plan = NewRun(config, runs_dir_from_args(args), args.run, until=args.until, init_from=args.init_from)
+    plan = NewRun(config, runs_dir_from_args(args), args.run, until=args.until, init_from=args.init_from,
+                  **probe_options(args))
     result = drive(plan, show_progress=not args.json)
     if args.json:
         emit_json(result)
@@ -56,18 +72,22 @@ class RunRecorder:
         self.updates: list[dict[str, Any]] = []
         self.evaluations: list[dict[str, Any]] = []
         self.saved: list[str] = []
+        self.probes: list[dict[str, Any]] = []
 
     def __call__(self, event: Any) -> None:
         from dataclasses import asdict
 
         from minigpt_tui.engine.errors import CheckpointError
-        from minigpt_tui.engine.session.events import EvaluationDone, Refused, Saved, UpdateDone
+        from minigpt_tui.engine.session.events import EvaluationDone, ProbesScored, Refused, Saved, UpdateDone
 
         if isinstance(event, UpdateDone):
             self.updates.append(event.record.exact_fields())
             self.advance(event.record.step, event.record.loss)
         elif isinstance(event, EvaluationDone):
             self.evaluations.append(asdict(event.record))
+        elif isinstance(event, ProbesScored):
+            self.probes.append({"step": event.step, "source": event.source, "matched": event.matched,
+                                "probes": [score.to_json() for score in event.scores]})
         elif isinstance(event, Saved):
             self.saved.append(str(event.path))
         elif isinstance(event, Refused) and event.action == "save":
@@ -102,6 +122,7 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "stopped_by": stop.signal_name if finished.reason == FinishReason.STOPPED else None,
         "updates": recorder.updates,
         "evaluations": recorder.evaluations,
+        "probes": recorder.probes,
         "best_step": trainer.best_step,
         "state_digest": trainer.state_digest(),
         "weights_digest": trainer.weights_digest(),
@@ -188,6 +209,10 @@ def print_summary(result: dict[str, Any]) -> None:
         val = last["validation_loss"]
         table.add_row("last evaluation", f"step {last['step']}: train {last['train_loss']:.6f}"
                       + (f", validation {val:.6f}" if val is not None else ""))
+    if result["probes"]:
+        last = result["probes"][-1]
+        table.add_row("probes", f"step {last['step']}: {last['matched']} of {len(last['probes'])} match "
+                      f"({last['source']})")
     table.add_row("best step", str(result["best_step"]))
     table.add_row("state digest", result["state_digest"])
     for path in result["checkpoints"]:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from minigpt_tui.engine.checkpoint.directory import Checkpointer
     from minigpt_tui.engine.checkpoint.portable import PortableModel
     from minigpt_tui.engine.config import RunConfig
+    from minigpt_tui.engine.generation import ProbeSet
     from minigpt_tui.engine.runs import RunDirectory, RunLock
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup
 
@@ -40,6 +41,8 @@ class NewRun:
     name: str | None = None
     until: int | None = None
     init_from: str | None = None
+    probes: str | None = None  # a probes file; None: the bundled probes
+    score_probes: bool = True  # score the probes after every scheduled evaluation
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class ResumeRun:
     corpus: str | None = None
     policy: Mapping[str, int] | None = None
     fork: bool = False
+    probes: str | None = None
+    score_probes: bool = True
 
 
 RunPlan = NewRun | ResumeRun
@@ -84,6 +89,7 @@ class PreparedRun:
     resumed_from: Path | None = None
     warm_start: WarmStart | None = None
     lock: RunLock | None = None  # held while the session writes to ``run``; released at its end
+    probes: ProbeSet | None = None  # scored after every scheduled evaluation
 
     def release(self) -> None:
         if self.lock is not None:
@@ -91,9 +97,17 @@ class PreparedRun:
 
 
 def prepare(plan: RunPlan) -> PreparedRun:
-    if isinstance(plan, ResumeRun):
-        return _prepare_resume(plan)
-    return _prepare_new(plan)
+    # A bad probes file is refused before anything is built or written.
+    probes = _run_probes(plan)
+    prepared = _prepare_resume(plan) if isinstance(plan, ResumeRun) else _prepare_new(plan)
+    prepared.probes = probes
+    return prepared
+
+
+def _run_probes(plan: RunPlan) -> ProbeSet | None:
+    from minigpt_tui.engine.generation import load_probes
+
+    return load_probes(plan.probes) if plan.score_probes else None
 
 
 def _prepare_new(plan: NewRun) -> PreparedRun:

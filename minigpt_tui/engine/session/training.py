@@ -37,6 +37,7 @@ from minigpt_tui.engine.session.events import (
     Finished,
     FinishReason,
     Paused,
+    ProbesScored,
     Refused,
     Resumed,
     RunStarted,
@@ -153,6 +154,7 @@ class TrainingSession:
                 else:
                     best_changed = improved_best(item, trainer.best_step)
                     self._sink(EvaluationDone(item, trainer.best_step, best_changed))
+                    self._score_probes(trainer)
                     if best_changed and trainer.step > 0:
                         due.append(SaveReason.BEST)
                 # One checkpoint per step, after that step's scheduled evaluation.
@@ -213,11 +215,27 @@ class TrainingSession:
         self.unsaved_updates = 0
         self._sink(Saved(trainer.step, path, str(reason)))
 
-    def _write_metric(self, item: UpdateRecord | EvaluationRecord) -> None:
+    def _score_probes(self, trainer: Trainer) -> None:
+        """Score the run's probes after a scheduled evaluation. Scoring reads the model in
+        evaluation mode and draws from no random stream, so it never changes the trajectory."""
+        from minigpt_tui.engine.probe_scores import score_probes
+
+        probes = self.prepared.probes if self.prepared is not None else None
+        if probes is None:
+            return
+        scores = score_probes(trainer.model, trainer.tokenizer, probes)
+        event = ProbesScored(trainer.step, probes.source, scores)
+        self._write_metric(event)
+        self._sink(event)
+
+    def _write_metric(self, item: UpdateRecord | EvaluationRecord | ProbesScored) -> None:
         run = self.prepared.run if self.prepared is not None else None
         if run is None:
             return
-        if hasattr(item, "exact_fields"):
+        if isinstance(item, ProbesScored):
+            record = {"kind": "probes", "step": item.step, "source": item.source,
+                      "probes": [score.to_json() for score in item.scores]}
+        elif hasattr(item, "exact_fields"):
             record = {"kind": "update", **item.exact_fields(), "seconds": item.seconds,
                       "tokens_per_second": item.tokens_per_second}
         else:
