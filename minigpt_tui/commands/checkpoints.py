@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
+from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
 
 # The three-process experiment per preset: save after CUT updates, resume to END.
 EXPERIMENTS = {"tiny": (2, 4), "mini": (300, 600)}
@@ -32,6 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="resume although Python/torch/platform changed; bitwise continuation is then not promised",
     )
+    resume.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"],
+                        help="train on this device (another device kind needs --allow-environment-change)")
+    resume.add_argument("--allow-world-size-change", action="store_true",
+                        help="resume with another number of processes; bitwise continuation is then not promised")
+    add_process_arguments(resume)
     resume.set_defaults(handler=run_resume)
 
     inspect = subparsers.add_parser("inspect", help="show what a checkpoint or any safetensors file holds")
@@ -60,13 +66,21 @@ def _resolve(spec: str, runs_dir: Path) -> Path:
 # -- resume ---------------------------------------------------------------------------------------
 def run_resume(args: argparse.Namespace) -> int:
     from minigpt_tui.commands.train import drive, print_summary
-    from minigpt_tui.engine.session.plans import ResumeRun
+    from minigpt_tui.engine.session.plans import ResumeRun, saved_run_config
 
     runs_dir = runs_dir_from_args(args)
     policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
-    plan = ResumeRun(_resolve(args.checkpoint, runs_dir), runs_dir, until=args.until,
-                     allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy)
-    result = drive(plan, show_progress=not args.json)
+    checkpoint = _resolve(args.checkpoint, runs_dir)
+    if launch_requested(args):
+        return launch(args)
+    device = args.device or saved_run_config(checkpoint).train.device
+    with joined_world(device) as parallel:
+        plan = ResumeRun(checkpoint, runs_dir, until=args.until,
+                         allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
+                         parallel=parallel, allow_world_size_change=args.allow_world_size_change, device=args.device)
+        result = drive(plan, show_progress=not args.json and not parallel.distributed)
+    if not parallel.world.is_writer:
+        return 0
     if args.json:
         emit_json(result)
     else:

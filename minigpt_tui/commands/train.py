@@ -13,6 +13,7 @@ from minigpt_tui.commands.common import (
     graceful_stop,
     runs_dir_from_args,
 )
+from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,6 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="CHECKPOINT",
         help="weights-only warm start from a model file, checkpoint or RUN:latest|best (a new training history)",
     )
+    add_process_arguments(parser)
     parser.set_defaults(handler=run_train)
 
 
@@ -36,8 +38,14 @@ def run_train(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.session.plans import NewRun
 
     config = config_from_args(args)
-    plan = NewRun(config, runs_dir_from_args(args), args.run, until=args.until, init_from=args.init_from)
-    result = drive(plan, show_progress=not args.json)
+    if launch_requested(args):
+        return launch(args)
+    with joined_world(config.train.device) as parallel:
+        plan = NewRun(config, runs_dir_from_args(args), args.run, until=args.until, init_from=args.init_from,
+                      parallel=parallel)
+        result = drive(plan, show_progress=not args.json and not parallel.distributed)
+    if not parallel.world.is_writer:
+        return 0  # rank 0 alone reports
     if args.json:
         emit_json(result)
     else:
@@ -86,8 +94,10 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         session = TrainingSession(plan, sink, stop_requested=lambda: bool(stop))
         finished = session.run()
     prepared = session.prepared
-    assert prepared is not None and prepared.run is not None
+    assert prepared is not None
     trainer = prepared.trainer
+    if prepared.run is None:  # a rank other than 0: it writes and reports nothing
+        return {}
     tensors, scalars = trainer.parameter_counts
     result: dict[str, Any] = {
         "preset": trainer.config.preset,
@@ -107,6 +117,10 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "tokenizer_identity": trainer.tokenizer.identity,
         "checkpoints": recorder.saved,
         "run_dir": str(prepared.run.path),
+        "device": trainer.placement.kind,
+        "world_size": trainer.parallel.world_size,
+        "global_batch": trainer.config.train.batch_size * trainer.config.train.microbatches
+        * trainer.parallel.world_size,
     }
     if prepared.warm_start is not None:
         result["warm_start"] = prepared.warm_start.to_json()

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from minigpt_tui.engine.devices import DEVICE_CHOICES
 from minigpt_tui.engine.errors import ConfigError
 
 FAMILIES = ("llama", "gpt2")
@@ -103,6 +104,7 @@ class TrainConfig:
     monitor_tokens: int = 0
     precision: str = "exact"
     threads: int = 1
+    device: str = "cpu"  # auto | cpu | cuda | mps (auto: cuda, then mps, then cpu)
     save_every: int = 0
     keep_last: int = 3
 
@@ -280,6 +282,7 @@ def validate(config: RunConfig) -> None:
     need(t.monitor_tokens >= 0, "train.monitor_tokens must be 0 or more")
     need(t.precision in PRECISIONS, f"train.precision must be one of {PRECISIONS}")
     need(t.threads >= 1, "train.threads must be at least 1")
+    need(t.device in DEVICE_CHOICES, f"train.device must be one of {', '.join(DEVICE_CHOICES)}, got '{t.device}'")
     need(t.save_every >= 0, "train.save_every must be 0 (off) or positive")
     need(t.keep_last >= 1, "train.keep_last must be at least 1")
     if t.document_order:

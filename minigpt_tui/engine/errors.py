@@ -36,3 +36,7 @@ class CaptureRefused(MiniGPTError):
 
 class GenerationError(MiniGPTError):
     """A generation request that cannot be served."""
+
+
+class ProcessGroupError(MiniGPTError):
+    """A process of a several-process run died or could not be reached."""

@@ -47,6 +47,7 @@ from minigpt_tui.engine.checkpoint.safetensors_io import (
 from minigpt_tui.engine.checkpoint.training_state import (
     TRAINING_FILE,
     CapturedState,
+    Continuation,
     TrainingState,
     apply_training_state,
     capture_state,
@@ -57,6 +58,7 @@ from minigpt_tui.engine.checkpoint.training_state import (
 from minigpt_tui.engine.errors import CheckpointError, ResumeRefused
 
 if TYPE_CHECKING:
+    from minigpt_tui.engine.distributed import DataParallel
     from minigpt_tui.engine.trainer import Trainer
 
 MANIFEST = "manifest.json"
@@ -398,8 +400,10 @@ def save_checkpoint(
     *,
     provenance: dict[str, Any] | None = None,
     progress: ProgressHook | None = None,
+    peers: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """Save the trainer's state as ``checkpoints_dir/step-NNNNNN``; returns that path."""
+    """Save the trainer's state as ``checkpoints_dir/step-NNNNNN``; returns that path.
+    ``peers``: every rank's own state when several processes train."""
     notify = progress or (lambda _event: None)
     trainer.require_update_boundary()  # refuse before anything touches the disk
     checkpoints_dir = Path(checkpoints_dir)
@@ -411,7 +415,7 @@ def save_checkpoint(
     try:
         origin = {"step": trainer.step, **(provenance or {})}
         payload = portable_payload(trainer.model, trainer.tokenizer, origin)
-        captured = capture_state(trainer)
+        captured = capture_state(trainer, peers)
         identity, model_file, state_file = _write_checkpoint_files(tmp, payload, captured, notify)
         manifest = {
             "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
@@ -463,13 +467,14 @@ class Checkpointer:
         self.removed: list[Path] = []
         self.recovered = recover_interrupted(self.checkpoints_dir)
 
-    def save(self, trainer: "Trainer", reason: str) -> Path:
+    def save(self, trainer: "Trainer", reason: str, *, peers: list[dict[str, Any]] | None = None) -> Path:
         path = save_checkpoint(
             trainer,
             self.checkpoints_dir,
             reason,
             provenance={"run": self.run_dir.name},
             progress=self.progress,
+            peers=peers,
         )
         self.saved.append(path)
         keep = self.keep_last if self.keep_last is not None else trainer.config.train.keep_last
@@ -553,8 +558,16 @@ def restore_trainer(
     allow_environment_change: bool = False,
     corpus_path_override: Path | str | None = None,
     policy_overrides: dict[str, int] | None = None,
+    parallel: "DataParallel | None" = None,
+    allow_world_size_change: bool = False,
+    device: str | None = None,
 ) -> "Trainer":
     """A trainer whose next update is bitwise the one the saved run would have done.
+
+    ``parallel``: this process's rank among several (each rank restores its own streams);
+    a world size other than the saved one is refused unless ``allow_world_size_change``.
+    ``device``: run on this device instead of the saved config's (a changed device kind is
+    an environment change).
 
     Refuses (ResumeRefused), before building anything mutable, a changed corpus,
     tokenizer, config or model identity, and in exact precision a changed environment
@@ -563,7 +576,8 @@ def restore_trainer(
     (``apply_precision``) before running updates, as for a new run.
     """
     try:
-        return _restore_trainer(checkpoint_dir, allow_environment_change, corpus_path_override, policy_overrides)
+        return _restore_trainer(checkpoint_dir, allow_environment_change, corpus_path_override, policy_overrides,
+                                parallel, allow_world_size_change, device)
     except _MALFORMED as err:
         raise CheckpointError(f"{checkpoint_dir}: malformed checkpoint ({type(err).__name__}: {err})") from None
 
@@ -573,15 +587,30 @@ def _restore_trainer(
     allow_environment_change: bool,
     corpus_path_override: Path | str | None,
     policy_overrides: dict[str, int] | None,
+    parallel: "DataParallel | None" = None,
+    allow_world_size_change: bool = False,
+    device: str | None = None,
 ) -> "Trainer":
     import torch
 
     from minigpt_tui.engine.corpus import load_corpus
+    from minigpt_tui.engine.distributed import (
+        DataParallel,
+        apply_rank_entries,
+        refuse_world_size_change,
+        saved_world_size,
+        world_size_note,
+    )
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup, dtype_for
 
+    parallel = parallel or DataParallel()
     loaded = load_checkpoint(checkpoint_dir)
     state = loaded.state
     config = saved_config(state)
+    if device is not None:
+        config = config.replace(train={"device": device})
+    saved_world = saved_world_size(state.tensors)
+    refuse_world_size_change(saved_world, parallel.world_size, allowed=allow_world_size_change)
     if config.model != loaded.model_file.config:
         raise ResumeRefused(f"{loaded.path}: the model config in {MODEL_FILE} differs from the run's config")
     if loaded.model_file.dtype != {torch.float64: "F64", torch.float32: "F32"}[dtype_for(config.train.precision)]:
@@ -601,9 +630,13 @@ def _restore_trainer(
             f"saved {str(state.identities.get('corpus'))[:12]}…)"
         )
     setup = TrainingSetup(config, corpus, loaded.model_file.tokenizer)
-    trainer = Trainer(setup)
+    trainer = Trainer(setup, parallel=parallel)
     loaded.model_file.copy_into(trainer.model)
     apply_training_state(trainer, state)
+    apply_rank_entries(trainer, state.tensors, saved_world)
+    note = world_size_note(saved_world, parallel.world_size, state.step)
+    if note is not None:
+        continuation = Continuation(False, continuation.notes + (note,))
     trainer.checkpoint_continuation = continuation  # type: ignore[attr-defined]
     trainer.checkpoint_origin = loaded.path  # type: ignore[attr-defined]
     return trainer

@@ -43,6 +43,8 @@ TRAINING_FILE = "training.safetensors"
 # Checkpoint policy: how often and how many to keep. It never changes the trajectory,
 # so it is left out of the config identity and may differ on resume.
 POLICY_SETTINGS = ("save_every", "keep_last")
+# Where the run executes: recorded in the environment envelope, not in the config identity.
+PLACEMENT_SETTINGS = ("device",)
 HYPERPARAMETERS = ["lr", "beta1", "beta2", "eps", "weight_decay"]
 SCALER_VALUES = ["scale", "minimum", "maximum", "growth_factor", "backoff_factor"]
 SCALER_COUNTERS = ["enabled", "growth_interval", "finite_updates"]
@@ -58,7 +60,10 @@ ENVELOPE_KEYS = (
     "threads",
     "deterministic",
     "platform",
+    "device",
 )
+# What an envelope saved before a key existed meant by it: every earlier run was on the CPU.
+ENVELOPE_DEFAULTS = {"device": "cpu"}
 
 # Tensor name prefix -> the meaning it is grouped under when inspected.
 GROUPS = {
@@ -72,6 +77,7 @@ GROUPS = {
     "randomness.": "randomness",
     "loss_scaler.": "loss_scaling",
     "curve.": "evaluation",
+    "ranks.": "distributed",
 }
 
 
@@ -86,20 +92,25 @@ def group_of(name: str) -> str:
 def config_identity(config: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of the resolved config, checkpoint policy left out."""
     data = json.loads(json.dumps(config))
-    for name in POLICY_SETTINGS:
+    for name in POLICY_SETTINGS + PLACEMENT_SETTINGS:
         data.get("train", {}).pop(name, None)
     text = json.dumps(data, separators=(",", ":"), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def current_envelope(train: "TrainConfig", *, measured: bool = True) -> dict[str, Any]:
+def current_envelope(train: "TrainConfig", *, measured: bool = True, device_kind: str | None = None) -> dict[str, Any]:
     """The execution environment. ``measured``: threads and determinism as torch has them
-    now; otherwise as :func:`apply_precision` will set them for ``train``."""
+    now; otherwise as :func:`apply_precision` will set them for ``train``. ``device_kind``:
+    where the tensors live (default: where ``train.device`` resolves on this machine)."""
     import numpy
     import safetensors
     import torch
 
     from minigpt_tui import __version__
+    from minigpt_tui.engine.devices import choose_device
+
+    if device_kind is None:
+        device_kind = choose_device(train.device).kind
 
     if measured:
         threads = torch.get_num_threads()
@@ -119,14 +130,15 @@ def current_envelope(train: "TrainConfig", *, measured: bool = True) -> dict[str
         "threads": threads,
         "deterministic": deterministic,
         "platform": f"{platform.system()}-{platform.machine()}",
+        "device": device_kind,
     }
 
 
 def envelope_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     return [
-        f"{key}: saved {saved.get(key)!r}, now {now.get(key)!r}"
+        f"{key}: saved {saved.get(key, ENVELOPE_DEFAULTS.get(key))!r}, now {now.get(key)!r}"
         for key in ENVELOPE_KEYS
-        if saved.get(key) != now.get(key)
+        if saved.get(key, ENVELOPE_DEFAULTS.get(key)) != now.get(key)
     ]
 
 
@@ -190,13 +202,15 @@ def capture_training_state(
     return captured.tensors, captured.metadata(model_identity, captured.content_digest())
 
 
-def capture_state(trainer: "Trainer") -> CapturedState:
+def capture_state(trainer: "Trainer", peers: "list[dict[str, torch.Tensor]] | None" = None) -> CapturedState:
     """The trainer's state. Refuses (CaptureRefused) unless the trainer is between complete
-    updates; it never clears or changes anything. The tensors are the live ones (no copy):
-    write them before the next update."""
+    updates; it never clears or changes anything. The tensors are the live ones on the CPU
+    (no copy), else CPU copies: write them before the next update. ``peers``: every rank's
+    own state when several processes train (see ``distributed.rank_entries``)."""
     import torch
 
     from minigpt_tui.engine.batches import DocumentOrder
+    from minigpt_tui.engine.distributed import captured_rank_tensors
     from minigpt_tui.engine.tensors import u64
     from minigpt_tui.engine.trainer import scheduled_lr
 
@@ -220,7 +234,7 @@ def capture_state(trainer: "Trainer") -> CapturedState:
                 if not isinstance(value, torch.Tensor):
                     raise CheckpointError(f"optimizer state {key!r} is not a tensor and cannot be saved")
                 # Written straight from the live tensors: capture happens between updates.
-                tensors.append((f"optimizer.state.{trainer.param_names[p]}.{key}", value.detach()))
+                tensors.append((f"optimizer.state.{trainer.param_names[p]}.{key}", value.detach().cpu()))
                 state_keys.add(key)
     tensors.append(("optimizer.groups.hyperparameters", torch.tensor(hyper_rows, dtype=torch.float64)))
 
@@ -245,7 +259,7 @@ def capture_state(trainer: "Trainer") -> CapturedState:
     # Randomness: dropout seed and counter, monitoring-sampling generator, all seeds.
     seeds = config.seeds
     tensors.append(("randomness.dropout", u64([trainer.dropout_seed, trainer.dropout_counter])))
-    tensors.append(("randomness.sampling_generator_state", trainer.sampling.get_state().clone()))
+    tensors.append(("randomness.sampling_generator_state", trainer.sampling.get_state().clone()))  # rank 0 samples
     tensors.append(("randomness.seeds", u64([seeds.init, seeds.data, seeds.dropout, seeds.sampling])))
 
     # Loss scaling.
@@ -269,6 +283,8 @@ def capture_state(trainer: "Trainer") -> CapturedState:
     tensors.append(
         ("curve.best_validation", torch.tensor([trainer.best_validation if trainer.best_validation is not None else math.nan], dtype=torch.float64))
     )
+    rank_tensors = captured_rank_tensors(peers or [])
+    tensors += rank_tensors
 
     config_record = config.to_dict()
     identities = {
@@ -320,13 +336,19 @@ def capture_state(trainer: "Trainer") -> CapturedState:
             "best_validation": trainer.best_validation,
         },
     }
+    if rank_tensors:
+        records["distributed"] = {
+            "world_size": len(peers or []),
+            "global_batch": train.batch_size * train.microbatches * len(peers or []),
+            "note": "rank 0's data and random streams are the data and randomness entries; ranks.R.* hold rank R's",
+        }
     from minigpt_tui import __version__
 
     metadata = {
         "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
         "config": config_record,
         "identities": identities,
-        "envelope": current_envelope(train, measured=True),
+        "envelope": current_envelope(train, measured=True, device_kind=trainer.placement.kind),
         "continuation": continuation_of(trainer).to_json(),
         "optimizer": {"class": type(trainer.optimizer).__name__, "groups": groups_meta, "hyperparameter_layout": HYPERPARAMETERS},
         "layouts": {
@@ -341,6 +363,7 @@ def capture_state(trainer: "Trainer") -> CapturedState:
             "curve.losses": ["train_loss", "validation_loss (NaN: none)"],
             "curve.targets": ["train_targets", "validation_targets"],
             "curve.best_step": ["present", "step"],
+            **({"ranks.world_size": ["processes"]} if rank_tensors else {}),
         },
         "records": records,
         "producer": {"package": "minigpt-tui", "version": __version__},
@@ -608,7 +631,7 @@ def _apply_training_state(trainer: "Trainer", state: TrainingState) -> None:
         draws = _u64(_check_tensor(path, t, "data.draws", "U64", (1,)))[0]
         data_state = {"generator_state": generator_state}
     dropout_seed, dropout_counter = _u64(_check_tensor(path, t, "randomness.dropout", "U64", (2,)))
-    if dropout_seed != trainer.dropout_seed:
+    if dropout_seed != config.seeds.dropout:
         raise ResumeRefused(f"{path}: the saved dropout seed differs from the saved config's")
     sampling_state = _check_tensor(path, t, "randomness.sampling_generator_state", "U8", None)
     scaler_values = _check_tensor(path, t, "loss_scaler.values", "F64", (len(SCALER_VALUES),)).tolist()

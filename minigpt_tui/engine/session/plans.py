@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from minigpt_tui.engine.checkpoint.directory import Checkpointer
     from minigpt_tui.engine.checkpoint.portable import PortableModel
     from minigpt_tui.engine.config import RunConfig
+    from minigpt_tui.engine.distributed import CommandAgreement, DataParallel, WriterCheckpointer
     from minigpt_tui.engine.runs import RunDirectory
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup
 
@@ -40,6 +41,7 @@ class NewRun:
     name: str | None = None
     until: int | None = None
     init_from: str | None = None
+    parallel: DataParallel | None = None  # this process's rank when several train together
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class ResumeRun:
     allow_environment_change: bool = False
     corpus: str | None = None
     policy: Mapping[str, int] | None = None
+    parallel: DataParallel | None = None
+    allow_world_size_change: bool = False
+    device: str | None = None  # run on this device instead of the saved config's
 
 
 RunPlan = NewRun | ResumeRun
@@ -75,12 +80,26 @@ class PreparedRun:
     """A trainer ready for its first update, and where its run writes (None: nowhere)."""
 
     trainer: Trainer
-    run: RunDirectory | None = None
-    checkpointer: Checkpointer | None = None
+    run: RunDirectory | None = None  # None on every rank but 0: rank 0 alone writes
+    checkpointer: Checkpointer | WriterCheckpointer | None = None
     until: int | None = None
     summary: RunSummary | None = None
     resumed_from: Path | None = None
     warm_start: WarmStart | None = None
+    agreement: CommandAgreement | None = None  # several processes: commands agreed by all ranks
+
+
+def _placed(trainer: Trainer, run: RunDirectory | None) -> dict[str, Any]:
+    """A prepared run's checkpointer and command agreement for the trainer's world: with
+    several processes every rank saves together and rank 0 alone writes."""
+    from minigpt_tui.engine.checkpoint.directory import Checkpointer
+    from minigpt_tui.engine.distributed import CommandAgreement, WriterCheckpointer
+
+    parallel = trainer.parallel
+    inner = Checkpointer(run) if run is not None else None
+    if not parallel.distributed:
+        return {"checkpointer": inner}
+    return {"checkpointer": WriterCheckpointer(parallel, inner), "agreement": CommandAgreement(parallel)}
 
 
 def prepare(plan: RunPlan) -> PreparedRun:
@@ -90,7 +109,6 @@ def prepare(plan: RunPlan) -> PreparedRun:
 
 
 def _prepare_new(plan: NewRun) -> PreparedRun:
-    from minigpt_tui.engine.checkpoint.directory import Checkpointer
     from minigpt_tui.engine.corpus import load_corpus
     from minigpt_tui.engine.errors import ConfigError
     from minigpt_tui.engine.runs import RunDirectory
@@ -106,15 +124,19 @@ def _prepare_new(plan: NewRun) -> PreparedRun:
     corpus = load_corpus(config.corpus)
     setup = TrainingSetup.build(config, corpus, portable.tokenizer if portable is not None else None)
     initial = {n: p.detach() for n, p in portable.model.named_parameters()} if portable is not None else None
-    trainer = Trainer(setup, initial_weights=initial)
-    run = RunDirectory.create(plan.runs_dir, plan.name, config.preset)
-    run.write_json("config.json", config.to_dict())
-    run.write_json("identities.json", identities(setup))
+    trainer = Trainer(setup, initial_weights=initial, parallel=plan.parallel)
     warm = None
     if portable is not None:
         warm = WarmStart(Path(portable.path), portable.identity, portable.tokenizer.identity)
+    if not trainer.parallel.world.is_writer:
+        return PreparedRun(trainer, None, until=plan.until, warm_start=warm, **_placed(trainer, None))
+    run = RunDirectory.create(plan.runs_dir, plan.name, config.preset)
+    run.write_json("config.json", config.to_dict())
+    run.write_json("identities.json", identities(setup))
+    if warm is not None:
         run.write_json("warm_start.json", warm.to_json())
-    return PreparedRun(trainer, run, Checkpointer(run), plan.until, summarize(trainer, run), warm_start=warm)
+    return PreparedRun(trainer, run, until=plan.until, summary=summarize(trainer, run), warm_start=warm,
+                       **_placed(trainer, run))
 
 
 def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableModel:
@@ -134,13 +156,15 @@ def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableM
 
 
 def _prepare_resume(plan: ResumeRun) -> PreparedRun:
-    from minigpt_tui.engine.checkpoint.directory import Checkpointer, restore_trainer
+    from minigpt_tui.engine.checkpoint.directory import restore_trainer
     from minigpt_tui.engine.errors import ConfigError, ResumeRefused
     from minigpt_tui.engine.trainer import apply_precision
 
     folder = Path(plan.checkpoint)
     trainer = restore_trainer(folder, allow_environment_change=plan.allow_environment_change,
-                              corpus_path_override=plan.corpus, policy_overrides=dict(plan.policy or {}) or None)
+                              corpus_path_override=plan.corpus, policy_overrides=dict(plan.policy or {}) or None,
+                              parallel=plan.parallel, allow_world_size_change=plan.allow_world_size_change,
+                              device=plan.device)
     steps = trainer.config.train.steps
     if trainer.finished:
         raise ConfigError(
@@ -156,10 +180,12 @@ def _prepare_resume(plan: ResumeRun) -> PreparedRun:
         if plan.until <= trainer.step:
             raise ConfigError(f"--until {plan.until} is not after the checkpoint's step {trainer.step}")
     apply_precision(trainer.config.train)
+    if not trainer.parallel.world.is_writer:
+        return PreparedRun(trainer, None, until=plan.until, resumed_from=folder, **_placed(trainer, None))
     run = run_for_checkpoint(folder, plan.runs_dir, trainer.config)
     run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
-    return PreparedRun(trainer, run, Checkpointer(run), plan.until,
-                       summarize(trainer, run, resumed_from=folder), resumed_from=folder)
+    return PreparedRun(trainer, run, until=plan.until, summary=summarize(trainer, run, resumed_from=folder),
+                       resumed_from=folder, **_placed(trainer, run))
 
 
 def run_for_checkpoint(folder: Path, runs_dir: Path, config: RunConfig) -> RunDirectory:

@@ -158,6 +158,8 @@ class TrainingSession:
 
     def _apply_commands(self, trainer: Trainer) -> bool:
         """Apply waiting commands; block while paused. True means stop."""
+        if self.prepared is not None and self.prepared.agreement is not None:
+            return self._apply_agreed_commands(trainer)
         while True:
             if self._stop_requested():
                 return True
@@ -172,6 +174,26 @@ class TrainingSession:
             self._apply(command, trainer)
             if not self._paused and self._commands.empty():
                 return False
+
+    def _apply_agreed_commands(self, trainer: Trainer) -> bool:
+        """Several processes: every rank applies the same commands at the same boundary (rank
+        0's, a stop requested anywhere stops all); while paused the ranks agree every 0.1 s."""
+        import time
+
+        assert self.prepared is not None and self.prepared.agreement is not None
+        while True:
+            waiting: list[str] = []
+            while not self._commands.empty():
+                waiting.append(self._commands.get_nowait().value)
+            stop, agreed = self.prepared.agreement.agree(self._stop_requested(), waiting)
+            commands = [Command(value) for value in agreed]
+            if stop or Command.STOP in commands:
+                return True
+            for command in commands:
+                self._apply(command, trainer)
+            if not self._paused:
+                return False
+            time.sleep(0.1)
 
     def _apply(self, command: Command, trainer: Trainer) -> None:
         if command is Command.PAUSE and not self._paused:
