@@ -54,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--preset", choices=sorted(EXPERIMENTS), default="tiny")
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.add_argument("--keep", metavar="DIR", help="keep the experiment's runs in DIR")
+    verify.add_argument("--nproc", type=int, help="run every step of the experiment in N processes")
     verify.set_defaults(handler=run_verify)
 
 
@@ -240,7 +241,7 @@ def _print_inspection(result: dict[str, Any]) -> None:
 
 
 # -- verify ---------------------------------------------------------------------------------------
-def _cli(*args: str) -> list[str]:
+def _command(*args: str) -> list[str]:
     return [sys.executable, "-m", "minigpt_tui", *args]
 
 
@@ -254,20 +255,26 @@ def _run_json(args: list[str], env: dict[str, str], label: str) -> dict[str, Any
     return json.loads(done.stdout)
 
 
-def verify_experiment(preset: str, runs_dir: Path) -> dict[str, Any]:
+def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> dict[str, Any]:
     """Save after CUT updates and exit; resume to END in a new process; train 0 -> END
-    without stopping in a third; warm-start from the saved weights in a fourth."""
+    without stopping in a third; warm-start from the saved weights in a fourth. ``nproc``:
+    each of them in that many processes."""
     cut, end = EXPERIMENTS[preset]
+    processes = ["--nproc", str(nproc)] if nproc is not None else []
+
+    def command_line(*args: str) -> list[str]:
+        return _command(*args, *processes)
+
     env = dict(os.environ)
     env["MINIGPT_TUI_RUNS_DIR"] = str(runs_dir)
     saved_at = f"saved:step-{cut}"
-    saved = _run_json(_cli("train", "--preset", preset, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
+    saved = _run_json(command_line("train", "--preset", preset, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
     resumed = _run_json(
-        _cli("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
+        command_line("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
     )
-    straight = _run_json(_cli("train", "--preset", preset, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
+    straight = _run_json(command_line("train", "--preset", preset, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
     warm = _run_json(
-        _cli("train", "--preset", preset, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
+        command_line("train", "--preset", preset, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
         env,
         "warm-start",
     )
@@ -295,6 +302,7 @@ def verify_experiment(preset: str, runs_dir: Path) -> dict[str, Any]:
     ]
     return {
         "preset": preset,
+        "processes": nproc or 1,
         "saved_after": cut,
         "resumed_until": end,
         "comparisons": comparisons,
@@ -333,16 +341,17 @@ def run_verify(args: argparse.Namespace) -> int:
     if args.keep:
         runs_dir = Path(args.keep).expanduser().resolve()
         runs_dir.mkdir(parents=True, exist_ok=True)
-        result = verify_experiment(args.preset, runs_dir)
+        result = verify_experiment(args.preset, runs_dir, args.nproc)
     else:
         with tempfile.TemporaryDirectory(prefix="minigpt-verify-") as tmp:
-            result = verify_experiment(args.preset, Path(tmp))
+            result = verify_experiment(args.preset, Path(tmp), args.nproc)
             result["runs_dir"] = None
     if args.json:
         emit_json(result)
     else:
         cut, end = result["saved_after"], result["resumed_until"]
-        print(f"exact resume, preset {result['preset']}: save after {cut}, exit, resume to {end} in a new process, "
+        where = f" ({result['processes']} processes each)" if result["processes"] > 1 else ""
+        print(f"exact resume, preset {result['preset']}{where}: save after {cut}, exit, resume to {end} in a new process, "
               f"compare with 0 -> {end} uninterrupted")
         for c in result["comparisons"]:
             print(f"  {'true ' if c['equal'] else 'FALSE'}  {c['name']}")
