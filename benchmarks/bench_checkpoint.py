@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from minigpt_tui.engine.checkpoint import directory, portable, safetensors_io, training_state
+from minigpt_tui.engine.checkpoint import directory, portable, safetensors_io, state_parts, training_state
 from minigpt_tui.engine.checkpoint.directory import load_into_trainer, save_checkpoint
 from minigpt_tui.engine.checkpoint.inspect import inspect_path, tensor_statistics
 from minigpt_tui.engine.checkpoint.safetensors_io import load_file, read_header, read_tensor, write_safetensors
@@ -120,7 +120,7 @@ def measured_fsync_and_hashing(skip: bool = False):
     class HashModule:
         sha256 = TimedHash
 
-    modules = (safetensors_io, portable, training_state, directory)
+    modules = (safetensors_io, portable, training_state, state_parts, directory)
     saved = {m: getattr(m, "hashlib", None) for m in modules}
     os.fsync = timed(real_fsync)
     if skip:  # nor start writing pages out early (a hint the fsync would follow up)

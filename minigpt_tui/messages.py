@@ -15,11 +15,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from textual.message import Message
 
+from minigpt_tui.engine.checkpoint.integrity import Integrity
 from minigpt_tui.engine.session.events import RunSummary
+from minigpt_tui.engine.session.generation import StepperView
+from minigpt_tui.engine.session.run_store import RunListing
 from minigpt_tui.engine.session.history import LoadedCurve, RunHistory
 
 __all__ = ["CurveLoaded", "EngineEventsReady", "EngineImported", "HistoryLoaded", "LoadedCurve", "RunFeed",
@@ -81,3 +85,80 @@ class RunFeed:
             events, self._pending = self._pending, []
             self._announced = False
         return events
+
+
+# -- the Checkpoints screen's workers --------------------------------------------------------
+class RunsScanned(Message):
+    def __init__(self, listings: tuple[RunListing, ...], select: Path | None) -> None:
+        super().__init__()
+        self.listings = listings
+        self.select = select
+
+
+class Inspected(Message):
+    def __init__(self, serial: int, inspection: Any) -> None:
+        super().__init__()
+        self.serial = serial
+        self.inspection = inspection
+
+
+class InspectionFailed(Message):
+    def __init__(self, serial: int, path: Path, reason: str, loud: bool) -> None:
+        super().__init__()
+        self.serial = serial
+        self.path = path
+        self.reason = reason
+        self.loud = loud
+
+
+class StatisticsReady(Message):
+    def __init__(self, serial: int, entry: Any, stats: dict[str, Any] | None, reason: str | None) -> None:
+        super().__init__()
+        self.serial = serial
+        self.entry = entry
+        self.stats = stats
+        self.reason = reason
+
+
+class TokenizerReady(Message):
+    def __init__(self, serial: int, tokenizer: Any, note: str) -> None:
+        super().__init__()
+        self.serial = serial
+        self.tokenizer = tokenizer
+        self.note = note
+
+
+class IntegrityReady(Message):
+    def __init__(self, serial: int, integrity: Integrity) -> None:
+        super().__init__()
+        self.serial = serial
+        self.integrity = integrity
+
+
+class ComparisonReady(Message):
+    def __init__(self, serial: int, other: Path, result: dict[str, Any]) -> None:
+        super().__init__()
+        self.serial = serial
+        self.other = other
+        self.result = result
+
+
+# -- the Generation screen's worker ---------------------------------------------------------
+class GenerationUpdated(Message):
+    def __init__(self, view: StepperView | None, note: str | None = None, select: int | None = None) -> None:
+        super().__init__()
+        self.view = view
+        self.note = note
+        self.select = select
+
+
+class GenerationFailed(Message):
+    def __init__(self, reason: str, what: str, dropped: int) -> None:
+        super().__init__()
+        self.reason = reason
+        self.what = what
+        self.dropped = dropped
+
+
+class QueueIdle(Message):
+    pass

@@ -16,7 +16,8 @@ from textual.widgets import Input, Select, Static
 from minigpt_tui.engine.checkpoint.portable import load_portable_model
 from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
 from minigpt_tui.engine.tokenizer import BOS
-from minigpt_tui.screens.generation import GenerationScreen, parse_settings
+from minigpt_tui.engine.session.generation import parse_settings
+from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable

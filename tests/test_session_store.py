@@ -85,3 +85,27 @@ def test_run_choices_override_the_preset_and_derive_stream_seeds_from_one_seed()
         RunChoices("tiny", seed=1, stream_seeds={"init": 2}).resolve()
     with pytest.raises(CorpusError, match="corpus not found"):
         RunChoices("tiny", corpus="/no/such/corpus.txt").resolve()
+
+
+def test_a_generation_session_gives_typed_views_with_ranks_and_probabilities(store):
+    import math
+
+    from minigpt_tui.engine.session.generation import GenerationSession, parse_settings
+
+    session = GenerationSession(store.root)
+    session.load("kept")
+    session.configure(parse_settings("ab", "greedy", "", "", "", "", "3"))
+    session.step()
+    view = session.view()
+    (decision,) = view.decisions
+    ranks = [c.rank for c in decision.candidates]
+    assert ranks == sorted(ranks) and ranks[0] == 1 and decision.chosen.rank == 1
+    logits = [c.logit for c in decision.candidates]
+    assert logits == sorted(logits, reverse=True)
+    # The raw probabilities are the softmax of the logits over the whole vocabulary.
+    top, second = decision.candidates[0], decision.candidates[1]
+    assert math.isclose(top.raw_probability / second.raw_probability, math.exp(top.logit - second.logit), rel_tol=1e-9)
+    # Selection renormalizes over the eligible ids (BOS is never eligible): at least the raw share.
+    assert decision.chosen.selection_probability >= decision.chosen.raw_probability
+    assert all(c.selection_probability == 0.0 for c in decision.candidates if not c.eligible)
+    assert view.generated[0].id == decision.chosen.id and not view.finished

@@ -14,6 +14,7 @@ from typing import Any
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
 from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
+from minigpt_tui.engine.printable import escape_controls
 
 # The three-process experiment per preset: save after CUT updates, resume to END.
 EXPERIMENTS = {"tiny": (2, 4), "mini": (300, 600)}
@@ -33,6 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="resume although Python/torch/platform changed; bitwise continuation is then not promised",
     )
+    resume.add_argument(
+        "--fork",
+        action="store_true",
+        help="continue in a new run folder (needed when the checkpoint sits in another run's folder)",
+    )
     resume.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"],
                         help="train on this device (another device kind needs --allow-environment-change)")
     resume.add_argument("--allow-world-size-change", action="store_true",
@@ -46,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     inspect.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
     inspect.add_argument("--verify", action="store_true", help="also read the data: hashes, identities, digests")
     inspect.add_argument("--tensor", help="statistics of one tensor (reads that tensor alone)")
-    inspect.add_argument("--bins", type=int, default=20, help="histogram bins for --tensor (default 20)")
+    inspect.add_argument("--bins", type=int, default=20, help="histogram bins for --tensor, 1 to 10,000 (default 20)")
     inspect.add_argument("--compare", metavar="OTHER", help="compare with another checkpoint")
     inspect.set_defaults(handler=run_inspect)
 
@@ -78,7 +84,8 @@ def run_resume(args: argparse.Namespace) -> int:
     with joined_world(device) as parallel:
         plan = ResumeRun(checkpoint, runs_dir, until=args.until,
                          allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
-                         parallel=parallel, allow_world_size_change=args.allow_world_size_change, device=args.device)
+                         fork=args.fork, parallel=parallel, allow_world_size_change=args.allow_world_size_change,
+                         device=args.device)
         result = drive(plan, show_progress=not args.json and not parallel.distributed)
     if not parallel.world.is_writer:
         return 0
@@ -100,8 +107,8 @@ def run_inspect(args: argparse.Namespace) -> int:
     target = _inspect_target(args.path, runs_dir)
     inspection = inspect_path(target, verify_hashes=args.verify)
     result = inspection.to_json()
-    if args.verify:
-        result["verified"] = _verify_fully(target, inspection.kind)
+    if args.verify:  # the inspected path: a run folder resolves to its latest checkpoint
+        result["verified"] = _verify_fully(inspection.path, inspection.kind)
     if args.tensor:
         result["statistics"] = tensor_statistics(inspection.path, args.tensor, bins=args.bins)
     if args.compare:
@@ -114,8 +121,10 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def _inspect_target(spec: str, runs_dir: Path) -> Path:
+    from minigpt_tui.engine.files import path_exists
+
     path = Path(spec).expanduser()
-    if path.exists():
+    if len(spec) <= 4096 and path_exists(path):
         return path
     return _resolve(spec, runs_dir)
 
@@ -140,28 +149,36 @@ def _verify_fully(path: Path, kind: str) -> dict[str, Any]:
     return {"ok": True, "sha256": loaded.sha256}
 
 
-def _short(value: Any, width: int = 72) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _short(value: Any, width: int = 72) -> Any:
+    text = escape_controls(value if isinstance(value, str) else json.dumps(value))
+    return _text(text if len(text) <= width else text[: width - 1] + "…")
+
+
+def _text(value: Any) -> Any:
+    """A cell or line of untrusted text (rich Text): control characters escaped, no markup read."""
+    from rich.text import Text
+
+    return Text(escape_controls(value))
 
 
 def _print_inspection(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console()
-    console.print(f"[bold]{result['path']}[/bold]  ({result['kind']})")
+    console = Console(highlight=False)
+    console.print(Text.assemble((escape_controls(result["path"]), "bold"), f"  ({result['kind']})"))
     files = Table(title="files")
     for column in ("file", "kind", "bytes", "header bytes", "tensors"):
         files.add_column(column)
     for f in result["files"]:
-        files.add_row(f["name"], f["kind"], str(f["size"]), str(f["header_bytes"]), str(f["tensors"]))
+        files.add_row(_text(f["name"]), f["kind"], str(f["size"]), str(f["header_bytes"]), str(f["tensors"]))
     console.print(files)
     # One table per file; the name folds rather than being cut, and below 110 columns the
     # group and offset columns give their width to it.
     wide = console.width >= 110
     for file_name in dict.fromkeys(e["file"] for e in result["entries"]):
-        entries = Table(title=f"{file_name}: tensor entries (header only)")
+        entries = Table(title=_text(f"{file_name}: tensor entries (header only)"))
         entries.add_column("name", overflow="fold", ratio=1)
         columns = ("group", "dtype", "shape", "elements", "bytes", "offsets") if wide else (
             "dtype", "shape", "elements", "bytes")
@@ -173,44 +190,44 @@ def _print_inspection(result: dict[str, Any]) -> None:
             values = {"group": e["group"], "dtype": e["dtype"], "shape": str(e["shape"]),
                       "elements": str(e["elements"]), "bytes": str(e["bytes"]),
                       "offsets": f"{e['begin']}..{e['end']}"}
-            entries.add_row(e["name"], *(values[c] for c in columns))
+            entries.add_row(_text(e["name"]), *(_text(values[c]) for c in columns))
         console.print(entries)
     if result["aliases"]:
         aliases = Table(title="alias records")
         for column in ("name", "target", "transform", "use"):
             aliases.add_column(column)
         for a in result["aliases"]:
-            aliases.add_row(a.get("name", ""), a.get("target", ""), a.get("transform", ""), a.get("use", ""))
+            aliases.add_row(*(_text(a.get(key, "")) for key in ("name", "target", "transform", "use")))
         console.print(aliases)
     for group, records in result["state"].items():
         if not records:
             continue
-        table = Table(title=f"state: {group}")
+        table = Table(title=_text(f"state: {group}"))
         table.add_column("record")
         table.add_column("value")
         for key, value in records.items():
-            table.add_row(str(key), _short(value))
+            table.add_row(_text(key), _short(value))
         console.print(table)
     if not result["state"] and result["metadata"]:
         table = Table(title="metadata")
         table.add_column("key")
         table.add_column("value")
         for key, value in result["metadata"].items():
-            table.add_row(key, _short(value))
+            table.add_row(_text(key), _short(value))
         console.print(table)
     integrity = result.get("integrity")
-    if integrity is not None and "complete" not in integrity:  # a transformers folder: index against shards
+    if integrity is not None and integrity["scope"] == "index":  # a transformers folder: index against shards
         verdict = "ok" if integrity.get("ok") else "PROBLEM: " + "; ".join(integrity.get("problems") or [])
-        console.print(f"integrity ({integrity.get('checked')}): {verdict}")
+        console.print(_text(f"integrity ({integrity.get('checked')}): {verdict}"))
     elif integrity is not None:
         status = "complete" if integrity["complete"] else "INCOMPLETE"
         checked = "hashes checked" if integrity.get("hashes_checked") else "sizes checked (add --verify for hashes)"
-        console.print(f"integrity: {status}, {'ok' if integrity['ok'] else 'PROBLEM: ' + str(integrity['problem'])}; {checked}")
+        console.print(_text(f"integrity: {status}, {'ok' if integrity['ok'] else 'PROBLEM: ' + str(integrity['problem'])}; {checked}"))
     if "verified" in result:
-        console.print(f"verified: {result['verified']}")
+        console.print(_text(f"verified: {result['verified']}"))
     if "statistics" in result:
         stats = result["statistics"]
-        table = Table(title=f"statistics: {stats['name']} ({stats['dtype']} {stats['shape']})")
+        table = Table(title=_text(f"statistics: {stats['name']} ({stats['dtype']} {stats['shape']})"))
         table.add_column("record")
         table.add_column("value")
         for key in ("elements", "min", "max", "mean", "std", "zero_fraction", "nan", "inf", "bytes_read"):
@@ -224,19 +241,20 @@ def _print_inspection(result: dict[str, Any]) -> None:
             console.print(f"  [{edges[i]: .4g}, {edges[i + 1]: .4g})  {count:6d} {bar}", highlight=False)
     if "comparison" in result:
         comparison = result["comparison"]
-        console.print(f"comparison with {comparison['b']}: {len(comparison['changed'])} tensors differ, {comparison['unchanged']} equal")
+        console.print(_text(f"comparison with {comparison['b']}: {len(comparison['changed'])} tensors differ, "
+                            f"{comparison['unchanged']} equal"))
         table = Table(title="changed tensors")
         for column in ("file", "name", "status", "max |a-b|"):
             table.add_column(column)
         for t in comparison["tensors"]:
             if t["status"] != "same":
-                table.add_row(t["file"], t["name"], t["status"], str(t["max_abs_diff"]))
+                table.add_row(_text(t["file"]), _text(t["name"]), t["status"], str(t["max_abs_diff"]))
         console.print(table)
         table = Table(title="state records that differ")
         for column in ("group", "record", "a", "b"):
             table.add_column(column)
         for d in comparison["state_differences"]:
-            table.add_row(d["group"], d["record"], _short(d["a"], 36), _short(d["b"], 36))
+            table.add_row(_text(d["group"]), _text(d["record"]), _short(d["a"], 36), _short(d["b"], 36))
         console.print(table)
 
 
@@ -338,9 +356,10 @@ def _same(name: str, a: Any, b: Any) -> dict[str, Any]:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.files import make_folder
+
     if args.keep:
-        runs_dir = Path(args.keep).expanduser().resolve()
-        runs_dir.mkdir(parents=True, exist_ok=True)
+        runs_dir = make_folder(Path(args.keep).expanduser().resolve(), what="--keep folder")
         result = verify_experiment(args.preset, runs_dir, args.nproc)
     else:
         with tempfile.TemporaryDirectory(prefix="minigpt-verify-") as tmp:

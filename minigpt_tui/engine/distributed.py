@@ -365,13 +365,16 @@ class WriterCheckpointer:
 
         from minigpt_tui.engine.errors import CheckpointError, MiniGPTError
 
-        peers = [entries_from_portable(values) for values in self.parallel.gather(portable_entries(rank_entries(trainer)))]
+        gathered = self.parallel.gather(portable_entries(rank_entries(trainer)))
         outcome: tuple[str, str]
         if self.inner is not None:
+            trainer.peer_states = [entries_from_portable(values) for values in gathered]
             try:
-                outcome = ("saved", str(self.inner.save(trainer, reason, peers=peers)))
+                outcome = ("saved", str(self.inner.save(trainer, reason)))
             except MiniGPTError as err:
                 outcome = ("refused", str(err))
+            finally:
+                trainer.peer_states = None
         else:
             outcome = ("refused", "rank 0 did not report")
         kind, text = self.parallel.from_writer(outcome)

@@ -204,6 +204,8 @@ class Trainer:
         # The module the training forward runs through (DDP with several processes).
         self.forward_module = self.parallel.wrap(self.model, self.device)
         self.dropout_seed = rank_seed(config.seeds.dropout, rank)
+        # Every rank's own data and random-stream state, gathered by rank 0 while it saves.
+        self.peer_states: list[dict[str, Tensor]] | None = None
         self.dropout_counter = 0
         self.sampling = torch.Generator().manual_seed(config.seeds.sampling)
         self.scaler = LossScaler(train)

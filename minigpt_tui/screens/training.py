@@ -28,6 +28,7 @@ from minigpt_tui.engine.session.plans import NewRun, ResumeRun, RunPlan
 from minigpt_tui.engine.session.run_store import RunStore
 from minigpt_tui.engine.session.training import TrainingSession
 from minigpt_tui.widgets.event_log import EventLog
+from minigpt_tui.screens.help_texts import TRAINING_HELP
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.loss_plot import LossPlot
 from minigpt_tui.widgets.loss_table import LossTable
@@ -38,50 +39,6 @@ if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
 
 ACTIVE_STATES = ("starting", "running", "paused", "stopping")
-
-TRAINING_HELP = """\
-# Training
-
-Trains a run on a thread of its own; this screen shows what it does, live.
-
-## Keys
-| key | action |
-|---|---|
-| `space` | start a run (the next run shown in the summary); pause or resume it. A pause takes effect at the next complete update, so it never changes what is learned. |
-| `s` | save a checkpoint now (at the next update boundary) |
-| `e` | evaluate now: an extra evaluation row, which never changes the best step |
-| `x` | stop the run (it saves first when it has unsaved updates and saving is available) |
-| `n` | configure a new run: preset, corpus, updates, precision, seeds, save interval |
-| `o` | overlay another run's curves on the plot (from its `metrics.jsonl`) |
-| `w` | export this run's metrics to `metrics.csv` in its run directory |
-| `v` | on a narrow terminal, switch between the loss table and the plot |
-
-## Run summary
-- **run**: the run's name (its folder in the runs directory), its preset, and its parameters: the number of learned scalars in how many tensors (the tied token table counts once).
-- **precision**: `exact` trains in float64 on one thread with deterministic algorithms, so a paused, saved and resumed run gives bit-for-bit the same records as one never stopped; `fast` uses float32 and several threads.
-- **corpus**: where the records come from, how many are in the training and validation splits, and the corpus identity (SHA-256 over every record's split and bytes).
-- **tokenizer**: the byte-level BPE tokenizer learned from the training split: merges, vocabulary size (2 specials + 256 bytes + merges) and its identity (SHA-256 of its definition).
-
-## Progress
-The state (starting, running, paused, stopping, finished, stopped, failed), a bar of committed updates out of the schedule, the ETA from time spent running (pauses excluded), and the updates per second.
-
-## Loss table
-One row per update, newest at the bottom (the table keeps the latest few hundred rows):
-- **update**: committed updates after this one (an update skipped for a non-finite gradient keeps the count and is marked *skipped*).
-- **batch loss**: mean cross-entropy of this update's batch, in nats per predicted token, before the update was applied.
-- **lr**: the scheduled learning rate of this (1-based) update.
-- **grad norm**: global norm of the gradients before clipping.
-- **loss scale**: the loss-scaling factor used by this update (1 when scaling is off).
-- **tokens/s**: tokens processed per second by this update.
-
-Evaluation rows (**eval N**) hold the mean loss over the whole **train** and **validation** splits after update N. The lowest validation loss on schedule is marked **★ best**; an evaluation asked for with `e` is marked **extra** and never changes the best step.
-
-## Plot
-Batch loss per update (blue, averaged into buckets when there are more points than columns), train loss (orange) and validation loss (green) per evaluation; an overlaid run's curves appear under its name.
-
-## Events
-Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, refused actions with their reason, finished or stopped with the final state digest, and failures.
-"""
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from minigpt_tui.widgets.generation_views import CandidateView, DecisionView
+from minigpt_tui.engine.session.generation import CandidateView, DecisionView
 from minigpt_tui.widgets.pieces import bar, fitted_piece
 
 BAR_WIDTH = 8  # the widest bar

@@ -13,7 +13,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from minigpt_tui.widgets.generation_views import DecisionView
+from minigpt_tui.engine.session.generation import DecisionView
 from minigpt_tui.widgets.pieces import fitted_piece, piece_text
 
 PIECE_WIDTH = 10  # the widest piece cell

@@ -8,6 +8,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Tree
 
+from minigpt_tui.engine.printable import escape_controls
+
 # In reading order: what the model is, then everything that decides the next update.
 GROUP_MEANINGS: tuple[tuple[str, str], ...] = (
     ("identities", "SHA-256 identities that tie the files together: model, tokenizer, config, corpus"),
@@ -42,6 +44,7 @@ def short_value(value: Any) -> str:
         text = value
     else:
         text = repr(value) if not isinstance(value, (list, dict)) else _compact(value)
+    text = escape_controls(text)
     if len(text) > MAX_VALUE_CHARACTERS:
         text = text[: MAX_VALUE_CHARACTERS - 1] + "…"
     return text
@@ -92,8 +95,8 @@ class StateView(Tree[None]):
             node.add_leaf(Text("(none)", style="dim italic"))
         for key, value in records.items():
             if isinstance(value, dict) and value:
-                self._add_records(node.add(Text(str(key), style="bold"), expand=True), value)
+                self._add_records(node.add(Text(escape_controls(key), style="bold"), expand=True), value)
             else:
-                line = Text(f"{key}: ", style="bold")
+                line = Text(f"{escape_controls(key)}: ", style="bold")
                 line.append(short_value(value) if value is not None else "–")
                 node.add_leaf(line)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from minigpt_tui.engine.checkpoint.portable import PortableModel
     from minigpt_tui.engine.config import RunConfig
     from minigpt_tui.engine.distributed import CommandAgreement, DataParallel, WriterCheckpointer
-    from minigpt_tui.engine.runs import RunDirectory
+    from minigpt_tui.engine.runs import RunDirectory, RunLock
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup
 
 WARM_START_NOTE = (
@@ -46,7 +46,8 @@ class NewRun:
 
 @dataclass(frozen=True)
 class ResumeRun:
-    """Continue the run saved in a checkpoint folder exactly where it stopped."""
+    """Continue the run saved in a checkpoint folder exactly where it stopped (``fork``:
+    in a new run folder, as a checkpoint outside any run folder does)."""
 
     checkpoint: Path
     runs_dir: Path
@@ -54,6 +55,7 @@ class ResumeRun:
     allow_environment_change: bool = False
     corpus: str | None = None
     policy: Mapping[str, int] | None = None
+    fork: bool = False
     parallel: DataParallel | None = None
     allow_world_size_change: bool = False
     device: str | None = None  # run on this device instead of the saved config's
@@ -86,7 +88,12 @@ class PreparedRun:
     summary: RunSummary | None = None
     resumed_from: Path | None = None
     warm_start: WarmStart | None = None
+    lock: RunLock | None = None  # held while the session writes to ``run``; released at its end
     agreement: CommandAgreement | None = None  # several processes: commands agreed by all ranks
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
 
 def _placed(trainer: Trainer, run: RunDirectory | None) -> dict[str, Any]:
@@ -111,7 +118,7 @@ def prepare(plan: RunPlan) -> PreparedRun:
 def _prepare_new(plan: NewRun) -> PreparedRun:
     from minigpt_tui.engine.corpus import load_corpus
     from minigpt_tui.engine.errors import ConfigError
-    from minigpt_tui.engine.runs import RunDirectory
+    from minigpt_tui.engine.runs import RunDirectory, RunLock
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
 
     config = plan.config
@@ -125,18 +132,18 @@ def _prepare_new(plan: NewRun) -> PreparedRun:
     setup = TrainingSetup.build(config, corpus, portable.tokenizer if portable is not None else None)
     initial = {n: p.detach() for n, p in portable.model.named_parameters()} if portable is not None else None
     trainer = Trainer(setup, initial_weights=initial, parallel=plan.parallel)
+    files: dict[str, Any] = {"config.json": config.to_dict(), "identities.json": identities(setup)}
     warm = None
     if portable is not None:
         warm = WarmStart(Path(portable.path), portable.identity, portable.tokenizer.identity)
-    if not trainer.parallel.world.is_writer:
+        files["warm_start.json"] = warm.to_json()
+    if not trainer.parallel.world.is_writer:  # rank 0 alone writes
         return PreparedRun(trainer, None, until=plan.until, warm_start=warm, **_placed(trainer, None))
-    run = RunDirectory.create(plan.runs_dir, plan.name, config.preset)
-    run.write_json("config.json", config.to_dict())
-    run.write_json("identities.json", identities(setup))
-    if warm is not None:
-        run.write_json("warm_start.json", warm.to_json())
+    run = RunDirectory.create(plan.runs_dir, plan.name, config.preset, files)  # whole or not at all
+    lock = run.lock()
+    lock.announce()
     return PreparedRun(trainer, run, until=plan.until, summary=summarize(trainer, run), warm_start=warm,
-                       **_placed(trainer, run))
+                       lock=lock, **_placed(trainer, run))
 
 
 def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableModel:
@@ -156,11 +163,28 @@ def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableM
 
 
 def _prepare_resume(plan: ResumeRun) -> PreparedRun:
-    from minigpt_tui.engine.checkpoint.directory import restore_trainer
-    from minigpt_tui.engine.errors import ConfigError, ResumeRefused
-    from minigpt_tui.engine.trainer import apply_precision
+    from minigpt_tui.engine.runs import owning_run
 
     folder = Path(plan.checkpoint)
+    run = owning_run(folder, fork=plan.fork)  # None: a new run folder once the restore succeeds
+    # The run is held before its checkpoint is read, so a second writer is refused at once
+    # (by rank 0 alone when several processes train: one writer per run).
+    writer = plan.parallel is None or plan.parallel.world.is_writer
+    lock = run.lock() if run is not None and writer else None
+    try:
+        return _restore_into(plan, folder, run, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _restore_into(plan: ResumeRun, folder: Path, run: RunDirectory | None, lock: RunLock | None) -> PreparedRun:
+    from minigpt_tui.engine.checkpoint.directory import restore_trainer
+    from minigpt_tui.engine.errors import ConfigError, ResumeRefused
+    from minigpt_tui.engine.runs import RunDirectory
+    from minigpt_tui.engine.trainer import apply_precision
+
     trainer = restore_trainer(folder, allow_environment_change=plan.allow_environment_change,
                               corpus_path_override=plan.corpus, policy_overrides=dict(plan.policy or {}) or None,
                               parallel=plan.parallel, allow_world_size_change=plan.allow_world_size_change,
@@ -180,25 +204,26 @@ def _prepare_resume(plan: ResumeRun) -> PreparedRun:
         if plan.until <= trainer.step:
             raise ConfigError(f"--until {plan.until} is not after the checkpoint's step {trainer.step}")
     apply_precision(trainer.config.train)
-    if not trainer.parallel.world.is_writer:
+    if not trainer.parallel.world.is_writer:  # rank 0 alone writes
         return PreparedRun(trainer, None, until=plan.until, resumed_from=folder, **_placed(trainer, None))
-    run = run_for_checkpoint(folder, plan.runs_dir, trainer.config)
+    if run is None:
+        config = trainer.config
+        run = RunDirectory.create(plan.runs_dir, None, f"resumed-{config.preset}", {"config.json": config.to_dict()})
+        lock = run.lock()
+    assert lock is not None
+    lock.announce()
     run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
     return PreparedRun(trainer, run, until=plan.until, summary=summarize(trainer, run, resumed_from=folder),
-                       resumed_from=folder, **_placed(trainer, run))
+                       resumed_from=folder, lock=lock, **_placed(trainer, run))
 
 
 def run_for_checkpoint(folder: Path, runs_dir: Path, config: RunConfig) -> RunDirectory:
-    """The run a checkpoint continues in: the run folder it was saved in
-    (``RUN/checkpoints/step-N`` where ``RUN`` holds the ``config.json`` every run folder
-    has), else a new ``resumed-PRESET-TIMESTAMP`` run folder."""
-    from minigpt_tui.engine.runs import RunDirectory
+    """The run a checkpoint continues in: the run folder it was saved in (``RUN`` holds
+    the ``config.json`` every run folder has, and both record the same run identity), else
+    a new ``resumed-PRESET-TIMESTAMP`` run folder (see ``engine.runs.run_for_checkpoint``)."""
+    from minigpt_tui.engine.runs import run_for_checkpoint as find_run
 
-    if folder.parent.name == "checkpoints" and (folder.parent.parent / "config.json").is_file():
-        return RunDirectory(folder.parent.parent)
-    run = RunDirectory.create(runs_dir, None, f"resumed-{config.preset}")
-    run.write_json("config.json", config.to_dict())
-    return run
+    return find_run(folder, runs_dir, config)[0]
 
 
 def identities(setup: TrainingSetup) -> dict[str, Any]:
