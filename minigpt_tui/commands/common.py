@@ -74,7 +74,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--val-every", type=int, help="every Nth record is validation: 0 (none) or 2 to 1,000,000,000")
     parser.add_argument("--steps", type=int, help="number of updates, 1 to 1,000,000,000")
     parser.add_argument("--seed", type=int, help="one seed (0 to 2**64-1) from which init, data, dropout and sampling derive")
-    parser.add_argument("--precision", choices=["exact", "fast"], help="exact: float64, one thread")
+    parser.add_argument("--precision", choices=["exact", "fast", "bf16", "fp16"],
+                        help="exact: float64, one thread; fast: float32; bf16/fp16: autocast, float32 master weights")
     parser.add_argument("--threads", type=int, help="threads in fast precision, 1 to 1,024")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"],
                         help="where to train (auto: cuda, then mps, then cpu; default: cpu)")

@@ -40,6 +40,7 @@ def run_train(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if launch_requested(args):
         return launch(args)
+    _note_mixed_precision(config)
     with joined_world(config.train.device) as parallel:
         plan = NewRun(config, runs_dir_from_args(args), args.run, until=args.until, init_from=args.init_from,
                       parallel=parallel)
@@ -53,6 +54,15 @@ def run_train(args: argparse.Namespace) -> int:
             print(f"note: {result['warm_start']['note']}", file=sys.stderr)
         print_summary(result)
     return 0
+
+
+def _note_mixed_precision(config: Any) -> None:
+    from minigpt_tui.engine.devices import choose_device
+    from minigpt_tui.engine.trainer import mixed_precision_note
+
+    note = mixed_precision_note(config.train.precision, choose_device(config.train.device).kind)
+    if note is not None:
+        print(f"note: {note}", file=sys.stderr)
 
 
 class RunRecorder:

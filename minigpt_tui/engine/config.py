@@ -20,7 +20,9 @@ from minigpt_tui.engine.devices import DEVICE_CHOICES
 from minigpt_tui.engine.errors import ConfigError
 
 FAMILIES = ("llama", "gpt2")
-PRECISIONS = ("exact", "fast")
+# exact: float64, one thread, deterministic. fast: float32. bf16 / fp16: autocast over float32
+# master weights (fp16 with the bounded loss scaler always on).
+PRECISIONS = ("exact", "fast", "bf16", "fp16")
 BATCH_POLICIES = ("replacement", "document_order")
 SCHEDULES = ("constant", "cosine")
 GELU_APPROXIMATIONS = ("tanh", "none")

@@ -10,6 +10,7 @@ saving and pausing never change the trajectory.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import time
@@ -42,7 +43,28 @@ from minigpt_tui.engine.tokenizer import BOS, ByteBPETokenizer
 
 
 def dtype_for(precision: str) -> torch.dtype:
+    """The weights' dtype: float64 in exact precision, else float32 (the master weights of
+    the mixed precisions)."""
     return torch.float64 if precision == "exact" else torch.float32
+
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """The forward's autocast region: bf16/fp16 compute over float32 weights, else none."""
+    if precision not in AUTOCAST_DTYPES:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[precision])
+
+
+def mixed_precision_note(precision: str, device_kind: str) -> str | None:
+    """What a user should know before training in bf16 on this processor (None: nothing)."""
+    if precision != "bf16" or device_kind != "cpu":
+        return None
+    if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return None
+    return "this processor has no native bf16: bf16 on the CPU is emulated and can be much slower than fast"
 
 
 def apply_precision(train: TrainConfig) -> None:
@@ -81,7 +103,7 @@ class LossScaler:
     ``growth_interval`` consecutive finite updates, and always stays within [min, max]."""
 
     def __init__(self, train: TrainConfig) -> None:
-        self.enabled = train.loss_scale
+        self.enabled = train.loss_scale or train.precision == "fp16"  # fp16 gradients underflow unscaled
         self.scale = train.loss_scale_init if self.enabled else 1.0
         self.minimum = train.loss_scale_min
         self.maximum = train.loss_scale_max
@@ -269,10 +291,12 @@ class Trainer:
                 self.pending_microbatches += 1
                 key = DropoutKey(self.dropout_seed, self.dropout_counter) if model.config.dropout > 0 else None
                 with parallel.accumulating(self.forward_module, last=number == len(batches)):
-                    out = self.forward_module(batch.inputs.to(self.device), dropout=key, recompute=train.recompute)
+                    with autocast_for(train.precision, self.device):
+                        out = self.forward_module(batch.inputs.to(self.device), dropout=key, recompute=train.recompute)
                     # Advanced here, outside any recomputed region: recomputation reuses the key.
                     self.dropout_counter += out.consumed
-                    summed = target_loss_sum(out.logits, batch.targets.to(self.device))
+                    # The loss in the weights' dtype (mixed precisions: float32 over bf16/fp16 logits).
+                    summed = target_loss_sum(out.logits.to(self.dtype), batch.targets.to(self.device))
                     loss_sum += float(summed.detach())
                     (summed * weight).backward()
                 tokens += batch.inputs.numel()
