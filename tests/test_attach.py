@@ -124,3 +124,23 @@ async def test_the_app_follows_and_steers_a_headless_run_in_another_process(tmp_
         if trainer.poll() is None:
             trainer.kill()
             trainer.wait()
+
+
+def test_the_runs_tree_marks_live_runs(tmp_path):
+    import os
+    import socket
+
+    from minigpt_tui.engine.session.run_store import RunStore
+    from minigpt_tui.widgets.run_tree import run_label
+
+    for name in ("live-run", "ended-run"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"preset": "mini"}))
+    (tmp_path / "live-run" / LIVE_FILE).write_text(json.dumps(
+        {"state": "running", "step": 1, "steps": 9, "pid": os.getpid(), "host": socket.gethostname(), "listening": True}))
+    (tmp_path / "ended-run" / LIVE_FILE).write_text(json.dumps(
+        {"state": "finished", "step": 9, "steps": 9, "pid": os.getpid(), "host": socket.gethostname(), "listening": False}))
+    listings = {listing.name: listing for listing in RunStore(tmp_path).scan()}
+    assert listings["live-run"].live and not listings["ended-run"].live
+    assert "● live" in run_label(listings["live-run"]).plain
+    assert "live" not in run_label(listings["ended-run"]).plain
