@@ -14,6 +14,7 @@ from typing import Any
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
 from minigpt_tui.commands.train import add_probe_arguments
+from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
 from minigpt_tui.engine.printable import escape_controls
 
 # The three-process experiment per preset: save after CUT updates, resume to END.
@@ -40,6 +41,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="continue in a new run folder (needed when the checkpoint sits in another run's folder)",
     )
+    resume.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"],
+                        help="train on this device (another device kind needs --allow-environment-change)")
+    resume.add_argument("--allow-world-size-change", action="store_true",
+                        help="resume with another number of processes; bitwise continuation is then not promised")
+    add_process_arguments(resume)
     resume.set_defaults(handler=run_resume)
 
     inspect = subparsers.add_parser("inspect", help="show what a checkpoint or any safetensors file holds")
@@ -56,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--preset", choices=sorted(EXPERIMENTS), default="tiny")
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.add_argument("--keep", metavar="DIR", help="keep the experiment's runs in DIR")
+    verify.add_argument("--nproc", type=int, help="run every step of the experiment in N processes")
     verify.set_defaults(handler=run_verify)
 
 
@@ -68,14 +75,22 @@ def _resolve(spec: str, runs_dir: Path) -> Path:
 # -- resume ---------------------------------------------------------------------------------------
 def run_resume(args: argparse.Namespace) -> int:
     from minigpt_tui.commands.train import drive, print_summary, probe_options
-    from minigpt_tui.engine.session.plans import ResumeRun
+    from minigpt_tui.engine.session.plans import ResumeRun, saved_run_config
 
     runs_dir = runs_dir_from_args(args)
     policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
-    plan = ResumeRun(_resolve(args.checkpoint, runs_dir), runs_dir, until=args.until,
-                     allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
-                     fork=args.fork, **probe_options(args))
-    result = drive(plan, show_progress=not args.json)
+    checkpoint = _resolve(args.checkpoint, runs_dir)
+    if launch_requested(args):
+        return launch(args)
+    device = args.device or saved_run_config(checkpoint).train.device
+    with joined_world(device) as parallel:
+        plan = ResumeRun(checkpoint, runs_dir, until=args.until,
+                         allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
+                         fork=args.fork, parallel=parallel, allow_world_size_change=args.allow_world_size_change,
+                         device=args.device, **probe_options(args))
+        result = drive(plan, show_progress=not args.json and not parallel.distributed)
+    if not parallel.world.is_writer:
+        return 0
     if args.json:
         emit_json(result)
     else:
@@ -282,7 +297,7 @@ def _print_inspection(result: dict[str, Any]) -> None:
 
 
 # -- verify ---------------------------------------------------------------------------------------
-def _cli(*args: str) -> list[str]:
+def _command(*args: str) -> list[str]:
     return [sys.executable, "-m", "minigpt_tui", *args]
 
 
@@ -296,20 +311,26 @@ def _run_json(args: list[str], env: dict[str, str], label: str) -> dict[str, Any
     return json.loads(done.stdout)
 
 
-def verify_experiment(preset: str, runs_dir: Path) -> dict[str, Any]:
+def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> dict[str, Any]:
     """Save after CUT updates and exit; resume to END in a new process; train 0 -> END
-    without stopping in a third; warm-start from the saved weights in a fourth."""
+    without stopping in a third; warm-start from the saved weights in a fourth. ``nproc``:
+    each of them in that many processes."""
     cut, end = EXPERIMENTS[preset]
+    processes = ["--nproc", str(nproc)] if nproc is not None else []
+
+    def command_line(*args: str) -> list[str]:
+        return _command(*args, *processes)
+
     env = dict(os.environ)
     env["MINIGPT_TUI_RUNS_DIR"] = str(runs_dir)
     saved_at = f"saved:step-{cut}"
-    saved = _run_json(_cli("train", "--preset", preset, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
+    saved = _run_json(command_line("train", "--preset", preset, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
     resumed = _run_json(
-        _cli("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
+        command_line("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
     )
-    straight = _run_json(_cli("train", "--preset", preset, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
+    straight = _run_json(command_line("train", "--preset", preset, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
     warm = _run_json(
-        _cli("train", "--preset", preset, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
+        command_line("train", "--preset", preset, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
         env,
         "warm-start",
     )
@@ -337,6 +358,7 @@ def verify_experiment(preset: str, runs_dir: Path) -> dict[str, Any]:
     ]
     return {
         "preset": preset,
+        "processes": nproc or 1,
         "saved_after": cut,
         "resumed_until": end,
         "comparisons": comparisons,
@@ -376,16 +398,17 @@ def run_verify(args: argparse.Namespace) -> int:
 
     if args.keep:
         runs_dir = make_folder(Path(args.keep).expanduser().resolve(), what="--keep folder")
-        result = verify_experiment(args.preset, runs_dir)
+        result = verify_experiment(args.preset, runs_dir, args.nproc)
     else:
         with tempfile.TemporaryDirectory(prefix="minigpt-verify-") as tmp:
-            result = verify_experiment(args.preset, Path(tmp))
+            result = verify_experiment(args.preset, Path(tmp), args.nproc)
             result["runs_dir"] = None
     if args.json:
         emit_json(result)
     else:
         cut, end = result["saved_after"], result["resumed_until"]
-        print(f"exact resume, preset {result['preset']}: save after {cut}, exit, resume to {end} in a new process, "
+        where = f" ({result['processes']} processes each)" if result["processes"] > 1 else ""
+        print(f"exact resume, preset {result['preset']}{where}: save after {cut}, exit, resume to {end} in a new process, "
               f"compare with 0 -> {end} uninterrupted")
         for c in result["comparisons"]:
             print(f"  {'true ' if c['equal'] else 'FALSE'}  {c['name']}")
