@@ -94,7 +94,9 @@ def run_inspect(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
     else:
-        _print_inspection(result)
+        from minigpt_tui.commands.inspect_output import print_inspection
+
+        print_inspection(result)
     return 0
 
 
@@ -123,106 +125,6 @@ def _verify_fully(path: Path, kind: str) -> dict[str, Any]:
         return {"ok": True, "step": state.step}
     loaded = load_file(path)
     return {"ok": True, "sha256": loaded.sha256}
-
-
-def _short(value: Any, width: int = 72) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _print_inspection(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    console.print(f"[bold]{result['path']}[/bold]  ({result['kind']})")
-    files = Table(title="files")
-    for column in ("file", "kind", "bytes", "header bytes", "tensors"):
-        files.add_column(column)
-    for f in result["files"]:
-        files.add_row(f["name"], f["kind"], str(f["size"]), str(f["header_bytes"]), str(f["tensors"]))
-    console.print(files)
-    # One table per file; the name folds rather than being cut, and below 110 columns the
-    # group and offset columns give their width to it.
-    wide = console.width >= 110
-    for file_name in dict.fromkeys(e["file"] for e in result["entries"]):
-        entries = Table(title=f"{file_name}: tensor entries (header only)")
-        entries.add_column("name", overflow="fold", ratio=1)
-        columns = ("group", "dtype", "shape", "elements", "bytes", "offsets") if wide else (
-            "dtype", "shape", "elements", "bytes")
-        for column in columns:
-            entries.add_column(column, no_wrap=True)
-        for e in result["entries"]:
-            if e["file"] != file_name:
-                continue
-            values = {"group": e["group"], "dtype": e["dtype"], "shape": str(e["shape"]),
-                      "elements": str(e["elements"]), "bytes": str(e["bytes"]),
-                      "offsets": f"{e['begin']}..{e['end']}"}
-            entries.add_row(e["name"], *(values[c] for c in columns))
-        console.print(entries)
-    if result["aliases"]:
-        aliases = Table(title="alias records")
-        for column in ("name", "target", "transform", "use"):
-            aliases.add_column(column)
-        for a in result["aliases"]:
-            aliases.add_row(a.get("name", ""), a.get("target", ""), a.get("transform", ""), a.get("use", ""))
-        console.print(aliases)
-    for group, records in result["state"].items():
-        if not records:
-            continue
-        table = Table(title=f"state: {group}")
-        table.add_column("record")
-        table.add_column("value")
-        for key, value in records.items():
-            table.add_row(str(key), _short(value))
-        console.print(table)
-    if not result["state"] and result["metadata"]:
-        table = Table(title="metadata")
-        table.add_column("key")
-        table.add_column("value")
-        for key, value in result["metadata"].items():
-            table.add_row(key, _short(value))
-        console.print(table)
-    integrity = result.get("integrity")
-    if integrity is not None and integrity["scope"] == "index":  # a transformers folder: index against shards
-        verdict = "ok" if integrity.get("ok") else "PROBLEM: " + "; ".join(integrity.get("problems") or [])
-        console.print(f"integrity ({integrity.get('checked')}): {verdict}")
-    elif integrity is not None:
-        status = "complete" if integrity["complete"] else "INCOMPLETE"
-        checked = "hashes checked" if integrity.get("hashes_checked") else "sizes checked (add --verify for hashes)"
-        console.print(f"integrity: {status}, {'ok' if integrity['ok'] else 'PROBLEM: ' + str(integrity['problem'])}; {checked}")
-    if "verified" in result:
-        console.print(f"verified: {result['verified']}")
-    if "statistics" in result:
-        stats = result["statistics"]
-        table = Table(title=f"statistics: {stats['name']} ({stats['dtype']} {stats['shape']})")
-        table.add_column("record")
-        table.add_column("value")
-        for key in ("elements", "min", "max", "mean", "std", "zero_fraction", "nan", "inf", "bytes_read"):
-            table.add_row(key, str(stats[key]))
-        console.print(table)
-        counts = stats["histogram"]["counts"]
-        edges = stats["histogram"]["edges"]
-        peak = max(counts) if counts else 0
-        for i, count in enumerate(counts):
-            bar = "#" * (round(40 * count / peak) if peak else 0)
-            console.print(f"  [{edges[i]: .4g}, {edges[i + 1]: .4g})  {count:6d} {bar}", highlight=False)
-    if "comparison" in result:
-        comparison = result["comparison"]
-        console.print(f"comparison with {comparison['b']}: {len(comparison['changed'])} tensors differ, {comparison['unchanged']} equal")
-        table = Table(title="changed tensors")
-        for column in ("file", "name", "status", "max |a-b|"):
-            table.add_column(column)
-        for t in comparison["tensors"]:
-            if t["status"] != "same":
-                table.add_row(t["file"], t["name"], t["status"], str(t["max_abs_diff"]))
-        console.print(table)
-        table = Table(title="state records that differ")
-        for column in ("group", "record", "a", "b"):
-            table.add_column(column)
-        for d in comparison["state_differences"]:
-            table.add_row(d["group"], d["record"], _short(d["a"], 36), _short(d["b"], 36))
-        console.print(table)
 
 
 # -- verify ---------------------------------------------------------------------------------------
