@@ -75,6 +75,15 @@ class MiniGPTApp(App[None]):
         for mode in self.screen_entries:
             self.add_mode(mode, lambda mode=mode: self._create_main_screen(mode))
 
+    def notify(self, message: str, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Every notification shows its text as given: control characters escaped (a file
+        or tensor name may hold terminal escapes) and no markup read from it."""
+        from minigpt_tui.engine.printable import escape_controls
+
+        super().notify(escape_controls(message), title=escape_controls(title), severity=severity,
+                       timeout=timeout, markup=False)
+
     def _create_main_screen(self, mode: str) -> Screen:
         screen = self.screen_entries[mode].create()
         self.main_screens[mode] = screen

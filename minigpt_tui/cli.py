@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
             return _open_app(args)
         return int(args.handler(args) or 0)
     except MiniGPTError as err:
-        print(f"minigpt-tui: error: {err}", file=sys.stderr)
+        from minigpt_tui.engine.printable import escape_controls
+
+        print(f"minigpt-tui: error: {escape_controls(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("minigpt-tui: interrupted", file=sys.stderr)

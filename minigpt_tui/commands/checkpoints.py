@@ -32,6 +32,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="resume although Python/torch/platform changed; bitwise continuation is then not promised",
     )
+    resume.add_argument(
+        "--fork",
+        action="store_true",
+        help="continue in a new run folder (needed when the checkpoint sits in another run's folder)",
+    )
     resume.set_defaults(handler=run_resume)
 
     inspect = subparsers.add_parser("inspect", help="show what a checkpoint or any safetensors file holds")
@@ -40,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     inspect.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
     inspect.add_argument("--verify", action="store_true", help="also read the data: hashes, identities, digests")
     inspect.add_argument("--tensor", help="statistics of one tensor (reads that tensor alone)")
-    inspect.add_argument("--bins", type=int, default=20, help="histogram bins for --tensor (default 20)")
+    inspect.add_argument("--bins", type=int, default=20, help="histogram bins for --tensor, 1 to 10,000 (default 20)")
     inspect.add_argument("--compare", metavar="OTHER", help="compare with another checkpoint")
     inspect.set_defaults(handler=run_inspect)
 
@@ -65,7 +70,8 @@ def run_resume(args: argparse.Namespace) -> int:
     runs_dir = runs_dir_from_args(args)
     policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
     plan = ResumeRun(_resolve(args.checkpoint, runs_dir), runs_dir, until=args.until,
-                     allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy)
+                     allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
+                     fork=args.fork)
     result = drive(plan, show_progress=not args.json)
     if args.json:
         emit_json(result)
@@ -85,8 +91,8 @@ def run_inspect(args: argparse.Namespace) -> int:
     target = _inspect_target(args.path, runs_dir)
     inspection = inspect_path(target, verify_hashes=args.verify)
     result = inspection.to_json()
-    if args.verify:
-        result["verified"] = _verify_fully(target, inspection.kind)
+    if args.verify:  # the inspected path: a run folder resolves to its latest checkpoint
+        result["verified"] = _verify_fully(inspection.path, inspection.kind)
     if args.tensor:
         result["statistics"] = tensor_statistics(inspection.path, args.tensor, bins=args.bins)
     if args.compare:
@@ -101,8 +107,10 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def _inspect_target(spec: str, runs_dir: Path) -> Path:
+    from minigpt_tui.engine.files import path_exists
+
     path = Path(spec).expanduser()
-    if path.exists():
+    if len(spec) <= 4096 and path_exists(path):
         return path
     return _resolve(spec, runs_dir)
 
@@ -218,9 +226,10 @@ def _same(name: str, a: Any, b: Any) -> dict[str, Any]:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.files import make_folder
+
     if args.keep:
-        runs_dir = Path(args.keep).expanduser().resolve()
-        runs_dir.mkdir(parents=True, exist_ok=True)
+        runs_dir = make_folder(Path(args.keep).expanduser().resolve(), what="--keep folder")
         result = verify_experiment(args.preset, runs_dir)
     else:
         with tempfile.TemporaryDirectory(prefix="minigpt-verify-") as tmp:

@@ -71,11 +71,11 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="mini", help="preset: tiny, mini or small (default: mini)")
     parser.add_argument("--config", help="TOML file whose sections override the preset")
     parser.add_argument("--corpus", help="UTF-8 text file (one record per line or paragraphs) or folder")
-    parser.add_argument("--val-every", type=int, help="every Nth record is validation (0: none)")
-    parser.add_argument("--steps", type=int, help="number of updates")
-    parser.add_argument("--seed", type=int, help="one seed from which init, data, dropout and sampling derive")
+    parser.add_argument("--val-every", type=int, help="every Nth record is validation: 0 (none) or 2 to 1,000,000,000")
+    parser.add_argument("--steps", type=int, help="number of updates, 1 to 1,000,000,000")
+    parser.add_argument("--seed", type=int, help="one seed (0 to 2**64-1) from which init, data, dropout and sampling derive")
     parser.add_argument("--precision", choices=["exact", "fast"], help="exact: float64, one thread")
-    parser.add_argument("--threads", type=int, help="threads in fast precision")
+    parser.add_argument("--threads", type=int, help="threads in fast precision, 1 to 1,024")
 
 
 def config_from_args(args: argparse.Namespace) -> Any:

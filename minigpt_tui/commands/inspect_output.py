@@ -7,30 +7,40 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.display import shorten
 
 WIDE_FROM = 110  # below this width the group and offset columns give their room to the name
 STATISTICS = ("elements", "min", "max", "mean", "std", "zero_fraction", "nan", "inf", "bytes_read")
 
 
-def _short(value: Any, width: int = 72) -> str:
-    return shorten(value if isinstance(value, str) else json.dumps(value), width)
+def _short(value: Any, width: int = 72) -> Any:
+    return _text(shorten(escape_controls(value if isinstance(value, str) else json.dumps(value)), width))
+
+
+def _text(value: Any) -> Any:
+    """A cell or line of untrusted text (rich Text): control characters escaped, no markup read."""
+    from rich.text import Text
+
+    return Text(escape_controls(value))
 
 
 def _table(title: str, *columns: str) -> Any:
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=_text(title))
     for column in columns:
         table.add_column(column)
     return table
 
 
 def _files(console: Any, result: dict[str, Any]) -> None:
-    console.print(f"[bold]{result['path']}[/bold]  ({result['kind']})")
+    from rich.text import Text
+
+    console.print(Text.assemble((escape_controls(result["path"]), "bold"), f"  ({result['kind']})"))
     files = _table("files", "file", "kind", "bytes", "header bytes", "tensors")
     for f in result["files"]:
-        files.add_row(f["name"], f["kind"], str(f["size"]), str(f["header_bytes"]), str(f["tensors"]))
+        files.add_row(_text(f["name"]), f["kind"], str(f["size"]), str(f["header_bytes"]), str(f["tensors"]))
     console.print(files)
 
 
@@ -42,7 +52,7 @@ def _entries(console: Any, result: dict[str, Any]) -> None:
     columns = ("group", "dtype", "shape", "elements", "bytes", "offsets") if wide else (
         "dtype", "shape", "elements", "bytes")
     for file_name in dict.fromkeys(e["file"] for e in result["entries"]):
-        entries = Table(title=f"{file_name}: tensor entries (header only)")
+        entries = Table(title=_text(f"{file_name}: tensor entries (header only)"))
         entries.add_column("name", overflow="fold", ratio=1)
         for column in columns:
             entries.add_column(column, no_wrap=True)
@@ -50,7 +60,7 @@ def _entries(console: Any, result: dict[str, Any]) -> None:
             values = {"group": e["group"], "dtype": e["dtype"], "shape": str(e["shape"]),
                       "elements": str(e["elements"]), "bytes": str(e["bytes"]),
                       "offsets": f"{e['begin']}..{e['end']}"}
-            entries.add_row(e["name"], *(values[c] for c in columns))
+            entries.add_row(_text(e["name"]), *(_text(values[c]) for c in columns))
         console.print(entries)
 
 
@@ -59,7 +69,7 @@ def _aliases(console: Any, result: dict[str, Any]) -> None:
         return
     aliases = _table("alias records", "name", "target", "transform", "use")
     for a in result["aliases"]:
-        aliases.add_row(a.get("name", ""), a.get("target", ""), a.get("transform", ""), a.get("use", ""))
+        aliases.add_row(*(_text(a.get(key, "")) for key in ("name", "target", "transform", "use")))
     console.print(aliases)
 
 
@@ -68,7 +78,7 @@ def _state(console: Any, result: dict[str, Any]) -> None:
         if records:
             table = _table(f"state: {group}", "record", "value")
             for key, value in records.items():
-                table.add_row(str(key), _short(value))
+                table.add_row(_text(key), _short(value))
             console.print(table)
 
 
@@ -77,7 +87,7 @@ def _metadata(console: Any, result: dict[str, Any]) -> None:
         return
     table = _table("metadata", "key", "value")
     for key, value in result["metadata"].items():
-        table.add_row(key, _short(value))
+        table.add_row(_text(key), _short(value))
     console.print(table)
 
 
@@ -87,17 +97,17 @@ def _integrity(console: Any, result: dict[str, Any]) -> None:
         return
     if integrity["scope"] == "index":  # a transformers folder: index against shards
         verdict = "ok" if integrity["ok"] else "PROBLEM: " + "; ".join(integrity["problems"])
-        console.print(f"integrity ({integrity['checked']}): {verdict}")
+        console.print(_text(f"integrity ({integrity['checked']}): {verdict}"))
         return
     status = "complete" if integrity["complete"] else "INCOMPLETE"
     checked = "hashes checked" if integrity["hashes_checked"] else "sizes checked (add --verify for hashes)"
-    console.print(f"integrity: {status}, {'ok' if integrity['ok'] else 'PROBLEM: ' + str(integrity['problem'])}; "
-                  f"{checked}")
+    console.print(_text(f"integrity: {status}, {'ok' if integrity['ok'] else 'PROBLEM: ' + str(integrity['problem'])}; "
+                        f"{checked}"))
 
 
 def _verified(console: Any, result: dict[str, Any]) -> None:
     if "verified" in result:
-        console.print(f"verified: {result['verified']}")
+        console.print(_text(f"verified: {result['verified']}"))
 
 
 def _statistics(console: Any, result: dict[str, Any]) -> None:
@@ -119,16 +129,16 @@ def _comparison(console: Any, result: dict[str, Any]) -> None:
     comparison = result.get("comparison")
     if comparison is None:
         return
-    console.print(f"comparison with {comparison['b']}: {len(comparison['changed'])} tensors differ, "
-                  f"{comparison['unchanged']} equal")
+    console.print(_text(f"comparison with {comparison['b']}: {len(comparison['changed'])} tensors differ, "
+                        f"{comparison['unchanged']} equal"))
     table = _table("changed tensors", "file", "name", "status", "max |a-b|")
     for t in comparison["tensors"]:
         if t["status"] != "same":
-            table.add_row(t["file"], t["name"], t["status"], str(t["max_abs_diff"]))
+            table.add_row(_text(t["file"]), _text(t["name"]), t["status"], str(t["max_abs_diff"]))
     console.print(table)
     table = _table("state records that differ", "group", "record", "a", "b")
     for d in comparison["state_differences"]:
-        table.add_row(d["group"], d["record"], _short(d["a"], 36), _short(d["b"], 36))
+        table.add_row(_text(d["group"]), _text(d["record"]), _short(d["a"], 36), _short(d["b"], 36))
     console.print(table)
 
 
@@ -140,6 +150,6 @@ SECTIONS: tuple[Callable[[Any, dict[str, Any]], None], ...] = (
 def print_inspection(result: dict[str, Any]) -> None:
     from rich.console import Console
 
-    console = Console()
+    console = Console(highlight=False)
     for section in SECTIONS:
         section(console, result)

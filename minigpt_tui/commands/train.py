@@ -20,10 +20,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(parser)
     parser.add_argument("--run", help="run name (default: PRESET-TIMESTAMP)")
     parser.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
-    parser.add_argument("--until", type=int, help="stop after this update (the schedule stays the same)")
+    parser.add_argument("--until", type=int, help="stop after this update, 1 to --steps (the schedule stays the same)")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    parser.add_argument("--save-every", type=int, help="save a checkpoint every N updates (0: only at stop and best)")
-    parser.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best")
+    parser.add_argument("--save-every", type=int, help="save a checkpoint every N updates, 0 to 1,000,000,000 (0: only at stop and best)")
+    parser.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best, 1 to 1,000,000")
     parser.add_argument(
         "--init-from",
         metavar="CHECKPOINT",
@@ -70,13 +70,14 @@ class RunRecorder:
             self.evaluations.append(asdict(event.record))
         elif isinstance(event, Saved):
             self.saved.append(str(event.path))
-        elif isinstance(event, Refused):
+        elif isinstance(event, Refused) and event.action == "save":
             raise CheckpointError(event.message)
 
 
 def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
     """Prepare and run a training session to its end (the schedule, ``until``, or Ctrl+C /
     SIGTERM, which finish the current update, save, then stop); the result as JSON-ready data."""
+    from minigpt_tui.engine.errors import WriteRefused
     from minigpt_tui.engine.session.events import FinishReason
     from minigpt_tui.engine.session.training import TrainingSession
 
@@ -85,6 +86,9 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         sink = _announcing(recorder, progress, plan.until)
         session = TrainingSession(plan, sink, stop_requested=lambda: bool(stop))
         finished = session.run()
+    if session.write_failure is not None:  # the run stopped at that boundary and saved what it could
+        where = f"; saved as {recorder.saved[-1]}" if recorder.saved else ""
+        raise WriteRefused(f"{session.write_failure}: the run stopped after update {finished.step}{where}")
     prepared = session.prepared
     assert prepared is not None and prepared.run is not None
     trainer = prepared.trainer
@@ -166,9 +170,12 @@ class _progress:
 def print_summary(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from minigpt_tui.engine.printable import escape_controls
 
     console = Console()
-    table = Table(title=f"run {result['run_dir']}")
+    table = Table(title=Text(escape_controls(f"run {result['run_dir']}")))
     table.add_column("record")
     table.add_column("value")
     table.add_row("preset", result["preset"])
@@ -184,7 +191,7 @@ def print_summary(result: dict[str, Any]) -> None:
     table.add_row("best step", str(result["best_step"]))
     table.add_row("state digest", result["state_digest"])
     for path in result["checkpoints"]:
-        table.add_row("checkpoint", path)
+        table.add_row("checkpoint", Text(escape_controls(path)))
     if result["stopped_by"]:
         table.add_row("stopped by", result["stopped_by"])
     console.print(table)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from importlib import resources
@@ -179,12 +180,18 @@ def load_config(
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    from minigpt_tui.engine.files import path_exists, require_regular_file
+
+    if path_exists(path):
+        require_regular_file(path, "a config file")
     try:
         return tomllib.loads(path.read_text("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read config file {path}: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} nests too deep to be a config") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
 
@@ -286,4 +293,65 @@ def validate(config: RunConfig) -> None:
         need(
             sorted(t.document_order) == list(range(len(t.document_order))),
             "train.document_order must be a permutation of 0..n-1",
+        )
+    check_bounds(config)
+
+
+# Upper bounds on sizes and counts, and every number finite: a value beyond them is a typo
+# or a hostile file, and is refused before anything is allocated or any folder is made.
+LIMITS: dict[str, int] = {
+    "model.width": 16_384,
+    "model.heads": 1_024,
+    "model.kv_heads": 1_024,
+    "model.ffn": 65_536,
+    "model.layers": 1_024,
+    "model.context": 65_536,
+    "tokenizer.merges": 100_000,
+    "corpus.val_every": 1_000_000_000,
+    "train.steps": 1_000_000_000,
+    "train.warmup": 1_000_000_000,
+    "train.batch_size": 65_536,
+    "train.microbatches": 65_536,
+    "train.eval_every": 1_000_000_000,
+    "train.eval_batch_size": 65_536,
+    "train.monitor_tokens": 1_000_000_000,
+    "train.threads": 1_024,
+    "train.save_every": 1_000_000_000,
+    "train.keep_last": 1_000_000,
+    "train.loss_scale_growth_interval": 1_000_000_000,
+}
+# The most scalars a model may have here (about 8 GB in float64): CPU training beyond it
+# is not what this tool is for, and a saved config declaring more is not a real model.
+MAX_PARAMETERS = 1_000_000_000
+
+
+def estimated_parameters(m: ModelConfig, vocab_size: int) -> int:
+    """Scalars of a model of this config (the tied table once), from the config alone."""
+    attention = m.width * m.heads * m.head_dim * 2 + m.width * m.kv_heads * m.head_dim * 2
+    feed_forward = m.width * m.ffn * (3 if m.family == "llama" else 2)
+    per_block = attention + feed_forward + 4 * m.width + 2 * m.ffn
+    positions = m.context * m.width if m.family == "gpt2" else 0
+    return vocab_size * m.width + positions + m.layers * per_block + 2 * m.width
+
+
+def check_bounds(config: RunConfig) -> None:
+    for dotted, limit in LIMITS.items():
+        section, name = dotted.split(".")
+        value = getattr(getattr(config, section), name)
+        if value > limit:
+            raise ConfigError(f"{dotted} is {value}, above the limit of {limit:,}")
+    for section in ("model", "train"):
+        part = getattr(config, section)
+        for item in fields(part):
+            value = getattr(part, item.name)
+            values = value if isinstance(value, tuple) else (value,)
+            if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+                raise ConfigError(f"{section}.{item.name} must be a finite number, got {value!r}")
+    from minigpt_tui.engine.tokenizer import FIRST_MERGE_ID
+
+    scalars = estimated_parameters(config.model, FIRST_MERGE_ID + config.tokenizer.merges)
+    if scalars > MAX_PARAMETERS:
+        raise ConfigError(
+            f"the model would have about {scalars:,} parameters, above the limit of {MAX_PARAMETERS:,} "
+            "(lower model.width, model.ffn or model.layers)"
         )

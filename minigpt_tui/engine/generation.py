@@ -640,9 +640,11 @@ def load_probes(path: str | Path | None = None) -> ProbeSet:
         source = "bundled:probes.json"
         raw = resources.files("minigpt_tui").joinpath("assets/probes.json").read_bytes()
     else:
+        from minigpt_tui.engine.files import require_regular_file
+
         source = str(path)
         try:
-            raw = Path(path).expanduser().read_bytes()
+            raw = require_regular_file(Path(path).expanduser(), "a probe file").read_bytes()
         except FileNotFoundError:
             raise GenerationError(f"probe file not found: {path}") from None
         except OSError as err:
@@ -653,6 +655,8 @@ def load_probes(path: str | Path | None = None) -> ProbeSet:
         raise GenerationError(f"probe file {source} is not UTF-8 text") from None
     except json.JSONDecodeError as err:
         raise GenerationError(f"probe file {source} is not valid JSON: {err.msg} at line {err.lineno}") from None
+    except (RecursionError, ValueError):
+        raise GenerationError(f"probe file {source} is not usable JSON (nested too deep or a number too large)") from None
     if not isinstance(data, dict):
         raise GenerationError(f"probe file {source} must hold a JSON object")
     if data.get("format") != PROBES_FORMAT:

@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.text import Text
 
+from minigpt_tui.engine.printable import escape_controls
+
 
 def metadata_text(metadata: dict[str, Any]) -> Text:
     per_file = bool(metadata) and all(isinstance(v, dict) for v in metadata.values())
@@ -13,12 +15,12 @@ def metadata_text(metadata: dict[str, Any]) -> Text:
     out = Text()
     for file_name, records in files.items():
         if file_name:
-            out.append(f"{file_name}\n", style="bold underline")
+            out.append(f"{escape_controls(file_name)}\n", style="bold underline")
         if not records:
             out.append("(no metadata)\n", style="dim")
         for key, value in records.items():
-            out.append(f"{key}", style="bold")
+            out.append(escape_controls(key), style="bold")
             out.append(" = ")
-            out.append(f"{value}\n")
+            out.append(f"{escape_controls(value)}\n")
         out.append("\n")
     return out

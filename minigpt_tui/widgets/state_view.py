@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.widgets import Tree
 
 from minigpt_tui.engine.checkpoint.state_groups import StateGroup
+from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.display import shorten
 
 # In reading order: what the model is, then everything that decides the next update.
@@ -45,7 +46,7 @@ def short_value(value: Any) -> str:
         text = value
     else:
         text = repr(value) if not isinstance(value, (list, dict)) else _compact(value)
-    return shorten(text, MAX_VALUE_CHARACTERS)
+    return shorten(escape_controls(text), MAX_VALUE_CHARACTERS)
 
 
 def _compact(value: Any) -> str:
@@ -93,8 +94,8 @@ class StateView(Tree[None]):
             node.add_leaf(Text("(none)", style="dim italic"))
         for key, value in records.items():
             if isinstance(value, dict) and value:
-                self._add_records(node.add(Text(str(key), style="bold"), expand=True), value)
+                self._add_records(node.add(Text(escape_controls(key), style="bold"), expand=True), value)
             else:
-                line = Text(f"{key}: ", style="bold")
+                line = Text(f"{escape_controls(key)}: ", style="bold")
                 line.append(short_value(value) if value is not None else "–")
                 node.add_leaf(line)

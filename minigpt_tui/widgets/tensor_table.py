@@ -12,10 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.markup import escape
 from rich.text import Text
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
+
+from minigpt_tui.engine.printable import escape_controls
 
 # (header label, sort key of an entry record)
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -198,7 +201,7 @@ class TensorTable(DataTable):
         self.clear()
         for index, entry in enumerate(shown):
             cells: list[Any] = [
-                middle_truncate(entry.name, self._name_width),
+                escape(middle_truncate(escape_controls(entry.name), self._name_width)),
                 entry.dtype,
                 shape_text(entry.shape),
                 Text(f"{entry.elements:,}", justify="right"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import re
 import shutil
@@ -75,16 +76,28 @@ def checkpoint_name(step: int) -> str:
 # -- manifests ----------------------------------------------------------------------------------
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The parsed manifest of a checkpoint folder; a folder without one is incomplete."""
+    from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
+    from minigpt_tui.engine.files import path_exists, require_regular_file
+
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"not a checkpoint directory: {folder}")
+    if _HIDDEN_WORK.match(folder.name) or folder.name.startswith("."):
+        raise CheckpointError(
+            f"{folder} is a hidden work folder (a save in progress, or one that was interrupted), not a checkpoint"
+        )
     path = folder / MANIFEST
-    if not path.exists():
+    if not path_exists(path):
         raise CheckpointError(f"{folder}: incomplete checkpoint: it has no {MANIFEST} (the save did not finish)")
+    require_regular_file(path, "a manifest")
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        if path.stat().st_size > _MAX_MANIFEST_BYTES:
+            raise CheckpointError(f"{path}: the manifest is larger than {_MAX_MANIFEST_BYTES} bytes: not ours")
+        data = load_json(path.read_bytes().decode("utf-8"), _MANIFEST_DEPTH)
+    except (UnicodeDecodeError, JSONRefused):
         raise CheckpointError(f"{path}: the manifest is damaged (not UTF-8 JSON)") from None
+    except OSError as err:
+        raise CheckpointError(f"cannot read {path}: {err.strerror or err}") from None
     fmt = data.get("format") if isinstance(data, dict) else None
     if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
         raise CheckpointError(f"{path}: not a minigpt-tui checkpoint manifest")
@@ -96,16 +109,41 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     for name, record in files.items():
         if (
             not isinstance(record, dict)
-            or not isinstance(record.get("size"), int)
+            or not _is_count(record.get("size"))
             or not isinstance(record.get("sha256"), str)
             or not _SHA256.match(record["sha256"])
             or "/" in name
             or name.startswith(".")
         ):
             raise CheckpointError(f"{path}: the manifest record for '{name}' is malformed")
-    if not isinstance(data.get("step"), int) or data["step"] < 0:
+    if not _is_count(data.get("step")):
         raise CheckpointError(f"{path}: the manifest has no valid step")
+    for key, valid in _MANIFEST_FIELDS.items():
+        if key in data and not valid(data[key]):
+            raise CheckpointError(f"{path}: the manifest field '{key}' is malformed ({type(data[key]).__name__})")
     return data
+
+
+# A manifest is a few hundred bytes; the bound keeps a hostile one from costing memory.
+_MAX_MANIFEST_BYTES = 1 << 20
+_MANIFEST_DEPTH = 8
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_MANIFEST_FIELDS: dict[str, Any] = {
+    "reason": lambda v: isinstance(v, str) and len(v) <= 200,
+    "best_step": lambda v: v is None or _is_count(v),
+    "saved_at": _is_time,
+    "model_identity": lambda v: isinstance(v, str) and _SHA256.match(v) is not None,
+    "provenance": lambda v: isinstance(v, dict) and all(isinstance(x, (str, int)) for x in v.values()),
+}
 
 
 def expected_from_manifest(file_path: Path) -> ExpectedFile | None:
@@ -241,7 +279,12 @@ def prune_checkpoints(checkpoints_dir: Path, keep_last: int, best_step: int | No
     removed = []
     for info in complete:
         if info.step not in keep:
-            _remove_folder(info.path)
+            try:
+                _remove_folder(info.path)
+            except FileNotFoundError:  # already gone (removed by another hand): nothing to prune
+                continue
+            except OSError as err:
+                raise CheckpointError(f"cannot remove the old checkpoint {info.path}: {err.strerror or err}") from None
             removed.append(info.path)
     return removed
 
@@ -393,10 +436,13 @@ def save_checkpoint(
     notify = progress or (lambda _event: None)
     trainer.require_update_boundary()  # refuse before anything touches the disk
     checkpoints_dir = Path(checkpoints_dir)
-    checkpoints_dir.mkdir(parents=True, exist_ok=True)
     final = checkpoints_dir / checkpoint_name(trainer.step)
     tmp = _work_name(final, "partial")
-    tmp.mkdir()
+    try:
+        checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    except OSError as err:
+        raise CheckpointError(f"cannot save in {checkpoints_dir}: {err.strerror or err}") from None
     notify("begin")
     try:
         origin = {"step": trainer.step, **(provenance or {})}
@@ -423,6 +469,9 @@ def save_checkpoint(
         displaced = _install(tmp, final, notify)
         fsync_directory(checkpoints_dir)
         notify("parent-fsynced")
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"cannot save in {checkpoints_dir}: {err.strerror or err}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -454,11 +503,16 @@ class Checkpointer:
         self.recovered = recover_interrupted(self.checkpoints_dir)
 
     def save(self, trainer: "Trainer", reason: str) -> Path:
+        from minigpt_tui.engine.runs import RunDirectory
+
+        if not self.run_dir.is_dir():  # never recreate a run folder deleted under a run
+            raise CheckpointError(f"cannot save: the run folder {self.run_dir} no longer exists")
+        run_id = RunDirectory(self.run_dir).run_id
         path = save_checkpoint(
             trainer,
             self.checkpoints_dir,
             reason,
-            provenance={"run": self.run_dir.name},
+            provenance={"run": self.run_dir.name, **({"run_id": run_id} if run_id else {})},
             progress=self.progress,
         )
         self.saved.append(path)
@@ -492,11 +546,12 @@ def checkpoint_folder(path: Path | str) -> Path:
 _MALFORMED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 
 
-def load_checkpoint(folder: Path | str, *, recompute_digests: bool = False) -> LoadedCheckpoint:
+def load_checkpoint(folder: Path | str, *, recompute_digests: bool = True) -> LoadedCheckpoint:
     """Read and verify a checkpoint folder: every file against the manifest's size and
     SHA-256, formats, and that the two files belong together (same model identity, same
-    tokenizer). ``recompute_digests`` also recomputes the model identity and the state's
-    content digest from the tensors (the manifest already vouches for the bytes).
+    tokenizer). ``recompute_digests`` (the default) also recomputes the model identity and
+    the state's content digest from the tensors, so that weights edited under a re-signed
+    manifest are refused; only the benchmark turns it off, to measure what it costs.
     Changes nothing on disk."""
     try:
         return _load_checkpoint(folder, recompute_digests)

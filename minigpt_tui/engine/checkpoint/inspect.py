@@ -9,7 +9,6 @@ metadata, so grouping them by meaning needs no tensor data either.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +17,20 @@ from typing import Any
 from minigpt_tui.engine.checkpoint.integrity import Integrity
 from minigpt_tui.engine.checkpoint.portable import FORMAT_NAME as MODEL_FORMAT
 from minigpt_tui.engine.checkpoint.portable import MODEL_FILE
-from minigpt_tui.engine.checkpoint.safetensors_io import Header, read_header, read_tensor
+from minigpt_tui.engine.checkpoint.safetensors_io import (
+    RECORD_DEPTH,
+    Header,
+    JSONRefused,
+    load_json,
+    read_header,
+    read_tensor,
+)
 from minigpt_tui.engine.checkpoint.training_state import FORMAT_NAME as STATE_FORMAT
 from minigpt_tui.engine.checkpoint.state_groups import group_of
 from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE
 from minigpt_tui.engine.errors import CheckpointError
 
+MAX_BINS = 10_000  # a histogram wider than any terminal; more only costs memory
 PORTABLE_MODEL = "portable-model"
 TRAINING_STATE = "training-state"
 CHECKPOINT_DIR = "checkpoint-dir"
@@ -109,14 +116,20 @@ class Inspection:
 
 
 def _records(header: Header) -> dict[str, Any]:
-    """Metadata values that are JSON, parsed; anything else kept as the raw string."""
+    """Metadata values that are JSON (nested at most RECORD_DEPTH deep, numbers Python can
+    hold), parsed; anything else kept as the raw string."""
     out: dict[str, Any] = {}
     for key, text in header.metadata.items():
         try:
-            out[key] = json.loads(text)
-        except json.JSONDecodeError:
+            out[key] = load_json(text, RECORD_DEPTH)
+        except JSONRefused:
             out[key] = text
     return out
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """A record that should be a JSON object; anything else (a damaged file) reads as empty."""
+    return value if isinstance(value, dict) else {}
 
 
 def _kind(records: dict[str, Any]) -> str:
@@ -142,22 +155,21 @@ def _entry_group(kind: str, name: str) -> str:
 
 
 def _model_state(records: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    config = records.get("model_config") or {}
-    constants = records.get("constants") or {}
-    layout = constants.get("layout") or []
-    tokenizer = records.get("tokenizer") or {}
+    config = _object(records.get("model_config"))
+    layout = _object(records.get("constants")).get("layout")
+    tokenizer = _object(records.get("tokenizer"))
     return {
         "identities": {
-            "model": (records.get("identity") or {}).get("model"),
-            "tokenizer": tokenizer.get("identity") if isinstance(tokenizer, dict) else None,
+            "model": _object(records.get("identity")).get("model"),
+            "tokenizer": tokenizer.get("identity"),
         },
-        "composition": records.get("composition") or {},
+        "composition": _object(records.get("composition")),
         "model_config": config,
-        "constants": {name: config.get(name) for name in layout},
-        "tokenizer": tokenizer if isinstance(tokenizer, dict) else {},
-        "special_ids": records.get("special_ids") or {},
-        "parameters": records.get("parameters") or {},
-        "provenance": records.get("provenance") or {},
+        "constants": {str(name): config.get(str(name)) for name in (layout if isinstance(layout, list) else [])},
+        "tokenizer": tokenizer,
+        "special_ids": _object(records.get("special_ids")),
+        "parameters": _object(records.get("parameters")),
+        "provenance": _object(records.get("provenance")),
     }
 
 
@@ -167,10 +179,15 @@ def _training_state(records: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if isinstance(saved, dict):
         for group, values in saved.items():
             state[group] = dict(values) if isinstance(values, dict) else {"value": values}
-    state["identities"] = dict(records.get("identities") or {})
-    state["envelope"] = dict(records.get("envelope") or {})
-    state["continuation"] = dict(records.get("continuation") or {})
+    state["identities"] = dict(_object(records.get("identities")))
+    state["envelope"] = dict(_object(records.get("envelope")))
+    state["continuation"] = dict(_object(records.get("continuation")))
     return state
+
+
+def _aliases(records: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    aliases = records.get("aliases")
+    return tuple(a for a in aliases if isinstance(a, dict)) if isinstance(aliases, list) else ()
 
 
 def _inspect_file(path: Path, label: str) -> tuple[Header, dict[str, Any], str, list[EntryRecord]]:
@@ -208,9 +225,12 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
     without it integrity covers presence and sizes only."""
     from minigpt_tui.engine.checkpoint.directory import verify_checkpoint
 
+    from minigpt_tui.engine.files import path_exists, require_file_or_folder
+
     path = Path(path).expanduser()
-    if not path.exists():
+    if not path_exists(path):
         raise CheckpointError(f"no such file or folder: {path}")
+    require_file_or_folder(path, "a checkpoint, a model file or a folder")
     from minigpt_tui.engine.interop import inspect_foreign
 
     foreign = inspect_foreign(path)  # transformers folders, sharded indexes, .pt/.pth pickles
@@ -218,7 +238,7 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
         return foreign
     if path.is_file():
         header, records, kind, entries = _inspect_file(path, path.name)
-        aliases = tuple(records.get("aliases") or ()) if kind == PORTABLE_MODEL else ()
+        aliases = _aliases(records) if kind == PORTABLE_MODEL else ()
         if kind == PORTABLE_MODEL:
             state = _model_state(records)
         elif kind == TRAINING_STATE:
@@ -243,7 +263,7 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
         metadata[name] = dict(header.metadata)
         files.append(_summary(file_path, name, kind, header))
         if kind == PORTABLE_MODEL:
-            aliases = tuple(records.get("aliases") or ())
+            aliases = _aliases(records)
             for group, values in _model_state(records).items():
                 state.setdefault(group, {}).update(values)
         elif kind == TRAINING_STATE:
@@ -310,8 +330,8 @@ def read_one_tensor(path: Path | str, name: str) -> TensorRead:
 def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, Any]:
     """min, max, mean, std (population), zero fraction and a histogram of one tensor,
     reading that tensor's bytes alone (a pickle is memory-mapped, not read whole)."""
-    if bins < 1:
-        raise CheckpointError("bins must be at least 1")
+    if not 1 <= bins <= MAX_BINS:
+        raise CheckpointError(f"bins must be between 1 and {MAX_BINS:,}, got {bins}")
     return statistics_of(read_one_tensor(path, name), bins)
 
 

@@ -25,6 +25,7 @@ from minigpt_tui.engine.checkpoint.safetensors_io import (
     dtype_name,
     json_metadata,
     load_file,
+    parse_record,
     tensor_memory,
     write_safetensors,
 )
@@ -263,12 +264,12 @@ _MALFORMED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 def read_training_state(
     path: Path | str, expect: ExpectedFile | None = None, *, verify_content: bool | None = None
 ) -> TrainingState:
-    """Read and check a training-state file. Its content digest is recomputed when no
-    manifest record (``expect``) vouches for the bytes, or when ``verify_content`` asks."""
+    """Read and check a training-state file. Its content digest is recomputed unless
+    ``verify_content`` is False: a manifest re-signed after an edit vouches for nothing."""
     path = Path(path)
     loaded = load_file(path, expect)
     if verify_content is None:
-        verify_content = expect is None
+        verify_content = True
     try:
         return parse_training_state(path, loaded, verify_content=verify_content)
     except _MALFORMED as err:
@@ -279,18 +280,10 @@ def parse_training_state(path: Path, loaded: LoadedFile, *, verify_content: bool
     raw = loaded.metadata
     if "format" not in raw:
         raise CheckpointError(f"{path}: not a minigpt-tui training-state file (no format record)")
-    try:
-        fmt = json.loads(raw["format"])
-    except json.JSONDecodeError:
-        fmt = raw["format"]
+    metadata: dict[str, Any] = {key: parse_record(path, key, text) for key, text in raw.items()}
+    fmt = metadata["format"]
     if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
-        raise CheckpointError(f"{path}: not a minigpt-tui training-state file (format {fmt!r})")
-    metadata: dict[str, Any] = {}
-    for key, text in raw.items():
-        try:
-            metadata[key] = json.loads(text)
-        except json.JSONDecodeError:
-            raise CheckpointError(f"{path}: metadata record '{key}' is not JSON") from None
+        raise CheckpointError(f"{path}: not a minigpt-tui training-state file (its format record)")
     if fmt.get("version") != FORMAT_VERSION:
         raise CheckpointError(f"{path}: training-state format version {fmt.get('version')!r} is not supported")
     missing = [k for k in _REQUIRED_RECORDS if k not in metadata]

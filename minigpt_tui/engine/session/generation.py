@@ -7,7 +7,6 @@ calls the session one operation at a time.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -266,19 +265,12 @@ class GenerationSession:
             raise
 
     def save_trace(self, target: Path) -> Path:
+        from minigpt_tui.engine.files import write_file
+
         stepper = self._require()
         trace = stepper.trace(self.model_path)
-        target = target.expanduser()
-        if target.is_dir():
-            raise IsADirectoryError(f"{target} is a folder")
         text = json.dumps(trace, indent=1, ensure_ascii=False) + "\n"
-        tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
-        try:
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return target
+        return write_file(target, text.encode("utf-8"), what="trace")
 
     def view(self) -> StepperView:
         stepper = self._require()

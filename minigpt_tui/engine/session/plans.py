@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from minigpt_tui.engine.checkpoint.directory import Checkpointer
     from minigpt_tui.engine.checkpoint.portable import PortableModel
     from minigpt_tui.engine.config import RunConfig
-    from minigpt_tui.engine.runs import RunDirectory
+    from minigpt_tui.engine.runs import RunDirectory, RunLock
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup
 
 WARM_START_NOTE = (
@@ -44,7 +44,8 @@ class NewRun:
 
 @dataclass(frozen=True)
 class ResumeRun:
-    """Continue the run saved in a checkpoint folder exactly where it stopped."""
+    """Continue the run saved in a checkpoint folder exactly where it stopped (``fork``:
+    in a new run folder, as a checkpoint outside any run folder does)."""
 
     checkpoint: Path
     runs_dir: Path
@@ -52,6 +53,7 @@ class ResumeRun:
     allow_environment_change: bool = False
     corpus: str | None = None
     policy: Mapping[str, int] | None = None
+    fork: bool = False
 
 
 RunPlan = NewRun | ResumeRun
@@ -81,6 +83,11 @@ class PreparedRun:
     summary: RunSummary | None = None
     resumed_from: Path | None = None
     warm_start: WarmStart | None = None
+    lock: RunLock | None = None  # held while the session writes to ``run``; released at its end
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
 
 def prepare(plan: RunPlan) -> PreparedRun:
@@ -93,7 +100,7 @@ def _prepare_new(plan: NewRun) -> PreparedRun:
     from minigpt_tui.engine.checkpoint.directory import Checkpointer
     from minigpt_tui.engine.corpus import load_corpus
     from minigpt_tui.engine.errors import ConfigError
-    from minigpt_tui.engine.runs import RunDirectory
+    from minigpt_tui.engine.runs import RunDirectory, RunLock
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
 
     config = plan.config
@@ -107,14 +114,16 @@ def _prepare_new(plan: NewRun) -> PreparedRun:
     setup = TrainingSetup.build(config, corpus, portable.tokenizer if portable is not None else None)
     initial = {n: p.detach() for n, p in portable.model.named_parameters()} if portable is not None else None
     trainer = Trainer(setup, initial_weights=initial)
-    run = RunDirectory.create(plan.runs_dir, plan.name, config.preset)
-    run.write_json("config.json", config.to_dict())
-    run.write_json("identities.json", identities(setup))
+    files: dict[str, Any] = {"config.json": config.to_dict(), "identities.json": identities(setup)}
     warm = None
     if portable is not None:
         warm = WarmStart(Path(portable.path), portable.identity, portable.tokenizer.identity)
-        run.write_json("warm_start.json", warm.to_json())
-    return PreparedRun(trainer, run, Checkpointer(run), plan.until, summarize(trainer, run), warm_start=warm)
+        files["warm_start.json"] = warm.to_json()
+    run = RunDirectory.create(plan.runs_dir, plan.name, config.preset, files)  # whole or not at all
+    lock = run.lock()
+    lock.announce()
+    return PreparedRun(trainer, run, Checkpointer(run), plan.until, summarize(trainer, run), warm_start=warm,
+                       lock=lock)
 
 
 def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableModel:
@@ -134,11 +143,26 @@ def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableM
 
 
 def _prepare_resume(plan: ResumeRun) -> PreparedRun:
-    from minigpt_tui.engine.checkpoint.directory import Checkpointer, restore_trainer
-    from minigpt_tui.engine.errors import ConfigError, ResumeRefused
-    from minigpt_tui.engine.trainer import apply_precision
+    from minigpt_tui.engine.runs import owning_run
 
     folder = Path(plan.checkpoint)
+    run = owning_run(folder, fork=plan.fork)  # None: a new run folder once the restore succeeds
+    # The run is held before its checkpoint is read, so a second writer is refused at once.
+    lock = run.lock() if run is not None else None
+    try:
+        return _restore_into(plan, folder, run, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _restore_into(plan: ResumeRun, folder: Path, run: RunDirectory | None, lock: RunLock | None) -> PreparedRun:
+    from minigpt_tui.engine.checkpoint.directory import Checkpointer, restore_trainer
+    from minigpt_tui.engine.errors import ConfigError, ResumeRefused
+    from minigpt_tui.engine.runs import RunDirectory
+    from minigpt_tui.engine.trainer import apply_precision
+
     trainer = restore_trainer(folder, allow_environment_change=plan.allow_environment_change,
                               corpus_path_override=plan.corpus, policy_overrides=dict(plan.policy or {}) or None)
     steps = trainer.config.train.steps
@@ -156,23 +180,24 @@ def _prepare_resume(plan: ResumeRun) -> PreparedRun:
         if plan.until <= trainer.step:
             raise ConfigError(f"--until {plan.until} is not after the checkpoint's step {trainer.step}")
     apply_precision(trainer.config.train)
-    run = run_for_checkpoint(folder, plan.runs_dir, trainer.config)
+    if run is None:
+        config = trainer.config
+        run = RunDirectory.create(plan.runs_dir, None, f"resumed-{config.preset}", {"config.json": config.to_dict()})
+        lock = run.lock()
+    assert lock is not None
+    lock.announce()
     run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
     return PreparedRun(trainer, run, Checkpointer(run), plan.until,
-                       summarize(trainer, run, resumed_from=folder), resumed_from=folder)
+                       summarize(trainer, run, resumed_from=folder), resumed_from=folder, lock=lock)
 
 
 def run_for_checkpoint(folder: Path, runs_dir: Path, config: RunConfig) -> RunDirectory:
-    """The run a checkpoint continues in: the run folder it was saved in
-    (``RUN/checkpoints/step-N`` where ``RUN`` holds the ``config.json`` every run folder
-    has), else a new ``resumed-PRESET-TIMESTAMP`` run folder."""
-    from minigpt_tui.engine.runs import RunDirectory
+    """The run a checkpoint continues in: the run folder it was saved in (``RUN`` holds
+    the ``config.json`` every run folder has, and both record the same run identity), else
+    a new ``resumed-PRESET-TIMESTAMP`` run folder (see ``engine.runs.run_for_checkpoint``)."""
+    from minigpt_tui.engine.runs import run_for_checkpoint as find_run
 
-    if folder.parent.name == "checkpoints" and (folder.parent.parent / "config.json").is_file():
-        return RunDirectory(folder.parent.parent)
-    run = RunDirectory.create(runs_dir, None, f"resumed-{config.preset}")
-    run.write_json("config.json", config.to_dict())
-    return run
+    return find_run(folder, runs_dir, config)[0]
 
 
 def identities(setup: TrainingSetup) -> dict[str, Any]:

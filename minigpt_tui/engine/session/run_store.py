@@ -5,7 +5,6 @@ saved in a model file, and show a path relative to the runs directory. No torch.
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,8 +116,12 @@ class RunStore:
 
     def delete(self, run_path: Path) -> None:
         """Delete a run folder; anything but a run folder of this directory is refused."""
+        from minigpt_tui.engine.runs import lock_run
+
         if not self.is_run_folder(run_path):
             raise ConfigError(f"{run_path} is not a run folder of {self.root}")
+        with lock_run(run_path):  # refused, naming the holder, while another process trains it
+            pass
         try:
             shutil.rmtree(run_path)
         except OSError as err:
@@ -138,7 +141,7 @@ def read_saved_tokenizer(source: Path) -> SavedTokenizer:
 def _read_merges(model_file: Path) -> SavedTokenizer:
     import numpy as np
 
-    from minigpt_tui.engine.checkpoint.safetensors_io import read_header
+    from minigpt_tui.engine.checkpoint.safetensors_io import opening_errors, parse_record, read_header
     from minigpt_tui.engine.errors import TokenizerError
     from minigpt_tui.engine.tokenizer import ByteBPETokenizer
 
@@ -148,7 +151,7 @@ def _read_merges(model_file: Path) -> SavedTokenizer:
     entry = header.entry(MERGES_TENSOR)
     if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:
         raise CheckpointError(f"{MERGES_TENSOR} must be U32 [n, 2], found {entry.dtype} {list(entry.shape)}")
-    with model_file.open("rb") as fh:
+    with opening_errors(model_file, "a model file"), model_file.open("rb") as fh:
         fh.seek(header.data_start + entry.begin)
         raw = fh.read(entry.nbytes)
     if len(raw) != entry.nbytes:
@@ -159,8 +162,8 @@ def _read_merges(model_file: Path) -> SavedTokenizer:
     except TokenizerError as err:
         raise CheckpointError(f"the saved tokenizer is invalid: {err}") from None
     try:
-        recorded = json.loads(header.metadata.get("tokenizer", "{}")).get("identity")
-    except (json.JSONDecodeError, AttributeError):
+        recorded = parse_record(model_file, "tokenizer", header.metadata.get("tokenizer", "{}")).get("identity")
+    except (CheckpointError, AttributeError):
         recorded = None
     if recorded is None:
         note = "no tokenizer identity is recorded in the metadata"

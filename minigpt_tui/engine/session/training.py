@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from minigpt_tui.engine.errors import MiniGPTError
 from minigpt_tui.engine.session.events import (
     Command,
     EvaluationDone,
@@ -80,7 +81,7 @@ class TrainingSession:
         self._discarding = threading.Event()
         self.prepared: PreparedRun | None = None
         self.unsaved_updates = 0
-        self.metric_writes_failed = 0
+        self.write_failure: MiniGPTError | None = None  # the metrics log could not be written
 
     @classmethod
     def for_trainer(cls, build: Callable[[], Trainer], sink: EventSink, *, checkpointer: Checkpointer | None = None,
@@ -104,8 +105,6 @@ class TrainingSession:
     # -- the loop -----------------------------------------------------------------------
     def run_reporting_failures(self) -> None:
         """:meth:`run` for a worker thread: a failure becomes a :class:`Failed` event."""
-        from minigpt_tui.engine.errors import MiniGPTError
-
         try:
             self.run()
         except MiniGPTError as err:
@@ -114,12 +113,18 @@ class TrainingSession:
             self._sink(Failed(f"{type(err).__name__}: {err}"))
 
     def run(self) -> Finished:
+        prepared = self._prepare()
+        self.prepared = prepared
+        try:
+            return self._train(prepared)
+        finally:
+            prepared.release()  # the run's lock: another process may write to it now
+
+    def _train(self, prepared: PreparedRun) -> Finished:
         import torch
 
         from minigpt_tui.engine.trainer import UpdateRecord, apply_precision, scheduled_work
 
-        prepared = self._prepare()
-        self.prepared = prepared
         trainer = prepared.trainer
         apply_precision(trainer.config.train)
         if prepared.summary is not None:
@@ -194,8 +199,6 @@ class TrainingSession:
         return self.prepared.checkpointer if self.prepared is not None else None
 
     def _save(self, trainer: Trainer, reason: str) -> None:
-        from minigpt_tui.engine.errors import MiniGPTError
-
         if self._discarding.is_set():
             self._sink(Refused("save", DISCARDED))
             return
@@ -221,8 +224,11 @@ class TrainingSession:
             record = {"kind": "evaluation", **asdict(item)}
         try:
             run.append_metric(record)
-        except OSError:
-            self.metric_writes_failed += 1
+        except MiniGPTError as err:  # stop at this boundary; the stop saves what it can
+            if self.write_failure is None:
+                self.write_failure = err
+                self._sink(Refused("metrics", f"{err}: stopping the run"))
+                self.send(Command.STOP)
 
     def _finish(self, trainer: Trainer, reason: FinishReason) -> Finished:
         if self.unsaved_updates and self._checkpointer is not None:
