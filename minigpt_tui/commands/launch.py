@@ -101,8 +101,10 @@ def joined_world(device: str) -> Iterator[Any]:
     world = world_from_environment()
     parallel = DataParallel(world)
     parallel.join(choose_device(device, local_rank=world.local_rank).kind)
+    together = False
     try:
         yield parallel
+        together = True
     except MiniGPTError:
         raise
     except (RuntimeError, OSError) as err:
@@ -113,7 +115,7 @@ def joined_world(device: str) -> Iterator[Any]:
                        "its last complete checkpoint resumes") from None
     finally:
         try:
-            parallel.leave()
+            parallel.leave(together=together)
         except (RuntimeError, OSError):
             pass
 

@@ -129,12 +129,18 @@ class DataParallel:
         if not dist.is_initialized():
             dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
 
-    def leave(self) -> None:
+    def leave(self, *, together: bool = True) -> None:
+        """Leave the process group. ``together`` (a normal end): every rank waits at a barrier
+        first, so no rank tears gloo down while another still uses it (seen: the rank that
+        finished first aborted with "terminate called without an active exception" about one
+        run in five). After a failure the barrier is skipped: the other ranks may be gone."""
         if not self.distributed:
             return
         import torch.distributed as dist
 
         if dist.is_initialized():
+            if together:
+                dist.barrier()
             dist.destroy_process_group()
 
     # -- collectives (identity for one process) -------------------------------------------
