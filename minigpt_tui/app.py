@@ -31,6 +31,7 @@ class LaunchSettings:
     runs_dir: Path
     preset: str = "mini"
     corpus: str | None = None
+    attach: Path | None = None  # a run folder another process writes: the Training screen follows it
 
 
 def resolve_next_config(settings: LaunchSettings, overrides: dict[str, dict[str, Any]] | None = None) -> Any:
@@ -92,6 +93,9 @@ class MiniGPTApp(App[None]):
 
     def on_mount(self) -> None:
         self.switch_mode("training")
+        if self.settings.attach is not None:
+            attach = self.settings.attach
+            self.call_after_refresh(lambda: self.main_screens["training"].attach_run(attach))  # type: ignore[attr-defined]
         if self.preload_engine:
             self.call_after_refresh(self._import_engine)
 
@@ -196,6 +200,7 @@ def run_app(args: argparse.Namespace) -> int:
         runs_dir=resolve_runs_dir(getattr(args, "runs_dir", None)),
         preset=getattr(args, "preset", None) or "mini",
         corpus=getattr(args, "corpus", None),
+        attach=getattr(args, "attach_run", None),
     )
     app = MiniGPTApp(settings)  # an invalid preset or corpus raises here, before any frame
     app.run()

@@ -16,6 +16,8 @@ COMMAND_MODULES = (
     "minigpt_tui.commands.interop",
     "minigpt_tui.commands.checkpoints",
     "minigpt_tui.commands.generate",
+    "minigpt_tui.commands.contrast",
+    "minigpt_tui.commands.attach",
 )
 
 
@@ -42,7 +44,11 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:  # torchrun ... -m minigpt_tui -- train ...: the separator may reach us
+        argv = argv[1:]
     args = parser.parse_args(argv)
+    args.argv = argv  # a launcher re-runs it in each process
     from minigpt_tui.engine.errors import MiniGPTError
 
     try:

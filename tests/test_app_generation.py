@@ -22,6 +22,7 @@ from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.decision_list import DecisionList
+from minigpt_tui.widgets.numbers import short_probability
 from tests.app_support import build_saved_runs, record_notifications, run_async, make_app, settle, static_text, tree_snapshot
 
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
@@ -225,6 +226,10 @@ async def test_at_80_columns_every_candidate_column_and_key_hint_fits(runs):
         assert width <= table.scrollable_content_region.width
         assert (table.fit.piece, table.fit.bar) == (8, 3)
         assert len(table.get_cell_at((0, 5)).plain) == 3  # the bar column, 3 cells of 8 steps each
+        # An almost untrained model: every probability is small, yet the bars are scaled to show.
+        candidates = screen.view.decisions[-1].candidates
+        assert max(c.raw_probability for c in candidates) < 0.1
+        assert table.get_cell_at((0, 5)).plain == "███" and table.get_cell_at((1, 5)).plain.strip()
         line = screen.query_one(KeyBar).render().plain
         assert len(line) <= SIZE[0]
         for hint in ("n Next", "r Run", "⌫ Back", "^r Reset", "f Force", "w Save trace", "t c g", "?"):
@@ -252,7 +257,7 @@ async def test_at_80_columns_a_long_piece_is_cut_and_every_decision_number_and_p
         await settle(pilot)
         width = sum(column.get_render_width(listed) for column in listed.columns.values())
         assert width <= listed.scrollable_content_region.width
-        probability = f"{first.chosen.selection_probability:.2f}"
+        probability = short_probability(first.chosen.selection_probability)
         lines = [listed.render_line(y).text for y in range(1, listed.size.height)]
         assert len(lines) >= 10
         for line in lines:

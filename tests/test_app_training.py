@@ -469,10 +469,12 @@ async def test_overlay_another_run_and_export_metrics_to_csv(tmp_path):
         run_dir = screen.run.run_dir
         await wait_until(pilot, lambda: (run_dir / "metrics.csv").exists())
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
-    assert len(rows) == 60 + 3  # 60 updates and the evaluations after updates 0, 50 and 60
-    assert rows[0]["kind"] == "evaluation" and rows[1]["kind"] == "update" and rows[1]["step"] == "1"
+    kinds = [row["kind"] for row in rows]
+    # 60 updates, the evaluations after updates 0, 50 and 60, each followed by the 10 probes
+    assert (kinds.count("update"), kinds.count("evaluation"), kinds.count("probe")) == (60, 3, 30)
+    assert kinds[:12] == ["evaluation"] + ["probe"] * 10 + ["update"] and rows[11]["step"] == "1"
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert float(rows[1]["loss"]) == lines[1]["loss"]
+    assert float(rows[11]["loss"]) == lines[2]["loss"]
 
 
 # -- widgets and plumbing -------------------------------------------------------------------------
@@ -546,3 +548,37 @@ def test_the_app_modules_never_import_torch_and_the_first_frame_does_not_wait_fo
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+@run_async
+async def test_probes_table_follows_the_evaluations_and_p_draws_a_probe_on_the_plot(tmp_path):
+    from minigpt_tui.widgets.probes_table import ProbesTable
+
+    app = make_app(tmp_path / "runs", {"train": {"steps": 100, "eval_every": 50, "save_every": 0}})
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = training(app)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "finished")
+        await pilot.pause()
+        probes, table, plot = screen.query_one(ProbesTable), screen.query_one(LossTable), screen.query_one(LossPlot)
+        assert not probes.display and table.display
+        assert probes.row_count == 10 and probes.last_step == 100
+        assert all([p.step for p in points] == [0, 50, 100] for points in probes.history.values())
+        await pilot.press("p")
+        await pilot.pause()
+        assert probes.display and not table.display
+        first = next(iter(probes.history))
+        assert plot.probe is not None and plot.probe[0] == first
+        assert [step for step, _ in plot.probe[1]] == [0, 50, 100]
+        await pilot.press("down")
+        await pilot.pause()
+        assert plot.probe[0] == list(probes.history)[1]
+        row = probes.get_row_at(1)
+        last = probes.history[plot.probe[0]][-1]
+        assert row[1].plain in "✓✗" and row[3].plain == str(last.rank)
+        assert len(row[4].plain) == 3  # one glyph per evaluation
+        await pilot.press("p")
+        await pilot.pause()
+        assert table.display and not probes.display and plot.probe is None
+    records = [json.loads(line) for line in (screen.run.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "probes"] == [0, 50, 100]

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
+from minigpt_tui.commands.train import add_probe_arguments
+from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
 from minigpt_tui.engine.printable import escape_controls
 
 # The three-process experiment per preset: save after CUT updates, resume to END.
@@ -30,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     resume.add_argument("--save-every", type=int,
                         help="save every N updates, 0 to 1,000,000,000 (default: the run's setting)")
     resume.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best, 1 to 1,000,000")
+    add_probe_arguments(resume)
     resume.add_argument(
         "--allow-environment-change",
         action="store_true",
@@ -40,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="continue in a new run folder (needed when the checkpoint sits in another run's folder)",
     )
+    resume.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"],
+                        help="train on this device (another device kind needs --allow-environment-change)")
+    resume.add_argument("--allow-world-size-change", action="store_true",
+                        help="resume with another number of processes; bitwise continuation is then not promised")
+    add_process_arguments(resume)
     resume.set_defaults(handler=run_resume)
 
     inspect = subparsers.add_parser("inspect", help="show what a checkpoint or any safetensors file holds")
@@ -56,6 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--preset", choices=sorted(EXPERIMENTS), default="tiny")
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.add_argument("--keep", metavar="DIR", help="keep the experiment's runs in DIR")
+    verify.add_argument("--nproc", type=int, help="run every step of the experiment in N processes")
     verify.set_defaults(handler=run_verify)
 
 
@@ -67,15 +76,23 @@ def _resolve(spec: str, runs_dir: Path) -> Path:
 
 # -- resume ---------------------------------------------------------------------------------------
 def run_resume(args: argparse.Namespace) -> int:
-    from minigpt_tui.commands.train import drive, print_summary
-    from minigpt_tui.engine.session.plans import ResumeRun
+    from minigpt_tui.commands.train import drive, print_summary, probe_options
+    from minigpt_tui.engine.session.plans import ResumeRun, saved_run_config
 
     runs_dir = runs_dir_from_args(args)
     policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
-    plan = ResumeRun(_resolve(args.checkpoint, runs_dir), runs_dir, until=args.until,
-                     allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
-                     fork=args.fork)
-    result = drive(plan, show_progress=not args.json)
+    checkpoint = _resolve(args.checkpoint, runs_dir)
+    if launch_requested(args):
+        return launch(args)
+    device = args.device or saved_run_config(checkpoint).train.device
+    with joined_world(device) as parallel:
+        plan = ResumeRun(checkpoint, runs_dir, until=args.until,
+                         allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
+                         fork=args.fork, parallel=parallel, allow_world_size_change=args.allow_world_size_change,
+                         device=args.device, **probe_options(args))
+        result = drive(plan, show_progress=not args.json and not parallel.distributed)
+    if not parallel.world.is_writer:
+        return 0
     if args.json:
         emit_json(result)
     else:
@@ -100,11 +117,47 @@ def run_inspect(args: argparse.Namespace) -> int:
         result["statistics"] = tensor_statistics(inspection.path, args.tensor, bins=args.bins)
     if args.compare:
         result["comparison"] = compare_checkpoints(inspection.path, _inspect_target(args.compare, runs_dir))
+    if inspection.kind == "checkpoint-dir":
+        result["probes"] = _probes_at_checkpoint(inspection.path)
     if args.json:
         emit_json(result)
     else:
         _print_inspection(result)
+        if result.get("probes"):
+            _print_probes(result["probes"])
     return 0
+
+
+def _probes_at_checkpoint(folder: Path) -> dict[str, Any] | None:
+    """The run's last probes record at or before the checkpoint's step (None outside a run
+    folder, or when the run scored none)."""
+    from minigpt_tui.engine.checkpoint.directory import STEP_DIR
+    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.session.history import probe_records
+
+    match = STEP_DIR.match(folder.name)
+    run_dir = folder.parent.parent
+    if match is None or folder.parent.name != "checkpoints" or not (run_dir / "metrics.jsonl").is_file():
+        return None
+    try:
+        records = probe_records(run_dir, until_step=int(match.group(1)))
+    except ConfigError:
+        return None
+    return records[-1] if records else None
+
+
+def _print_probes(record: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=escape_controls(f"probes at step {record['step']} ({record.get('source')})"))
+    for column in ("probe", "match", "expected id", "p(expected)", "rank"):
+        table.add_column(column, justify="left" if column == "probe" else "right")
+    for score in record.get("probes", []):
+        table.add_row(Text(escape_controls(score.get("name"))), "✓" if score.get("match") else "✗", str(score.get("expected_id")),
+                      f"{score.get('expected_probability', 0.0):.4g}", str(score.get("expected_rank")))
+    Console().print(table)
 
 
 def _inspect_target(spec: str, runs_dir: Path) -> Path:
@@ -246,7 +299,7 @@ def _print_inspection(result: dict[str, Any]) -> None:
 
 
 # -- verify ---------------------------------------------------------------------------------------
-def _cli(*args: str) -> list[str]:
+def _command(*args: str) -> list[str]:
     return [sys.executable, "-m", "minigpt_tui", *args]
 
 
@@ -260,20 +313,26 @@ def _run_json(args: list[str], env: dict[str, str], label: str) -> dict[str, Any
     return json.loads(done.stdout)
 
 
-def verify_experiment(preset: str, runs_dir: Path) -> dict[str, Any]:
+def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> dict[str, Any]:
     """Save after CUT updates and exit; resume to END in a new process; train 0 -> END
-    without stopping in a third; warm-start from the saved weights in a fourth."""
+    without stopping in a third; warm-start from the saved weights in a fourth. ``nproc``:
+    each of them in that many processes."""
     cut, end = EXPERIMENTS[preset]
+    processes = ["--nproc", str(nproc)] if nproc is not None else []
+
+    def command_line(*args: str) -> list[str]:
+        return _command(*args, *processes)
+
     env = dict(os.environ)
     env["MINIGPT_TUI_RUNS_DIR"] = str(runs_dir)
     saved_at = f"saved:step-{cut}"
-    saved = _run_json(_cli("train", "--preset", preset, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
+    saved = _run_json(command_line("train", "--preset", preset, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
     resumed = _run_json(
-        _cli("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
+        command_line("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
     )
-    straight = _run_json(_cli("train", "--preset", preset, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
+    straight = _run_json(command_line("train", "--preset", preset, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
     warm = _run_json(
-        _cli("train", "--preset", preset, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
+        command_line("train", "--preset", preset, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
         env,
         "warm-start",
     )
@@ -301,6 +360,7 @@ def verify_experiment(preset: str, runs_dir: Path) -> dict[str, Any]:
     ]
     return {
         "preset": preset,
+        "processes": nproc or 1,
         "saved_after": cut,
         "resumed_until": end,
         "comparisons": comparisons,
@@ -340,16 +400,17 @@ def run_verify(args: argparse.Namespace) -> int:
 
     if args.keep:
         runs_dir = make_folder(Path(args.keep).expanduser().resolve(), what="--keep folder")
-        result = verify_experiment(args.preset, runs_dir)
+        result = verify_experiment(args.preset, runs_dir, args.nproc)
     else:
         with tempfile.TemporaryDirectory(prefix="minigpt-verify-") as tmp:
-            result = verify_experiment(args.preset, Path(tmp))
+            result = verify_experiment(args.preset, Path(tmp), args.nproc)
             result["runs_dir"] = None
     if args.json:
         emit_json(result)
     else:
         cut, end = result["saved_after"], result["resumed_until"]
-        print(f"exact resume, preset {result['preset']}: save after {cut}, exit, resume to {end} in a new process, "
+        where = f" ({result['processes']} processes each)" if result["processes"] > 1 else ""
+        print(f"exact resume, preset {result['preset']}{where}: save after {cut}, exit, resume to {end} in a new process, "
               f"compare with 0 -> {end} uninterrupted")
         for c in result["comparisons"]:
             print(f"  {'true ' if c['equal'] else 'FALSE'}  {c['name']}")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
+from minigpt_tui.commands.insight import add_insight_arguments, insight_request_from_args, print_insights
 
 MODEL_HELP = "a model file, a checkpoint folder, or RUN:best / RUN:latest from the runs directory"
 
@@ -26,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--top", default="3", metavar="N", help="alternatives kept per decision (default 3)")
     generate.add_argument("--kv-cache", action="store_true", help="reuse keys/values instead of recomputing the prefix")
     generate.add_argument("--attention", action="store_true", help="record the last position's attention (JSON)")
+    add_insight_arguments(generate)
     generate.add_argument("--json", action="store_true", help="print the whole trace as JSON")
     generate.add_argument("--trace-out", metavar="FILE",
                           help="also write the trace as JSON to FILE (a new file unless --force)")
@@ -151,18 +153,24 @@ def run_generate(args: argparse.Namespace) -> int:
     top = _number(args.top, "--top", int)
     if top < 1:
         raise GenerationError(f"--top must be at least 1, got {top}")
+    request = insight_request_from_args(args)
     _check_output(args.trace_out, args.force)
     portable = load_model(args.model, args)
+    request.check(portable.model)
     stepper = DecisionStepper.from_portable(portable, _prompt(args.prompt), rule, use_kv_cache=args.kv_cache,
                                             attention=args.attention, top_n=top)
     stepper.run()
     trace = stepper.trace()
+    insights = request.inspect(stepper, top)
+    for decision_json, insight in zip(trace["decisions"], insights):
+        decision_json.update(insight.to_json())
     if args.trace_out:
         _write_json(args.trace_out, trace, args.force)
     if args.json:
         emit_json(trace)
     else:
         print_decisions(stepper)
+        print_insights(stepper.decisions, insights)
     return 0
 
 

@@ -13,6 +13,7 @@ from minigpt_tui.commands.common import (
     graceful_stop,
     runs_dir_from_args,
 )
+from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,15 +30,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="CHECKPOINT",
         help="weights-only warm start from a model file, checkpoint or RUN:latest|best (a new training history)",
     )
+    add_probe_arguments(parser)
+    add_process_arguments(parser)
     parser.set_defaults(handler=run_train)
+
+
+def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--probes", metavar="FILE",
+                        help="score this probes file after every scheduled evaluation (default: the bundled probes)")
+    parser.add_argument("--no-probes", action="store_true", help="score no probes during the run")
+
+
+def probe_options(args: argparse.Namespace) -> dict[str, Any]:
+    from minigpt_tui.engine.errors import ConfigError
+
+    if args.no_probes and args.probes:
+        raise ConfigError("choose either --probes FILE or --no-probes, not both")
+    return {"probes": args.probes, "score_probes": not args.no_probes}
 
 
 def run_train(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.session.plans import NewRun
 
     config = config_from_args(args)
-    plan = NewRun(config, runs_dir_from_args(args), args.run, until=args.until, init_from=args.init_from)
-    result = drive(plan, show_progress=not args.json)
+    if launch_requested(args):
+        return launch(args)
+    _note_mixed_precision(config)
+    with joined_world(config.train.device) as parallel:
+        plan = NewRun(config, runs_dir_from_args(args), args.run, until=args.until, init_from=args.init_from,
+                      parallel=parallel, **probe_options(args))
+        result = drive(plan, show_progress=not args.json and not parallel.distributed)
+    if not parallel.world.is_writer:
+        return 0  # rank 0 alone reports
     if args.json:
         emit_json(result)
     else:
@@ -45,6 +69,15 @@ def run_train(args: argparse.Namespace) -> int:
             print(f"note: {result['warm_start']['note']}", file=sys.stderr)
         print_summary(result)
     return 0
+
+
+def _note_mixed_precision(config: Any) -> None:
+    from minigpt_tui.engine.devices import choose_device
+    from minigpt_tui.engine.trainer import mixed_precision_note
+
+    note = mixed_precision_note(config.train.precision, choose_device(config.train.device).kind)
+    if note is not None:
+        print(f"note: {note}", file=sys.stderr)
 
 
 class RunRecorder:
@@ -56,18 +89,22 @@ class RunRecorder:
         self.updates: list[dict[str, Any]] = []
         self.evaluations: list[dict[str, Any]] = []
         self.saved: list[str] = []
+        self.probes: list[dict[str, Any]] = []
 
     def __call__(self, event: Any) -> None:
         from dataclasses import asdict
 
         from minigpt_tui.engine.errors import CheckpointError
-        from minigpt_tui.engine.session.events import EvaluationDone, Refused, Saved, UpdateDone
+        from minigpt_tui.engine.session.events import EvaluationDone, ProbesScored, Refused, Saved, UpdateDone
 
         if isinstance(event, UpdateDone):
             self.updates.append(event.record.exact_fields())
             self.advance(event.record.step, event.record.loss)
         elif isinstance(event, EvaluationDone):
             self.evaluations.append(asdict(event.record))
+        elif isinstance(event, ProbesScored):
+            self.probes.append({"step": event.step, "source": event.source, "matched": event.matched,
+                                "probes": [score.to_json() for score in event.scores]})
         elif isinstance(event, Saved):
             self.saved.append(str(event.path))
         elif isinstance(event, Refused) and event.action == "save":
@@ -90,8 +127,10 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         where = f"; saved as {recorder.saved[-1]}" if recorder.saved else ""
         raise WriteRefused(f"{session.write_failure}: the run stopped after update {finished.step}{where}")
     prepared = session.prepared
-    assert prepared is not None and prepared.run is not None
+    assert prepared is not None
     trainer = prepared.trainer
+    if prepared.run is None:  # a rank other than 0: it writes and reports nothing
+        return {}
     tensors, scalars = trainer.parameter_counts
     result: dict[str, Any] = {
         "preset": trainer.config.preset,
@@ -102,6 +141,7 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "stopped_by": stop.signal_name if finished.reason == FinishReason.STOPPED else None,
         "updates": recorder.updates,
         "evaluations": recorder.evaluations,
+        "probes": recorder.probes,
         "best_step": trainer.best_step,
         "state_digest": trainer.state_digest(),
         "weights_digest": trainer.weights_digest(),
@@ -111,6 +151,10 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "tokenizer_identity": trainer.tokenizer.identity,
         "checkpoints": recorder.saved,
         "run_dir": str(prepared.run.path),
+        "device": trainer.placement.kind,
+        "world_size": trainer.parallel.world_size,
+        "global_batch": trainer.config.train.batch_size * trainer.config.train.microbatches
+        * trainer.parallel.world_size,
     }
     if prepared.warm_start is not None:
         result["warm_start"] = prepared.warm_start.to_json()
@@ -188,6 +232,10 @@ def print_summary(result: dict[str, Any]) -> None:
         val = last["validation_loss"]
         table.add_row("last evaluation", f"step {last['step']}: train {last['train_loss']:.6f}"
                       + (f", validation {val:.6f}" if val is not None else ""))
+    if result["probes"]:
+        last = result["probes"][-1]
+        table.add_row("probes", f"step {last['step']}: {last['matched']} of {len(last['probes'])} match "
+                      f"({last['source']})")
     table.add_row("best step", str(result["best_step"]))
     table.add_row("state digest", result["state_digest"])
     for path in result["checkpoints"]:

@@ -16,6 +16,7 @@ Trains a run on a thread of its own; this screen shows what it does, live.
 | `o` | overlay another run's curves on the plot (from its `metrics.jsonl`) |
 | `w` | export this run's metrics to `metrics.csv` in its run directory |
 | `v` | on a narrow terminal, switch between the loss table and the plot |
+| `p` | show the probes table in place of the loss table (and back); the highlighted probe's probability is drawn on the plot |
 
 ## Run summary
 - **run**: the run's name (its folder in the runs directory), its preset, and its parameters: the number of learned scalars in how many tensors (the tied token table counts once).
@@ -37,11 +38,17 @@ One row per update, newest at the bottom (the table keeps the latest few hundred
 
 Evaluation rows (**eval N**) hold the mean loss over the whole **train** and **validation** splits after update N. The lowest validation loss on schedule is marked **★ best**; an evaluation asked for with `e` is marked **extra** and never changes the best step.
 
+## Probes
+After every scheduled evaluation the run continues each probe's prompt greedily (the bundled probes, or the file given with `--probes`). One row per probe:
+- **match**: ✓ when the continuation is exactly the expected text followed by the end of the text.
+- **p**: the probability of the expected answer's first token at the first decision (small ones as 4e-3), and its **rank** (1 is the model's top choice).
+- **p by evaluation**: that probability at each evaluation so far, a full cell being 1.
+
 ## Plot
-Batch loss per update (blue, averaged into buckets when there are more points than columns), train loss (orange) and validation loss (green) per evaluation; an overlaid run's curves appear under its name.
+Batch loss per update (blue, averaged into buckets when there are more points than columns), train loss (orange) and validation loss (green) per evaluation; an overlaid run's curves appear under its name. With the probes table shown, the highlighted probe's probability (red) is drawn against the right axis, 0 to 1.
 
 ## Events
-Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, refused actions with their reason, finished or stopped with the final state digest, and failures.
+Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, the number of matching probes when it changes, refused actions with their reason, finished or stopped with the final state digest, and failures.
 """
 
 
@@ -168,7 +175,7 @@ The top ids of the selected decision by logit, plus the chosen id and the rule's
 and the ineligible ids (BOS, which is never chosen) wherever they rank:
 - **rank**: 1-based by logit, ties by smaller id.
 - **logit**: the model's score for the last position.
-- **raw p**: softmax of all logits (the model's own distribution), with a bar.
+- **raw p**: softmax of all logits (the model's own distribution), with a bar scaled to the most probable candidate (it shows even when every probability is small).
 - **sel p**: the probability the rule selected from: zero outside the retained set (ineligible, cut by top-k or top-p); under greedy, the eligible softmax.
 - **elig**: ✓ when the id may be chosen at all, ✗ when not (BOS, forbidden ids).
 - **▶** before the rank marks the chosen id (bold; forced ones are also named in the decision line), **◇** the rule's own pick when another id was forced.

@@ -32,6 +32,7 @@ from minigpt_tui.screens.help_texts import TRAINING_HELP
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.loss_plot import LossPlot
 from minigpt_tui.widgets.loss_table import LossTable
+from minigpt_tui.widgets.probes_table import ProbesTable
 from minigpt_tui.widgets.run_progress import RunProgress
 from minigpt_tui.widgets.run_summary import RunSummaryView
 
@@ -66,6 +67,7 @@ class ActiveRun:
     # notified; automatic saves (interval, best, pause, stop) are refused only in the log.
     requested_saves: int = 0
     refusals_logged: set[str] = field(default_factory=set)
+    probe_matches: int | None = None  # the event log notes when the number of matching probes changes
 
     @property
     def active(self) -> bool:
@@ -100,6 +102,7 @@ class TrainingScreen(Screen):
         Binding("o", "overlay", "Overlay", show=False),
         Binding("w", "export_csv", "Export CSV", show=False),
         Binding("v", "toggle_view", "Table/Plot", show=False),
+        Binding("p", "toggle_probes", "Probes", show=False),
     ]
     PALETTE_COMMANDS = (
         ("New run", "Configure and start a new training run (n)", "new_run"),
@@ -129,6 +132,9 @@ class TrainingScreen(Screen):
                               id="loss-table")
             table.border_title = "Losses"
             yield table
+            probes = ProbesTable(id="probes-table")
+            probes.border_title = "Probes"
+            yield probes
             plot = LossPlot(clock=clock, max_redraws_per_second=self.PLOT_REDRAWS_PER_SECOND, id="loss-plot")
             plot.border_title = "Loss"
             yield plot
@@ -231,6 +237,24 @@ class TrainingScreen(Screen):
         self.toggle_class("-show-plot")
         self._update_view_hint()
 
+    def action_toggle_probes(self) -> None:
+        self.toggle_class("-show-probes")
+        probes = self.query_one(ProbesTable)
+        if self.has_class("-show-probes"):
+            probes.focus()
+            self._plot_probe(probes.highlighted_probe, probes)
+        else:
+            self.query_one(LossPlot).set_probe(None)
+
+    @on(ProbesTable.ProbeHighlighted)
+    def _probe_highlighted(self, message: ProbesTable.ProbeHighlighted) -> None:
+        if self.has_class("-show-probes"):
+            self.query_one(LossPlot).set_probe(message.name, message.points)
+
+    def _plot_probe(self, name: str | None, probes: ProbesTable) -> None:
+        points = [(p.step, p.probability) for p in probes.history.get(name, ())] if name else []
+        self.query_one(LossPlot).set_probe(name, points)
+
     def on_resize(self, event: events.Resize) -> None:
         self._update_view_hint(event.size.width)
 
@@ -282,12 +306,36 @@ class TrainingScreen(Screen):
         self._launch(ResumeRun(Path(checkpoint), self.mini_app.settings.runs_dir), config, "resumed",
                      f"restoring {self._display_path(checkpoint)}")
 
+    def attach_run(self, run_dir: Path) -> None:
+        """Follow a run that another process writes; space, s, e and x act on it through
+        its control file."""
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.session.attach import RunFollower, attached_config
+
+        if self.run is not None and self.run.active:
+            self.notify("a run is already active", severity="warning", markup=False)
+            return
+        try:
+            config = attached_config(run_dir)
+        except MiniGPTError as err:
+            self.notify(str(err), title="attach refused", severity="error", markup=False)
+            return
+        feed = RunFeed(self.post_message)
+        follower = RunFollower(Path(run_dir), feed, interval=1.0 / self.REFRESHES_PER_SECOND)
+        self._show_new_run(ActiveRun(follower, feed, config, steps=config.train.steps),  # type: ignore[arg-type]
+                           config, "attached", f"following {self._display_path(Path(run_dir))}")
+
     def _launch(self, plan: RunPlan, config: Any, kind: str, note: str) -> None:
         feed = RunFeed(self.post_message)
-        run = ActiveRun(TrainingSession(plan, feed), feed, config, steps=config.train.steps)
+        self._show_new_run(ActiveRun(TrainingSession(plan, feed), feed, config, steps=config.train.steps),
+                           config, kind, note)
+
+    def _show_new_run(self, run: ActiveRun, config: Any, kind: str, note: str) -> None:
         self.run = run
         self.query_one(LossTable).reset()
         self.query_one(LossPlot).reset()
+        self.query_one(LossPlot).set_probe(None)
+        self.query_one(ProbesTable).reset()
         self.query_one(RunSummaryView).show_pending(config)
         self.query_one(RunProgress).show_pending(config.train.steps)
         self.query_one(EventLog).record(kind, note)
@@ -371,6 +419,7 @@ class TrainingScreen(Screen):
         return {
             engine.UpdateDone: self._on_update_done,
             engine.EvaluationDone: self._on_evaluation_done,
+            engine.ProbesScored: self._on_probes_scored,
             RunSummary: self._on_run_summary,
             engine.RunStarted: self._on_run_started,
             engine.Paused: self._on_paused,
@@ -397,6 +446,13 @@ class TrainingScreen(Screen):
                        + _validation_text(record.validation_loss) + " (does not change the best step)")
         elif event.best_changed:
             log.record("best", f"best validation loss {record.validation_loss:.4f} at update {record.step}")
+
+    def _on_probes_scored(self, run: ActiveRun, event: engine.ProbesScored, applied: _AppliedEvents) -> None:
+        self.query_one(ProbesTable).add_scores(event.step, event.scores)
+        if event.matched != run.probe_matches and (run.probe_matches is not None or event.matched):
+            self.query_one(EventLog).record(
+                "probes", f"update {event.step}: {event.matched} of {len(event.scores)} match")
+        run.probe_matches = event.matched
 
     def _on_run_summary(self, run: ActiveRun, event: RunSummary, applied: _AppliedEvents) -> None:
         run.summary = event
@@ -485,6 +541,10 @@ class TrainingScreen(Screen):
         if self.run is None or not self.run.active:
             self.app.exit()
             return
+        if getattr(self.run.session, "follows_only", False):
+            self.run.session.detach()  # type: ignore[attr-defined]  (the followed run goes on)
+            self.app.exit()
+            return
         if not save:
             self.run.session.discard_saves()
         self.run.session.send(Command.STOP)
@@ -531,6 +591,7 @@ class TrainingScreen(Screen):
             [(u.step, u.loss) for u in history.updates if u.loss is not None],
             [(e.step, e.train_loss) for e in history.evaluations if e.train_loss is not None],
             [(e.step, e.validation_loss) for e in history.evaluations if e.validation_loss is not None])
+        self.query_one(ProbesTable).prepend_history(history.probes)
         self.query_one(EventLog).record(
             "resumed", f"history: {len(history.updates)} updates, {len(history.evaluations)} evaluations before")
 

@@ -14,11 +14,12 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from minigpt_tui.engine.session.generation import DecisionView
+from minigpt_tui.widgets.numbers import short_probability
 from minigpt_tui.widgets.pieces import fitted_piece, piece_text
 
 PIECE_WIDTH = 10  # the widest piece cell
 MIN_PIECE_WIDTH = 3
-PROBABILITY_WIDTH = 4  # 0.79
+PROBABILITY_WIDTH = 4  # 0.79 or 4e-3
 CELL_PADDING = 2
 PIECE_LABEL = "piece"
 
@@ -84,7 +85,7 @@ class DecisionList(DataTable):
             self.add_row(
                 Text(step_label(decision), justify="right"),
                 fitted_piece(chosen.piece, self.piece_width, style="reverse" if decision.forced else ""),
-                Text(f"{chosen.selection_probability:.2f}", justify="right"),
+                Text(short_probability(chosen.selection_probability), justify="right"),
                 key=str(decision.step),
             )
         if select is not None and decisions:

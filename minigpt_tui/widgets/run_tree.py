@@ -41,6 +41,8 @@ def checkpoint_label(listing: CheckpointListing) -> Text:
 
 def run_label(listing: RunListing) -> Text:
     label = Text(escape_controls(listing.name), style="bold")
+    if listing.live:
+        label.append("  ● live", style="bold green")
     label.append(f"  {human_bytes(listing.disk_bytes)}", style="dim")
     return label
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from minigpt_tui.engine.probe_scores import ProbeScore
     from minigpt_tui.engine.trainer import EvaluationRecord, UpdateRecord
 
 
@@ -81,6 +82,19 @@ class EvaluationDone:
 
 
 @dataclass(frozen=True)
+class ProbesScored:
+    """The run's probes scored greedily right after a scheduled evaluation."""
+
+    step: int
+    source: str  # "bundled:probes.json" or the probe file's path
+    scores: tuple[ProbeScore, ...]
+
+    @property
+    def matched(self) -> int:
+        return sum(score.match for score in self.scores)
+
+
+@dataclass(frozen=True)
 class Paused:
     step: int
 
@@ -120,5 +134,5 @@ class Failed:
     message: str
 
 
-Event = RunSummary | RunStarted | UpdateDone | EvaluationDone | Paused | Resumed | Saved | Refused | Finished | Failed
+Event = RunSummary | RunStarted | UpdateDone | EvaluationDone | ProbesScored | Paused | Resumed | Saved | Refused | Finished | Failed
 EventSink = Callable[[Any], None]

@@ -13,7 +13,8 @@ from minigpt_tui.engine.errors import ConfigError
 
 CSV_COLUMNS = ("kind", "step", "lr", "loss", "grad_norm", "loss_scale", "next_loss_scale", "applied",
                "valid_targets", "seconds", "tokens_per_second", "train_loss", "validation_loss",
-               "train_targets", "validation_targets", "extra")
+               "train_targets", "validation_targets", "extra", "probe", "match", "expected_id",
+               "expected_probability", "expected_rank")
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,23 @@ class HistoricEvaluation:
 
 
 @dataclass(frozen=True)
+class HistoricProbe:
+    """One probe's score as a ``probes`` record kept it."""
+
+    name: str
+    match: bool
+    expected_probability: float
+    expected_rank: int
+
+
+@dataclass(frozen=True)
 class RunHistory:
     """A resumed run's records up to the checkpoint it continues from."""
 
     updates: tuple[HistoricUpdate, ...]
     evaluations: tuple[HistoricEvaluation, ...]
     best_step: int | None
+    probes: tuple[tuple[int, tuple[HistoricProbe, ...]], ...] = ()  # (step, scores) per scored evaluation
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -96,8 +108,12 @@ def load_history(run_dir: Path, until_step: int) -> RunHistory:
     scheduled = [e for e in evaluations.values() if not e.extra and e.validation_loss is not None]
     best = min(scheduled, key=lambda e: (e.validation_loss, e.step)) if scheduled else None
     ordered_evaluations = sorted(evaluations.values(), key=lambda e: (e.step, e.extra))
+    probes = tuple((record["step"], tuple(
+        HistoricProbe(str(s.get("name")), bool(s.get("match")), float(s.get("expected_probability", 0.0)),
+                      int(s.get("expected_rank", 0)))
+        for s in record.get("probes", []) if isinstance(s, dict))) for record in probe_records(run_dir, until_step))
     return RunHistory(tuple(updates[k] for k in sorted(updates)), tuple(ordered_evaluations),
-                      best.step if best else None)
+                      best.step if best else None, probes)
 
 
 def load_curve(path: Path) -> LoadedCurve:
@@ -114,8 +130,28 @@ def load_curve(path: Path) -> LoadedCurve:
     return LoadedCurve(name=name, updates=updates, train=train, validation=validation)
 
 
+def probe_records(run_dir: Path, until_step: int | None = None) -> list[dict[str, Any]]:
+    """The run's ``probes`` records (one per scored evaluation), up to ``until_step``; a step
+    scored twice (a resumed run) keeps its last record."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for record in read_metrics(run_dir):
+        step = record.get("step")
+        if record.get("kind") == "probes" and isinstance(step, int) and (until_step is None or step <= until_step):
+            by_step[step] = record
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def _csv_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A probes record becomes one row per probe (kind ``probe``); any other record one row."""
+    if record.get("kind") != "probes":
+        return [record]
+    return [{"kind": "probe", "step": record.get("step"), "probe": score.get("name"), **score}
+            for score in record.get("probes", []) if isinstance(score, dict)]
+
+
 def export_csv(run_dir: Path, target: Path | None = None) -> Path:
-    """Write the run's metrics as CSV (one row per update or evaluation); return its path."""
+    """Write the run's metrics as CSV (one row per update or evaluation, one per probe of a
+    probes record); return its path."""
     records = read_metrics(run_dir)
     target = target or run_dir / "metrics.csv"
     tmp = target.with_suffix(target.suffix + ".tmp")
@@ -123,6 +159,7 @@ def export_csv(run_dir: Path, target: Path | None = None) -> Path:
         writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for record in records:
-            writer.writerow({k: record.get(k, "") for k in CSV_COLUMNS})
+            for row in _csv_rows(record):
+                writer.writerow({k: row.get(k, "") for k in CSV_COLUMNS})
     tmp.replace(target)
     return target

@@ -37,6 +37,7 @@ from minigpt_tui.engine.session.events import (
     Finished,
     FinishReason,
     Paused,
+    ProbesScored,
     Refused,
     Resumed,
     RunStarted,
@@ -47,6 +48,7 @@ from minigpt_tui.engine.session.events import (
 from minigpt_tui.engine.session.plans import PreparedRun, RunPlan, prepare
 
 if TYPE_CHECKING:
+    from minigpt_tui.engine.session.run_control import RunControl
     from minigpt_tui.engine.checkpoint.directory import Checkpointer
     from minigpt_tui.engine.trainer import EvaluationRecord, Trainer, UpdateRecord
 
@@ -79,6 +81,7 @@ class TrainingSession:
         self._paused = start_paused
         self._stop_requested = stop_requested or (lambda: False)
         self._discarding = threading.Event()
+        self._control: RunControl | None = None  # the run folder's control file, on its writer
         self.prepared: PreparedRun | None = None
         self.unsaved_updates = 0
         self.write_failure: MiniGPTError | None = None  # the metrics log could not be written
@@ -115,6 +118,11 @@ class TrainingSession:
     def run(self) -> Finished:
         prepared = self._prepare()
         self.prepared = prepared
+        if prepared.run is not None:  # followed through live.json, steered through control.jsonl
+            from minigpt_tui.engine.session.run_control import RunControl
+
+            self._control = RunControl(prepared.run.path)
+            self._sink = self._control.watching(self._sink)
         try:
             return self._train(prepared)
         finally:
@@ -153,6 +161,7 @@ class TrainingSession:
                 else:
                     best_changed = improved_best(item, trainer.best_step)
                     self._sink(EvaluationDone(item, trainer.best_step, best_changed))
+                    self._score_probes(trainer)
                     if best_changed and trainer.step > 0:
                         due.append(SaveReason.BEST)
                 # One checkpoint per step, after that step's scheduled evaluation.
@@ -163,7 +172,10 @@ class TrainingSession:
 
     def _apply_commands(self, trainer: Trainer) -> bool:
         """Apply waiting commands; block while paused. True means stop."""
+        if self.prepared is not None and self.prepared.agreement is not None:
+            return self._apply_agreed_commands(trainer)
         while True:
+            self._read_control_file()
             if self._stop_requested():
                 return True
             try:
@@ -177,6 +189,32 @@ class TrainingSession:
             self._apply(command, trainer)
             if not self._paused and self._commands.empty():
                 return False
+
+    def _apply_agreed_commands(self, trainer: Trainer) -> bool:
+        """Several processes: every rank applies the same commands at the same boundary (rank
+        0's, a stop requested anywhere stops all); while paused the ranks agree every 0.1 s."""
+        import time
+
+        assert self.prepared is not None and self.prepared.agreement is not None
+        while True:
+            self._read_control_file()
+            waiting: list[str] = []
+            while not self._commands.empty():
+                waiting.append(self._commands.get_nowait().value)
+            stop, agreed = self.prepared.agreement.agree(self._stop_requested(), waiting)
+            commands = [Command(value) for value in agreed]
+            if stop or Command.STOP in commands:
+                return True
+            for command in commands:
+                self._apply(command, trainer)
+            if not self._paused:
+                return False
+            time.sleep(0.1)
+
+    def _read_control_file(self) -> None:
+        if self._control is not None:
+            for command in self._control.poll(self._sink):
+                self._commands.put(command)
 
     def _apply(self, command: Command, trainer: Trainer) -> None:
         if command is Command.PAUSE and not self._paused:
@@ -213,11 +251,27 @@ class TrainingSession:
         self.unsaved_updates = 0
         self._sink(Saved(trainer.step, path, str(reason)))
 
-    def _write_metric(self, item: UpdateRecord | EvaluationRecord) -> None:
+    def _score_probes(self, trainer: Trainer) -> None:
+        """Score the run's probes after a scheduled evaluation. Scoring reads the model in
+        evaluation mode and draws from no random stream, so it never changes the trajectory."""
+        from minigpt_tui.engine.probe_scores import score_probes
+
+        probes = self.prepared.probes if self.prepared is not None else None
+        if probes is None:
+            return
+        scores = score_probes(trainer.model, trainer.tokenizer, probes)
+        event = ProbesScored(trainer.step, probes.source, scores)
+        self._write_metric(event)
+        self._sink(event)
+
+    def _write_metric(self, item: UpdateRecord | EvaluationRecord | ProbesScored) -> None:
         run = self.prepared.run if self.prepared is not None else None
         if run is None:
             return
-        if hasattr(item, "exact_fields"):
+        if isinstance(item, ProbesScored):
+            record = {"kind": "probes", "step": item.step, "source": item.source,
+                      "probes": [score.to_json() for score in item.scores]}
+        elif hasattr(item, "exact_fields"):
             record = {"kind": "update", **item.exact_fields(), "seconds": item.seconds,
                       "tokens_per_second": item.tokens_per_second}
         else:
