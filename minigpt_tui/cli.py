@@ -68,11 +68,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _open_app(args: argparse.Namespace) -> int:
-    try:
-        app_module = importlib.import_module("minigpt_tui.app")
-    except ModuleNotFoundError as err:
-        if err.name != "minigpt_tui.app":
-            raise
-        # Until the app lands, `make run` runs the bundled default headless.
-        return main(["train", "--preset", args.preset] + (["--corpus", args.corpus] if args.corpus else []))
-    return int(app_module.run_app(args) or 0)
+    from minigpt_tui.app import run_app
+
+    return int(run_app(args) or 0)

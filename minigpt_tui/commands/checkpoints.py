@@ -122,7 +122,9 @@ def run_inspect(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
     else:
-        _print_inspection(result)
+        from minigpt_tui.commands.inspect_output import print_inspection
+
+        print_inspection(result)
         if result.get("probes"):
             _print_probes(result["probes"])
     return 0
@@ -187,115 +189,6 @@ def _verify_fully(path: Path, kind: str) -> dict[str, Any]:
         return {"ok": True, "step": state.step}
     loaded = load_file(path)
     return {"ok": True, "sha256": loaded.sha256}
-
-
-def _short(value: Any, width: int = 72) -> Any:
-    text = escape_controls(value if isinstance(value, str) else json.dumps(value))
-    return _text(text if len(text) <= width else text[: width - 1] + "…")
-
-
-def _text(value: Any) -> Any:
-    """A cell or line of untrusted text (rich Text): control characters escaped, no markup read."""
-    from rich.text import Text
-
-    return Text(escape_controls(value))
-
-
-def _print_inspection(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    console = Console(highlight=False)
-    console.print(Text.assemble((escape_controls(result["path"]), "bold"), f"  ({result['kind']})"))
-    files = Table(title="files")
-    for column in ("file", "kind", "bytes", "header bytes", "tensors"):
-        files.add_column(column)
-    for f in result["files"]:
-        files.add_row(_text(f["name"]), f["kind"], str(f["size"]), str(f["header_bytes"]), str(f["tensors"]))
-    console.print(files)
-    # One table per file; the name folds rather than being cut, and below 110 columns the
-    # group and offset columns give their width to it.
-    wide = console.width >= 110
-    for file_name in dict.fromkeys(e["file"] for e in result["entries"]):
-        entries = Table(title=_text(f"{file_name}: tensor entries (header only)"))
-        entries.add_column("name", overflow="fold", ratio=1)
-        columns = ("group", "dtype", "shape", "elements", "bytes", "offsets") if wide else (
-            "dtype", "shape", "elements", "bytes")
-        for column in columns:
-            entries.add_column(column, no_wrap=True)
-        for e in result["entries"]:
-            if e["file"] != file_name:
-                continue
-            values = {"group": e["group"], "dtype": e["dtype"], "shape": str(e["shape"]),
-                      "elements": str(e["elements"]), "bytes": str(e["bytes"]),
-                      "offsets": f"{e['begin']}..{e['end']}"}
-            entries.add_row(_text(e["name"]), *(_text(values[c]) for c in columns))
-        console.print(entries)
-    if result["aliases"]:
-        aliases = Table(title="alias records")
-        for column in ("name", "target", "transform", "use"):
-            aliases.add_column(column)
-        for a in result["aliases"]:
-            aliases.add_row(*(_text(a.get(key, "")) for key in ("name", "target", "transform", "use")))
-        console.print(aliases)
-    for group, records in result["state"].items():
-        if not records:
-            continue
-        table = Table(title=_text(f"state: {group}"))
-        table.add_column("record")
-        table.add_column("value")
-        for key, value in records.items():
-            table.add_row(_text(key), _short(value))
-        console.print(table)
-    if not result["state"] and result["metadata"]:
-        table = Table(title="metadata")
-        table.add_column("key")
-        table.add_column("value")
-        for key, value in result["metadata"].items():
-            table.add_row(_text(key), _short(value))
-        console.print(table)
-    integrity = result.get("integrity")
-    if integrity is not None and integrity["scope"] == "index":  # a transformers folder: index against shards
-        verdict = "ok" if integrity.get("ok") else "PROBLEM: " + "; ".join(integrity.get("problems") or [])
-        console.print(_text(f"integrity ({integrity.get('checked')}): {verdict}"))
-    elif integrity is not None:
-        status = "complete" if integrity["complete"] else "INCOMPLETE"
-        checked = "hashes checked" if integrity.get("hashes_checked") else "sizes checked (add --verify for hashes)"
-        console.print(_text(f"integrity: {status}, {'ok' if integrity['ok'] else 'PROBLEM: ' + str(integrity['problem'])}; {checked}"))
-    if "verified" in result:
-        console.print(_text(f"verified: {result['verified']}"))
-    if "statistics" in result:
-        stats = result["statistics"]
-        table = Table(title=_text(f"statistics: {stats['name']} ({stats['dtype']} {stats['shape']})"))
-        table.add_column("record")
-        table.add_column("value")
-        for key in ("elements", "min", "max", "mean", "std", "zero_fraction", "nan", "inf", "bytes_read"):
-            table.add_row(key, str(stats[key]))
-        console.print(table)
-        counts = stats["histogram"]["counts"]
-        edges = stats["histogram"]["edges"]
-        peak = max(counts) if counts else 0
-        for i, count in enumerate(counts):
-            bar = "#" * (round(40 * count / peak) if peak else 0)
-            console.print(f"  [{edges[i]: .4g}, {edges[i + 1]: .4g})  {count:6d} {bar}", highlight=False)
-    if "comparison" in result:
-        comparison = result["comparison"]
-        console.print(_text(f"comparison with {comparison['b']}: {len(comparison['changed'])} tensors differ, "
-                            f"{comparison['unchanged']} equal"))
-        table = Table(title="changed tensors")
-        for column in ("file", "name", "status", "max |a-b|"):
-            table.add_column(column)
-        for t in comparison["tensors"]:
-            if t["status"] != "same":
-                table.add_row(_text(t["file"]), _text(t["name"]), t["status"], str(t["max_abs_diff"]))
-        console.print(table)
-        table = Table(title="state records that differ")
-        for column in ("group", "record", "a", "b"):
-            table.add_column(column)
-        for d in comparison["state_differences"]:
-            table.add_row(_text(d["group"]), _text(d["record"]), _short(d["a"], 36), _short(d["b"], 36))
-        console.print(table)
 
 
 # -- verify ---------------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -349,11 +349,6 @@ class Decision:
         if self.attention is not None:
             data["attention"] = [layer.tolist() for layer in self.attention]
         return data
-
-
-class PortableLike(Protocol):
-    model: MiniGPT
-    tokenizer: ByteBPETokenizer
 
 
 @dataclass

@@ -224,12 +224,6 @@ class MiniGPT(nn.Module):
                     values = torch.randn(param.shape, generator=generator, dtype=torch.float64)
                     param.copy_(values * std)
 
-    def dropout_values(self, b: int, t: int) -> int:
-        c = self.config
-        if c.dropout <= 0:
-            return 0
-        return b * t * c.width + sum(block.dropout_values(b, t, t) for block in self.blocks)
-
     def forward(
         self,
         ids: Tensor,

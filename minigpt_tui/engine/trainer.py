@@ -463,7 +463,8 @@ class Trainer:
         }
 
     def require_update_boundary(self) -> None:
-        """Refuse state capture between complete updates; never clears anything."""
+        """Refuse state capture inside an update (microbatches pending or gradients held): a
+        checkpoint is only taken between complete updates. Never clears anything."""
         if self.pending_microbatches:
             raise CaptureRefused(
                 f"cannot capture training state: {self.pending_microbatches} microbatches are pending"

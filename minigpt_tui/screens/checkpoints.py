@@ -525,11 +525,7 @@ class CheckpointsScreen(Screen):
                         title="generate", severity="warning")
             return
         self.mini_app.action_show_screen("generation")
-        screen = self.mini_app.main_screens.get("generation")
-        if screen is None or not hasattr(screen, "load_model"):
-            self.notify("the Generation screen is not available", title="generate", severity="error")
-            return
-        screen.load_model(str(model_file))
+        self.mini_app.main_screens["generation"].load_model(str(model_file))
 
     # -- resume ------------------------------------------------------------------------------------------
     def action_resume(self) -> None:
