@@ -5,9 +5,11 @@ and the content digest of ``training.safetensors`` from their tensors (so weight
 under a re-signed manifest are refused). The baseline is the same load trusting the
 manifest's SHA-256 alone (``load_checkpoint(recompute_digests=False)``, what loading did
 before). Both sides read and hash every file against the manifest; the files are in the
-page cache for both. The two loads run in alternation, after a warm-up, for ROUNDS rounds;
-the figure is the median of the per-round ratios (verified / baseline) with the
-interquartile range, for the small preset (1.64M scalars, float32) and the mini preset.
+page cache for both. The sides are timed like for like (``timing.interleaved``: warmed
+up, rotating order) for ROUNDS rounds; the figure is the median of the per-round ratios
+(verified / baseline) with their range, for the small preset (1.64M scalars, float32) and
+the mini preset, for a whole checkpoint and for its model file alone (what ``infer``
+reads).
 
     .venv/bin/python benchmarks/bench_load_verification.py
 """
@@ -15,11 +17,10 @@ interquartile range, for the small preset (1.64M scalars, float32) and the mini 
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
+
+from timing import interleaved, ratio
 
 from minigpt_tui.engine.checkpoint.directory import load_checkpoint, save_checkpoint
 from minigpt_tui.engine.checkpoint.portable import read_portable
@@ -39,52 +40,25 @@ def saved_checkpoint(preset: str, folder: Path) -> Path:
     return save_checkpoint(trainer, folder / "checkpoints")
 
 
-def paired_ratios(rounds: int, measured: Callable[[], object], baseline: Callable[[], object]) -> dict[str, float]:
-    for _ in range(WARMUP):
-        measured(), baseline()
-    ratios, measured_times, baseline_times = [], [], []
-    for index in range(rounds):
-        order = (measured, baseline) if index % 2 == 0 else (baseline, measured)
-        seconds = {}
-        for action in order:
-            start = time.perf_counter()
-            action()
-            seconds[action] = time.perf_counter() - start
-        measured_times.append(seconds[measured])
-        baseline_times.append(seconds[baseline])
-        ratios.append(seconds[measured] / seconds[baseline])
-    quartiles = statistics.quantiles(ratios, n=4)
-    return {
-        "ratio": statistics.median(ratios),
-        "q1": quartiles[0],
-        "q3": quartiles[2],
-        "measured_ms": 1000 * statistics.median(measured_times),
-        "baseline_ms": 1000 * statistics.median(baseline_times),
-    }
-
-
 def main() -> None:
-    print(f"load average {os.getloadavg()[0]:.2f}; {ROUNDS} interleaved rounds after {WARMUP} warm-up rounds")
+    print(f"load average {os.getloadavg()[0]:.2f}; {ROUNDS} rounds after {WARMUP} warm-up rounds")
     with tempfile.TemporaryDirectory(prefix="minigpt-bench-verify-") as tmp:
         for preset in ("small", "mini"):
             folder = saved_checkpoint(preset, Path(tmp) / preset)
+            model = folder / "model.safetensors"
             size = sum(p.stat().st_size for p in folder.iterdir())
-            whole = paired_ratios(
-                ROUNDS,
-                lambda: load_checkpoint(folder, recompute_digests=True),
-                lambda: load_checkpoint(folder, recompute_digests=False),
-            )
-            model = paired_ratios(
-                ROUNDS,
-                lambda: read_portable(folder / "model.safetensors", verify_identity=True),
-                lambda: read_portable(folder / "model.safetensors", verify_identity=False),
-            )
             print(f"{preset} ({size / 2**20:.1f} MiB checkpoint)")
-            for label, r in (("load_checkpoint (both files)", whole), ("model file alone", model)):
-                print(
-                    f"  {label}: verified {r['measured_ms']:.1f} ms vs manifest only {r['baseline_ms']:.1f} ms: "
-                    f"ratio {r['ratio']:.2f}x (IQR {r['q1']:.2f}-{r['q3']:.2f})"
-                )
+            pairs = (
+                ("checkpoint verified", lambda: load_checkpoint(folder, recompute_digests=True),
+                 "checkpoint, manifest only", lambda: load_checkpoint(folder, recompute_digests=False)),
+                ("model file verified", lambda: read_portable(model, verify_identity=True),
+                 "model file, manifest only", lambda: read_portable(model, verify_identity=False)),
+            )
+            for name, verified, base_name, baseline in pairs:
+                timings = interleaved({name: verified, base_name: baseline}, ROUNDS, warmup=WARMUP)
+                print(f"  {timings[name].line()}")
+                print(f"  {timings[base_name].line()}")
+                print(f"  {ratio(timings[name], timings[base_name])}")
 
 
 if __name__ == "__main__":

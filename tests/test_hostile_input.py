@@ -540,3 +540,22 @@ def test_app_notifications_show_control_characters_escaped(tmp_path):
             assert "\x1b" not in shown.title
 
     scenario()
+
+
+def test_a_file_larger_than_memory_is_refused_before_it_is_read(tmp_path):
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    elements = physical // 8 + 1  # one F64 tensor just larger than the machine's memory
+    header = json.dumps({"big": {"dtype": "F64", "shape": [elements], "data_offsets": [0, elements * 8]}}).encode()
+    path = tmp_path / "sparse.safetensors"
+    with path.open("wb") as fh:
+        fh.write(struct.pack("<Q", len(header)) + header)
+        fh.truncate(8 + len(header) + elements * 8)  # sparse: no disk blocks, any size
+    read_header(path)  # the header is valid and covers the file exactly
+    start = time.perf_counter()
+    with pytest.raises(CheckpointError, match="more than this machine's"):
+        load_file(path)
+    from minigpt_tui.engine.checkpoint.inspect import tensor_statistics
+
+    with pytest.raises(CheckpointError, match="more than this machine's"):
+        tensor_statistics(path, "big")
+    assert time.perf_counter() - start < 1.0

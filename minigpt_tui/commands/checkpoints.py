@@ -24,12 +24,14 @@ EXPERIMENTS = {"tiny": (2, 4), "mini": (300, 600)}
 def register(subparsers: argparse._SubParsersAction) -> None:
     resume = subparsers.add_parser("resume", help="continue a saved run bit for bit")
     resume.add_argument("--checkpoint", required=True, help="checkpoint folder, RUN, RUN:latest, RUN:best or RUN:STEP")
-    resume.add_argument("--until", type=int, help="stop after this update (within the saved schedule)")
+    resume.add_argument("--until", type=int,
+                        help="stop after this update: after the checkpoint's step, within the saved schedule")
     resume.add_argument("--json", action="store_true", help="print one JSON object at the end")
     resume.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
     resume.add_argument("--corpus", help="the corpus moved: read it from here (its identity must match)")
-    resume.add_argument("--save-every", type=int, help="save every N updates (default: the run's setting)")
-    resume.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best")
+    resume.add_argument("--save-every", type=int,
+                        help="save every N updates, 0 to 1,000,000,000 (default: the run's setting)")
+    resume.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best, 1 to 1,000,000")
     add_probe_arguments(resume)
     resume.add_argument(
         "--allow-environment-change",

@@ -421,6 +421,7 @@ def read_tensor(path: Path | str, name: str, header: Header | None = None) -> "t
     path = Path(path)
     header = header or read_header(path)
     entry = header.entry(name)
+    require_memory_for(path, entry.nbytes, f"tensor '{name}'")
     buffer = bytearray(entry.nbytes)
     with opening_errors(path, "a safetensors file"), path.open("rb") as fh:
         fh.seek(header.data_start + entry.begin)
@@ -428,6 +429,19 @@ def read_tensor(path: Path | str, name: str, header: Header | None = None) -> "t
     if got != entry.nbytes:
         raise InvalidSafetensors(path, "truncated-data", f"tensor '{name}' is cut short ({got} of {entry.nbytes} bytes)")
     return tensor_from_bytes(entry, buffer, 0)
+
+
+def require_memory_for(path: Path, nbytes: int, what: str) -> None:
+    """Refuse to read ``nbytes`` into memory when this machine does not have that much (a
+    sparse or hostile file would otherwise be allocated for, then read for hours)."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
+        return
+    if nbytes > physical:
+        raise CheckpointError(
+            f"{path}: {what} holds {nbytes:,} bytes, more than this machine's {physical:,} bytes of memory"
+        )
 
 
 @dataclass(frozen=True)
@@ -462,6 +476,7 @@ def load_file(path: Path | str, expect: "ExpectedFile | None" = None) -> LoadedF
         size = os.fstat(fh.fileno()).st_size
         if expect is not None:
             expect.check_size(path, size)  # a truncated file is refused before it is read
+        require_memory_for(path, size, "the file")
         # Uninitialized memory (no zero-filling pass): the read overwrites every byte.
         buffer = memoryview(numpy.empty(size, dtype=numpy.uint8))
         got = 0
