@@ -31,6 +31,7 @@ class LaunchSettings:
     runs_dir: Path
     preset: str = "mini"
     corpus: str | None = None
+    attach: Path | None = None  # a run folder another process writes: the Training screen follows it
 
 
 def resolve_next_config(settings: LaunchSettings, overrides: dict[str, dict[str, Any]] | None = None) -> Any:
@@ -71,9 +72,8 @@ class MiniGPTApp(App[None]):
         self.preload_engine = preload_engine
         self.engine_import_seconds: float | None = None
         self.screen_entries: dict[str, ScreenEntry] = {entry.mode: entry for entry in MAIN_SCREENS}
-        self.available_modes = {entry.mode for entry in MAIN_SCREENS if entry.available()}
         self.main_screens: dict[str, Screen] = {}
-        for mode in self.available_modes:
+        for mode in self.screen_entries:
             self.add_mode(mode, lambda mode=mode: self._create_main_screen(mode))
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information",
@@ -92,6 +92,9 @@ class MiniGPTApp(App[None]):
 
     def on_mount(self) -> None:
         self.switch_mode("training")
+        if self.settings.attach is not None:
+            attach = self.settings.attach
+            self.call_after_refresh(lambda: self.main_screens["training"].attach_run(attach))  # type: ignore[attr-defined]
         if self.preload_engine:
             self.call_after_refresh(self._import_engine)
 
@@ -109,16 +112,10 @@ class MiniGPTApp(App[None]):
         self.engine_import_seconds = message.seconds
 
     # -- screens -------------------------------------------------------------------------
-    def screen_available(self, mode: str) -> bool:
-        return mode in self.available_modes
-
     def action_show_screen(self, mode: str) -> None:
         entry = self.screen_entries.get(mode)
         if entry is None:
             self.notify(f"unknown screen '{mode}'", severity="error", markup=False)
-            return
-        if not self.screen_available(mode):
-            self.notify(f"the {entry.title} screen is not available yet", title=entry.title, severity="warning", markup=False)
             return
         if self.current_mode != mode:
             self.switch_mode(mode)
@@ -139,16 +136,14 @@ class MiniGPTApp(App[None]):
     def help_keys(self) -> list[tuple[str, str]]:
         keys = []
         for entry in MAIN_SCREENS:
-            note = "" if self.screen_available(entry.mode) else " (not available yet)"
-            keys.append((entry.key, f"{entry.title} screen: {entry.description}{note}"))
+            keys.append((entry.key, f"{entry.title} screen: {entry.description}"))
         keys += [("?", "this help, for the screen in front"), ("q", "quit (asks first while a run has unsaved updates)"),
                  ("ctrl+p", "command palette: every screen and action, and the theme (light or dark)")]
         return keys
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for entry in MAIN_SCREENS:
-            note = "" if self.screen_available(entry.mode) else " (not available yet)"
-            yield SystemCommand(f"{entry.title} screen", entry.description + note,
+            yield SystemCommand(f"{entry.title} screen", entry.description,
                                 lambda mode=entry.mode: self.action_show_screen(mode))
         yield SystemCommand("Help", "Explain every record on this screen", self.action_help)
         # The screen in front lists its own actions (PALETTE_COMMANDS: title, help, action),
@@ -196,6 +191,7 @@ def run_app(args: argparse.Namespace) -> int:
         runs_dir=resolve_runs_dir(getattr(args, "runs_dir", None)),
         preset=getattr(args, "preset", None) or "mini",
         corpus=getattr(args, "corpus", None),
+        attach=getattr(args, "attach_run", None),
     )
     app = MiniGPTApp(settings)  # an invalid preset or corpus raises here, before any frame
     app.run()

@@ -22,7 +22,6 @@ from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.decision_list import DecisionList
-from minigpt_tui.widgets.numbers import short_probability
 from tests.app_support import build_saved_runs, record_notifications, run_async, make_app, settle, static_text, tree_snapshot
 
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
@@ -250,21 +249,21 @@ async def test_at_80_columns_a_long_piece_is_cut_and_every_decision_number_and_p
         # More rows than fit (a scrollbar), two-digit and forced steps, and a long piece.
         decisions = tuple(
             dataclasses.replace(first, step=step, forced=step % 3 == 0,
-                                chosen=dataclasses.replace(first.chosen, piece=" Answer: "))
+                                chosen=dataclasses.replace(first.chosen, piece=" Answer: ",
+                                                           selection_probability=0.1284))
             for step in range(1, 21))
         listed = screen.query_one(DecisionList)
         listed.show_decisions(decisions, select=20)
         await settle(pilot)
         width = sum(column.get_render_width(listed) for column in listed.columns.values())
         assert width <= listed.scrollable_content_region.width
-        probability = short_probability(first.chosen.selection_probability)
         lines = [listed.render_line(y).text for y in range(1, listed.size.height)]
         assert len(lines) >= 10
         for line in lines:
             step, piece, shown = line.split()
             assert int(step.rstrip("*")) in range(1, 21) and step.endswith("*") == (int(step.rstrip("*")) % 3 == 0)
             assert piece.startswith("·A") and piece.endswith("…"), line
-            assert shown == probability, line
+            assert shown == "0.13", line  # the chosen id's selection probability, two decimals
         await pilot.resize_terminal(120, 40)
         await settle(pilot)
         assert listed.piece_width == len("·Answer:·")  # room for 10; no wider than the widest piece
@@ -354,18 +353,27 @@ async def test_invalid_values_and_models_are_notified_and_change_nothing(runs):
         good = chosen_ids(screen)
         files = runs.parent / "files"
         cases = [
-            ({"model": str(files / "garbage.safetensors")}, "load"),
-            ({"model": str(files / "foreign.safetensors")}, "load"),
-            ({"model": str(runs / "nowhere")}, "load"),
-            ({"model": "tiny-a:best"}, "load"),  # the tiny run never evaluated: no best
-            ({"model": "tiny-empty:latest"}, "load"),
-            ({"budget": "many"}, "form"),
-            ({"rule": "sample", "temperature": "hot"}, "form"),
-            ({"rule": "sample", "top_p": "2"}, "engine"),
-            ({"rule": "sample", "temperature": "0"}, "engine"),
-            ({"prompt": "a long prompt that cannot fit"}, "engine"),  # context 8
+            # (the bad value, who refuses it: loading the model, the form, or the engine's rule)
+            ({"model": str(files / "garbage.safetensors")}, "load failed"),
+            ({"model": str(files / "foreign.safetensors")}, "load failed"),
+            ({"model": str(runs / "nowhere")}, "load failed"),
+            ({"model": "tiny-a:best"}, "load failed"),  # the tiny run never evaluated: no best
+            ({"model": "tiny-empty:latest"}, "load failed"),
+            ({"budget": "many"}, "invalid value"),
+            ({"rule": "sample", "temperature": "hot"}, "invalid value"),
+            ({"rule": "sample", "top_p": "2"}, "start failed"),
+            ({"rule": "sample", "temperature": "0"}, "start failed"),
+            ({"prompt": "a long prompt that cannot fit"}, "start failed"),  # context 8
         ]
-        for change, _kind in cases:
+        titles: list[str] = []
+        recording = app.notify
+
+        def notify_with_title(message, *, title="", **kwargs):
+            titles.append(title)
+            return recording(message, title=title, **kwargs)
+
+        app.notify = notify_with_title
+        for change, refused_by in cases:
             # Back to the good settings, then apply one bad value and press n.
             screen.query_one("#model", Input).value = "tiny-a:latest"
             screen.query_one("#prompt", Input).value = PROMPT
@@ -374,6 +382,7 @@ async def test_invalid_values_and_models_are_notified_and_change_nothing(runs):
                 screen.query_one(f"#{name}", Input).value = ""
             await settle(pilot)
             seen.clear()
+            titles.clear()
             for name, value in change.items():
                 if name == "rule":
                     screen.query_one("#rule", Select).value = value
@@ -385,6 +394,7 @@ async def test_invalid_values_and_models_are_notified_and_change_nothing(runs):
             errors = [m for m, s in seen if s == "error"]
             assert len(errors) == 1, (change, seen)
             assert "\n" not in errors[0] and "Traceback" not in errors[0], errors[0]
+            assert titles[[s for _, s in seen].index("error")] == refused_by, (change, titles)
             assert app.is_running
         # Forcing an ineligible id (BOS) is refused.
         screen.query_one("#model", Input).value = "tiny-a:latest"

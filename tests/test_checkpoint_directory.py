@@ -277,12 +277,28 @@ def test_kill_minus_9_of_a_training_process_leaves_only_loadable_checkpoints(tmp
                                env=cli_env(tmp_path))
     checkpoints = runs / "k" / "checkpoints"
     _wait_for_lines(runs / "k" / "metrics.jsonl", 6, process)
-    time.sleep(0.137)  # somewhere inside a later save, most likely
+    _freeze_inside_a_save(process, checkpoints)
     process.kill()
     process.wait(30)
     complete = list_checkpoints(checkpoints)
     assert len(complete) >= 3
     for info in complete:
         assert load_checkpoint(info.path).state.step == info.step
-    recover_interrupted(checkpoints)
+    assert recover_interrupted(checkpoints)  # the save the kill cut short is cleaned up
     assert all(not p.name.startswith(".") for p in checkpoints.iterdir())
+
+
+def _freeze_inside_a_save(process: subprocess.Popen, checkpoints: Path, timeout: float = 60) -> None:
+    """SIGSTOP the process while one of its saves has a work folder (``.step-N.…``) open."""
+    def saving() -> bool:
+        return any(name.startswith(".") for name in os.listdir(checkpoints))
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if saving():
+            process.send_signal(signal.SIGSTOP)
+            if saving():
+                return
+            process.send_signal(signal.SIGCONT)
+        time.sleep(0.001)
+    raise AssertionError("no save in progress was seen")

@@ -523,3 +523,20 @@ def test_inspect_a_run_folder_with_verify(runs, capsys):
     result = json.loads(out)
     assert result["verified"]["ok"] and result["verified"]["step"] == 2
     assert result["path"].endswith("step-000002")
+
+
+def test_app_notifications_show_control_characters_escaped(tmp_path):
+    from tests.app_support import make_app, run_async
+
+    @run_async
+    async def scenario() -> None:
+        app = make_app(tmp_path / "runs")
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.notify(f"bad name {ESCAPES}[b]x[/b]", title=f"t{ESCAPES}")
+            await pilot.pause()
+            shown = list(app._notifications)[-1]
+            assert "\x1b" not in shown.message and "\\x1b[2J" in shown.message
+            assert "[b]x[/b]" in shown.message and not shown.markup
+            assert "\x1b" not in shown.title
+
+    scenario()

@@ -14,6 +14,7 @@ from typing import Any
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
 from minigpt_tui.commands.train import add_probe_arguments
+from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
 from minigpt_tui.engine.printable import escape_controls
 
 # The three-process experiment per preset: save after CUT updates, resume to END.
@@ -40,6 +41,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="continue in a new run folder (needed when the checkpoint sits in another run's folder)",
     )
+    resume.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"],
+                        help="train on this device (another device kind needs --allow-environment-change)")
+    resume.add_argument("--allow-world-size-change", action="store_true",
+                        help="resume with another number of processes; bitwise continuation is then not promised")
+    add_process_arguments(resume)
     resume.set_defaults(handler=run_resume)
 
     inspect = subparsers.add_parser("inspect", help="show what a checkpoint or any safetensors file holds")
@@ -56,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--preset", choices=sorted(EXPERIMENTS), default="tiny")
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.add_argument("--keep", metavar="DIR", help="keep the experiment's runs in DIR")
+    verify.add_argument("--nproc", type=int, help="run every step of the experiment in N processes")
     verify.set_defaults(handler=run_verify)
 
 
@@ -68,14 +75,22 @@ def _resolve(spec: str, runs_dir: Path) -> Path:
 # -- resume ---------------------------------------------------------------------------------------
 def run_resume(args: argparse.Namespace) -> int:
     from minigpt_tui.commands.train import drive, print_summary, probe_options
-    from minigpt_tui.engine.session.plans import ResumeRun
+    from minigpt_tui.engine.session.plans import ResumeRun, saved_run_config
 
     runs_dir = runs_dir_from_args(args)
     policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
-    plan = ResumeRun(_resolve(args.checkpoint, runs_dir), runs_dir, until=args.until,
-                     allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
-                     fork=args.fork, **probe_options(args))
-    result = drive(plan, show_progress=not args.json)
+    checkpoint = _resolve(args.checkpoint, runs_dir)
+    if launch_requested(args):
+        return launch(args)
+    device = args.device or saved_run_config(checkpoint).train.device
+    with joined_world(device) as parallel:
+        plan = ResumeRun(checkpoint, runs_dir, until=args.until,
+                         allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
+                         fork=args.fork, parallel=parallel, allow_world_size_change=args.allow_world_size_change,
+                         device=args.device, **probe_options(args))
+        result = drive(plan, show_progress=not args.json and not parallel.distributed)
+    if not parallel.world.is_writer:
+        return 0
     if args.json:
         emit_json(result)
     else:
@@ -105,7 +120,9 @@ def run_inspect(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
     else:
-        _print_inspection(result)
+        from minigpt_tui.commands.inspect_output import print_inspection
+
+        print_inspection(result)
         if result.get("probes"):
             _print_probes(result["probes"])
     return 0
@@ -172,117 +189,8 @@ def _verify_fully(path: Path, kind: str) -> dict[str, Any]:
     return {"ok": True, "sha256": loaded.sha256}
 
 
-def _short(value: Any, width: int = 72) -> Any:
-    text = escape_controls(value if isinstance(value, str) else json.dumps(value))
-    return _text(text if len(text) <= width else text[: width - 1] + "…")
-
-
-def _text(value: Any) -> Any:
-    """A cell or line of untrusted text (rich Text): control characters escaped, no markup read."""
-    from rich.text import Text
-
-    return Text(escape_controls(value))
-
-
-def _print_inspection(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    console = Console(highlight=False)
-    console.print(Text.assemble((escape_controls(result["path"]), "bold"), f"  ({result['kind']})"))
-    files = Table(title="files")
-    for column in ("file", "kind", "bytes", "header bytes", "tensors"):
-        files.add_column(column)
-    for f in result["files"]:
-        files.add_row(_text(f["name"]), f["kind"], str(f["size"]), str(f["header_bytes"]), str(f["tensors"]))
-    console.print(files)
-    # One table per file; the name folds rather than being cut, and below 110 columns the
-    # group and offset columns give their width to it.
-    wide = console.width >= 110
-    for file_name in dict.fromkeys(e["file"] for e in result["entries"]):
-        entries = Table(title=_text(f"{file_name}: tensor entries (header only)"))
-        entries.add_column("name", overflow="fold", ratio=1)
-        columns = ("group", "dtype", "shape", "elements", "bytes", "offsets") if wide else (
-            "dtype", "shape", "elements", "bytes")
-        for column in columns:
-            entries.add_column(column, no_wrap=True)
-        for e in result["entries"]:
-            if e["file"] != file_name:
-                continue
-            values = {"group": e["group"], "dtype": e["dtype"], "shape": str(e["shape"]),
-                      "elements": str(e["elements"]), "bytes": str(e["bytes"]),
-                      "offsets": f"{e['begin']}..{e['end']}"}
-            entries.add_row(_text(e["name"]), *(_text(values[c]) for c in columns))
-        console.print(entries)
-    if result["aliases"]:
-        aliases = Table(title="alias records")
-        for column in ("name", "target", "transform", "use"):
-            aliases.add_column(column)
-        for a in result["aliases"]:
-            aliases.add_row(*(_text(a.get(key, "")) for key in ("name", "target", "transform", "use")))
-        console.print(aliases)
-    for group, records in result["state"].items():
-        if not records:
-            continue
-        table = Table(title=_text(f"state: {group}"))
-        table.add_column("record")
-        table.add_column("value")
-        for key, value in records.items():
-            table.add_row(_text(key), _short(value))
-        console.print(table)
-    if not result["state"] and result["metadata"]:
-        table = Table(title="metadata")
-        table.add_column("key")
-        table.add_column("value")
-        for key, value in result["metadata"].items():
-            table.add_row(_text(key), _short(value))
-        console.print(table)
-    integrity = result.get("integrity")
-    if integrity is not None and integrity["scope"] == "index":  # a transformers folder: index against shards
-        verdict = "ok" if integrity.get("ok") else "PROBLEM: " + "; ".join(integrity.get("problems") or [])
-        console.print(_text(f"integrity ({integrity.get('checked')}): {verdict}"))
-    elif integrity is not None:
-        status = "complete" if integrity["complete"] else "INCOMPLETE"
-        checked = "hashes checked" if integrity.get("hashes_checked") else "sizes checked (add --verify for hashes)"
-        console.print(_text(f"integrity: {status}, {'ok' if integrity['ok'] else 'PROBLEM: ' + str(integrity['problem'])}; {checked}"))
-    if "verified" in result:
-        console.print(_text(f"verified: {result['verified']}"))
-    if "statistics" in result:
-        stats = result["statistics"]
-        table = Table(title=_text(f"statistics: {stats['name']} ({stats['dtype']} {stats['shape']})"))
-        table.add_column("record")
-        table.add_column("value")
-        for key in ("elements", "min", "max", "mean", "std", "zero_fraction", "nan", "inf", "bytes_read"):
-            table.add_row(key, str(stats[key]))
-        console.print(table)
-        counts = stats["histogram"]["counts"]
-        edges = stats["histogram"]["edges"]
-        peak = max(counts) if counts else 0
-        for i, count in enumerate(counts):
-            bar = "#" * (round(40 * count / peak) if peak else 0)
-            console.print(f"  [{edges[i]: .4g}, {edges[i + 1]: .4g})  {count:6d} {bar}", highlight=False)
-    if "comparison" in result:
-        comparison = result["comparison"]
-        console.print(_text(f"comparison with {comparison['b']}: {len(comparison['changed'])} tensors differ, "
-                            f"{comparison['unchanged']} equal"))
-        table = Table(title="changed tensors")
-        for column in ("file", "name", "status", "max |a-b|"):
-            table.add_column(column)
-        for t in comparison["tensors"]:
-            if t["status"] != "same":
-                table.add_row(_text(t["file"]), _text(t["name"]), t["status"], str(t["max_abs_diff"]))
-        console.print(table)
-        table = Table(title="state records that differ")
-        for column in ("group", "record", "a", "b"):
-            table.add_column(column)
-        for d in comparison["state_differences"]:
-            table.add_row(_text(d["group"]), _text(d["record"]), _short(d["a"], 36), _short(d["b"], 36))
-        console.print(table)
-
-
 # -- verify ---------------------------------------------------------------------------------------
-def _cli(*args: str) -> list[str]:
+def _command(*args: str) -> list[str]:
     return [sys.executable, "-m", "minigpt_tui", *args]
 
 
@@ -296,20 +204,26 @@ def _run_json(args: list[str], env: dict[str, str], label: str) -> dict[str, Any
     return json.loads(done.stdout)
 
 
-def verify_experiment(preset: str, runs_dir: Path) -> dict[str, Any]:
+def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> dict[str, Any]:
     """Save after CUT updates and exit; resume to END in a new process; train 0 -> END
-    without stopping in a third; warm-start from the saved weights in a fourth."""
+    without stopping in a third; warm-start from the saved weights in a fourth. ``nproc``:
+    each of them in that many processes."""
     cut, end = EXPERIMENTS[preset]
+    processes = ["--nproc", str(nproc)] if nproc is not None else []
+
+    def command_line(*args: str) -> list[str]:
+        return _command(*args, *processes)
+
     env = dict(os.environ)
     env["MINIGPT_TUI_RUNS_DIR"] = str(runs_dir)
     saved_at = f"saved:step-{cut}"
-    saved = _run_json(_cli("train", "--preset", preset, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
+    saved = _run_json(command_line("train", "--preset", preset, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
     resumed = _run_json(
-        _cli("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
+        command_line("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
     )
-    straight = _run_json(_cli("train", "--preset", preset, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
+    straight = _run_json(command_line("train", "--preset", preset, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
     warm = _run_json(
-        _cli("train", "--preset", preset, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
+        command_line("train", "--preset", preset, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
         env,
         "warm-start",
     )
@@ -337,6 +251,7 @@ def verify_experiment(preset: str, runs_dir: Path) -> dict[str, Any]:
     ]
     return {
         "preset": preset,
+        "processes": nproc or 1,
         "saved_after": cut,
         "resumed_until": end,
         "comparisons": comparisons,
@@ -376,16 +291,17 @@ def run_verify(args: argparse.Namespace) -> int:
 
     if args.keep:
         runs_dir = make_folder(Path(args.keep).expanduser().resolve(), what="--keep folder")
-        result = verify_experiment(args.preset, runs_dir)
+        result = verify_experiment(args.preset, runs_dir, args.nproc)
     else:
         with tempfile.TemporaryDirectory(prefix="minigpt-verify-") as tmp:
-            result = verify_experiment(args.preset, Path(tmp))
+            result = verify_experiment(args.preset, Path(tmp), args.nproc)
             result["runs_dir"] = None
     if args.json:
         emit_json(result)
     else:
         cut, end = result["saved_after"], result["resumed_until"]
-        print(f"exact resume, preset {result['preset']}: save after {cut}, exit, resume to {end} in a new process, "
+        where = f" ({result['processes']} processes each)" if result["processes"] > 1 else ""
+        print(f"exact resume, preset {result['preset']}{where}: save after {cut}, exit, resume to {end} in a new process, "
               f"compare with 0 -> {end} uninterrupted")
         for c in result["comparisons"]:
             print(f"  {'true ' if c['equal'] else 'FALSE'}  {c['name']}")

@@ -74,8 +74,11 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--val-every", type=int, help="every Nth record is validation: 0 (none) or 2 to 1,000,000,000")
     parser.add_argument("--steps", type=int, help="number of updates, 1 to 1,000,000,000")
     parser.add_argument("--seed", type=int, help="one seed (0 to 2**64-1) from which init, data, dropout and sampling derive")
-    parser.add_argument("--precision", choices=["exact", "fast"], help="exact: float64, one thread")
+    parser.add_argument("--precision", choices=["exact", "fast", "bf16", "fp16"],
+                        help="exact: float64, one thread; fast: float32; bf16/fp16: autocast, float32 master weights")
     parser.add_argument("--threads", type=int, help="threads in fast precision, 1 to 1,024")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"],
+                        help="where to train (auto: cuda, then mps, then cpu; default: cpu)")
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
@@ -88,6 +91,6 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return RunChoices(
         args.preset, config_file, corpus=getattr(args, "corpus", None), val_every=getattr(args, "val_every", None),
         steps=getattr(args, "steps", None), precision=getattr(args, "precision", None),
-        threads=getattr(args, "threads", None), save_every=getattr(args, "save_every", None),
+        threads=getattr(args, "threads", None), device=getattr(args, "device", None), save_every=getattr(args, "save_every", None),
         keep_last=getattr(args, "keep_last", None), seed=getattr(args, "seed", None), seed_label="--seed",
     ).resolve()

@@ -13,6 +13,7 @@ from minigpt_tui.commands.common import (
     graceful_stop,
     runs_dir_from_args,
 )
+from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="weights-only warm start from a model file, checkpoint or RUN:latest|best (a new training history)",
     )
     add_probe_arguments(parser)
+    add_process_arguments(parser)
     parser.set_defaults(handler=run_train)
 
 
@@ -51,9 +53,15 @@ def run_train(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.session.plans import NewRun
 
     config = config_from_args(args)
-    plan = NewRun(config, runs_dir_from_args(args), args.run, until=args.until, init_from=args.init_from,
-                  **probe_options(args))
-    result = drive(plan, show_progress=not args.json)
+    if launch_requested(args):
+        return launch(args)
+    _note_mixed_precision(config)
+    with joined_world(config.train.device) as parallel:
+        plan = NewRun(config, runs_dir_from_args(args), args.run, until=args.until, init_from=args.init_from,
+                      parallel=parallel, **probe_options(args))
+        result = drive(plan, show_progress=not args.json and not parallel.distributed)
+    if not parallel.world.is_writer:
+        return 0  # rank 0 alone reports
     if args.json:
         emit_json(result)
     else:
@@ -61,6 +69,15 @@ def run_train(args: argparse.Namespace) -> int:
             print(f"note: {result['warm_start']['note']}", file=sys.stderr)
         print_summary(result)
     return 0
+
+
+def _note_mixed_precision(config: Any) -> None:
+    from minigpt_tui.engine.devices import choose_device
+    from minigpt_tui.engine.trainer import mixed_precision_note
+
+    note = mixed_precision_note(config.train.precision, choose_device(config.train.device).kind)
+    if note is not None:
+        print(f"note: {note}", file=sys.stderr)
 
 
 class RunRecorder:
@@ -110,8 +127,10 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         where = f"; saved as {recorder.saved[-1]}" if recorder.saved else ""
         raise WriteRefused(f"{session.write_failure}: the run stopped after update {finished.step}{where}")
     prepared = session.prepared
-    assert prepared is not None and prepared.run is not None
+    assert prepared is not None
     trainer = prepared.trainer
+    if prepared.run is None:  # a rank other than 0: it writes and reports nothing
+        return {}
     tensors, scalars = trainer.parameter_counts
     result: dict[str, Any] = {
         "preset": trainer.config.preset,
@@ -132,6 +151,10 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "tokenizer_identity": trainer.tokenizer.identity,
         "checkpoints": recorder.saved,
         "run_dir": str(prepared.run.path),
+        "device": trainer.placement.kind,
+        "world_size": trainer.parallel.world_size,
+        "global_batch": trainer.config.train.batch_size * trainer.config.train.microbatches
+        * trainer.parallel.world_size,
     }
     if prepared.warm_start is not None:
         result["warm_start"] = prepared.warm_start.to_json()

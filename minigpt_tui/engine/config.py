@@ -16,10 +16,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from minigpt_tui.engine.devices import DEVICE_CHOICES
 from minigpt_tui.engine.errors import ConfigError
 
 FAMILIES = ("llama", "gpt2")
-PRECISIONS = ("exact", "fast")
+# exact: float64, one thread, deterministic. fast: float32. bf16 / fp16: autocast over float32
+# master weights (fp16 with the bounded loss scaler always on).
+PRECISIONS = ("exact", "fast", "bf16", "fp16")
 BATCH_POLICIES = ("replacement", "document_order")
 SCHEDULES = ("constant", "cosine")
 GELU_APPROXIMATIONS = ("tanh", "none")
@@ -104,6 +107,7 @@ class TrainConfig:
     monitor_tokens: int = 0
     precision: str = "exact"
     threads: int = 1
+    device: str = "cpu"  # auto | cpu | cuda | mps (auto: cuda, then mps, then cpu)
     save_every: int = 0
     keep_last: int = 3
 
@@ -287,6 +291,7 @@ def validate(config: RunConfig) -> None:
     need(t.monitor_tokens >= 0, "train.monitor_tokens must be 0 or more")
     need(t.precision in PRECISIONS, f"train.precision must be one of {PRECISIONS}")
     need(t.threads >= 1, "train.threads must be at least 1")
+    need(t.device in DEVICE_CHOICES, f"train.device must be one of {', '.join(DEVICE_CHOICES)}, got '{t.device}'")
     need(t.save_every >= 0, "train.save_every must be 0 (off) or positive")
     need(t.keep_last >= 1, "train.keep_last must be at least 1")
     if t.document_order:

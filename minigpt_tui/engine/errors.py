@@ -38,6 +38,10 @@ class GenerationError(MiniGPTError):
     """A generation request that cannot be served."""
 
 
+class ProcessGroupError(MiniGPTError):
+    """A process of a several-process run died or could not be reached."""
+
+
 class InputRefused(CheckpointError, CorpusError, ConfigError):
     """An input that is not a regular file (a FIFO, a device, a symlink loop) or cannot be
     opened; refused before it is read. It is each kind of input error, so that a caller

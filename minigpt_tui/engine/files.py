@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from minigpt_tui.engine.errors import InputRefused, WriteRefused
@@ -109,7 +112,7 @@ def write_file(path: Path | str, data: bytes, *, replace: bool = False, what: st
     fsynced. Nothing is left behind on failure; the error is one line naming the file."""
     path = check_writable_target(path, replace=replace, what=what)
     tmp = _unique_temporary(path)
-    try:
+    with removed_on_failure(tmp, f"cannot write {path}"):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         try:
             view = memoryview(data)
@@ -122,13 +125,23 @@ def write_file(path: Path | str, data: bytes, *, replace: bool = False, what: st
             raise FileExistsError(errno.EEXIST, "it appeared while writing")
         os.replace(tmp, path)
         fsync_folder(path.parent)
-    except OSError as err:
-        _discard(tmp)
-        raise WriteRefused(f"cannot write {path}: {err.strerror or err}") from None
-    except BaseException:
-        _discard(tmp)
-        raise
     return path
+
+
+@contextmanager
+def removed_on_failure(work: Path, failure: str) -> Iterator[None]:
+    """Remove ``work`` (a temporary file or folder) when the block fails; an OS error
+    becomes one line, ``failure: reason``."""
+    try:
+        yield
+    except BaseException as err:
+        if work.is_dir() and not work.is_symlink():
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            _discard(work)
+        if isinstance(err, OSError):
+            raise WriteRefused(f"{failure}: {err.strerror or err}") from None
+        raise
 
 
 def append_line(path: Path | str, line: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.engine.errors import CheckpointError, ConfigError, ResumeRefused, RunLocked, WriteRefused
-from minigpt_tui.engine.files import append_line, make_folder, path_exists, write_file
+from minigpt_tui.engine.files import append_line, make_folder, path_exists, removed_on_failure, write_file
 
 ENV_RUNS_DIR = "MINIGPT_TUI_RUNS_DIR"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -83,7 +83,7 @@ class RunDirectory:
         if path_exists(path):
             raise ConfigError(f"run '{name}' already exists in {runs_dir}")
         work = runs_dir / f".{name}.creating-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
+        with removed_on_failure(work, f"cannot create the run folder {path}"):
             work.mkdir()
             (work / LOCK_FILE).touch()
             staged = RunDirectory(work)
@@ -92,12 +92,6 @@ class RunDirectory:
             for filename, data in (files or {}).items():
                 staged.write_json(filename, data)
             os.rename(work, path)
-        except OSError as err:
-            _remove_tree(work)
-            raise WriteRefused(f"cannot create the run folder {path}: {err.strerror or err}") from None
-        except BaseException:
-            _remove_tree(work)
-            raise
         return RunDirectory(path)
 
     @property
@@ -134,12 +128,6 @@ class RunDirectory:
             except json.JSONDecodeError:
                 break  # a torn last line after a crash: keep what precedes it
         return out
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
 
 
 class RunLock:

@@ -316,7 +316,7 @@ class CheckpointsScreen(Screen):
         if message.loud:
             self.notify(message.reason, title="cannot open", severity="error")
         if self.opened is None:
-            self.query_one("#ckpt-summary", Static).update(Text(message.reason, style="red"))
+            self.query_one("#ckpt-summary", Static).update(Text(escape_controls(message.reason), style="red"))
 
     @on(Inspected)
     def _inspected(self, message: Inspected) -> None:
@@ -525,11 +525,7 @@ class CheckpointsScreen(Screen):
                         title="generate", severity="warning")
             return
         self.mini_app.action_show_screen("generation")
-        screen = self.mini_app.main_screens.get("generation")
-        if screen is None or not hasattr(screen, "load_model"):
-            self.notify("the Generation screen is not available", title="generate", severity="error")
-            return
-        screen.load_model(str(model_file))
+        self.mini_app.main_screens["generation"].load_model(str(model_file))
 
     # -- resume ------------------------------------------------------------------------------------------
     def action_resume(self) -> None:

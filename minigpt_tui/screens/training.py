@@ -306,9 +306,31 @@ class TrainingScreen(Screen):
         self._launch(ResumeRun(Path(checkpoint), self.mini_app.settings.runs_dir), config, "resumed",
                      f"restoring {self._display_path(checkpoint)}")
 
+    def attach_run(self, run_dir: Path) -> None:
+        """Follow a run that another process writes; space, s, e and x act on it through
+        its control file."""
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.session.attach import RunFollower, attached_config
+
+        if self.run is not None and self.run.active:
+            self.notify("a run is already active", severity="warning", markup=False)
+            return
+        try:
+            config = attached_config(run_dir)
+        except MiniGPTError as err:
+            self.notify(str(err), title="attach refused", severity="error", markup=False)
+            return
+        feed = RunFeed(self.post_message)
+        follower = RunFollower(Path(run_dir), feed, interval=1.0 / self.REFRESHES_PER_SECOND)
+        self._show_new_run(ActiveRun(follower, feed, config, steps=config.train.steps),  # type: ignore[arg-type]
+                           config, "attached", f"following {self._display_path(Path(run_dir))}")
+
     def _launch(self, plan: RunPlan, config: Any, kind: str, note: str) -> None:
         feed = RunFeed(self.post_message)
-        run = ActiveRun(TrainingSession(plan, feed), feed, config, steps=config.train.steps)
+        self._show_new_run(ActiveRun(TrainingSession(plan, feed), feed, config, steps=config.train.steps),
+                           config, kind, note)
+
+    def _show_new_run(self, run: ActiveRun, config: Any, kind: str, note: str) -> None:
         self.run = run
         self.query_one(LossTable).reset()
         self.query_one(LossPlot).reset()
@@ -517,6 +539,10 @@ class TrainingScreen(Screen):
         """Stop the run and exit the app once its worker has finished."""
         self._exit_after_run = True
         if self.run is None or not self.run.active:
+            self.app.exit()
+            return
+        if getattr(self.run.session, "follows_only", False):
+            self.run.session.detach()  # type: ignore[attr-defined]  (the followed run goes on)
             self.app.exit()
             return
         if not save:

@@ -8,6 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from minigpt_tui.widgets.pieces import plain_cell
 from minigpt_tui.widgets.state_view import short_value
 
 KNOWN_FIELDS = ("name", "target", "transform", "use")
@@ -22,9 +23,9 @@ def aliases_renderable(aliases: tuple[dict[str, Any], ...]) -> RenderableType:
         table.add_column(style="bold", no_wrap=True)
         table.add_column(overflow="fold")
         for key in KNOWN_FIELDS:
-            table.add_row(key, str(alias.get(key, "–")))
+            table.add_row(key, plain_cell(alias.get(key, "–")))
         for key, value in alias.items():
             if key not in KNOWN_FIELDS:
-                table.add_row(key, short_value(value))
+                table.add_row(plain_cell(key), plain_cell(short_value(value)))
         renderables += [table, Text("")]
     return Group(*renderables)

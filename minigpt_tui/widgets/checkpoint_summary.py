@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.text import Text
 
+from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.widgets.tensor_table import human_bytes
 
 KIND_LABELS = {
@@ -27,10 +28,10 @@ def kind_label(kind: str) -> str:
 def summary_text(inspection: Any, display: Callable[[Path], str], *, wide: bool) -> Text:
     """``display`` names a path for the user; ``wide`` adds header and data sizes."""
     out = Text()
-    out.append(display(inspection.path), style="bold")
+    out.append(escape_controls(display(inspection.path)), style="bold")
     out.append(f"  {kind_label(inspection.kind)}", style="italic")
     for summary in inspection.files:
-        out.append(f"\n{summary.name}: ", style="bold")
+        out.append(f"\n{escape_controls(summary.name)}: ", style="bold")
         out.append(f"{human_bytes(summary.size)}, {summary.tensors} tensors")
         if wide:
             out.append(f", header {human_bytes(summary.header_bytes)}, data {human_bytes(summary.data_bytes)}")

@@ -10,15 +10,17 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.widgets.pieces import plain_cell
 from minigpt_tui.widgets.state_view import short_value
 
 
 def comparison_renderable(result: dict[str, Any], display: Callable[[Path], str]) -> Group:
     heading = Text()
     heading.append("a ", style="bold")
-    heading.append(display(Path(result["a"])))
+    heading.append(escape_controls(display(Path(result["a"]))))
     heading.append("\nb ", style="bold")
-    heading.append(display(Path(result["b"])))
+    heading.append(escape_controls(display(Path(result["b"]))))
     differing = [t for t in result["tensors"] if t["status"] != "same"]
     heading.append(f"\n\n{len(differing)} tensors differ, {result['unchanged']} are byte-identical; "
                    f"{len(result['state_differences'])} state records differ\n", style="bold")
@@ -31,14 +33,15 @@ def comparison_renderable(result: dict[str, Any], display: Callable[[Path], str]
     for row in differing:
         diff = row.get("max_abs_diff")
         tensors.add_row(row["status"], "–" if diff is None else f"{diff:.3g}",
-                        row["file"].removesuffix(".safetensors"), row["name"])
+                        plain_cell(row["file"].removesuffix(".safetensors")), plain_cell(row["name"]))
     states = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     states.add_column("group", no_wrap=True)
     states.add_column("record", overflow="fold")
     states.add_column("a", overflow="fold")
     states.add_column("b", overflow="fold")
     for row in result["state_differences"]:
-        states.add_row(row["group"], row["record"], short_value(row["a"]), short_value(row["b"]))
+        states.add_row(plain_cell(row["group"]), plain_cell(row["record"]),
+                       plain_cell(short_value(row["a"])), plain_cell(short_value(row["b"])))
     parts: list[Any] = [heading]
     if differing:
         parts += [tensors, Text("")]

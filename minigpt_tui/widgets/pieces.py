@@ -3,6 +3,7 @@ that shows pieces (prefix, candidates, merges, the tokenizer's try-it field)."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.text import Text
 
 from minigpt_tui.engine.printable import escape_controls
@@ -10,6 +11,13 @@ from minigpt_tui.engine.printable import escape_controls
 SPECIAL_PIECES = ("<bos>", "<eos>")
 # Whitespace inside a piece would vanish between cell borders; these marks keep it visible.
 WHITESPACE_MARKS = {" ": "·", "\n": "↵", "\t": "→", "\r": "␍"}
+
+
+def plain_cell(value: object) -> str:
+    """A table cell of untrusted text (a name or value read from a file) as a string:
+    control characters and markup escaped (a string cell of a rich table is read as
+    markup), drawn as any other string cell."""
+    return escape(escape_controls(value))
 
 
 def visible_piece(text: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Tree
 
+from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.run_store import CheckpointListing, RunListing
 from minigpt_tui.widgets.tensor_table import human_bytes
 
@@ -39,7 +40,9 @@ def checkpoint_label(listing: CheckpointListing) -> Text:
 
 
 def run_label(listing: RunListing) -> Text:
-    label = Text(listing.name, style="bold")
+    label = Text(escape_controls(listing.name), style="bold")
+    if listing.live:
+        label.append("  ● live", style="bold green")
     label.append(f"  {human_bytes(listing.disk_bytes)}", style="dim")
     return label
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from minigpt_tui.engine.printable import escape_controls
-from minigpt_tui.widgets.pieces import bar
+from minigpt_tui.widgets.pieces import bar, plain_cell
 from minigpt_tui.widgets.tensor_table import human_bytes, shape_text
 
 HISTOGRAM_WIDTH = 30
@@ -34,8 +32,8 @@ def entry_table(entry: Any, path: str) -> Table:
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
     # Plain strings (rendered as before), with control characters and markup escaped.
-    table.add_row("name", escape(escape_controls(entry.name)))
-    table.add_row("file", escape(escape_controls(f"{entry.file}  ({path})")))
+    table.add_row("name", plain_cell(entry.name))
+    table.add_row("file", plain_cell(f"{entry.file}  ({path})"))
     table.add_row("dtype", entry.dtype)
     table.add_row("shape", shape_text(entry.shape))
     table.add_row("elements", f"{entry.elements:,}")

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.markup import escape
 from rich.text import Text
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
 
 from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.widgets.pieces import plain_cell
 
 # (header label, sort key of an entry record)
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -201,7 +201,7 @@ class TensorTable(DataTable):
         self.clear()
         for index, entry in enumerate(shown):
             cells: list[Any] = [
-                escape(middle_truncate(escape_controls(entry.name), self._name_width)),
+                plain_cell(middle_truncate(escape_controls(entry.name), self._name_width)),
                 entry.dtype,
                 shape_text(entry.shape),
                 Text(f"{entry.elements:,}", justify="right"),

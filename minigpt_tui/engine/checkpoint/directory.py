@@ -49,6 +49,7 @@ from minigpt_tui.engine.checkpoint.integrity import FileIntegrity, Integrity, In
 from minigpt_tui.engine.checkpoint.training_state import (
     TRAINING_FILE,
     CapturedState,
+    Continuation,
     TrainingState,
     apply_training_state,
     capture_state,
@@ -59,6 +60,7 @@ from minigpt_tui.engine.checkpoint.training_state import (
 from minigpt_tui.engine.errors import CheckpointError, ResumeRefused
 
 if TYPE_CHECKING:
+    from minigpt_tui.engine.distributed import DataParallel
     from minigpt_tui.engine.trainer import Trainer
 
 MANIFEST = "manifest.json"
@@ -598,8 +600,16 @@ def restore_trainer(
     allow_environment_change: bool = False,
     corpus_path_override: Path | str | None = None,
     policy_overrides: dict[str, int] | None = None,
+    parallel: "DataParallel | None" = None,
+    allow_world_size_change: bool = False,
+    device: str | None = None,
 ) -> "Trainer":
     """A trainer whose next update is bitwise the one the saved run would have done.
+
+    ``parallel``: this process's rank among several (each rank restores its own streams);
+    a world size other than the saved one is refused unless ``allow_world_size_change``.
+    ``device``: run on this device instead of the saved config's (a changed device kind is
+    an environment change).
 
     Refuses (ResumeRefused), before building anything mutable, a changed corpus,
     tokenizer, config or model identity, and in exact precision a changed environment
@@ -608,7 +618,8 @@ def restore_trainer(
     (``apply_precision``) before running updates, as for a new run.
     """
     try:
-        return _restore_trainer(checkpoint_dir, allow_environment_change, corpus_path_override, policy_overrides)
+        return _restore_trainer(checkpoint_dir, allow_environment_change, corpus_path_override, policy_overrides,
+                                parallel, allow_world_size_change, device)
     except _MALFORMED as err:
         raise CheckpointError(f"{checkpoint_dir}: malformed checkpoint ({type(err).__name__}: {err})") from None
 
@@ -618,15 +629,29 @@ def _restore_trainer(
     allow_environment_change: bool,
     corpus_path_override: Path | str | None,
     policy_overrides: dict[str, int] | None,
+    parallel: "DataParallel | None" = None,
+    allow_world_size_change: bool = False,
+    device: str | None = None,
 ) -> "Trainer":
     import torch
 
     from minigpt_tui.engine.corpus import load_corpus
+    from minigpt_tui.engine.distributed import (
+        DataParallel,
+        refuse_world_size_change,
+        saved_world_size,
+        world_size_note,
+    )
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup, dtype_for
 
+    parallel = parallel or DataParallel()
     loaded = load_checkpoint(checkpoint_dir)
     state = loaded.state
     config = saved_config(state)
+    if device is not None:
+        config = config.replace(train={"device": device})
+    saved_world = saved_world_size(state.tensors)
+    refuse_world_size_change(saved_world, parallel.world_size, allowed=allow_world_size_change)
     if config.model != loaded.model_file.config:
         raise ResumeRefused(f"{loaded.path}: the model config in {MODEL_FILE} differs from the run's config")
     if loaded.model_file.dtype != {torch.float64: "F64", torch.float32: "F32"}[dtype_for(config.train.precision)]:
@@ -646,9 +671,12 @@ def _restore_trainer(
             f"saved {str(state.identities.get('corpus'))[:12]}…)"
         )
     setup = TrainingSetup(config, corpus, loaded.model_file.tokenizer)
-    trainer = Trainer(setup)
+    trainer = Trainer(setup, parallel=parallel)
     loaded.model_file.copy_into(trainer.model)
-    apply_training_state(trainer, state)
+    apply_training_state(trainer, state)  # each rank takes its own streams (state_parts.RanksPart)
+    note = world_size_note(saved_world, parallel.world_size, state.step)
+    if note is not None:
+        continuation = Continuation(False, continuation.notes + (note,))
     trainer.checkpoint_continuation = continuation  # type: ignore[attr-defined]
     trainer.checkpoint_origin = loaded.path  # type: ignore[attr-defined]
     return trainer

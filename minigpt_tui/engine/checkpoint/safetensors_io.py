@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.errors import CheckpointError
+from minigpt_tui.engine.files import fsync_folder as fsync_directory  # noqa: F401 - used here and by callers
 
 if TYPE_CHECKING:  # torch is imported lazily: header-only work must not pay for it
     import torch
@@ -694,13 +695,6 @@ def write_safetensors(
     return WrittenFile(path, planned.size, sha256)
 
 
-def fsync_directory(path: Path) -> None:
-    """Make a rename or a new entry in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def atomic_write_bytes(

@@ -18,6 +18,7 @@ class StateGroup(enum.StrEnum):
     RANDOMNESS = "randomness"
     LOSS_SCALING = "loss_scaling"
     EVALUATION = "evaluation"
+    DISTRIBUTED = "distributed"
     OTHER = "other"
 
 
@@ -33,6 +34,7 @@ TENSOR_PREFIXES: tuple[tuple[str, StateGroup], ...] = (
     ("randomness.", StateGroup.RANDOMNESS),
     ("loss_scaler.", StateGroup.LOSS_SCALING),
     ("curve.", StateGroup.EVALUATION),
+    ("ranks.", StateGroup.DISTRIBUTED),
 )
 
 

@@ -141,7 +141,7 @@ class OptimizerPart(_Always):
                     if not isinstance(value, torch.Tensor):
                         raise CheckpointError(f"optimizer state {key!r} is not a tensor and cannot be saved")
                     # Written straight from the live tensors: capture happens between updates.
-                    out.tensors.append((f"{OPTIMIZER_STATE_PREFIX}{trainer.param_names[p]}.{key}", value.detach()))
+                    out.tensors.append((f"{OPTIMIZER_STATE_PREFIX}{trainer.param_names[p]}.{key}", value.detach().cpu()))
                     keys.add(key)
         out.tensors.append((self.HYPER.name, self.HYPER.make(rows)))
         out.record = {
@@ -394,8 +394,8 @@ class RandomnessPart(_Always):
         return PartCapture(tensors, record)
 
     def check(self, trainer: Trainer, saved: SavedTensors) -> Apply:
-        dropout_seed, dropout_counter = saved.u64(self.DROPOUT)
-        if dropout_seed != trainer.dropout_seed:
+        dropout_seed, dropout_counter = saved.u64(self.DROPOUT)  # rank 0's stream (the config's seed)
+        if dropout_seed != trainer.config.seeds.dropout:
             raise ResumeRefused(f"{saved.path}: the saved dropout seed differs from the saved config's")
         sampling_state = saved.read(self.SAMPLING)
 
@@ -498,6 +498,36 @@ class EvaluationCurvePart(_Always):
         return apply
 
 
+# -- several processes ----------------------------------------------------------------------------
+class RanksPart:
+    """With several processes: the world size and every other rank's own data and
+    random-stream state (``ranks.R.*``; rank 0's are the ordinary data and randomness
+    entries). Captured from the states gathered at the save boundary; on restore each rank
+    takes its own, after the parts above put rank 0's in place."""
+
+    group = StateGroup.DISTRIBUTED
+    specs: tuple[TensorSpec, ...] = ()
+
+    def applies(self, trainer: Trainer) -> bool:
+        return trainer.parallel.distributed
+
+    def capture(self, trainer: Trainer) -> PartCapture:
+        from minigpt_tui.engine.distributed import captured_rank_tensors
+
+        peers = trainer.peer_states
+        if peers is None or len(peers) != trainer.parallel.world_size:
+            raise CheckpointError("the state of a several-process run is captured by its rank-0 checkpointer only")
+        train = trainer.config.train
+        record = {"world_size": len(peers), "global_batch": train.batch_size * train.microbatches * len(peers)}
+        return PartCapture(captured_rank_tensors(peers), record)
+
+    def check(self, trainer: Trainer, saved: SavedTensors) -> Apply:
+        from minigpt_tui.engine.distributed import apply_rank_entries, saved_world_size
+
+        world = saved_world_size(saved.tensors)
+        return lambda: apply_rank_entries(trainer, saved.tensors, world)
+
+
 # In file order: the order of the tensors and of the readable records.
 STATE_PARTS: tuple[StatePart, ...] = (
     OptimizerPart(),
@@ -510,6 +540,7 @@ STATE_PARTS: tuple[StatePart, ...] = (
     RandomnessPart(),
     LossScalerPart(),
     EvaluationCurvePart(),
+    RanksPart(),
 )
 
 

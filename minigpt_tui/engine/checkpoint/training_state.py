@@ -49,6 +49,8 @@ TRAINING_FILE = "training.safetensors"
 # Checkpoint policy: how often and how many to keep. It never changes the trajectory,
 # so it is left out of the config identity and may differ on resume.
 POLICY_SETTINGS = ("save_every", "keep_last")
+# Where the run executes: recorded in the environment envelope, not in the config identity.
+PLACEMENT_SETTINGS = ("device",)
 ENVELOPE_KEYS = (
     "python",
     "python_implementation",
@@ -61,26 +63,34 @@ ENVELOPE_KEYS = (
     "threads",
     "deterministic",
     "platform",
+    "device",
 )
+# What an envelope saved before a key existed meant by it: every earlier run was on the CPU.
+ENVELOPE_DEFAULTS = {"device": "cpu"}
 
 # -- identities and the envelope --------------------------------------------------------------
 def config_identity(config: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of the resolved config, checkpoint policy left out."""
     data = json.loads(json.dumps(config))
-    for name in POLICY_SETTINGS:
+    for name in POLICY_SETTINGS + PLACEMENT_SETTINGS:
         data.get("train", {}).pop(name, None)
     text = json.dumps(data, separators=(",", ":"), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def current_envelope(train: "TrainConfig", *, measured: bool = True) -> dict[str, Any]:
+def current_envelope(train: "TrainConfig", *, measured: bool = True, device_kind: str | None = None) -> dict[str, Any]:
     """The execution environment. ``measured``: threads and determinism as torch has them
-    now; otherwise as :func:`apply_precision` will set them for ``train``."""
+    now; otherwise as :func:`apply_precision` will set them for ``train``. ``device_kind``:
+    where the tensors live (default: where ``train.device`` resolves on this machine)."""
     import numpy
     import safetensors
     import torch
 
     from minigpt_tui import __version__
+    from minigpt_tui.engine.devices import choose_device
+
+    if device_kind is None:
+        device_kind = choose_device(train.device).kind
 
     if measured:
         threads = torch.get_num_threads()
@@ -100,14 +110,15 @@ def current_envelope(train: "TrainConfig", *, measured: bool = True) -> dict[str
         "threads": threads,
         "deterministic": deterministic,
         "platform": f"{platform.system()}-{platform.machine()}",
+        "device": device_kind,
     }
 
 
 def envelope_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     return [
-        f"{key}: saved {saved.get(key)!r}, now {now.get(key)!r}"
+        f"{key}: saved {saved.get(key, ENVELOPE_DEFAULTS.get(key))!r}, now {now.get(key)!r}"
         for key in ENVELOPE_KEYS
-        if saved.get(key) != now.get(key)
+        if saved.get(key, ENVELOPE_DEFAULTS.get(key)) != now.get(key)
     ]
 
 
@@ -199,7 +210,7 @@ def capture_state(trainer: "Trainer") -> CapturedState:
         "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
         "config": config_record,
         "identities": identities,
-        "envelope": current_envelope(config.train, measured=True),
+        "envelope": current_envelope(config.train, measured=True, device_kind=trainer.placement.kind),
         "continuation": continuation_of(trainer).to_json(),
         "optimizer": OptimizerPart.layout(trainer),
         "layouts": layouts(),

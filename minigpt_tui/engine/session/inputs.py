@@ -61,6 +61,7 @@ class RunChoices:
     steps: int | None = None
     precision: str | None = None
     threads: int | None = None
+    device: str | None = None
     save_every: int | None = None
     keep_last: int | None = None
     seed: int | None = None
@@ -71,7 +72,7 @@ class RunChoices:
         from minigpt_tui.engine.config import SeedConfig
 
         train = {"steps": self.steps, "precision": self.precision or None, "threads": self.threads,
-                 "save_every": self.save_every, "keep_last": self.keep_last}
+                 "device": self.device or None, "save_every": self.save_every, "keep_last": self.keep_last}
         corpus = {"source": corpus_source(self.corpus) if self.corpus else None, "val_every": self.val_every}
         given = {name: value for name, value in self.stream_seeds.items() if value is not None}
         if self.seed is not None:

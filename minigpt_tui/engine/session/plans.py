@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from minigpt_tui.engine.checkpoint.portable import PortableModel
     from minigpt_tui.engine.config import RunConfig
     from minigpt_tui.engine.generation import ProbeSet
+    from minigpt_tui.engine.distributed import CommandAgreement, DataParallel, WriterCheckpointer
     from minigpt_tui.engine.runs import RunDirectory, RunLock
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup
 
@@ -43,6 +44,7 @@ class NewRun:
     init_from: str | None = None
     probes: str | None = None  # a probes file; None: the bundled probes
     score_probes: bool = True  # score the probes after every scheduled evaluation
+    parallel: DataParallel | None = None  # this process's rank when several train together
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class ResumeRun:
     fork: bool = False
     probes: str | None = None
     score_probes: bool = True
+    parallel: DataParallel | None = None
+    allow_world_size_change: bool = False
+    device: str | None = None  # run on this device instead of the saved config's
 
 
 RunPlan = NewRun | ResumeRun
@@ -82,18 +87,32 @@ class PreparedRun:
     """A trainer ready for its first update, and where its run writes (None: nowhere)."""
 
     trainer: Trainer
-    run: RunDirectory | None = None
-    checkpointer: Checkpointer | None = None
+    run: RunDirectory | None = None  # None on every rank but 0: rank 0 alone writes
+    checkpointer: Checkpointer | WriterCheckpointer | None = None
     until: int | None = None
     summary: RunSummary | None = None
     resumed_from: Path | None = None
     warm_start: WarmStart | None = None
     lock: RunLock | None = None  # held while the session writes to ``run``; released at its end
     probes: ProbeSet | None = None  # scored after every scheduled evaluation
+    agreement: CommandAgreement | None = None  # several processes: commands agreed by all ranks
 
     def release(self) -> None:
         if self.lock is not None:
             self.lock.release()
+
+
+def _placed(trainer: Trainer, run: RunDirectory | None) -> dict[str, Any]:
+    """A prepared run's checkpointer and command agreement for the trainer's world: with
+    several processes every rank saves together and rank 0 alone writes."""
+    from minigpt_tui.engine.checkpoint.directory import Checkpointer
+    from minigpt_tui.engine.distributed import CommandAgreement, WriterCheckpointer
+
+    parallel = trainer.parallel
+    inner = Checkpointer(run) if run is not None else None
+    if not parallel.distributed:
+        return {"checkpointer": inner}
+    return {"checkpointer": WriterCheckpointer(parallel, inner), "agreement": CommandAgreement(parallel)}
 
 
 def prepare(plan: RunPlan) -> PreparedRun:
@@ -111,7 +130,6 @@ def _run_probes(plan: RunPlan) -> ProbeSet | None:
 
 
 def _prepare_new(plan: NewRun) -> PreparedRun:
-    from minigpt_tui.engine.checkpoint.directory import Checkpointer
     from minigpt_tui.engine.corpus import load_corpus
     from minigpt_tui.engine.errors import ConfigError
     from minigpt_tui.engine.runs import RunDirectory, RunLock
@@ -127,17 +145,19 @@ def _prepare_new(plan: NewRun) -> PreparedRun:
     corpus = load_corpus(config.corpus)
     setup = TrainingSetup.build(config, corpus, portable.tokenizer if portable is not None else None)
     initial = {n: p.detach() for n, p in portable.model.named_parameters()} if portable is not None else None
-    trainer = Trainer(setup, initial_weights=initial)
+    trainer = Trainer(setup, initial_weights=initial, parallel=plan.parallel)
     files: dict[str, Any] = {"config.json": config.to_dict(), "identities.json": identities(setup)}
     warm = None
     if portable is not None:
         warm = WarmStart(Path(portable.path), portable.identity, portable.tokenizer.identity)
         files["warm_start.json"] = warm.to_json()
+    if not trainer.parallel.world.is_writer:  # rank 0 alone writes
+        return PreparedRun(trainer, None, until=plan.until, warm_start=warm, **_placed(trainer, None))
     run = RunDirectory.create(plan.runs_dir, plan.name, config.preset, files)  # whole or not at all
     lock = run.lock()
     lock.announce()
-    return PreparedRun(trainer, run, Checkpointer(run), plan.until, summarize(trainer, run), warm_start=warm,
-                       lock=lock)
+    return PreparedRun(trainer, run, until=plan.until, summary=summarize(trainer, run), warm_start=warm,
+                       lock=lock, **_placed(trainer, run))
 
 
 def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableModel:
@@ -161,8 +181,10 @@ def _prepare_resume(plan: ResumeRun) -> PreparedRun:
 
     folder = Path(plan.checkpoint)
     run = owning_run(folder, fork=plan.fork)  # None: a new run folder once the restore succeeds
-    # The run is held before its checkpoint is read, so a second writer is refused at once.
-    lock = run.lock() if run is not None else None
+    # The run is held before its checkpoint is read, so a second writer is refused at once
+    # (by rank 0 alone when several processes train: one writer per run).
+    writer = plan.parallel is None or plan.parallel.world.is_writer
+    lock = run.lock() if run is not None and writer else None
     try:
         return _restore_into(plan, folder, run, lock)
     except BaseException:
@@ -172,13 +194,15 @@ def _prepare_resume(plan: ResumeRun) -> PreparedRun:
 
 
 def _restore_into(plan: ResumeRun, folder: Path, run: RunDirectory | None, lock: RunLock | None) -> PreparedRun:
-    from minigpt_tui.engine.checkpoint.directory import Checkpointer, restore_trainer
+    from minigpt_tui.engine.checkpoint.directory import restore_trainer
     from minigpt_tui.engine.errors import ConfigError, ResumeRefused
     from minigpt_tui.engine.runs import RunDirectory
     from minigpt_tui.engine.trainer import apply_precision
 
     trainer = restore_trainer(folder, allow_environment_change=plan.allow_environment_change,
-                              corpus_path_override=plan.corpus, policy_overrides=dict(plan.policy or {}) or None)
+                              corpus_path_override=plan.corpus, policy_overrides=dict(plan.policy or {}) or None,
+                              parallel=plan.parallel, allow_world_size_change=plan.allow_world_size_change,
+                              device=plan.device)
     steps = trainer.config.train.steps
     if trainer.finished:
         raise ConfigError(
@@ -194,6 +218,8 @@ def _restore_into(plan: ResumeRun, folder: Path, run: RunDirectory | None, lock:
         if plan.until <= trainer.step:
             raise ConfigError(f"--until {plan.until} is not after the checkpoint's step {trainer.step}")
     apply_precision(trainer.config.train)
+    if not trainer.parallel.world.is_writer:  # rank 0 alone writes
+        return PreparedRun(trainer, None, until=plan.until, resumed_from=folder, **_placed(trainer, None))
     if run is None:
         config = trainer.config
         run = RunDirectory.create(plan.runs_dir, None, f"resumed-{config.preset}", {"config.json": config.to_dict()})
@@ -201,8 +227,8 @@ def _restore_into(plan: ResumeRun, folder: Path, run: RunDirectory | None, lock:
     assert lock is not None
     lock.announce()
     run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
-    return PreparedRun(trainer, run, Checkpointer(run), plan.until,
-                       summarize(trainer, run, resumed_from=folder), resumed_from=folder, lock=lock)
+    return PreparedRun(trainer, run, until=plan.until, summary=summarize(trainer, run, resumed_from=folder),
+                       resumed_from=folder, lock=lock, **_placed(trainer, run))
 
 
 def run_for_checkpoint(folder: Path, runs_dir: Path, config: RunConfig) -> RunDirectory:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.checkpoint.state_groups import StateGroup
+from minigpt_tui.engine.session.display import shorten
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.checkpoint.inspect import Inspection
@@ -52,8 +53,7 @@ class ResumePreview:
 
 def short(value: Any, limit: int = 48) -> str:
     """``value`` as text, cut with an ellipsis at ``limit`` characters."""
-    text = str(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return shorten(str(value), limit)
 
 
 def _group(state: State, group: str) -> dict[str, Any]:

@@ -39,6 +39,7 @@ class RunListing:
     disk_bytes: int
     checkpoints: tuple[CheckpointListing, ...]
     preset: str | None = None
+    live: bool = False  # a trainer is writing it now (it listens to its control file)
 
     @property
     def complete_checkpoints(self) -> int:
@@ -69,6 +70,7 @@ class RunStore:
         """Every run with its checkpoints and disk use (OSError when the folder is unreadable)."""
         from minigpt_tui.engine.checkpoint.directory import list_checkpoints
         from minigpt_tui.engine.runs import disk_use, list_runs
+        from minigpt_tui.engine.session.run_control import read_live
 
         listings = []
         for run in list_runs(self.root):
@@ -88,7 +90,9 @@ class RunStore:
                 size = disk_use(run.path)
             except OSError:
                 size = 0
-            listings.append(RunListing(run.name, run.path, size, checkpoints, preset))
+            live = read_live(run.path)
+            listings.append(RunListing(run.name, run.path, size, checkpoints, preset,
+                                       live is not None and live.listening))
         return tuple(listings)
 
     def resolve(self, spec: str) -> Path:
@@ -102,9 +106,11 @@ class RunStore:
         return path.parent.resolve() == self.root.resolve() and (path / "config.json").is_file()
 
     def rename(self, run_path: Path, new_name: str) -> Path:
-        from minigpt_tui.engine.runs import check_run_name
+        from minigpt_tui.engine.runs import check_run_name, lock_run
 
         check_run_name(new_name)
+        with lock_run(run_path):  # refused, naming the holder, while another process trains it
+            pass
         target = run_path.parent / new_name
         if target.exists():
             raise ConfigError(f"a run named '{new_name}' already exists")

@@ -48,6 +48,7 @@ from minigpt_tui.engine.session.events import (
 from minigpt_tui.engine.session.plans import PreparedRun, RunPlan, prepare
 
 if TYPE_CHECKING:
+    from minigpt_tui.engine.session.run_control import RunControl
     from minigpt_tui.engine.checkpoint.directory import Checkpointer
     from minigpt_tui.engine.trainer import EvaluationRecord, Trainer, UpdateRecord
 
@@ -80,6 +81,7 @@ class TrainingSession:
         self._paused = start_paused
         self._stop_requested = stop_requested or (lambda: False)
         self._discarding = threading.Event()
+        self._control: RunControl | None = None  # the run folder's control file, on its writer
         self.prepared: PreparedRun | None = None
         self.unsaved_updates = 0
         self.write_failure: MiniGPTError | None = None  # the metrics log could not be written
@@ -116,6 +118,11 @@ class TrainingSession:
     def run(self) -> Finished:
         prepared = self._prepare()
         self.prepared = prepared
+        if prepared.run is not None:  # followed through live.json, steered through control.jsonl
+            from minigpt_tui.engine.session.run_control import RunControl
+
+            self._control = RunControl(prepared.run.path)
+            self._sink = self._control.watching(self._sink)
         try:
             return self._train(prepared)
         finally:
@@ -165,7 +172,10 @@ class TrainingSession:
 
     def _apply_commands(self, trainer: Trainer) -> bool:
         """Apply waiting commands; block while paused. True means stop."""
+        if self.prepared is not None and self.prepared.agreement is not None:
+            return self._apply_agreed_commands(trainer)
         while True:
+            self._read_control_file()
             if self._stop_requested():
                 return True
             try:
@@ -179,6 +189,32 @@ class TrainingSession:
             self._apply(command, trainer)
             if not self._paused and self._commands.empty():
                 return False
+
+    def _apply_agreed_commands(self, trainer: Trainer) -> bool:
+        """Several processes: every rank applies the same commands at the same boundary (rank
+        0's, a stop requested anywhere stops all); while paused the ranks agree every 0.1 s."""
+        import time
+
+        assert self.prepared is not None and self.prepared.agreement is not None
+        while True:
+            self._read_control_file()
+            waiting: list[str] = []
+            while not self._commands.empty():
+                waiting.append(self._commands.get_nowait().value)
+            stop, agreed = self.prepared.agreement.agree(self._stop_requested(), waiting)
+            commands = [Command(value) for value in agreed]
+            if stop or Command.STOP in commands:
+                return True
+            for command in commands:
+                self._apply(command, trainer)
+            if not self._paused:
+                return False
+            time.sleep(0.1)
+
+    def _read_control_file(self) -> None:
+        if self._control is not None:
+            for command in self._control.poll(self._sink):
+                self._commands.put(command)
 
     def _apply(self, command: Command, trainer: Trainer) -> None:
         if command is Command.PAUSE and not self._paused:
