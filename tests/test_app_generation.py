@@ -22,6 +22,7 @@ from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.decision_list import DecisionList
+from minigpt_tui.widgets.numbers import short_probability
 from tests.app_support import build_saved_runs, record_notifications, run_async, make_app, settle, static_text, tree_snapshot
 
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
