@@ -68,7 +68,7 @@ def runs_dir_from_args(args: argparse.Namespace) -> Any:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="mini", help="preset: tiny, mini or small (default: mini)")
+    parser.add_argument("--preset", default="mini", help="preset: tiny, mini, small or text (default: mini)")
     parser.add_argument("--config", help="TOML file whose sections override the preset")
     parser.add_argument("--corpus", help="UTF-8 text file (one record per line or paragraphs) or folder")
     parser.add_argument("--val-every", type=int, help="every Nth record is validation (0: none)")
@@ -97,6 +97,6 @@ def config_from_args(args: argparse.Namespace) -> Any:
         if not 0 <= args.seed < 2**64:
             raise ConfigError("--seed must be an unsigned 64-bit integer")
         seeds = SeedConfig.derive(args.seed)
-        overrides["seeds"] = {k: getattr(seeds, k) for k in ("init", "data", "dropout", "sampling")}
+        overrides["seeds"] = {k: getattr(seeds, k) for k in ("init", "data", "dropout", "sampling", "evaluation")}
     config_file = Path(args.config).expanduser() if getattr(args, "config", None) else None
     return load_config(args.preset, config_file, overrides)

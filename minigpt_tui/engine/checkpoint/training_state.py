@@ -85,7 +85,9 @@ def group_of(name: str) -> str:
 # -- identities and the envelope --------------------------------------------------------------
 def config_identity(config: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of the resolved config, checkpoint policy left out."""
-    data = json.loads(json.dumps(config))
+    from minigpt_tui.engine.config import identity_form
+
+    data = identity_form(config)
     for name in POLICY_SETTINGS:
         data.get("train", {}).pop(name, None)
     text = json.dumps(data, separators=(",", ":"), sort_keys=True)
