@@ -196,7 +196,7 @@ def saved_run_config(checkpoint: Path) -> Any:
 
 def identities(setup: Any) -> dict[str, Any]:
     return {
-        "corpus": setup.corpus.summary(),
+        "corpus": setup.corpus_summary(),
         "tokenizer": {"identity": setup.tokenizer.identity, "vocab_size": setup.tokenizer.vocab_size,
                       "merges": len(setup.tokenizer.merges)},
     }
@@ -225,6 +225,10 @@ def summarize(trainer: Any, run_name: str, run_dir: Path | None, resumed_from: P
         steps=config.train.steps,
         start_step=trainer.step,
         resumed_from=resumed_from,
+        corpus_mode=config.corpus.mode,
+        train_tokens=trainer.data_summary().get("train_tokens", 0),
+        validation_tokens=trainer.data_summary().get("validation_tokens", 0),
+        evaluation_rule=trainer.evaluation_rule,
     )
 
 

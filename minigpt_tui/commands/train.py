@@ -103,7 +103,7 @@ def _warm_record(portable: Any) -> dict[str, Any]:
 
 def identities(setup: Any) -> dict[str, Any]:
     return {
-        "corpus": setup.corpus.summary(),
+        "corpus": setup.corpus_summary(),
         "tokenizer": {"identity": setup.tokenizer.identity, "vocab_size": setup.tokenizer.vocab_size,
                       "merges": len(setup.tokenizer.merges)},
     }
@@ -167,6 +167,8 @@ def drive(trainer: Any, run: Any, *, until: int | None, show_progress: bool,
         "optimizer_digest": trainer.optimizer_digest(),
         "progress": trainer.progress(),
         "corpus_identity": trainer.setup.corpus.identity,
+        "data": trainer.data_summary(),
+        "evaluation_rule": trainer.evaluation_rule,
         "tokenizer_identity": trainer.tokenizer.identity,
         "checkpoints": saved,
     }
@@ -207,6 +209,11 @@ def print_summary(result: dict[str, Any]) -> None:
     table.add_column("value")
     table.add_row("preset", result["preset"])
     table.add_row("parameters", f"{result['parameter_scalars']} in {result['parameter_tensors']} tensors")
+    data = result["data"]
+    if data["mode"] == "stream":
+        table.add_row("corpus", f"stream of {data['train_tokens']:,} train + {data['validation_tokens']:,} "
+                      f"validation tokens, {data['train_windows']:,} windows")
+    table.add_row("evaluation", result["evaluation_rule"])
     table.add_row("updates", f"{result['step']} of {result['steps']}")
     if result["updates"]:
         table.add_row("last batch loss", f"{result['updates'][-1]['loss']:.6f}")

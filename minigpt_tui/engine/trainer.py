@@ -166,6 +166,15 @@ class TrainingSetup:
             setup.token_stream()
         return setup
 
+    def corpus_summary(self) -> dict[str, object]:
+        """The corpus's summary with its mode (and, in stream mode, its token counts)."""
+        summary: dict[str, object] = {**self.corpus.summary(), "mode": self.config.corpus.mode}
+        if self.config.corpus.mode == "stream":
+            stream = self.token_stream()
+            summary.update(train_tokens=int(stream.train.size), validation_tokens=int(stream.validation.size),
+                           token_dtype=stream.train.dtype.name)
+        return summary
+
     def token_stream(self) -> TokenStream:
         """Both splits as token arrays: from the cache when an intact entry exists."""
         if self.stream is None:
@@ -271,6 +280,19 @@ class Trainer:
             f"at most {t.eval_batches} fixed batches per split, drawn once from seeds.evaluation; "
             f"a split that fits in them is read completely ({counts})"
         )
+
+    def data_summary(self) -> dict[str, Any]:
+        """The corpus mode and what training draws from: examples, or stream windows."""
+        if isinstance(self.train_examples, TokenWindows):
+            return {
+                "mode": "stream",
+                "train_tokens": int(self.train_examples.tokens.size),
+                "validation_tokens": int(self.validation_examples.tokens.size),
+                "train_windows": len(self.train_examples),
+                "window": self.config.model.context + 1,
+            }
+        return {"mode": "records", "train_examples": len(self.train_examples),
+                "validation_examples": len(self.validation_examples)}
 
     def _batch(self, indices: list[int]) -> Batch:
         if isinstance(self.train_examples, TokenWindows):
