@@ -52,7 +52,8 @@ def run_train(args: argparse.Namespace) -> int:
         config = config.replace(tokenizer={"merges": len(warm.tokenizer.merges)})
     apply_precision(config.train)
     corpus = load_corpus(config.corpus)
-    setup = TrainingSetup.build(config, corpus, warm.tokenizer if warm is not None else None)
+    with preparation_progress(not args.json) as progress:
+        setup = TrainingSetup.build(config, corpus, warm.tokenizer if warm is not None else None, progress=progress)
     initial = {name: p.detach() for name, p in warm.model.named_parameters()} if warm is not None else None
     trainer = Trainer(setup, initial_weights=initial)
     run = RunDirectory.create(runs_dir, args.run, config.preset)
@@ -172,6 +173,36 @@ def drive(trainer: Any, run: Any, *, until: int | None, show_progress: bool,
         "tokenizer_identity": trainer.tokenizer.identity,
         "checkpoints": saved,
     }
+
+
+class preparation_progress:
+    """Progress of the work before the first update (tokenizer training, encoding, the
+    token cache) as rich bars on a terminal; silent otherwise. Ctrl+C stops that work
+    cleanly: the cache is written atomically and the run folder comes only after it."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        if not self.enabled:
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+        self.bar.__enter__()
+        return self.advance
+
+    def advance(self, label: str, done: int, total: int) -> None:
+        if label not in self.tasks:
+            self.tasks[label] = self.bar.add_task(label, total=total)
+        self.bar.update(self.tasks[label], completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.bar.__exit__(*exc)
 
 
 class _progress:

@@ -114,7 +114,7 @@ class TokenWindows(Sequence[Example]):
         """The windows at ``starts``: inputs are tokens 0..T-1, targets 1..T, all valid."""
         offsets = np.asarray(starts, dtype=np.int64)
         windows = torch.from_numpy(self.tokens[offsets[:, None] + self._span].astype(np.int64))
-        return Batch(windows[:, :-1], windows[:, 1:], int(offsets.size) * self.context)
+        return Batch(windows[:, :-1].contiguous(), windows[:, 1:].contiguous(), int(offsets.size) * self.context)
 
     def tiling(self) -> list[int]:
         """Non-overlapping windows from the start: every covered target predicted once."""

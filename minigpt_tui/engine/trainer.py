@@ -230,9 +230,10 @@ class Trainer:
         groups = [{"params": decay, "weight_decay": train.weight_decay}]
         if no_decay:
             groups.append({"params": no_decay, "weight_decay": 0.0})
-        self.optimizer = torch.optim.AdamW(
-            groups, lr=scheduled_lr(train, 1), betas=train.betas, eps=train.eps, foreach=False
-        )
+        # Exact precision keeps the reference per-parameter loop; fast precision takes the
+        # fused kernel (one pass over each parameter's moments).
+        kernel = {"fused": True} if train.precision == "fast" else {"foreach": False}
+        self.optimizer = torch.optim.AdamW(groups, lr=scheduled_lr(train, 1), betas=train.betas, eps=train.eps, **kernel)
         if train.batch_policy == "replacement":
             self.batches: ReplacementSampler | DocumentOrder = ReplacementSampler(
                 len(self.train_examples), config.seeds.data
