@@ -18,7 +18,8 @@ Sections (each prints ratios with their spread over interleaved, warmed-up round
 The texts are built at run time from text files already on this machine (documentation
 and licences shipped with installed Python packages); nothing is downloaded or committed.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py update
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py            # every section (long)
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py update [--small-only]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py encode
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py text [--steps 2000] [--rounds 1]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py memory
@@ -309,7 +310,7 @@ def lr_at(it):
 def get_batch(data):
     ix = torch.randint(len(data) - block, (batch,))
     w = torch.from_numpy(data[ix.numpy()[:, None] + np.arange(block + 1)])
-    return w[:, :-1], w[:, 1:]
+    return w[:, :-1].contiguous(), w[:, 1:].contiguous()
 @torch.no_grad()
 def estimate(data):
     model.eval()
@@ -408,7 +409,7 @@ def bench_memory(megabytes: int) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", choices=["update", "encode", "text", "memory"])
+    parser.add_argument("section", nargs="?", default="all", choices=["all", "update", "encode", "text", "memory"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--updates", type=int, default=20, help="updates per round (update)")
     parser.add_argument("--megabytes", type=int, default=0, help="text size (encode: 20, memory: 100)")
@@ -416,13 +417,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000, help="updates (text)")
     parser.add_argument("--small-only", action="store_true", help="update: only width 128 / 4 layers / context 64")
     args = parser.parse_args()
-    if args.section == "update":
-        bench_update(args.rounds, args.updates, UPDATE_SHAPES[:1] if args.small_only else UPDATE_SHAPES)
-    elif args.section == "encode":
+    run_all = args.section == "all"
+    if run_all or args.section == "encode":
         bench_encode(args.rounds, args.megabytes or 20, args.merges)
-    elif args.section == "text":
-        bench_text(args.rounds, args.steps)
-    else:
+    if run_all or args.section == "update":
+        bench_update(args.rounds, args.updates, UPDATE_SHAPES[:1] if args.small_only else UPDATE_SHAPES)
+    if run_all or args.section == "text":
+        bench_text(1 if run_all else args.rounds, args.steps)
+    if run_all or args.section == "memory":
         bench_memory(args.megabytes or 100)
 
 

@@ -269,3 +269,17 @@ def test_fused_attention_agrees_with_the_explicit_path_in_float64(family):
 def test_exact_precision_never_uses_fused_attention():
     trainer = stream_trainer()
     assert trainer.config.train.precision == "exact" and not trainer.model.fused_attention
+
+
+def test_merges_can_be_learned_from_a_declared_prefix_of_the_training_split():
+    from minigpt_tui.engine.trainer import merge_training_records
+
+    texts = ["abc", "defg", "hi", "jklmn"]
+    assert merge_training_records(texts, 0) == texts
+    assert merge_training_records(texts, 5) == ["abc", "defg"]
+    assert merge_training_records(texts, 1) == ["abc"]
+    config = load_config("mini", overrides={"corpus": {"source": "bundled:patterns.txt"}, "tokenizer": {"train_bytes": 2000}})
+    corpus = load_corpus(config.corpus)
+    setup = TrainingSetup.build(config, corpus)
+    assert setup.tokenizer == ByteBPETokenizer.train(merge_training_records(corpus.train, 2000), 32)
+    assert setup.tokenizer != ByteBPETokenizer.train(corpus.train, 32)

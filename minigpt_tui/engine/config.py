@@ -49,6 +49,9 @@ class ModelConfig:
 @dataclass(frozen=True)
 class TokenizerConfig:
     merges: int = 32
+    # Learn the merges from the leading training records up to this many UTF-8 bytes
+    # (whole records; at least one); 0: from the whole training split.
+    train_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,7 @@ class RunConfig:
 # saved before they existed keeps its identity and still resumes.
 LATER_SETTINGS: dict[tuple[str, str], Any] = {
     ("corpus", "mode"): "records",
+    ("tokenizer", "train_bytes"): 0,
     ("seeds", "evaluation"): 0,
     ("train", "eval_batches"): 0,
 }
@@ -280,6 +284,7 @@ def validate(config: RunConfig) -> None:
     need(m.rope_base > 0, "model.rope_base must be positive")
     need(m.gelu_approximation in GELU_APPROXIMATIONS, "model.gelu_approximation: tanh or none")
     need(config.tokenizer.merges >= 0, "tokenizer.merges must be 0 or more")
+    need(config.tokenizer.train_bytes >= 0, "tokenizer.train_bytes must be 0 (all) or positive")
     need(c.val_every >= 0 and c.val_every != 1, "corpus.val_every must be 0 (none) or at least 2")
     need(c.mode in CORPUS_MODES, f"corpus.mode must be one of {CORPUS_MODES}, got '{c.mode}'")
     need(

@@ -160,7 +160,9 @@ class TrainingSetup:
         if tokenizer is None:
             if progress is not None and config.tokenizer.merges:
                 progress("training the tokenizer", 0, 1)
-            tokenizer = ByteBPETokenizer.train(corpus.train, config.tokenizer.merges)
+            tokenizer = ByteBPETokenizer.train(
+                merge_training_records(corpus.train, config.tokenizer.train_bytes), config.tokenizer.merges
+            )
         setup = TrainingSetup(config, corpus, tokenizer, progress=progress)
         if config.corpus.mode == "stream":
             setup.token_stream()
@@ -197,6 +199,20 @@ class TrainingSetup:
             self.stream = cached_stream(corpus.identity, tokenizer.identity, corpus.source, build, check)
             check(self.stream)
         return self.stream
+
+
+def merge_training_records(texts: list[str], limit: int) -> list[str]:
+    """The leading records whose UTF-8 bytes reach ``limit`` (whole records, at least one);
+    every record when ``limit`` is 0."""
+    if not limit:
+        return texts
+    taken, size = [], 0
+    for text in texts:
+        if taken and size >= limit:
+            break
+        taken.append(text)
+        size += len(text.encode("utf-8"))
+    return taken
 
 
 class Trainer:
