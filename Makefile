@@ -6,12 +6,16 @@ STAMP := $(VENV)/.installed
 # torch==2.13.0 is installed first and pinned, so the package's torch range never
 # pulls a multi-GB CUDA build from the index.
 TORCH_PIN ?= torch==2.13.0
+# Where torch comes from: empty means pip's own configuration; set it to a PyTorch wheel index
+# (CPU or a CUDA version) to choose the build, e.g. make run TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
+TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
-.PHONY: run test bench verify clean
+.PHONY: run test bench verify wheel-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_INDEX_ARG) $(TORCH_PIN)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]' $(TORCH_PIN)
 	touch $(STAMP)
 
@@ -23,6 +27,10 @@ test: $(STAMP)
 
 verify: $(STAMP)
 	$(VENV)/bin/minigpt-tui verify --preset tiny
+
+# Build the wheel, install it into a fresh virtual environment and run the installed command.
+wheel-check: $(STAMP)
+	PYTHON=$(PYTHON) BUILD_PY=$(PY) TORCH_PIN='$(TORCH_PIN)' bash tools/check_wheel.sh
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="minigpt-tui",
         description="Train, save, resume, inspect and interrogate a Mini GPT on the CPU.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("--runs-dir", help="runs directory (default: the user data dir)")
     parser.add_argument("--preset", default="mini", help="preset for a new run in the app (default: mini)")
     parser.add_argument("--corpus", help="corpus file or folder for a new run in the app")
@@ -32,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser
+
+
+def _version() -> str:
+    from minigpt_tui import __version__
+
+    return __version__
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ import json
 import os
 import pickle
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import torch
@@ -171,3 +171,41 @@ def test_cli_inspect_nanogpt_json(tmp_path):
     table = subprocess.run(cli_command("inspect", str(tmp_path / "ckpt.pt")), capture_output=True, text=True,
                            env=cli_env(tmp_path), timeout=120)
     assert table.returncode == 0 and "iter_num" in table.stdout
+
+
+def _known_safe_values() -> dict[str, object]:
+    import argparse
+
+    import numpy
+
+    return {
+        "numpy scalar": {"best_val_loss": numpy.float64(1.8125), "iter_num": numpy.int64(250)},
+        "argparse.Namespace": {"args": argparse.Namespace(lr=6e-4, dataset="shakespeare_char")},
+        "pathlib path": {"out_dir": Path("/tmp/out"), "data": PurePosixPath("data/train.bin")},
+    }
+
+
+@pytest.mark.parametrize("kind", ["numpy scalar", "argparse.Namespace", "pathlib path"])
+def test_routine_values_beside_tensors_open_and_show_as_records(tmp_path, kind):
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": {"w": torch.arange(4.0)}, **_known_safe_values()[kind]}, path)
+    inspection = inspect_path(path)
+    assert [row.name for row in inspection.entries] == ["model.w"]
+    records = json.loads(json.dumps(inspection.state))  # JSON-ready
+    text = json.dumps(records)
+    expected = {"numpy scalar": ["1.8125", "250"], "argparse.Namespace": ["shakespeare_char", "0.0006"],
+                "pathlib path": ["/tmp/out", "data/train.bin"]}[kind]
+    assert all(value in text for value in expected), text
+    assert "np.float64" not in text and "Namespace(" not in text and "PosixPath" not in text
+
+
+@pytest.mark.parametrize("kind", ["numpy scalar", "argparse.Namespace", "pathlib path"])
+def test_a_code_payload_beside_an_allowed_value_is_still_refused(tmp_path, kind):
+    target = tmp_path / "pwned"
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": {"w": torch.zeros(2)}, **_known_safe_values()[kind], "payload": RunsAShellCommand(target)},
+               path)
+    with pytest.raises(CheckpointError, match="code execution") as caught:
+        inspect_path(path)
+    assert "system" in str(caught.value) and "\n" not in str(caught.value)
+    assert not target.exists()

@@ -162,9 +162,42 @@ def test_hf_tokenizer_encodes_to_our_ids(exported, preset):
     assert len(tokenizer) == ours.tokenizer.vocab_size
     records = load_corpus(load_config(preset).corpus).train
     for text in PROMPTS[preset] + records:
-        expected = ours.tokenizer.encode(text)  # BOS ... EOS
+        expected = ours.tokenizer.encode_prompt(text)  # BOS, the text, no EOS: a prompt to continue
         assert tokenizer(text)["input_ids"] == expected, text
         assert tokenizer.decode(expected, skip_special_tokens=True) == text
+
+
+def _our_greedy(ours: PortableModel, prompt: str) -> tuple[list[int], int]:
+    """Our greedy continuation of ``prompt`` and the budget that keeps it inside the context."""
+    budget = min(12, ours.config.context - len(ours.tokenizer.encode_prompt(prompt)))
+    stepper = DecisionStepper(ours.model, ours.tokenizer, prompt, GenerationRule.greedy(max_new_tokens=budget))
+    stepper.run()
+    return stepper.generated_ids, budget
+
+
+@pytest.mark.parametrize("preset,dtype", CASES)
+def test_generate_on_the_exported_tokenizer_output_gives_our_greedy_ids(exported, preset, dtype):
+    """The usual call: ``model.generate(**tok(prompt, return_tensors="pt"))``, nothing else set."""
+    ours, _, model, tokenizer = exported[(preset, dtype)]
+    for prompt in PROMPTS[preset]:
+        expected, budget = _our_greedy(ours, prompt)
+        inputs = tokenizer(prompt, return_tensors="pt")
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=budget)
+        prompt_length = inputs["input_ids"].shape[1]
+        assert out[0, :prompt_length].tolist() == ours.tokenizer.encode_prompt(prompt)
+        assert out[0, prompt_length:].tolist() == expected, prompt
+
+
+@pytest.mark.parametrize("preset,dtype", CASES)
+def test_text_generation_pipeline_on_the_export_gives_our_greedy_text(exported, preset, dtype):
+    ours, folder, _, _ = exported[(preset, dtype)]
+    generator = transformers.pipeline("text-generation", model=str(folder), dtype=dtype)
+    for prompt in PROMPTS[preset]:
+        expected, budget = _our_greedy(ours, prompt)
+        expected_text = ours.tokenizer.decode(expected).data.decode("utf-8", errors="replace")
+        result = generator(prompt, max_new_tokens=budget, return_full_text=False)
+        assert result[0]["generated_text"] == expected_text, prompt
 
 
 def test_tokenizer_with_two_merges_of_the_same_bytes_is_refused(tmp_path):

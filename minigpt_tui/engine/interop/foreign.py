@@ -19,6 +19,7 @@ through the index's ``weight_map`` and read alone from that shard; a pickle is l
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import math
@@ -27,7 +28,7 @@ import re
 import warnings
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection, TensorRead
@@ -121,6 +122,12 @@ def _jsonable(value: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, argparse.Namespace):
+        return _jsonable(vars(value))
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):  # a numpy scalar
+        return _jsonable(value.item())
     text = repr(value)
     return text if len(text) <= RECORD_TEXT_LIMIT else text[: RECORD_TEXT_LIMIT - 1] + "…"
 
@@ -374,6 +381,26 @@ def _refusal(path: Path, message: str) -> CheckpointError:
     return CheckpointError(f"{path}: refused by the weights-only loader{': ' + detail if detail else ''}; it was not run")
 
 
+def known_safe_globals() -> list[Any]:
+    """The only classes a pickle may name beyond torch's own weights-only set: values that
+    routine training scripts store beside their tensors and that cannot run code when
+    rebuilt. numpy scalars (with their dtypes), ``argparse.Namespace`` (the script's
+    arguments) and ``pathlib`` paths. Everything else stays refused."""
+    import argparse
+    import pathlib
+
+    import numpy
+
+    core = getattr(numpy, "_core", None) or numpy.core  # numpy 2 renamed numpy.core
+    dtype_classes = [getattr(numpy.dtypes, name) for name in dir(numpy.dtypes) if name.endswith("DType")]
+    return [
+        core.multiarray.scalar, numpy.dtype, *dtype_classes,
+        argparse.Namespace,
+        pathlib.PurePath, pathlib.PurePosixPath, pathlib.PureWindowsPath,
+        pathlib.Path, pathlib.PosixPath, pathlib.WindowsPath,
+    ]
+
+
 def load_torch_pickle(path: Path, *, mmap: bool = False) -> Any:
     """``torch.load(path, weights_only=True, map_location="cpu")``: the only way this
     project opens a pickle. Every failure is one line. ``mmap`` maps a torch zip's tensor
@@ -383,7 +410,8 @@ def load_torch_pickle(path: Path, *, mmap: bool = False) -> Any:
     import torch
 
     try:
-        with opening_errors(path, "a PyTorch checkpoint"), warnings.catch_warnings():
+        with opening_errors(path, "a PyTorch checkpoint"), warnings.catch_warnings(), \
+                torch.serialization.safe_globals(known_safe_globals()):
             warnings.simplefilter("ignore")
             if mmap and zipfile.is_zipfile(path):
                 return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
@@ -412,6 +440,8 @@ def _walk(value: Any, prefix: str, group: str, tensors: list[_Found], records: d
         if value.numel() == 1 and not value.is_complex():
             records[prefix] = _jsonable(value.item())
         return
+    if isinstance(value, argparse.Namespace):
+        value = vars(value)
     if isinstance(value, dict):
         for key, inner in value.items():
             name = f"{prefix}.{key}" if prefix else str(key)

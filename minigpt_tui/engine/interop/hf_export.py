@@ -99,7 +99,9 @@ def hf_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[
         GENERATION_CONFIG_FILE: _json_bytes({
             "bos_token_id": hf_config["bos_token_id"],
             "eos_token_id": hf_config["eos_token_id"],
-            "pad_token_id": None,
+            # Our rule: BOS is never chosen; padding (batched prompts) uses EOS.
+            "pad_token_id": hf_config["eos_token_id"],
+            "suppress_tokens": [hf_config["bos_token_id"]],
             "do_sample": False,
         }),
         CONFIG_FILE: _json_bytes(hf_config),

@@ -3,8 +3,10 @@
 The layout that holds exactly our ids: a BPE model whose vocabulary maps ByteLevel-mapped
 strings to ids (``<bos>`` 0, ``<eos>`` 1, byte b at b + 2, merge r at 258 + r), the merges
 in rank order, a ``ByteLevel(add_prefix_space=False, use_regex=False)`` pre-tokenizer (the
-whole text is one word, as in our tokenizer, which never pre-splits), a ``<bos> $A <eos>``
-template post-processor, and no normalizer. BPE applies the lowest-ranked merge present
+whole text is one word, as in our tokenizer, which never pre-splits), a ``<bos> $A``
+template post-processor (a prompt encodes as our ``encode_prompt`` does: BOS, then the text,
+no EOS, so transformers' ``generate`` and ``pipeline`` continue it; the EOS that closes each
+training document is added by our trainer, not by this file), and no normalizer. BPE applies the lowest-ranked merge present
 first; a merge of rank r only involves ids below 258 + r, so every occurrence of one rank
 is merged before any later rank can apply, exactly as our encoder does.
 
@@ -105,8 +107,8 @@ def tokenizer_json(tokenizer: ByteBPETokenizer) -> dict[str, Any]:
         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
         "post_processor": {
             "type": "TemplateProcessing",
-            "single": [_special(BOS_TOKEN), _sequence("A", 0), _special(EOS_TOKEN)],
-            "pair": [_special(BOS_TOKEN), _sequence("A", 0), _special(EOS_TOKEN), _sequence("B", 1), _special(EOS_TOKEN, 1)],
+            "single": [_special(BOS_TOKEN), _sequence("A", 0)],
+            "pair": [_special(BOS_TOKEN), _sequence("A", 0), _sequence("B", 1)],
             "special_tokens": {
                 BOS_TOKEN: {"id": BOS_TOKEN, "ids": [BOS], "tokens": [BOS_TOKEN]},
                 EOS_TOKEN: {"id": EOS_TOKEN, "ids": [EOS], "tokens": [EOS_TOKEN]},
@@ -136,7 +138,7 @@ def tokenizer_config(context: int) -> dict[str, Any]:
         "bos_token": BOS_TOKEN,
         "eos_token": EOS_TOKEN,
         "add_bos_token": True,
-        "add_eos_token": True,
+        "add_eos_token": False,
         "split_special_tokens": True,
         "clean_up_tokenization_spaces": False,
         "model_max_length": context,
