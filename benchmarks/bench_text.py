@@ -236,7 +236,7 @@ def bench_encode(rounds: int, megabytes: int, merges: int) -> dict[str, object]:
 
     def theirs() -> float:
         start = time.perf_counter()
-        library.encode_batch(records, add_special_tokens=True)
+        library.encode_batch(records, add_special_tokens=False)
         return time.perf_counter() - start
 
     ours(), theirs()

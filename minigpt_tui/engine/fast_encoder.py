@@ -2,7 +2,7 @@
 
 Our Python encoder (:class:`ByteBPETokenizer`) is the definition. The exported
 ``tokenizer.json`` layout (see ``interop.hf_tokenizer``) reproduces it: the whole text is one
-word, merges apply lowest rank first, and the template adds BOS and EOS. A tokenizer whose
+word and merges apply lowest rank first; BOS and EOS are added here, around each text. A tokenizer whose
 merges the format cannot hold apart (two merges with the same bytes) has no fast encoder;
 its texts go through our encoder.
 """
@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from minigpt_tui.engine.errors import TokenizerError
-from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+from minigpt_tui.engine.tokenizer import BOS, EOS, ByteBPETokenizer
 
 
 class FastEncoder:
@@ -28,7 +28,8 @@ class FastEncoder:
         self._fast: Any = Tokenizer.from_str(json.dumps(tokenizer_json(tokenizer)))
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
-        return [encoding.ids for encoding in self._fast.encode_batch(texts, add_special_tokens=True)]
+        encodings = self._fast.encode_batch(texts, add_special_tokens=False)
+        return [[BOS, *encoding.ids, EOS] for encoding in encodings]
 
 
 def fast_encoder(tokenizer: ByteBPETokenizer) -> FastEncoder | None:

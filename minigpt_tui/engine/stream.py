@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import overload
 
 import numpy as np
@@ -59,7 +60,7 @@ def encode_records(
     for start in range(0, len(texts), ENCODE_CHUNK):
         chunk = list(texts[start : start + ENCODE_CHUNK])
         ids = encode_many(chunk)
-        parts.append(np.fromiter((i for row in ids for i in row), dtype=dtype, count=sum(len(r) for r in ids)))
+        parts.append(np.fromiter(chain.from_iterable(ids), dtype=dtype, count=sum(map(len, ids))))
         if progress is not None:
             progress(label, min(start + ENCODE_CHUNK, len(texts)), len(texts))
     return np.concatenate(parts)
