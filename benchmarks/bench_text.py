@@ -156,13 +156,13 @@ UPDATE_SHAPES = [
 ]
 
 
-def bench_update(rounds: int, updates: int, shapes: list[dict[str, int]]) -> list[dict[str, object]]:
+def bench_update(work: Path, rounds: int, updates: int, shapes: list[dict[str, int]]) -> list[dict[str, object]]:
     from minigpt_tui.engine.config import load_config
     from minigpt_tui.engine.corpus import load_corpus
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
 
     results = []
-    text_path = Path(tempfile.mkdtemp(prefix="bench-text-")) / "text.txt"
+    text_path = work / "update.txt"
     text_path.write_text(english_text(400_000), "utf-8")
     os.environ.setdefault("MINIGPT_TUI_CACHE_DIR", str(text_path.parent / "cache"))
     for threads in (1, 2):
@@ -334,8 +334,7 @@ print(json.dumps(last))
 '''
 
 
-def bench_text(rounds: int, steps: int) -> dict[str, object]:
-    work = Path(tempfile.mkdtemp(prefix="bench-text-"))
+def bench_text(work: Path, rounds: int, steps: int) -> dict[str, object]:
     corpus = work / "english.txt"
     corpus.write_text(english_text(1_000_000), "utf-8")
     env = dict(os.environ, PYTHONPATH=str(ROOT), MINIGPT_TUI_RUNS_DIR=str(work / "runs"),
@@ -369,8 +368,7 @@ def bench_text(rounds: int, steps: int) -> dict[str, object]:
 
 
 # -- memory -----------------------------------------------------------------------------------
-def bench_memory(megabytes: int) -> dict[str, object]:
-    work = Path(tempfile.mkdtemp(prefix="bench-text-"))
+def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
     corpus = work / "big.txt"
     block = english_text(4_000_000)
     with corpus.open("w", encoding="utf-8") as out:
@@ -418,14 +416,16 @@ def main() -> None:
     parser.add_argument("--small-only", action="store_true", help="update: only width 128 / 4 layers / context 64")
     args = parser.parse_args()
     run_all = args.section == "all"
-    if run_all or args.section == "encode":
-        bench_encode(args.rounds, args.megabytes or 20, args.merges)
-    if run_all or args.section == "update":
-        bench_update(args.rounds, args.updates, UPDATE_SHAPES[:1] if args.small_only else UPDATE_SHAPES)
-    if run_all or args.section == "text":
-        bench_text(1 if run_all else args.rounds, args.steps)
-    if run_all or args.section == "memory":
-        bench_memory(args.megabytes or 100)
+    with tempfile.TemporaryDirectory(prefix="bench-text-") as folder:
+        work = Path(folder)
+        if run_all or args.section == "encode":
+            bench_encode(args.rounds, args.megabytes or 20, args.merges)
+        if run_all or args.section == "update":
+            bench_update(work, args.rounds, args.updates, UPDATE_SHAPES[:1] if args.small_only else UPDATE_SHAPES)
+        if run_all or args.section == "text":
+            bench_text(work, 1 if run_all else args.rounds, args.steps)
+        if run_all or args.section == "memory":
+            bench_memory(work, args.megabytes or 100)
 
 
 if __name__ == "__main__":
