@@ -73,7 +73,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", help="UTF-8 text file (one record per line or paragraphs) or folder")
     parser.add_argument("--val-every", type=int, help="every Nth record is validation (0: none)")
     parser.add_argument("--steps", type=int, help="number of updates")
-    parser.add_argument("--seed", type=int, help="one seed from which init, data, dropout and sampling derive")
+    parser.add_argument("--seed", type=int, help="one seed from which the init, data, dropout, sampling and evaluation seeds derive")
     parser.add_argument("--precision", choices=["exact", "fast"], help="exact: float64, one thread")
     parser.add_argument("--threads", type=int, help="threads in fast precision")
 

@@ -85,7 +85,7 @@ class NewRunForm:
             if not 0 <= seed < 2**64:
                 raise ConfigError("seed must be an unsigned 64-bit integer")
             derived = SeedConfig.derive(seed)
-            overrides["seeds"] = {name: getattr(derived, name) for name in SEED_STREAMS}
+            overrides["seeds"] = {name: getattr(derived, name) for name in (*SEED_STREAMS, "evaluation")}
         else:
             overrides["seeds"] = {name: value for name, value in streams.items() if value is not None}
         return load_config(self.preset, None, overrides)
@@ -134,7 +134,7 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
                 yield Select([("exact (float64, 1 thread)", "exact"), ("fast (float32)", "fast")],
                              value=current.train.precision, allow_blank=False, compact=True, id="precision")
                 yield Label("one seed")
-                yield Input(placeholder="derives all four stream seeds", compact=True, id="seed")
+                yield Input(placeholder="derives every stream seed", compact=True, id="seed")
                 for name in SEED_STREAMS:
                     yield Label(f"{name} seed")
                     yield Input(placeholder=str(getattr(current.seeds, name)), compact=True, id=name)
