@@ -301,8 +301,8 @@ def capture_state(trainer: "Trainer") -> CapturedState:
             "pending_microbatches": trainer.pending_microbatches,
             "batch_size": train.batch_size,
         },
-        "data_progress": {"policy": train.batch_policy, **trainer.data_summary(), **_data_summary(trainer),
-                          "next_batch": trainer.next_batch()},
+        "data_progress": {"policy": train.batch_policy, **_data_summary(trainer), "next_batch": trainer.next_batch(),
+                          **(trainer.data_summary() if trainer.stream_mode else {})},
         "randomness": {
             "dropout_seed": trainer.dropout_seed,
             "dropout_counter": trainer.dropout_counter,
