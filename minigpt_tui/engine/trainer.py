@@ -51,7 +51,8 @@ def apply_precision(train: TrainConfig) -> None:
         torch.use_deterministic_algorithms(True)
     else:
         torch.set_num_threads(train.threads)
-        torch.use_deterministic_algorithms(False)
+        if torch.are_deterministic_algorithms_enabled():  # the call itself imports the compiler (~1 s)
+            torch.use_deterministic_algorithms(False)
 
 
 def scheduled_lr(train: TrainConfig, step: int) -> float:
