@@ -11,7 +11,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
-.PHONY: run test bench verify wheel-check clean
+.PHONY: run test test-slow bench verify wheel-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/minigpt-tui
 
+# The suite without the long multi-process experiments (marked slow); CI runs both.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
 
 verify: $(STAMP)
 	$(VENV)/bin/minigpt-tui verify --preset tiny

@@ -4,11 +4,16 @@
    line of text and a Footer), both launched in a fresh tmux pane and polled with
    capture-pane until their first frame shows. ``python -c "import torch"`` is timed as
    a reference: the app's first frame must come before torch could have been imported.
-2. Key press to screen change while training: with a mini run training, ``?`` opens the
-   help and ``escape`` closes it; the time from send-keys to the changed pane.
-3. Training speed: updates per second of ``minigpt-tui train`` (headless, with its progress
+2. Key press to screen change, the time from send-keys to the changed pane: ``t``/``c``
+   switching between the Training and Checkpoints screens while idle and while a mini run
+   trains, the overlay dialog (``o``, closed with ``escape``, which adds Textual's
+   ESCDELAY) and the help (``?`` opens and closes it) while it trains.
+3. Training speed: records per second of ``minigpt-tui train`` (headless, with its progress
    bar) against the app training the same run, both measured from the growth of the run's
    ``metrics.jsonl`` between 10% and 90% of the schedule.
+
+Where two sides are compared (1 and 3), they run in rounds whose order alternates, so
+neither always runs first.
 
     .venv/bin/python benchmarks/bench_app.py [--updates 1500] [--repeats 2]
 """
@@ -81,13 +86,19 @@ def first_frame(repeats: int, work: Path) -> None:
     bare_script = work / "bare_app.py"
     bare_script.write_text(BARE_APP)
     bare, app = [], []
-    for i in range(repeats):
+    def bare_side() -> None:
         pane = Pane(f"{sys.executable} {bare_script}", "bench-bare")
         bare.append(pane.wait_for(lambda t: "bare textual app ready" in t) - pane.started)
         pane.close()
+
+    def app_side() -> None:
         pane = Pane(f"{APP} --runs-dir {work / 'runs-first-frame'}", "bench-app")
         app.append(pane.wait_for(lambda t: "minigpt-tui — Training" in t and "next run" in t) - pane.started)
         pane.close()
+
+    for i in range(repeats):
+        for side in (bare_side, app_side) if i % 2 == 0 else (app_side, bare_side):
+            side()
     torch_import = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -148,17 +159,23 @@ def start_app_run(pane: Pane, updates: int) -> None:
 def training_speed(updates: int, repeats: int, work: Path) -> None:
     headless, app = [], []
     total = expected_lines(updates)
-    for i in range(repeats):
+    def headless_side(i: int) -> None:
         runs = work / f"runs-headless-{i}"
         pane = Pane(f"{APP} train --preset mini --steps {updates} --runs-dir {runs}", "bench-headless")
         headless.append(growth_rate(runs, total, timeout=300))
         pane.close()
+
+    def app_side(i: int) -> None:
         runs = work / f"runs-app-{i}"
         pane = Pane(f"{APP} --runs-dir {runs}", "bench-app")
         start_app_run(pane, updates)
         app.append(growth_rate(runs, total, timeout=300))
         pane.keys("x")
         pane.close()
+
+    for i in range(repeats):
+        for side in (headless_side, app_side) if i % 2 == 0 else (app_side, headless_side):
+            side(i)
     h, a = max(headless), max(app)
     hm, am = statistics.median(headless), statistics.median(app)
     print(f"training speed (mini, {updates} updates, {repeats} alternating rounds): best headless {h:.1f} "

@@ -10,8 +10,10 @@ named baseline.
    trainer, against ``torch.load(weights_only=True)`` and ``load_state_dict`` into a ready
    model and optimizer. ``safetensors.load_file`` maps lazily, so both sides are timed up
    to the restored trainer / model, never only the call that opens the file.
-3. Header-only inspection of a >= 200 MB safetensors file (in process) against
-   ``torch.load(weights_only=True)`` of the same tensors saved as ``.pt`` (and mmap=True).
+3. Header-only inspection of a >= 200 MB safetensors file (in process) against the
+   safetensors library's own header path (``safe_open``: names, shapes, metadata) and
+   ``torch.load(weights_only=True)`` of the same tensors saved as ``.pt`` (whole, and with
+   mmap=True), every side the same number of rounds.
 4. Statistics of one tensor, reading that tensor alone, against loading the whole file.
 
 Every figure is the best (and median) of several rounds run in alternation with the
@@ -35,8 +37,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from timing import interleaved, ratio
 
-from minigpt_tui.engine.checkpoint import directory, portable, safetensors_io, training_state
+from minigpt_tui.engine.checkpoint import directory, portable, safetensors_io, state_parts, training_state
 from minigpt_tui.engine.checkpoint.directory import load_into_trainer, save_checkpoint
 from minigpt_tui.engine.checkpoint.inspect import inspect_path, tensor_statistics
 from minigpt_tui.engine.checkpoint.safetensors_io import load_file, read_header, read_tensor, write_safetensors
@@ -45,6 +49,7 @@ from minigpt_tui.engine.corpus import load_corpus
 from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
 
 ROUNDS = 25
+HEADER_ROUNDS = 7
 
 
 def best_of(rounds: int, action: Callable[[], object]) -> tuple[float, float]:
@@ -56,20 +61,24 @@ def best_of(rounds: int, action: Callable[[], object]) -> tuple[float, float]:
     return min(times), statistics.median(times)
 
 
-def interleaved(rounds: int, *actions: Callable[[], object]) -> list[tuple[float, float]]:
+def interleaved_best(rounds: int, *actions: Callable[[], object]) -> list[tuple[float, float]]:
     """Best and median of each action, run in alternation so that the load of a shared
     machine falls on every side alike."""
     return [(best, median) for best, median, _ in interleaved_with_cpu(rounds, *actions)]
 
 
 def interleaved_with_cpu(rounds: int, *actions: Callable[[], object]) -> list[tuple[float, float, float]]:
-    """As :func:`interleaved`, plus the median CPU time of this process (all its threads,
+    """As :func:`interleaved_best`, plus the median CPU time of this process (all its threads,
     kernel time included) per call: the work done, which other users of a shared machine
     do not change the way they change the wall-clock figures."""
     times: list[list[float]] = [[] for _ in actions]
     cpu: list[list[float]] = [[] for _ in actions]
-    for _ in range(rounds):
-        for i, action in enumerate(actions):
+    for action in actions:  # warm-up, untimed
+        action()
+    for r in range(rounds):
+        # The order rotates each round: no side always runs first, or after the same neighbour.
+        for i in [(r + k) % len(actions) for k in range(len(actions))]:
+            action = actions[i]
             start, start_cpu = time.perf_counter(), time.process_time()
             action()
             times[i].append(time.perf_counter() - start)
@@ -120,7 +129,7 @@ def measured_fsync_and_hashing(skip: bool = False):
     class HashModule:
         sha256 = TimedHash
 
-    modules = (safetensors_io, portable, training_state, directory)
+    modules = (safetensors_io, portable, training_state, state_parts, directory)
     saved = {m: getattr(m, "hashlib", None) for m in modules}
     os.fsync = timed(real_fsync)
     if skip:  # nor start writing pages out early (a hint the fsync would follow up)
@@ -252,23 +261,33 @@ def inspection(work: Path) -> None:
     torch.save(dict(tensors), big_pt)
     del tensors
     size = big.stat().st_size
-    inspect_path(big)
-    header_best, header_median = best_of(50, lambda: read_header(big))
-    inspect_best, inspect_median = best_of(50, lambda: inspect_path(big))
-    torch.load(big_pt, weights_only=True)
-    load_best, _ = best_of(3, lambda: torch.load(big_pt, weights_only=True))
-    mmap_best, _ = best_of(7, lambda: torch.load(big_pt, weights_only=True, mmap=True))
-    print(f"\n3. header-only inspection of a {size / 1e6:.0f} MB safetensors file ({count} tensors)")
-    print(f"   read_header                         best {header_best * 1e3:8.3f} ms  median {header_median * 1e3:8.3f} ms")
-    print(f"   inspect_path (entries, groups)      best {inspect_best * 1e3:8.3f} ms  median {inspect_median * 1e3:8.3f} ms")
-    print(f"   torch.load(weights_only=True)       best {load_best * 1e3:8.1f} ms")
-    print(f"   torch.load(weights_only, mmap=True) best {mmap_best * 1e3:8.3f} ms")
-    print(f"   ratio torch.load / inspect_path = {load_best / inspect_best:.0f}x   "
-          f"torch.load(mmap) / inspect_path = {mmap_best / inspect_best:.1f}x")
+    def safe_open_header() -> None:
+        # The safetensors library's own header-only path: names, dtypes, shapes, metadata.
+        with safe_open(str(big), framework="pt") as handle:
+            handle.metadata()
+            for key in handle.keys():
+                handle.get_slice(key).get_shape()
+
+    timings = interleaved({
+        "read_header": lambda: read_header(big),
+        "inspect_path (entries, groups)": lambda: inspect_path(big),
+        "safetensors safe_open (header)": safe_open_header,
+        "torch.load(weights_only, mmap)": lambda: torch.load(big_pt, weights_only=True, mmap=True),
+        "torch.load(weights_only=True)": lambda: torch.load(big_pt, weights_only=True),
+    }, HEADER_ROUNDS)
+    print(f"\n3. header-only inspection of a {size / 1e6:.0f} MB safetensors file ({count} tensors); "
+          f"{HEADER_ROUNDS} rounds each after a warm-up, order rotating")
+    for timing in timings.values():
+        print("   " + timing.line())
+    inspect = timings["inspect_path (entries, groups)"]
+    print("   " + ratio(inspect, timings["safetensors safe_open (header)"]))
+    for slower in ("torch.load(weights_only, mmap)", "torch.load(weights_only=True)"):
+        print("   " + ratio(timings[slower], inspect))
 
     name = "layers.13.weight"
     stats_best, stats_median = best_of(7, lambda: tensor_statistics(big, name))
-    (one_best, _), (whole_best, _) = interleaved(5, lambda: read_tensor(big, name), lambda: load_file(big).tensor(name))
+    (one_best, _), (whole_best, _) = interleaved_best(7, lambda: read_tensor(big, name),
+                                                      lambda: load_file(big).tensor(name))
     stats = tensor_statistics(big, name)
     print(f"\n4. statistics of one tensor ({name}: {stats['bytes_read'] / 1e6:.1f} MB read of a {size / 1e6:.0f} MB file)")
     print(f"   tensor_statistics (read + min/max/mean/std/zeros/histogram) best {stats_best * 1e3:7.1f} ms  "

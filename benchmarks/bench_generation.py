@@ -1,24 +1,24 @@
 """Time per generation decision: recompute against KV cache, and the stepper against a bare loop.
 
 For the mini and small presets (fresh models, no training needed for timing), a greedy
-continuation from a short prompt runs until the context is full. Measured, best of
-ROUNDS, per decision:
+continuation from a short prompt runs until the context is full. Each side is warmed up
+once, then the three run in rounds whose order rotates; per decision:
 
 - recompute: the stepper's default, the whole prefix every decision;
 - kv-cache: the stepper feeding only the newest id after the first decision;
 - bare: a baseline greedy loop (forward the prefix, argmax of the last logits, append)
   with no decision records, to show what the records cost.
 
-Ratios printed: recompute / kv-cache and stepper (recompute) / bare.
+Ratios printed (median of the per-round ratios, with their range): recompute / kv-cache
+and stepper (recompute) / bare.
 
     .venv/bin/python benchmarks/bench_generation.py
 """
 
 from __future__ import annotations
 
-import time
-
 import torch
+from timing import Timing, interleaved, ratio
 
 from minigpt_tui.engine.config import load_config
 from minigpt_tui.engine.corpus import load_corpus
@@ -26,26 +26,23 @@ from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
 from minigpt_tui.engine.model import MiniGPT
 from minigpt_tui.engine.trainer import TrainingSetup, apply_precision, dtype_for
 
-ROUNDS = 3
+ROUNDS = 5
 PROMPT = "The key is red. Answer: "
 
 
-def stepper_round(model: MiniGPT, tokenizer, budget: int, kv: bool) -> tuple[float, int]:
+def stepper_round(model: MiniGPT, tokenizer, budget: int, kv: bool) -> int:
     stepper = DecisionStepper(model, tokenizer, PROMPT, GenerationRule(max_new_tokens=budget),
                               use_kv_cache=kv, top_n=10)
-    start = time.perf_counter()
     stepper.run()
-    return time.perf_counter() - start, len(stepper.decisions)
+    return len(stepper.decisions)
 
 
-def bare_round(model: MiniGPT, tokenizer, decisions: int) -> float:
+def bare_round(model: MiniGPT, tokenizer, decisions: int) -> None:
     ids = tokenizer.encode_prompt(PROMPT)
-    start = time.perf_counter()
     with torch.no_grad():
         for _ in range(decisions):
             logits = model(torch.tensor([ids]))
             ids.append(int(logits.logits[0, -1, 1:].argmax()) + 1)  # never BOS
-    return time.perf_counter() - start
 
 
 def bench(preset: str) -> None:
@@ -55,21 +52,22 @@ def bench(preset: str) -> None:
     model = MiniGPT(config.model, setup.tokenizer.vocab_size, dtype_for(config.train.precision))
     model.initialize(config.seeds.init)
     model.eval()
-    budget = config.model.context - len(setup.tokenizer.encode_prompt(PROMPT))
-    recompute, cached, bare = [], [], []
-    for _ in range(ROUNDS):
-        t, n = stepper_round(model, setup.tokenizer, budget, kv=False)
-        recompute.append(t / n)
-        t, n_kv = stepper_round(model, setup.tokenizer, budget, kv=True)
-        cached.append(t / n_kv)
-        bare.append(bare_round(model, setup.tokenizer, n) / n)
-    r, c, b = min(recompute), min(cached), min(bare)
+    tokenizer = setup.tokenizer
+    budget = config.model.context - len(tokenizer.encode_prompt(PROMPT))
+    decisions = stepper_round(model, tokenizer, budget, kv=False)
+    timings = interleaved({
+        "recompute": lambda: stepper_round(model, tokenizer, budget, kv=False),
+        "kv-cache": lambda: stepper_round(model, tokenizer, budget, kv=True),
+        "bare loop": lambda: bare_round(model, tokenizer, decisions),
+    }, ROUNDS, warmup=1)
+    per_decision = {name: Timing(name, tuple(t / decisions for t in timing.seconds)) for name, timing in timings.items()}
     print(f"{preset}: {config.model.family}, context {config.model.context}, {config.dtype_name}, "
-          f"{torch.get_num_threads()} thread(s), {n} decisions from a {config.model.context - budget}-id prompt")
-    print(f"  recompute   {r * 1e3:8.3f} ms/decision")
-    print(f"  kv-cache    {c * 1e3:8.3f} ms/decision")
-    print(f"  bare loop   {b * 1e3:8.3f} ms/decision (baseline: no records, recompute)")
-    print(f"  recompute / kv-cache = {r / c:.2f}x;  stepper / bare = {r / b:.2f}x")
+          f"{torch.get_num_threads()} thread(s), {decisions} decisions from a {config.model.context - budget}-id "
+          f"prompt, per decision, {ROUNDS} rounds after a warm-up, order rotating")
+    for timing in per_decision.values():
+        print("  " + timing.line())
+    print("  " + ratio(per_decision["recompute"], per_decision["kv-cache"]))
+    print("  " + ratio(per_decision["recompute"], per_decision["bare loop"]))
 
 
 def main() -> None:

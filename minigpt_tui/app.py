@@ -19,6 +19,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
+from minigpt_tui.engine.session.events import Command
 from minigpt_tui.messages import EngineImported
 from minigpt_tui.screens import MAIN_SCREENS, ScreenEntry
 
@@ -30,27 +31,14 @@ class LaunchSettings:
     runs_dir: Path
     preset: str = "mini"
     corpus: str | None = None
+    attach: Path | None = None  # a run folder another process writes: the Training screen follows it
 
 
 def resolve_next_config(settings: LaunchSettings, overrides: dict[str, dict[str, Any]] | None = None) -> Any:
     """The RunConfig that ``space`` starts (config resolution does not import torch)."""
-    from minigpt_tui.engine.config import load_config
+    from minigpt_tui.engine.session.inputs import RunChoices
 
-    merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
-    if settings.corpus:
-        check_corpus_path(settings.corpus)
-        merged.setdefault("corpus", {})["source"] = str(Path(settings.corpus).expanduser().resolve())
-    return load_config(settings.preset, None, merged)
-
-
-def check_corpus_path(source: str) -> None:
-    from minigpt_tui.engine.errors import CorpusError
-
-    if source.startswith("bundled:"):
-        return
-    path = Path(source).expanduser()
-    if not path.exists():
-        raise CorpusError(f"corpus not found: {path}")
+    return RunChoices(settings.preset, corpus=settings.corpus).resolve(extra=overrides)
 
 
 class MiniGPTApp(App[None]):
@@ -84,10 +72,18 @@ class MiniGPTApp(App[None]):
         self.preload_engine = preload_engine
         self.engine_import_seconds: float | None = None
         self.screen_entries: dict[str, ScreenEntry] = {entry.mode: entry for entry in MAIN_SCREENS}
-        self.available_modes = {entry.mode for entry in MAIN_SCREENS if entry.available()}
         self.main_screens: dict[str, Screen] = {}
-        for mode in self.available_modes:
+        for mode in self.screen_entries:
             self.add_mode(mode, lambda mode=mode: self._create_main_screen(mode))
+
+    def notify(self, message: str, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Every notification shows its text as given: control characters escaped (a file
+        or tensor name may hold terminal escapes) and no markup read from it."""
+        from minigpt_tui.engine.printable import escape_controls
+
+        super().notify(escape_controls(message), title=escape_controls(title), severity=severity,
+                       timeout=timeout, markup=False)
 
     def _create_main_screen(self, mode: str) -> Screen:
         screen = self.screen_entries[mode].create()
@@ -96,6 +92,9 @@ class MiniGPTApp(App[None]):
 
     def on_mount(self) -> None:
         self.switch_mode("training")
+        if self.settings.attach is not None:
+            attach = self.settings.attach
+            self.call_after_refresh(lambda: self.main_screens["training"].attach_run(attach))  # type: ignore[attr-defined]
         if self.preload_engine:
             self.call_after_refresh(self._import_engine)
 
@@ -103,7 +102,8 @@ class MiniGPTApp(App[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine-import")
     def _import_engine(self) -> None:
         started = time.perf_counter()
-        import minigpt_tui.engine.controller  # noqa: F401  (imports torch and the trainer)
+        import minigpt_tui.engine.checkpoint.directory  # noqa: F401  (imports torch)
+        import minigpt_tui.engine.trainer  # noqa: F401
 
         self.post_message(EngineImported(time.perf_counter() - started))
 
@@ -112,16 +112,10 @@ class MiniGPTApp(App[None]):
         self.engine_import_seconds = message.seconds
 
     # -- screens -------------------------------------------------------------------------
-    def screen_available(self, mode: str) -> bool:
-        return mode in self.available_modes
-
     def action_show_screen(self, mode: str) -> None:
         entry = self.screen_entries.get(mode)
         if entry is None:
             self.notify(f"unknown screen '{mode}'", severity="error", markup=False)
-            return
-        if not self.screen_available(mode):
-            self.notify(f"the {entry.title} screen is not available yet", title=entry.title, severity="warning", markup=False)
             return
         if self.current_mode != mode:
             self.switch_mode(mode)
@@ -142,16 +136,14 @@ class MiniGPTApp(App[None]):
     def help_keys(self) -> list[tuple[str, str]]:
         keys = []
         for entry in MAIN_SCREENS:
-            note = "" if self.screen_available(entry.mode) else " (not available yet)"
-            keys.append((entry.key, f"{entry.title} screen: {entry.description}{note}"))
+            keys.append((entry.key, f"{entry.title} screen: {entry.description}"))
         keys += [("?", "this help, for the screen in front"), ("q", "quit (asks first while a run has unsaved updates)"),
                  ("ctrl+p", "command palette: every screen and action, and the theme (light or dark)")]
         return keys
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for entry in MAIN_SCREENS:
-            note = "" if self.screen_available(entry.mode) else " (not available yet)"
-            yield SystemCommand(f"{entry.title} screen", entry.description + note,
+            yield SystemCommand(f"{entry.title} screen", entry.description,
                                 lambda mode=entry.mode: self.action_show_screen(mode))
         yield SystemCommand("Help", "Explain every record on this screen", self.action_help)
         # The screen in front lists its own actions (PALETTE_COMMANDS: title, help, action),
@@ -179,7 +171,7 @@ class MiniGPTApp(App[None]):
             elif choice == "discard":
                 training.stop_for_exit(save=False)
 
-        self.push_screen(ConfirmQuitScreen(unsaved, training.run.handle.saving), decided)
+        self.push_screen(ConfirmQuitScreen(unsaved), decided)
 
     def action_quit(self) -> None:  # type: ignore[override]
         self.action_request_quit()
@@ -189,7 +181,7 @@ class MiniGPTApp(App[None]):
         # make sure a run still going stops at its next update.
         training = self.training_screen
         if training is not None and training.run is not None and training.run.active:
-            training.run.handle.send("stop")
+            training.run.session.send(Command.STOP)
 
 
 def run_app(args: argparse.Namespace) -> int:
@@ -199,6 +191,7 @@ def run_app(args: argparse.Namespace) -> int:
         runs_dir=resolve_runs_dir(getattr(args, "runs_dir", None)),
         preset=getattr(args, "preset", None) or "mini",
         corpus=getattr(args, "corpus", None),
+        attach=getattr(args, "attach_run", None),
     )
     app = MiniGPTApp(settings)  # an invalid preset or corpus raises here, before any frame
     app.run()

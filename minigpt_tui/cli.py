@@ -17,6 +17,8 @@ COMMAND_MODULES = (
     "minigpt_tui.commands.checkpoints",
     "minigpt_tui.commands.generate",
     "minigpt_tui.commands.cache",
+    "minigpt_tui.commands.contrast",
+    "minigpt_tui.commands.attach",
 )
 
 
@@ -43,7 +45,11 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:  # torchrun ... -m minigpt_tui -- train ...: the separator may reach us
+        argv = argv[1:]
     args = parser.parse_args(argv)
+    args.argv = argv  # a launcher re-runs it in each process
     from minigpt_tui.engine.errors import MiniGPTError
 
     try:
@@ -51,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
             return _open_app(args)
         return int(args.handler(args) or 0)
     except MiniGPTError as err:
-        print(f"minigpt-tui: error: {err}", file=sys.stderr)
+        from minigpt_tui.engine.printable import escape_controls
+
+        print(f"minigpt-tui: error: {escape_controls(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("minigpt-tui: interrupted", file=sys.stderr)
@@ -61,11 +69,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _open_app(args: argparse.Namespace) -> int:
-    try:
-        app_module = importlib.import_module("minigpt_tui.app")
-    except ModuleNotFoundError as err:
-        if err.name != "minigpt_tui.app":
-            raise
-        # Until the app lands, `make run` runs the bundled default headless.
-        return main(["train", "--preset", args.preset] + (["--corpus", args.corpus] if args.corpus else []))
-    return int(app_module.run_app(args) or 0)
+    from minigpt_tui.app import run_app
+
+    return int(run_app(args) or 0)

@@ -1,13 +1,13 @@
 """Textual messages that carry engine events and worker results to the UI thread.
 
-The run controller reports every update; one Textual message per update would take a
-large share of the GIL from training. A :class:`RunFeed` is the controller's sink instead:
+A training session reports every update; one Textual message per update would take a
+large share of the GIL from training. A :class:`RunFeed` is the session's sink instead:
 the worker thread appends events to a lock-protected list and posts one
 :class:`EngineEventsReady` only when the list goes from empty to non-empty. The screen
 drains the whole list at its own refresh rate, so a fast run costs the UI a few messages a
 second however many updates it makes.
 
-Nothing here imports torch: events are handled by duck type and class, never constructed.
+Nothing here imports torch: the event records come from the engine's torch-free session layer.
 """
 
 from __future__ import annotations
@@ -20,43 +20,15 @@ from typing import Any
 
 from textual.message import Message
 
+from minigpt_tui.engine.checkpoint.integrity import Integrity
+from minigpt_tui.engine.session.events import RunSummary
+from minigpt_tui.engine.session.generation import StepperView
+from minigpt_tui.engine.session.insight import InsightView
+from minigpt_tui.engine.session.run_store import RunListing
+from minigpt_tui.engine.session.history import LoadedCurve, RunHistory
 
-@dataclass(frozen=True)
-class RunSummary:
-    """What identifies a run, gathered on the worker thread once the trainer is built."""
-
-    run_name: str
-    run_dir: Path | None
-    preset: str
-    parameter_tensors: int
-    parameter_scalars: int
-    corpus_source: str
-    corpus_identity: str
-    train_records: int
-    validation_records: int
-    tokenizer_identity: str
-    vocab_size: int
-    merges: int
-    precision: str
-    dtype: str
-    threads: int
-    steps: int
-    start_step: int = 0
-    resumed_from: Path | None = None
-    corpus_mode: str = "records"
-    train_tokens: int = 0  # stream mode: tokens in each split's array
-    validation_tokens: int = 0
-    evaluation_rule: str = ""
-
-
-@dataclass(frozen=True)
-class LoadedCurve:
-    """Another run's losses, read from its ``metrics.jsonl`` for the plot overlay."""
-
-    name: str
-    updates: tuple[tuple[int, float], ...]
-    train: tuple[tuple[int, float], ...]
-    validation: tuple[tuple[int, float], ...]
+__all__ = ["CurveLoaded", "EngineEventsReady", "EngineImported", "HistoryLoaded", "LoadedCurve", "RunFeed",
+           "RunHistory", "RunSummary"]
 
 
 class EngineEventsReady(Message):
@@ -71,16 +43,6 @@ class CurveLoaded(Message):
     def __init__(self, curve: LoadedCurve) -> None:
         super().__init__()
         self.curve = curve
-
-
-@dataclass(frozen=True)
-class RunHistory:
-    """A resumed run's records up to the checkpoint it continues from (from metrics.jsonl):
-    plain records with the fields the table and plot read."""
-
-    updates: tuple[Any, ...]
-    evaluations: tuple[Any, ...]
-    best_step: int | None
 
 
 class HistoryLoaded(Message):
@@ -100,7 +62,7 @@ class EngineImported(Message):
 
 @dataclass
 class RunFeed:
-    """The controller's sink: cheap on the worker thread, drained by the UI thread.
+    """The session's sink: cheap on the worker thread, drained by the UI thread.
 
     ``post`` is a widget's ``post_message`` (thread-safe). Only the first event after a
     drain posts a message; later ones just join the pending list.
@@ -124,3 +86,88 @@ class RunFeed:
             events, self._pending = self._pending, []
             self._announced = False
         return events
+
+
+# -- the Checkpoints screen's workers --------------------------------------------------------
+class RunsScanned(Message):
+    def __init__(self, listings: tuple[RunListing, ...], select: Path | None) -> None:
+        super().__init__()
+        self.listings = listings
+        self.select = select
+
+
+class Inspected(Message):
+    def __init__(self, serial: int, inspection: Any) -> None:
+        super().__init__()
+        self.serial = serial
+        self.inspection = inspection
+
+
+class InspectionFailed(Message):
+    def __init__(self, serial: int, path: Path, reason: str, loud: bool) -> None:
+        super().__init__()
+        self.serial = serial
+        self.path = path
+        self.reason = reason
+        self.loud = loud
+
+
+class StatisticsReady(Message):
+    def __init__(self, serial: int, entry: Any, stats: dict[str, Any] | None, reason: str | None) -> None:
+        super().__init__()
+        self.serial = serial
+        self.entry = entry
+        self.stats = stats
+        self.reason = reason
+
+
+class TokenizerReady(Message):
+    def __init__(self, serial: int, tokenizer: Any, note: str) -> None:
+        super().__init__()
+        self.serial = serial
+        self.tokenizer = tokenizer
+        self.note = note
+
+
+class IntegrityReady(Message):
+    def __init__(self, serial: int, integrity: Integrity) -> None:
+        super().__init__()
+        self.serial = serial
+        self.integrity = integrity
+
+
+class ComparisonReady(Message):
+    def __init__(self, serial: int, other: Path, result: dict[str, Any]) -> None:
+        super().__init__()
+        self.serial = serial
+        self.other = other
+        self.result = result
+
+
+# -- the Generation screen's worker ---------------------------------------------------------
+class GenerationUpdated(Message):
+    def __init__(self, view: StepperView | None, note: str | None = None, select: int | None = None) -> None:
+        super().__init__()
+        self.view = view
+        self.note = note
+        self.select = select
+
+
+class GenerationFailed(Message):
+    def __init__(self, reason: str, what: str, dropped: int) -> None:
+        super().__init__()
+        self.reason = reason
+        self.what = what
+        self.dropped = dropped
+
+
+class QueueIdle(Message):
+    pass
+
+
+class InsightReady(Message):
+    """What one decision looked like inside, computed on the generation worker."""
+
+    def __init__(self, view: "InsightView") -> None:
+        super().__init__()
+        self.view = view

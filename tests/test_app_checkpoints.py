@@ -14,11 +14,14 @@ import pytest
 from textual.widgets import Button, Input, Static, TabbedContent
 
 from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints, inspect_path, tensor_statistics
-from minigpt_tui.engine.tokenizer import BOS
+from minigpt_tui.engine.config import load_config
+from minigpt_tui.engine.corpus import load_corpus
+from minigpt_tui.engine.session.resume_preview import ResumePreview
+from minigpt_tui.engine.tokenizer import BOS, ByteBPETokenizer
 from minigpt_tui.screens.checkpoints import CheckpointsScreen
 from minigpt_tui.screens.confirm_delete import ConfirmDeleteScreen
 from minigpt_tui.screens.path_prompt import PathPromptScreen
-from minigpt_tui.screens.resume_preflight import ResumePreflightScreen, preflight
+from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
 from minigpt_tui.widgets.run_tree import RunTree
 from minigpt_tui.widgets.state_view import StateView
 from minigpt_tui.widgets.tensor_detail import TensorDetail
@@ -317,7 +320,11 @@ async def test_tokenizer_panel_lists_merges_and_splits_typed_text(runs):
         field.focus()
         await pilot.press(*"the cat")
         await pilot.pause()
-        expected = tokenizer.encode("the cat", bos=False, eos=False)
+        # What the run's tokenizer must give: the same merges learned again from the corpus.
+        config = load_config("tiny")
+        trained = ByteBPETokenizer.train(load_corpus(config.corpus).train, config.tokenizer.merges)
+        assert trained.identity == tokenizer.identity
+        expected = trained.encode("the cat", bos=False, eos=False)
         assert [i for i, _ in panel.pieces_of("the cat")] == expected
         shown = static_text(panel, "#tokenizer-pieces")
         assert " ".join(str(i) for i in expected) in shown
@@ -477,7 +484,7 @@ async def test_generate_with_this_model_opens_the_generation_screen_with_it_load
 def test_preflight_lists_what_resume_restores_and_a_warm_start_resets(saved):
     folder = saved.root / "runs" / "tiny-a" / "checkpoints" / "step-000002"
     inspection = inspect_path(folder)
-    check = preflight("tiny-a/step-2", inspection.kind, inspection.state, inspection.integrity)
+    check = ResumePreview.of("tiny-a/step-2", inspection)
     assert check.can_resume and check.step == 2 and check.steps == 4
     restored = "\n".join(check.restored)
     for what in ("weights: 29 tensors, 1,572 scalars", "optimizer: AdamW", "schedule: cosine at update 2 of 4",
@@ -486,10 +493,10 @@ def test_preflight_lists_what_resume_restores_and_a_warm_start_resets(saved):
     reset = "\n".join(check.reset_by_weights_only)
     assert "optimizer moments" in reset and "restarts at update 1" in reset and "loss scale" in reset
     finished = inspect_path(folder.parent / "step-000004")
-    done = preflight("tiny-a/step-4", finished.kind, finished.state, finished.integrity)
+    done = ResumePreview.of("tiny-a/step-4", finished)
     assert not done.can_resume and "completed its schedule" in done.blockers[0]
     single = inspect_path(folder / "model.safetensors")
-    assert not preflight("m", single.kind, single.state, None).can_resume
+    assert not ResumePreview.of("m", single).can_resume
 
 
 @run_async

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -51,7 +52,7 @@ class TmuxPane:
         subprocess.run([*self.tmux, "kill-server"], capture_output=True)
 
 
-def test_the_real_app_trains_pauses_helps_and_quits_in_a_terminal(tmp_path):
+def test_the_real_app_trains_helps_and_quits_in_a_terminal(tmp_path):
     runs = tmp_path / "runs"
     pane = TmuxPane([str(SCRIPT), "--runs-dir", str(runs), "--preset", "tiny"], {"TERM": "xterm-256color"})
     try:
@@ -75,6 +76,44 @@ def test_the_real_app_trains_pauses_helps_and_quits_in_a_terminal(tmp_path):
         pane.keys("v")  # at 100 columns the table and plot share the space: v switches
         pane.wait_for(lambda t: "v: table" in t, "the plot view")
 
+        pane.keys("q")
+        pane.wait_for(lambda t: "APP-EXITED-0" in t, "the app to exit cleanly")
+    finally:
+        pane.close()
+
+
+def _progress(text: str, steps: int) -> int | None:
+    found = re.search(rf"(\d+)/{steps}\b", text)
+    return int(found.group(1)) if found else None
+
+
+def test_the_real_app_pauses_resumes_and_stops_a_run_in_a_terminal(tmp_path):
+    runs = tmp_path / "runs"
+    pane = TmuxPane([str(SCRIPT), "--runs-dir", str(runs), "--preset", "mini"], {"TERM": "xterm-256color"})
+    try:
+        pane.wait_for(lambda t: "next run" in t, "the first frame")
+        pane.keys("Space")
+        pane.wait_for(lambda t: (_progress(t, 600) or 0) >= 1, "the first update", timeout=120)
+        pane.keys("Space")
+        screen = pane.wait_for(lambda t: re.search(r"paused +after update \d+", t) is not None, "the pause")
+        paused_at = int(re.search(r"paused +after update (\d+)", screen).group(1))
+        # A pause saves unless the paused step is saved already (a best or interval save).
+        saved_at_pause = lambda: any(runs.glob(f"*/checkpoints/step-{paused_at:06d}/manifest.json"))  # noqa: E731
+        deadline = time.monotonic() + 30
+        while not saved_at_pause() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert saved_at_pause(), f"no checkpoint at the paused step {paused_at}"
+        time.sleep(1.0)  # a paused run makes no update
+        assert _progress(pane.text(), 600) == paused_at
+        pane.keys("Space")
+        pane.wait_for(lambda t: f"at update {paused_at}" in t and "resumed" in t, "the resume")
+        pane.wait_for(lambda t: (_progress(t, 600) or 0) > paused_at, "an update after the resume")
+        pane.keys("x")
+        screen = pane.wait_for(lambda t: re.search(r"stopped +at update \d+", t) is not None, "the stop")
+        stopped_at = int(re.search(r"stopped +at update (\d+)", screen).group(1))
+        assert stopped_at > paused_at and f"update {stopped_at} (stop)" in screen
+        checkpoints = sorted(p.name for p in next(runs.iterdir()).joinpath("checkpoints").iterdir())
+        assert checkpoints[-1] == f"step-{stopped_at:06d}" and f"step-{paused_at:06d}" in checkpoints
         pane.keys("q")
         pane.wait_for(lambda t: "APP-EXITED-0" in t, "the app to exit cleanly")
     finally:

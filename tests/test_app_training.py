@@ -374,15 +374,8 @@ def test_the_command_line_refuses_a_missing_corpus_before_opening_the_app(tmp_pa
 
 # -- screens, help, palette ---------------------------------------------------------------------
 @run_async
-async def test_keys_switch_screens_and_a_missing_screen_says_so(tmp_path, monkeypatch):
-    import minigpt_tui.app as app_module
-    from minigpt_tui.screens import MAIN_SCREENS, ScreenEntry
-
-    missing = ScreenEntry("generation", "g", "Generation", "minigpt_tui.screens.not_written_yet",
-                          "GenerationScreen", "not here")
-    monkeypatch.setattr(app_module, "MAIN_SCREENS", (MAIN_SCREENS[0], MAIN_SCREENS[1], missing))
+async def test_keys_switch_screens_and_the_palette_lists_each_screen(tmp_path):
     app = make_app(tmp_path / "runs", preset="tiny")
-    notes = record_notifications(app)
     async with app.run_test(size=SIZE) as pilot:
         assert isinstance(app.screen, TrainingScreen)
         await pilot.press("c")
@@ -390,8 +383,7 @@ async def test_keys_switch_screens_and_a_missing_screen_says_so(tmp_path, monkey
         assert type(app.screen).__name__ == "CheckpointsScreen"
         await pilot.press("g")
         await pilot.pause()
-        assert type(app.screen).__name__ == "CheckpointsScreen"
-        assert notes[-1] == ("the Generation screen is not available yet", "warning")
+        assert type(app.screen).__name__ == "GenerationScreen"
         await pilot.press("t")
         await pilot.pause()
         assert isinstance(app.screen, TrainingScreen)
@@ -469,10 +461,12 @@ async def test_overlay_another_run_and_export_metrics_to_csv(tmp_path):
         run_dir = screen.run.run_dir
         await wait_until(pilot, lambda: (run_dir / "metrics.csv").exists())
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
-    assert len(rows) == 60 + 3  # 60 updates and the evaluations after updates 0, 50 and 60
-    assert rows[0]["kind"] == "evaluation" and rows[1]["kind"] == "update" and rows[1]["step"] == "1"
+    kinds = [row["kind"] for row in rows]
+    # 60 updates, the evaluations after updates 0, 50 and 60, each followed by the 10 probes
+    assert (kinds.count("update"), kinds.count("evaluation"), kinds.count("probe")) == (60, 3, 30)
+    assert kinds[:12] == ["evaluation"] + ["probe"] * 10 + ["update"] and rows[11]["step"] == "1"
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert float(rows[1]["loss"]) == lines[1]["loss"]
+    assert float(rows[11]["loss"]) == lines[2]["loss"]
 
 
 # -- widgets and plumbing -------------------------------------------------------------------------
@@ -533,7 +527,7 @@ def test_the_app_modules_never_import_torch_and_the_first_frame_does_not_wait_fo
         "from pathlib import Path\n"
         "from minigpt_tui.app import LaunchSettings, MiniGPTApp\n"
         "import minigpt_tui.screens.training, minigpt_tui.screens.new_run, minigpt_tui.screens.help\n"
-        "import minigpt_tui.screens.overlay, minigpt_tui.screens.confirm_quit, minigpt_tui.run_session\n"
+        "import minigpt_tui.screens.overlay, minigpt_tui.screens.confirm_quit, minigpt_tui.engine.session.training\n"
         "assert 'torch' not in sys.modules, 'imported torch'\n"
         f"app = MiniGPTApp(LaunchSettings(runs_dir=Path({str(tmp_path)!r})), preload_engine=False)\n"
         "async def main():\n"
@@ -546,3 +540,37 @@ def test_the_app_modules_never_import_torch_and_the_first_frame_does_not_wait_fo
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+@run_async
+async def test_probes_table_follows_the_evaluations_and_p_draws_a_probe_on_the_plot(tmp_path):
+    from minigpt_tui.widgets.probes_table import ProbesTable
+
+    app = make_app(tmp_path / "runs", {"train": {"steps": 100, "eval_every": 50, "save_every": 0}})
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = training(app)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "finished")
+        await pilot.pause()
+        probes, table, plot = screen.query_one(ProbesTable), screen.query_one(LossTable), screen.query_one(LossPlot)
+        assert not probes.display and table.display
+        assert probes.row_count == 10 and probes.last_step == 100
+        assert all([p.step for p in points] == [0, 50, 100] for points in probes.history.values())
+        await pilot.press("p")
+        await pilot.pause()
+        assert probes.display and not table.display
+        first = next(iter(probes.history))
+        assert plot.probe is not None and plot.probe[0] == first
+        assert [step for step, _ in plot.probe[1]] == [0, 50, 100]
+        await pilot.press("down")
+        await pilot.pause()
+        assert plot.probe[0] == list(probes.history)[1]
+        row = probes.get_row_at(1)
+        last = probes.history[plot.probe[0]][-1]
+        assert row[1].plain in "✓✗" and row[3].plain == str(last.rank)
+        assert len(row[4].plain) == 3  # one glyph per evaluation
+        await pilot.press("p")
+        await pilot.pause()
+        assert table.display and not probes.display and plot.probe is None
+    records = [json.loads(line) for line in (screen.run.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "probes"] == [0, 50, 100]

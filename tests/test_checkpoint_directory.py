@@ -25,9 +25,10 @@ from minigpt_tui.engine.checkpoint.directory import (
 )
 from minigpt_tui.engine.checkpoint.portable import MODEL_FILE
 from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE
-from minigpt_tui.engine.controller import RunController, Saved, wait_for
 from minigpt_tui.engine.errors import CheckpointError
 from minigpt_tui.engine.runs import RunDirectory, resolve_checkpoint, resolve_model_file
+from minigpt_tui.engine.session.events import Command, Paused, Saved, UpdateDone
+from minigpt_tui.engine.session.training import TrainingSession
 from tests.checkpoint_support import make_trainer
 from tests.conftest import cli_command, cli_env
 
@@ -203,23 +204,29 @@ def test_an_interrupted_replacement_is_put_back(tmp_path):
     assert load_checkpoint(folder).state.step == 1
 
 
-def test_the_controller_saves_through_the_checkpointer_at_intervals_pause_and_stop(tmp_path):
+def test_the_session_saves_through_the_checkpointer_at_intervals_pause_and_stop(tmp_path):
+    """Commands sent from the sink reach the session before the next update boundary, so
+    the pause lands after update 7 and the stop after update 12, every time."""
     run = RunDirectory.create(tmp_path / "runs", "ctl", "mini")
-    checkpointer = Checkpointer(run)
-    events = []
+    events: list = []
+    session: TrainingSession
+
+    def sink(event):
+        events.append(event)
+        if isinstance(event, UpdateDone) and event.record.step == 7:
+            session.send(Command.PAUSE)
+        elif isinstance(event, Paused):
+            session.send(Command.RESUME)
+        elif isinstance(event, UpdateDone) and event.record.step == 12:
+            session.send(Command.STOP)
+
     trainer = make_trainer("mini", train={"steps": 400, "save_every": 5, "eval_every": 0})
-    controller = RunController(lambda: trainer, events.append, checkpointer=checkpointer)
-    worker = threading.Thread(target=controller.run)
-    worker.start()
-    assert wait_for(lambda: any(isinstance(e, Saved) for e in events), 60)
-    controller.pause()
-    assert wait_for(lambda: any(isinstance(e, Saved) and e.reason == "pause" for e in events)
-                    or any(type(e).__name__ == "Paused" for e in events), 60)
-    controller.stop()
-    worker.join(60)
-    saved = [e for e in events if isinstance(e, Saved)]
-    assert saved and all(load_checkpoint(e.path).state.step == e.step for e in saved[-2:])
-    assert list_checkpoints(run.checkpoints)[-1].step == trainer.step
+    session = TrainingSession.for_trainer(lambda: trainer, sink, checkpointer=Checkpointer(run, keep_last=10))
+    session.run()
+    saved = [(e.step, e.reason) for e in events if isinstance(e, Saved)]
+    assert saved == [(5, "interval"), (7, "pause"), (10, "interval"), (12, "stop")]
+    assert all(load_checkpoint(e.path).state.step == e.step for e in events if isinstance(e, Saved))
+    assert list_checkpoints(run.checkpoints)[-1].step == trainer.step == 12
 
 
 def _wait_for_lines(path: Path, count: int, process: subprocess.Popen, timeout: float = 90) -> None:
@@ -270,12 +277,28 @@ def test_kill_minus_9_of_a_training_process_leaves_only_loadable_checkpoints(tmp
                                env=cli_env(tmp_path))
     checkpoints = runs / "k" / "checkpoints"
     _wait_for_lines(runs / "k" / "metrics.jsonl", 6, process)
-    time.sleep(0.137)  # somewhere inside a later save, most likely
+    _freeze_inside_a_save(process, checkpoints)
     process.kill()
     process.wait(30)
     complete = list_checkpoints(checkpoints)
     assert len(complete) >= 3
     for info in complete:
         assert load_checkpoint(info.path).state.step == info.step
-    recover_interrupted(checkpoints)
+    assert recover_interrupted(checkpoints)  # the save the kill cut short is cleaned up
     assert all(not p.name.startswith(".") for p in checkpoints.iterdir())
+
+
+def _freeze_inside_a_save(process: subprocess.Popen, checkpoints: Path, timeout: float = 60) -> None:
+    """SIGSTOP the process while one of its saves has a work folder (``.step-N.…``) open."""
+    def saving() -> bool:
+        return any(name.startswith(".") for name in os.listdir(checkpoints))
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if saving():
+            process.send_signal(signal.SIGSTOP)
+            if saving():
+                return
+            process.send_signal(signal.SIGCONT)
+        time.sleep(0.001)
+    raise AssertionError("no save in progress was seen")

@@ -1,4 +1,4 @@
-"""The trainer: loss weighting, schedule, scaler, digests, controller equivalence."""
+"""The trainer: loss weighting, schedule, scaler, digests, session equivalence."""
 
 from __future__ import annotations
 
@@ -11,16 +11,10 @@ import pytest
 import torch
 
 from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.controller import (
-    EvaluationDone,
-    Finished,
-    Paused,
-    RunController,
-    UpdateDone,
-    wait_for,
-)
 from minigpt_tui.engine.corpus import load_corpus
 from minigpt_tui.engine.errors import CaptureRefused
+from minigpt_tui.engine.session.events import Command, EvaluationDone, Finished, Paused, UpdateDone
+from minigpt_tui.engine.session.training import TrainingSession
 from minigpt_tui.engine.trainer import (
     LossScaler,
     TrainingSetup,
@@ -30,7 +24,7 @@ from minigpt_tui.engine.trainer import (
     scheduled_work,
     target_loss_sum,
 )
-from tests.conftest import cli_command, cli_env
+from tests.conftest import cli_command, cli_env, wait_for
 
 
 def make_trainer(preset: str = "mini", **train: object) -> Trainer:
@@ -127,7 +121,7 @@ def test_mini_evaluates_complete_splits_at_scheduled_steps_and_picks_the_first_m
     assert trainer.best_step == best.step
 
 
-def run_controller(trainer_factory, script) -> tuple[list, list]:
+def run_session(trainer_factory, script) -> tuple[list, list]:
     events: list = []
     lock = threading.Lock()
 
@@ -135,8 +129,8 @@ def run_controller(trainer_factory, script) -> tuple[list, list]:
         with lock:
             events.append(event)
 
-    controller = RunController(trainer_factory, sink)
-    thread = threading.Thread(target=controller.run)
+    controller = TrainingSession.for_trainer(trainer_factory, sink)
+    thread = threading.Thread(target=controller.run_reporting_failures)
     thread.start()
     script(controller, events)
     thread.join(60)
@@ -145,17 +139,17 @@ def run_controller(trainer_factory, script) -> tuple[list, list]:
 
 
 def test_pause_evaluate_and_resume_in_process_equal_never_pausing():
-    plain_events, plain = run_controller(lambda: make_trainer("mini", steps=60), lambda c, e: None)
+    plain_events, plain = run_session(lambda: make_trainer("mini", steps=60), lambda c, e: None)
 
     def script(controller, events):
         assert wait_for(lambda: any(isinstance(x, UpdateDone) and x.record.step >= 7 for x in events), 30)
-        controller.pause()
+        controller.send(Command.PAUSE)
         assert wait_for(lambda: any(isinstance(x, Paused) for x in events), 30)
-        controller.evaluate_now()
-        controller.evaluate_now()
-        controller.resume()
+        controller.send(Command.EVALUATE)
+        controller.send(Command.EVALUATE)
+        controller.send(Command.RESUME)
 
-    paused_events, paused = run_controller(lambda: make_trainer("mini", steps=60), script)
+    paused_events, paused = run_session(lambda: make_trainer("mini", steps=60), script)
     plain_updates = [x.record.exact_fields() for x in plain_events if isinstance(x, UpdateDone)]
     paused_updates = [x.record.exact_fields() for x in paused_events if isinstance(x, UpdateDone)]
     assert len(plain_updates) == 60

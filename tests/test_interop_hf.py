@@ -426,7 +426,7 @@ def test_inspect_a_sharded_transformers_folder(saved_by_transformers):
         assert totals["F64"]["tensors"] == len(names)
         assert inspection.state["config"]["num_key_value_heads"] == 2
         assert inspection.state["model"]["architecture"] == "LlamaForCausalLM"
-        assert inspection.integrity["ok"] is True
+        assert inspection.integrity.ok is True
         assert [(a["name"], a["target"]) for a in inspection.aliases] == [("lm_head.weight", "model.embed_tokens.weight")]
     json.dumps(inspection.to_json())
 
@@ -452,8 +452,8 @@ def test_inspect_reports_an_index_that_disagrees_with_its_shards(saved_by_transf
     index["weight_map"]["model.ghost.weight"] = index["weight_map"][moved]
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     inspection = inspect_path(folder)
-    assert inspection.integrity["ok"] is False
-    assert any("model.ghost.weight" in p for p in inspection.integrity["problems"])
+    assert inspection.integrity.ok is False
+    assert any("model.ghost.weight" in p for p in inspection.integrity.problems)
     with pytest.raises(CheckpointError, match="model.ghost.weight"):
         convert_hf(folder, tmp_path / "out.safetensors")
     assert not (tmp_path / "out.safetensors").exists()

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
+from minigpt_tui.commands.train import add_probe_arguments
+from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
+from minigpt_tui.engine.printable import escape_controls
 
 # The three-process experiment per preset: save after CUT updates, resume to END.
 EXPERIMENTS = {"tiny": (2, 4), "mini": (300, 600), "stream": (30, 60)}
@@ -31,17 +34,30 @@ eval_batches = 2
 def register(subparsers: argparse._SubParsersAction) -> None:
     resume = subparsers.add_parser("resume", help="continue a saved run bit for bit")
     resume.add_argument("--checkpoint", required=True, help="checkpoint folder, RUN, RUN:latest, RUN:best or RUN:STEP")
-    resume.add_argument("--until", type=int, help="stop after this update (within the saved schedule)")
+    resume.add_argument("--until", type=int,
+                        help="stop after this update: after the checkpoint's step, within the saved schedule")
     resume.add_argument("--json", action="store_true", help="print one JSON object at the end")
     resume.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
     resume.add_argument("--corpus", help="the corpus moved: read it from here (its identity must match)")
-    resume.add_argument("--save-every", type=int, help="save every N updates (default: the run's setting)")
-    resume.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best")
+    resume.add_argument("--save-every", type=int,
+                        help="save every N updates, 0 to 1,000,000,000 (default: the run's setting)")
+    resume.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best, 1 to 1,000,000")
+    add_probe_arguments(resume)
     resume.add_argument(
         "--allow-environment-change",
         action="store_true",
         help="resume although Python/torch/platform changed; bitwise continuation is then not promised",
     )
+    resume.add_argument(
+        "--fork",
+        action="store_true",
+        help="continue in a new run folder (needed when the checkpoint sits in another run's folder)",
+    )
+    resume.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"],
+                        help="train on this device (another device kind needs --allow-environment-change)")
+    resume.add_argument("--allow-world-size-change", action="store_true",
+                        help="resume with another number of processes; bitwise continuation is then not promised")
+    add_process_arguments(resume)
     resume.set_defaults(handler=run_resume)
 
     inspect = subparsers.add_parser("inspect", help="show what a checkpoint or any safetensors file holds")
@@ -50,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     inspect.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
     inspect.add_argument("--verify", action="store_true", help="also read the data: hashes, identities, digests")
     inspect.add_argument("--tensor", help="statistics of one tensor (reads that tensor alone)")
-    inspect.add_argument("--bins", type=int, default=20, help="histogram bins for --tensor (default 20)")
+    inspect.add_argument("--bins", type=int, default=20, help="histogram bins for --tensor, 1 to 10,000 (default 20)")
     inspect.add_argument("--compare", metavar="OTHER", help="compare with another checkpoint")
     inspect.set_defaults(handler=run_inspect)
 
@@ -59,6 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="experiment: tiny, mini, or stream (the mini model on a token stream)")
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.add_argument("--keep", metavar="DIR", help="keep the experiment's runs in DIR")
+    verify.add_argument("--nproc", type=int, help="run every step of the experiment in N processes")
     verify.set_defaults(handler=run_verify)
 
 
@@ -70,46 +87,23 @@ def _resolve(spec: str, runs_dir: Path) -> Path:
 
 # -- resume ---------------------------------------------------------------------------------------
 def run_resume(args: argparse.Namespace) -> int:
-    from minigpt_tui.commands.train import drive, print_summary
-    from minigpt_tui.engine.checkpoint.directory import Checkpointer, continuation_record, restore_trainer
-    from minigpt_tui.engine.errors import ConfigError, ResumeRefused
-    from minigpt_tui.engine.trainer import apply_precision
+    from minigpt_tui.commands.train import drive, print_summary, probe_options
+    from minigpt_tui.engine.session.plans import ResumeRun, saved_run_config
 
     runs_dir = runs_dir_from_args(args)
-    folder = _resolve(args.checkpoint, runs_dir)
-    policy = {}
-    if args.save_every is not None:
-        policy["save_every"] = args.save_every
-    if args.keep_last is not None:
-        policy["keep_last"] = args.keep_last
-    trainer = restore_trainer(
-        folder,
-        allow_environment_change=args.allow_environment_change,
-        corpus_path_override=args.corpus,
-        policy_overrides=policy or None,
-    )
-    steps = trainer.config.train.steps
-    if trainer.finished:
-        raise ConfigError(
-            f"the checkpoint at step {trainer.step} has completed its schedule of {steps} updates; "
-            f"to train further start a new history: train --init-from {args.checkpoint}"
-        )
-    if args.until is not None:
-        if args.until > steps:
-            raise ResumeRefused(
-                f"--until {args.until} is beyond the saved schedule of {steps} updates; continuing past it is "
-                f"a weights-only warm start with a new schedule: train --init-from {args.checkpoint}"
-            )
-        if args.until <= trainer.step:
-            raise ConfigError(f"--until {args.until} is not after the checkpoint's step {trainer.step}")
-    apply_precision(trainer.config.train)
-    run = _run_for(folder, runs_dir, trainer)
-    run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
-    checkpointer = Checkpointer(run, args.keep_last)
-    result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=checkpointer)
-    result["run_dir"] = str(run.path)
-    result["resumed_from"] = str(folder)
-    result["continuation"] = continuation_record(trainer)
+    policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
+    checkpoint = _resolve(args.checkpoint, runs_dir)
+    if launch_requested(args):
+        return launch(args)
+    device = args.device or saved_run_config(checkpoint).train.device
+    with joined_world(device) as parallel:
+        plan = ResumeRun(checkpoint, runs_dir, until=args.until,
+                         allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
+                         fork=args.fork, parallel=parallel, allow_world_size_change=args.allow_world_size_change,
+                         device=args.device, **probe_options(args))
+        result = drive(plan, show_progress=not args.json and not parallel.distributed)
+    if not parallel.world.is_writer:
+        return 0
     if args.json:
         emit_json(result)
     else:
@@ -120,18 +114,6 @@ def run_resume(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_for(folder: Path, runs_dir: Path, trainer: Any) -> Any:
-    """The run a checkpoint belongs to (``RUN/checkpoints/step-N``); a loose checkpoint
-    continues in a new run folder."""
-    from minigpt_tui.engine.runs import RunDirectory
-
-    if folder.parent.name == "checkpoints" and folder.parent.parent.is_dir():
-        return RunDirectory(folder.parent.parent)
-    run = RunDirectory.create(runs_dir, None, f"resumed-{trainer.config.preset}")
-    run.write_json("config.json", trainer.config.to_dict())
-    return run
-
-
 # -- inspect --------------------------------------------------------------------------------------
 def run_inspect(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints, inspect_path, tensor_statistics
@@ -140,22 +122,62 @@ def run_inspect(args: argparse.Namespace) -> int:
     target = _inspect_target(args.path, runs_dir)
     inspection = inspect_path(target, verify_hashes=args.verify)
     result = inspection.to_json()
-    if args.verify:
-        result["verified"] = _verify_fully(target, inspection.kind)
+    if args.verify:  # the inspected path: a run folder resolves to its latest checkpoint
+        result["verified"] = _verify_fully(inspection.path, inspection.kind)
     if args.tensor:
         result["statistics"] = tensor_statistics(inspection.path, args.tensor, bins=args.bins)
     if args.compare:
         result["comparison"] = compare_checkpoints(inspection.path, _inspect_target(args.compare, runs_dir))
+    if inspection.kind == "checkpoint-dir":
+        result["probes"] = _probes_at_checkpoint(inspection.path)
     if args.json:
         emit_json(result)
     else:
-        _print_inspection(result)
+        from minigpt_tui.commands.inspect_output import print_inspection
+
+        print_inspection(result)
+        if result.get("probes"):
+            _print_probes(result["probes"])
     return 0
 
 
+def _probes_at_checkpoint(folder: Path) -> dict[str, Any] | None:
+    """The run's last probes record at or before the checkpoint's step (None outside a run
+    folder, or when the run scored none)."""
+    from minigpt_tui.engine.checkpoint.directory import STEP_DIR
+    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.session.history import probe_records
+
+    match = STEP_DIR.match(folder.name)
+    run_dir = folder.parent.parent
+    if match is None or folder.parent.name != "checkpoints" or not (run_dir / "metrics.jsonl").is_file():
+        return None
+    try:
+        records = probe_records(run_dir, until_step=int(match.group(1)))
+    except ConfigError:
+        return None
+    return records[-1] if records else None
+
+
+def _print_probes(record: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=escape_controls(f"probes at step {record['step']} ({record.get('source')})"))
+    for column in ("probe", "match", "expected id", "p(expected)", "rank"):
+        table.add_column(column, justify="left" if column == "probe" else "right")
+    for score in record.get("probes", []):
+        table.add_row(Text(escape_controls(score.get("name"))), "✓" if score.get("match") else "✗", str(score.get("expected_id")),
+                      f"{score.get('expected_probability', 0.0):.4g}", str(score.get("expected_rank")))
+    Console().print(table)
+
+
 def _inspect_target(spec: str, runs_dir: Path) -> Path:
+    from minigpt_tui.engine.files import path_exists
+
     path = Path(spec).expanduser()
-    if path.exists():
+    if len(spec) <= 4096 and path_exists(path):
         return path
     return _resolve(spec, runs_dir)
 
@@ -180,108 +202,8 @@ def _verify_fully(path: Path, kind: str) -> dict[str, Any]:
     return {"ok": True, "sha256": loaded.sha256}
 
 
-def _short(value: Any, width: int = 72) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _print_inspection(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    console.print(f"[bold]{result['path']}[/bold]  ({result['kind']})")
-    files = Table(title="files")
-    for column in ("file", "kind", "bytes", "header bytes", "tensors"):
-        files.add_column(column)
-    for f in result["files"]:
-        files.add_row(f["name"], f["kind"], str(f["size"]), str(f["header_bytes"]), str(f["tensors"]))
-    console.print(files)
-    # One table per file; the name folds rather than being cut, and below 110 columns the
-    # group and offset columns give their width to it.
-    wide = console.width >= 110
-    for file_name in dict.fromkeys(e["file"] for e in result["entries"]):
-        entries = Table(title=f"{file_name}: tensor entries (header only)")
-        entries.add_column("name", overflow="fold", ratio=1)
-        columns = ("group", "dtype", "shape", "elements", "bytes", "offsets") if wide else (
-            "dtype", "shape", "elements", "bytes")
-        for column in columns:
-            entries.add_column(column, no_wrap=True)
-        for e in result["entries"]:
-            if e["file"] != file_name:
-                continue
-            values = {"group": e["group"], "dtype": e["dtype"], "shape": str(e["shape"]),
-                      "elements": str(e["elements"]), "bytes": str(e["bytes"]),
-                      "offsets": f"{e['begin']}..{e['end']}"}
-            entries.add_row(e["name"], *(values[c] for c in columns))
-        console.print(entries)
-    if result["aliases"]:
-        aliases = Table(title="alias records")
-        for column in ("name", "target", "transform", "use"):
-            aliases.add_column(column)
-        for a in result["aliases"]:
-            aliases.add_row(a.get("name", ""), a.get("target", ""), a.get("transform", ""), a.get("use", ""))
-        console.print(aliases)
-    for group, records in result["state"].items():
-        if not records:
-            continue
-        table = Table(title=f"state: {group}")
-        table.add_column("record")
-        table.add_column("value")
-        for key, value in records.items():
-            table.add_row(str(key), _short(value))
-        console.print(table)
-    if not result["state"] and result["metadata"]:
-        table = Table(title="metadata")
-        table.add_column("key")
-        table.add_column("value")
-        for key, value in result["metadata"].items():
-            table.add_row(key, _short(value))
-        console.print(table)
-    integrity = result.get("integrity")
-    if integrity is not None and "complete" not in integrity:  # a transformers folder: index against shards
-        verdict = "ok" if integrity.get("ok") else "PROBLEM: " + "; ".join(integrity.get("problems") or [])
-        console.print(f"integrity ({integrity.get('checked')}): {verdict}")
-    elif integrity is not None:
-        status = "complete" if integrity["complete"] else "INCOMPLETE"
-        checked = "hashes checked" if integrity.get("hashes_checked") else "sizes checked (add --verify for hashes)"
-        console.print(f"integrity: {status}, {'ok' if integrity['ok'] else 'PROBLEM: ' + str(integrity['problem'])}; {checked}")
-    if "verified" in result:
-        console.print(f"verified: {result['verified']}")
-    if "statistics" in result:
-        stats = result["statistics"]
-        table = Table(title=f"statistics: {stats['name']} ({stats['dtype']} {stats['shape']})")
-        table.add_column("record")
-        table.add_column("value")
-        for key in ("elements", "min", "max", "mean", "std", "zero_fraction", "nan", "inf", "bytes_read"):
-            table.add_row(key, str(stats[key]))
-        console.print(table)
-        counts = stats["histogram"]["counts"]
-        edges = stats["histogram"]["edges"]
-        peak = max(counts) if counts else 0
-        for i, count in enumerate(counts):
-            bar = "#" * (round(40 * count / peak) if peak else 0)
-            console.print(f"  [{edges[i]: .4g}, {edges[i + 1]: .4g})  {count:6d} {bar}", highlight=False)
-    if "comparison" in result:
-        comparison = result["comparison"]
-        console.print(f"comparison with {comparison['b']}: {len(comparison['changed'])} tensors differ, {comparison['unchanged']} equal")
-        table = Table(title="changed tensors")
-        for column in ("file", "name", "status", "max |a-b|"):
-            table.add_column(column)
-        for t in comparison["tensors"]:
-            if t["status"] != "same":
-                table.add_row(t["file"], t["name"], t["status"], str(t["max_abs_diff"]))
-        console.print(table)
-        table = Table(title="state records that differ")
-        for column in ("group", "record", "a", "b"):
-            table.add_column(column)
-        for d in comparison["state_differences"]:
-            table.add_row(d["group"], d["record"], _short(d["a"], 36), _short(d["b"], 36))
-        console.print(table)
-
-
 # -- verify ---------------------------------------------------------------------------------------
-def _cli(*args: str) -> list[str]:
+def _command(*args: str) -> list[str]:
     return [sys.executable, "-m", "minigpt_tui", *args]
 
 
@@ -295,10 +217,16 @@ def _run_json(args: list[str], env: dict[str, str], label: str) -> dict[str, Any
     return json.loads(done.stdout)
 
 
-def verify_experiment(preset: str, runs_dir: Path) -> dict[str, Any]:
+def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> dict[str, Any]:
     """Save after CUT updates and exit; resume to END in a new process; train 0 -> END
-    without stopping in a third; warm-start from the saved weights in a fourth."""
+    without stopping in a third; warm-start from the saved weights in a fourth. ``nproc``:
+    each of them in that many processes."""
     cut, end = EXPERIMENTS[preset]
+    processes = ["--nproc", str(nproc)] if nproc is not None else []
+
+    def command_line(*args: str) -> list[str]:
+        return _command(*args, *processes)
+
     env = dict(os.environ)
     env["MINIGPT_TUI_RUNS_DIR"] = str(runs_dir)
     env["MINIGPT_TUI_CACHE_DIR"] = str(runs_dir / "token-cache")
@@ -308,13 +236,13 @@ def verify_experiment(preset: str, runs_dir: Path) -> dict[str, Any]:
         (runs_dir / "stream.toml").write_text(STREAM_EXPERIMENT, "utf-8")
         setting = ["--preset", "mini", "--config", str(runs_dir / "stream.toml")]
     saved_at = f"saved:step-{cut}"
-    saved = _run_json(_cli("train", *setting, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
+    saved = _run_json(command_line("train", *setting, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
     resumed = _run_json(
-        _cli("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
+        command_line("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
     )
-    straight = _run_json(_cli("train", *setting, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
+    straight = _run_json(command_line("train", *setting, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
     warm = _run_json(
-        _cli("train", *setting, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
+        command_line("train", *setting, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
         env,
         "warm-start",
     )
@@ -342,6 +270,7 @@ def verify_experiment(preset: str, runs_dir: Path) -> dict[str, Any]:
     ]
     return {
         "preset": preset,
+        "processes": nproc or 1,
         "saved_after": cut,
         "resumed_until": end,
         "comparisons": comparisons,
@@ -377,19 +306,21 @@ def _same(name: str, a: Any, b: Any) -> dict[str, Any]:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.files import make_folder
+
     if args.keep:
-        runs_dir = Path(args.keep).expanduser().resolve()
-        runs_dir.mkdir(parents=True, exist_ok=True)
-        result = verify_experiment(args.preset, runs_dir)
+        runs_dir = make_folder(Path(args.keep).expanduser().resolve(), what="--keep folder")
+        result = verify_experiment(args.preset, runs_dir, args.nproc)
     else:
         with tempfile.TemporaryDirectory(prefix="minigpt-verify-") as tmp:
-            result = verify_experiment(args.preset, Path(tmp))
+            result = verify_experiment(args.preset, Path(tmp), args.nproc)
             result["runs_dir"] = None
     if args.json:
         emit_json(result)
     else:
         cut, end = result["saved_after"], result["resumed_until"]
-        print(f"exact resume, preset {result['preset']}: save after {cut}, exit, resume to {end} in a new process, "
+        where = f" ({result['processes']} processes each)" if result["processes"] > 1 else ""
+        print(f"exact resume, preset {result['preset']}{where}: save after {cut}, exit, resume to {end} in a new process, "
               f"compare with 0 -> {end} uninterrupted")
         for c in result["comparisons"]:
             print(f"  {'true ' if c['equal'] else 'FALSE'}  {c['name']}")

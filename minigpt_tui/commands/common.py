@@ -71,32 +71,26 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="mini", help="preset: tiny, mini, small or text (default: mini)")
     parser.add_argument("--config", help="TOML file whose sections override the preset")
     parser.add_argument("--corpus", help="UTF-8 text file (one record per line or paragraphs) or folder")
-    parser.add_argument("--val-every", type=int, help="every Nth record is validation (0: none)")
-    parser.add_argument("--steps", type=int, help="number of updates")
-    parser.add_argument("--seed", type=int, help="one seed from which the init, data, dropout, sampling and evaluation seeds derive")
-    parser.add_argument("--precision", choices=["exact", "fast"], help="exact: float64, one thread")
-    parser.add_argument("--threads", type=int, help="threads in fast precision")
+    parser.add_argument("--val-every", type=int, help="every Nth record is validation: 0 (none) or 2 to 1,000,000,000")
+    parser.add_argument("--steps", type=int, help="number of updates, 1 to 1,000,000,000")
+    parser.add_argument("--seed", type=int, help="one seed (0 to 2**64-1) from which init, data, dropout and sampling derive")
+    parser.add_argument("--precision", choices=["exact", "fast", "bf16", "fp16"],
+                        help="exact: float64, one thread; fast: float32; bf16/fp16: autocast, float32 master weights")
+    parser.add_argument("--threads", type=int, help="threads in fast precision, 1 to 1,024")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"],
+                        help="where to train (auto: cuda, then mps, then cpu; default: cpu)")
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
+    """The run config chosen by the common options (and ``--save-every``/``--keep-last``)."""
     from pathlib import Path
 
-    from minigpt_tui.engine.config import SeedConfig, load_config
-    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.session.inputs import RunChoices
 
-    overrides: dict[str, dict[str, Any]] = {"corpus": {}, "train": {}, "seeds": {}}
-    if getattr(args, "corpus", None):
-        overrides["corpus"]["source"] = str(Path(args.corpus).expanduser().resolve())
-    if getattr(args, "val_every", None) is not None:
-        overrides["corpus"]["val_every"] = args.val_every
-    for name in ("steps", "precision", "threads"):
-        value = getattr(args, name, None)
-        if value is not None:
-            overrides["train"][name] = value
-    if getattr(args, "seed", None) is not None:
-        if not 0 <= args.seed < 2**64:
-            raise ConfigError("--seed must be an unsigned 64-bit integer")
-        seeds = SeedConfig.derive(args.seed)
-        overrides["seeds"] = {k: getattr(seeds, k) for k in ("init", "data", "dropout", "sampling", "evaluation")}
     config_file = Path(args.config).expanduser() if getattr(args, "config", None) else None
-    return load_config(args.preset, config_file, overrides)
+    return RunChoices(
+        args.preset, config_file, corpus=getattr(args, "corpus", None), val_every=getattr(args, "val_every", None),
+        steps=getattr(args, "steps", None), precision=getattr(args, "precision", None),
+        threads=getattr(args, "threads", None), device=getattr(args, "device", None), save_every=getattr(args, "save_every", None),
+        keep_last=getattr(args, "keep_last", None), seed=getattr(args, "seed", None), seed_label="--seed",
+    ).resolve()

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
+from minigpt_tui.commands.insight import add_insight_arguments, insight_request_from_args, print_insights
 
 MODEL_HELP = "a model file, a checkpoint folder, or RUN:best / RUN:latest from the runs directory"
 
@@ -27,8 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--top", default="3", metavar="N", help="alternatives kept per decision (default 3)")
     generate.add_argument("--kv-cache", action="store_true", help="reuse keys/values instead of recomputing the prefix")
     generate.add_argument("--attention", action="store_true", help="record the last position's attention (JSON)")
+    add_insight_arguments(generate)
     generate.add_argument("--json", action="store_true", help="print the whole trace as JSON")
-    generate.add_argument("--trace-out", metavar="FILE", help="also write the trace as JSON to FILE")
+    generate.add_argument("--trace-out", metavar="FILE",
+                          help="also write the trace as JSON to FILE (a new file unless --force)")
+    generate.add_argument("--force", action="store_true", help="replace an existing --trace-out file")
     generate.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     generate.set_defaults(handler=run_generate)
 
@@ -37,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     probes.add_argument("--prompts", metavar="FILE", help="a probes JSON file (default: the bundled one)")
     _add_rule_arguments(probes, several_temperatures=True)
     probes.add_argument("--json", action="store_true", help="print the results as JSON")
-    probes.add_argument("--out", metavar="FILE", help="also write the results as JSON to FILE")
+    probes.add_argument("--out", metavar="FILE", help="also write the results as JSON to FILE (a new file unless --force)")
+    probes.add_argument("--force", action="store_true", help="replace an existing --out file")
     probes.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     probes.set_defaults(handler=run_probes_command)
 
@@ -69,14 +73,9 @@ def _add_rule_arguments(parser: argparse.ArgumentParser, *, several_temperatures
 # -- reading arguments -------------------------------------------------------------------
 def _number(text: str | None, option: str, kind: type) -> Any:
     from minigpt_tui.engine.errors import GenerationError
+    from minigpt_tui.engine.session.inputs import parse_number
 
-    if text is None:
-        return None
-    try:
-        return kind(text)
-    except ValueError:
-        noun = "an integer" if kind is int else "a number"
-        raise GenerationError(f"{option} must be {noun}, got {text!r}") from None
+    return parse_number(text, option, kind, error=GenerationError)
 
 
 def rules_from_args(args: argparse.Namespace) -> list[Any]:
@@ -119,17 +118,30 @@ def load_model(spec: str, args: argparse.Namespace) -> Any:
     return portable
 
 
-def _write_json(path_text: str, data: Any) -> Path:
+def _write_json(path_text: str, data: Any, force: bool) -> Path:
+    from minigpt_tui.engine.files import write_file
+
+    return write_file(Path(path_text), (json.dumps(data, indent=2) + "\n").encode("utf-8"), replace=force)
+
+
+def _check_output(path_text: str | None, force: bool) -> None:
+    """Refuse an unusable output path before any model is loaded."""
+    from minigpt_tui.engine.files import check_writable_target
+
+    if path_text:
+        check_writable_target(Path(path_text), replace=force)
+
+
+def _prompt(text: str) -> str:
+    """The prompt as given; bytes that are not UTF-8 (kept by the command line as lone
+    surrogates) are refused in one line."""
     from minigpt_tui.engine.errors import GenerationError
 
-    path = Path(path_text).expanduser()
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2) + "\n", "utf-8")
-        os.replace(tmp, path)
-    except OSError as err:
-        raise GenerationError(f"cannot write {path}: {err.strerror or err}") from None
-    return path
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise GenerationError(f"--prompt is not valid UTF-8 text (byte {err.start} of the argument)") from None
+    return text
 
 
 # -- generate ----------------------------------------------------------------------------
@@ -141,23 +153,32 @@ def run_generate(args: argparse.Namespace) -> int:
     top = _number(args.top, "--top", int)
     if top < 1:
         raise GenerationError(f"--top must be at least 1, got {top}")
+    request = insight_request_from_args(args)
+    _check_output(args.trace_out, args.force)
     portable = load_model(args.model, args)
-    stepper = DecisionStepper.from_portable(portable, args.prompt, rule, use_kv_cache=args.kv_cache,
+    request.check(portable.model)
+    stepper = DecisionStepper.from_portable(portable, _prompt(args.prompt), rule, use_kv_cache=args.kv_cache,
                                             attention=args.attention, top_n=top)
     stepper.run()
     trace = stepper.trace()
+    insights = request.inspect(stepper, top)
+    for decision_json, insight in zip(trace["decisions"], insights):
+        decision_json.update(insight.to_json())
     if args.trace_out:
-        _write_json(args.trace_out, trace)
+        _write_json(args.trace_out, trace, args.force)
     if args.json:
         emit_json(trace)
     else:
         print_decisions(stepper)
+        print_insights(stepper.decisions, insights)
     return 0
 
 
 def _shown(piece: str) -> str:
-    """A piece with its boundaries visible: quoted, spaces and escapes kept."""
-    return json.dumps(piece, ensure_ascii=False)
+    """A piece with its boundaries visible: quoted, spaces kept, control characters escaped."""
+    from minigpt_tui.engine.printable import escape_controls
+
+    return escape_controls(json.dumps(piece, ensure_ascii=False))
 
 
 def print_decisions(stepper: Any) -> None:
@@ -165,9 +186,11 @@ def print_decisions(stepper: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from minigpt_tui.engine.printable import escape_controls
+
     console = Console()
     trace_model = stepper.model_path or "(in memory)"
-    console.print(Text(f"model {trace_model}"))
+    console.print(Text(escape_controls(f"model {trace_model}")))
     prompt_pieces = " ".join(_shown(stepper.tokenizer.piece_text(i)) for i in stepper.prompt_ids)
     console.print(Text(f"prompt ids {list(stepper.prompt_ids)}: {prompt_pieces}"))
     table = Table(title=f"decisions · {stepper.rule.label} · budget {stepper.rule.max_new_tokens}")
@@ -194,12 +217,13 @@ def run_probes_command(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.generation import load_probes, run_probes
 
     rules = rules_from_args(args)
+    _check_output(args.out, args.force)
     if args.prompts:
         load_probes(args.prompts)  # a bad file is refused before any model is loaded
     models = [(spec, load_model(spec, args)) for spec in args.model]
     result = run_probes(models, rules, args.prompts)
     if args.out:
-        _write_json(args.out, result)
+        _write_json(args.out, result, args.force)
     if args.json:
         emit_json(result)
     else:
@@ -213,16 +237,18 @@ def print_probes(result: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from minigpt_tui.engine.printable import escape_controls
+
     console = Console()
     source = result["probes"]["source"]
     models = [m["label"] for m in result["models"]]
     for r, rule in enumerate(result["rules"]):
-        table = Table(title=f"probes · {rule['label']} · {source}", show_lines=True)
+        table = Table(title=Text(escape_controls(f"probes · {rule['label']} · {source}")), show_lines=True)
         table.add_column("probe / prompt", overflow="fold")
         table.add_column("last token", overflow="fold")
         table.add_column("expected", overflow="fold")
         for label in models:
-            table.add_column(label, overflow="fold")
+            table.add_column(Text(escape_controls(label)), overflow="fold")
         for row in result["rows"]:
             cells = []
             for m in range(len(models)):
@@ -235,7 +261,7 @@ def print_probes(result: dict[str, Any]) -> None:
                 cells.append(Text(f"{mark} {_shown(cell['completion'])}{stop}",
                                   style="green" if cell["match"] else ""))
             last = row["prompt_last_token"]
-            table.add_row(Text(f"{row['name']}\n{_shown(row['prompt'])}"),
+            table.add_row(Text(f"{escape_controls(row['name'])}\n{_shown(row['prompt'])}"),
                           Text(f"{last['id']} {_shown(last['piece'])}"), Text(_shown(row["expected"])), *cells)
         console.print(table)
     count = result["probes"]["count"]
@@ -251,7 +277,7 @@ def run_infer(args: argparse.Namespace) -> int:
 
     rule = GenerationRule("greedy", max_new_tokens=_number(args.tokens, "--tokens", int))
     portable = load_model(args.model, args)
-    stepper = DecisionStepper.from_portable(portable, args.prompt, rule, top_n=1)
+    stepper = DecisionStepper.from_portable(portable, _prompt(args.prompt), rule, top_n=1)
     stepper.run()
     out = stepper.output()
     tensors, scalars = count_parameters(portable.model)
@@ -281,9 +307,11 @@ def run_infer(args: argparse.Namespace) -> int:
         from rich.text import Text
 
         console = Console()
+        from minigpt_tui.engine.printable import escape_controls
+
         for key in ("model_path", "model_id", "prompt_ids", "generated_ids", "generated_bytes", "stop_reason",
                     "tied_alias"):
-            console.print(Text(f"{key}: {result[key]}"))
+            console.print(Text(escape_controls(f"{key}: {result[key]}")))
         shown = out["display"] if out["valid_utf8"] else f"{out['display']} (display only: invalid UTF-8)"
         console.print(Text(f"text: {_shown(shown)}"))
     return 0

@@ -13,6 +13,7 @@ from minigpt_tui.commands.common import (
     graceful_stop,
     runs_dir_from_args,
 )
+from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,148 +21,127 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(parser)
     parser.add_argument("--run", help="run name (default: PRESET-TIMESTAMP)")
     parser.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
-    parser.add_argument("--until", type=int, help="stop after this update (the schedule stays the same)")
+    parser.add_argument("--until", type=int, help="stop after this update, 1 to --steps (the schedule stays the same)")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    parser.add_argument("--save-every", type=int, help="save a checkpoint every N updates (0: only at stop and best)")
-    parser.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best")
+    parser.add_argument("--save-every", type=int, help="save a checkpoint every N updates, 0 to 1,000,000,000 (0: only at stop and best)")
+    parser.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best, 1 to 1,000,000")
     parser.add_argument(
         "--init-from",
         metavar="CHECKPOINT",
         help="weights-only warm start from a model file, checkpoint or RUN:latest|best (a new training history)",
     )
+    add_probe_arguments(parser)
+    add_process_arguments(parser)
     parser.set_defaults(handler=run_train)
 
 
-def run_train(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.corpus import load_corpus
-    from minigpt_tui.engine.errors import ConfigError
-    from minigpt_tui.engine.runs import RunDirectory
-    from minigpt_tui.engine.trainer import TrainingSetup, Trainer, apply_precision
+def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--probes", metavar="FILE",
+                        help="score this probes file after every scheduled evaluation (default: the bundled probes)")
+    parser.add_argument("--no-probes", action="store_true", help="score no probes during the run")
 
-    from minigpt_tui.engine.checkpoint.directory import Checkpointer
+
+def probe_options(args: argparse.Namespace) -> dict[str, Any]:
+    from minigpt_tui.engine.errors import ConfigError
+
+    if args.no_probes and args.probes:
+        raise ConfigError("choose either --probes FILE or --no-probes, not both")
+    return {"probes": args.probes, "score_probes": not args.no_probes}
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.session.plans import NewRun
 
     config = config_from_args(args)
-    policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
-    if policy:
-        config = config.replace(train=policy)
-    if args.until is not None and not 1 <= args.until <= config.train.steps:
-        raise ConfigError(f"--until must be between 1 and {config.train.steps}")
-    runs_dir = runs_dir_from_args(args)
-    warm = _warm_start(args.init_from, runs_dir, config) if args.init_from else None
-    if warm is not None:
-        config = config.replace(tokenizer={"merges": len(warm.tokenizer.merges)})
-    apply_precision(config.train)
-    corpus = load_corpus(config.corpus)
-    with preparation_progress(not args.json) as progress:
-        setup = TrainingSetup.build(config, corpus, warm.tokenizer if warm is not None else None, progress=progress)
-    initial = {name: p.detach() for name, p in warm.model.named_parameters()} if warm is not None else None
-    trainer = Trainer(setup, initial_weights=initial)
-    run = RunDirectory.create(runs_dir, args.run, config.preset)
-    run.write_json("config.json", config.to_dict())
-    run.write_json("identities.json", identities(setup))
-    if warm is not None:
-        run.write_json("warm_start.json", _warm_record(warm))
-    result = drive(trainer, run, until=args.until, show_progress=not args.json, checkpointer=Checkpointer(run))
-    result["run_dir"] = str(run.path)
-    if warm is not None:
-        result["warm_start"] = _warm_record(warm)
-        if not args.json:
-            print(f"note: {result['warm_start']['note']}", file=sys.stderr)
+    if launch_requested(args):
+        return launch(args)
+    _note_mixed_precision(config)
+    with joined_world(config.train.device) as parallel:
+        plan = NewRun(config, runs_dir_from_args(args), args.run, until=args.until, init_from=args.init_from,
+                      parallel=parallel, **probe_options(args))
+        result = drive(plan, show_progress=not args.json and not parallel.distributed)
+    if not parallel.world.is_writer:
+        return 0  # rank 0 alone reports
     if args.json:
         emit_json(result)
     else:
+        if "warm_start" in result:
+            print(f"note: {result['warm_start']['note']}", file=sys.stderr)
         print_summary(result)
     return 0
 
 
-def _warm_start(spec: str, runs_dir: Any, config: Any) -> Any:
-    """The saved weights and tokenizer for a weights-only warm start, checked to fit."""
-    import dataclasses
+def _note_mixed_precision(config: Any) -> None:
+    from minigpt_tui.engine.devices import choose_device
+    from minigpt_tui.engine.trainer import mixed_precision_note
 
-    from minigpt_tui.engine.checkpoint.portable import load_portable_model
-    from minigpt_tui.engine.errors import ConfigError
-    from minigpt_tui.engine.runs import resolve_model_file
-
-    portable = load_portable_model(resolve_model_file(spec, runs_dir))
-    saved = dataclasses.replace(portable.config, dropout=config.model.dropout, init_std=config.model.init_std)
-    if saved != config.model:
-        raise ConfigError(
-            f"--init-from {spec}: the saved model ({portable.config.family}, width {portable.config.width}, "
-            f"{portable.config.layers} layers) does not fit this run's model config (preset {config.preset})"
-        )
-    return portable
+    note = mixed_precision_note(config.train.precision, choose_device(config.train.device).kind)
+    if note is not None:
+        print(f"note: {note}", file=sys.stderr)
 
 
-def _warm_record(portable: Any) -> dict[str, Any]:
-    return {
-        "from": str(portable.path),
-        "model_identity": portable.identity,
-        "tokenizer_identity": portable.tokenizer.identity,
-        "note": "weights-only warm start: a new training history (fresh optimizer moments, schedule clock, "
-        "data position, random streams and loss scaler); not a resume, so it does not continue the saved run",
-    }
+class RunRecorder:
+    """The command line's sink: keeps what the JSON result lists and moves the progress bar.
+    A refused save ends the command with its one-line reason, as any engine error does."""
+
+    def __init__(self, advance: Any) -> None:
+        self.advance = advance
+        self.updates: list[dict[str, Any]] = []
+        self.evaluations: list[dict[str, Any]] = []
+        self.saved: list[str] = []
+        self.probes: list[dict[str, Any]] = []
+
+    def __call__(self, event: Any) -> None:
+        from dataclasses import asdict
+
+        from minigpt_tui.engine.errors import CheckpointError
+        from minigpt_tui.engine.session.events import EvaluationDone, ProbesScored, Refused, Saved, UpdateDone
+
+        if isinstance(event, UpdateDone):
+            self.updates.append(event.record.exact_fields())
+            self.advance(event.record.step, event.record.loss)
+        elif isinstance(event, EvaluationDone):
+            self.evaluations.append(asdict(event.record))
+        elif isinstance(event, ProbesScored):
+            self.probes.append({"step": event.step, "source": event.source, "matched": event.matched,
+                                "probes": [score.to_json() for score in event.scores]})
+        elif isinstance(event, Saved):
+            self.saved.append(str(event.path))
+        elif isinstance(event, Refused) and event.action == "save":
+            raise CheckpointError(event.message)
 
 
-def identities(setup: Any) -> dict[str, Any]:
-    return {
-        "corpus": setup.corpus_summary(),
-        "tokenizer": {"identity": setup.tokenizer.identity, "vocab_size": setup.tokenizer.vocab_size,
-                      "merges": len(setup.tokenizer.merges)},
-    }
+def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
+    """Prepare and run a training session to its end (the schedule, ``until``, or Ctrl+C /
+    SIGTERM, which finish the current update, save, then stop); the result as JSON-ready data."""
+    from minigpt_tui.engine.errors import WriteRefused
+    from minigpt_tui.engine.session.events import FinishReason
+    from minigpt_tui.engine.session.training import TrainingSession
 
-
-def drive(trainer: Any, run: Any, *, until: int | None, show_progress: bool,
-          checkpointer: Any = None) -> dict[str, Any]:
-    """Run the schedule to ``until``, appending metrics; stop cleanly on Ctrl+C/SIGTERM."""
-    from dataclasses import asdict
-
-    from minigpt_tui.engine.trainer import UpdateRecord, scheduled_work
-
-    updates: list[dict[str, Any]] = []
-    evaluations: list[dict[str, Any]] = []
-    saved: list[str] = []
-    steps = trainer.config.train.steps
-    target = steps if until is None else until
-    save_every = trainer.config.train.save_every
-    stopped_by = None
-    saved_step: int | None = None
-    due: list[str] = []  # why the next checkpoint is due; saved once this step's work is done
-    with graceful_stop() as stop, _progress(show_progress, trainer.step, target) as advance:
-        for item in scheduled_work(trainer, until):
-            if isinstance(item, UpdateRecord):
-                record = item.exact_fields()
-                updates.append(record)
-                run.append_metric({"kind": "update", **record, "seconds": item.seconds,
-                                   "tokens_per_second": item.tokens_per_second})
-                advance(item.step, item.loss)
-                if save_every and item.step % save_every == 0:
-                    due.append("interval")
-            else:
-                evaluations.append(asdict(item))
-                run.append_metric({"kind": "evaluation", **asdict(item)})
-                if trainer.best_step == item.step and item.step > 0:
-                    due.append("best")
-            # One checkpoint per step, after that step's scheduled evaluation.
-            if not trainer.evaluation_due():
-                if checkpointer is not None and due:
-                    saved.append(str(checkpointer.save(trainer, "+".join(due))))
-                    saved_step = trainer.step
-                due = []
-            if stop:
-                stopped_by = stop.signal_name
-                break
-    if checkpointer is not None and saved_step != trainer.step:
-        saved.append(str(checkpointer.save(trainer, "stop")))
+    with graceful_stop() as stop, _progress(show_progress) as progress:
+        recorder = RunRecorder(progress.advance)
+        sink = _announcing(recorder, progress, plan.until)
+        session = TrainingSession(plan, sink, stop_requested=lambda: bool(stop))
+        finished = session.run()
+    if session.write_failure is not None:  # the run stopped at that boundary and saved what it could
+        where = f"; saved as {recorder.saved[-1]}" if recorder.saved else ""
+        raise WriteRefused(f"{session.write_failure}: the run stopped after update {finished.step}{where}")
+    prepared = session.prepared
+    assert prepared is not None
+    trainer = prepared.trainer
+    if prepared.run is None:  # a rank other than 0: it writes and reports nothing
+        return {}
     tensors, scalars = trainer.parameter_counts
-    return {
+    result: dict[str, Any] = {
         "preset": trainer.config.preset,
         "parameter_tensors": tensors,
         "parameter_scalars": scalars,
-        "steps": steps,
+        "steps": trainer.config.train.steps,
         "step": trainer.step,
-        "stopped_by": stopped_by,
-        "updates": updates,
-        "evaluations": evaluations,
+        "stopped_by": stop.signal_name if finished.reason == FinishReason.STOPPED else None,
+        "updates": recorder.updates,
+        "evaluations": recorder.evaluations,
+        "probes": recorder.probes,
         "best_step": trainer.best_step,
         "state_digest": trainer.state_digest(),
         "weights_digest": trainer.weights_digest(),
@@ -171,50 +151,50 @@ def drive(trainer: Any, run: Any, *, until: int | None, show_progress: bool,
         "data": trainer.data_summary(),
         "evaluation_rule": trainer.evaluation_rule,
         "tokenizer_identity": trainer.tokenizer.identity,
-        "checkpoints": saved,
+        "checkpoints": recorder.saved,
+        "run_dir": str(prepared.run.path),
+        "device": trainer.placement.kind,
+        "world_size": trainer.parallel.world_size,
+        "global_batch": trainer.config.train.batch_size * trainer.config.train.microbatches
+        * trainer.parallel.world_size,
     }
+    if prepared.warm_start is not None:
+        result["warm_start"] = prepared.warm_start.to_json()
+    if prepared.resumed_from is not None:
+        from minigpt_tui.engine.checkpoint.directory import continuation_record
+
+        result["resumed_from"] = str(prepared.resumed_from)
+        result["continuation"] = continuation_record(trainer)
+    return result
 
 
-class preparation_progress:
-    """Progress of the work before the first update (tokenizer training, encoding, the
-    token cache) as rich bars on a terminal; silent otherwise. Ctrl+C stops that work
-    cleanly: the cache is written atomically and the run folder comes only after it."""
+def _announcing(recorder: RunRecorder, progress: "_progress", until: int | None) -> Any:
+    """The recorder, with the progress bar (to ``until`` or the schedule's end) started once
+    the run's first step is known."""
+    from minigpt_tui.engine.session.events import RunStarted
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.tasks: dict[str, Any] = {}
+    def sink(event: Any) -> None:
+        if isinstance(event, RunStarted):
+            progress.begin(event.step, until if until is not None else event.steps)
+        recorder(event)
 
-    def __enter__(self):  # type: ignore[no-untyped-def]
-        if not self.enabled:
-            return None
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-        self.bar.__enter__()
-        return self.advance
-
-    def advance(self, label: str, done: int, total: int) -> None:
-        if label not in self.tasks:
-            self.tasks[label] = self.bar.add_task(label, total=total)
-        self.bar.update(self.tasks[label], completed=done, total=total)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.enabled:
-            self.bar.__exit__(*exc)
+    return sink
 
 
 class _progress:
     """A rich progress bar with ETA on a terminal; silent otherwise."""
 
-    def __init__(self, enabled: bool, start: int, total: int) -> None:
+    def __init__(self, enabled: bool) -> None:
         self.enabled = enabled and sys.stderr.isatty()
-        self.start, self.total = start, total
+        self.bar: Any = None
+        self.task: Any = None
 
-    def __enter__(self):  # type: ignore[no-untyped-def]
+    def __enter__(self) -> "_progress":
+        return self
+
+    def begin(self, start: int, total: int) -> None:
         if not self.enabled:
-            return lambda step, loss: None
+            return
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -222,20 +202,26 @@ class _progress:
                             TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(),
                             console=Console(stderr=True))
         self.bar.__enter__()
-        task = self.bar.add_task("train", total=self.total, completed=self.start, loss="-")
-        return lambda step, loss: self.bar.update(task, completed=step, loss=f"{loss:.4f}")
+        self.task = self.bar.add_task("train", total=total, completed=start, loss="-")
+
+    def advance(self, step: int, loss: float) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step, loss=f"{loss:.4f}")
 
     def __exit__(self, *exc: object) -> None:
-        if self.enabled:
+        if self.bar is not None:
             self.bar.__exit__(*exc)
 
 
 def print_summary(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from minigpt_tui.engine.printable import escape_controls
 
     console = Console()
-    table = Table(title=f"run {result['run_dir']}")
+    table = Table(title=Text(escape_controls(f"run {result['run_dir']}")))
     table.add_column("record")
     table.add_column("value")
     table.add_row("preset", result["preset"])
@@ -253,10 +239,14 @@ def print_summary(result: dict[str, Any]) -> None:
         val = last["validation_loss"]
         table.add_row("last evaluation", f"step {last['step']}: train {last['train_loss']:.6f}"
                       + (f", validation {val:.6f}" if val is not None else ""))
+    if result["probes"]:
+        last = result["probes"][-1]
+        table.add_row("probes", f"step {last['step']}: {last['matched']} of {len(last['probes'])} match "
+                      f"({last['source']})")
     table.add_row("best step", str(result["best_step"]))
     table.add_row("state digest", result["state_digest"])
     for path in result["checkpoints"]:
-        table.add_row("checkpoint", path)
+        table.add_row("checkpoint", Text(escape_controls(path)))
     if result["stopped_by"]:
         table.add_row("stopped by", result["stopped_by"])
     console.print(table)

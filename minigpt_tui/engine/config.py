@@ -9,16 +9,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from minigpt_tui.engine.devices import DEVICE_CHOICES
 from minigpt_tui.engine.errors import ConfigError
 
 FAMILIES = ("llama", "gpt2")
-PRECISIONS = ("exact", "fast")
+# exact: float64, one thread, deterministic. fast: float32. bf16 / fp16: autocast over float32
+# master weights (fp16 with the bounded loss scaler always on).
+PRECISIONS = ("exact", "fast", "bf16", "fp16")
 BATCH_POLICIES = ("replacement", "document_order")
 CORPUS_MODES = ("records", "stream")
 SCHEDULES = ("constant", "cosine")
@@ -114,6 +118,7 @@ class TrainConfig:
     monitor_tokens: int = 0
     precision: str = "exact"
     threads: int = 1
+    device: str = "cpu"  # auto | cpu | cuda | mps (auto: cuda, then mps, then cpu)
     save_every: int = 0
     keep_last: int = 3
 
@@ -210,12 +215,18 @@ def load_config(
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    from minigpt_tui.engine.files import path_exists, require_regular_file
+
+    if path_exists(path):
+        require_regular_file(path, "a config file")
     try:
         return tomllib.loads(path.read_text("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read config file {path}: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} nests too deep to be a config") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
 
@@ -318,10 +329,72 @@ def validate(config: RunConfig) -> None:
     need(t.monitor_tokens >= 0, "train.monitor_tokens must be 0 or more")
     need(t.precision in PRECISIONS, f"train.precision must be one of {PRECISIONS}")
     need(t.threads >= 1, "train.threads must be at least 1")
+    need(t.device in DEVICE_CHOICES, f"train.device must be one of {', '.join(DEVICE_CHOICES)}, got '{t.device}'")
     need(t.save_every >= 0, "train.save_every must be 0 (off) or positive")
     need(t.keep_last >= 1, "train.keep_last must be at least 1")
     if t.document_order:
         need(
             sorted(t.document_order) == list(range(len(t.document_order))),
             "train.document_order must be a permutation of 0..n-1",
+        )
+    check_bounds(config)
+
+
+# Upper bounds on sizes and counts, and every number finite: a value beyond them is a typo
+# or a hostile file, and is refused before anything is allocated or any folder is made.
+LIMITS: dict[str, int] = {
+    "model.width": 16_384,
+    "model.heads": 1_024,
+    "model.kv_heads": 1_024,
+    "model.ffn": 65_536,
+    "model.layers": 1_024,
+    "model.context": 65_536,
+    "tokenizer.merges": 100_000,
+    "corpus.val_every": 1_000_000_000,
+    "train.steps": 1_000_000_000,
+    "train.warmup": 1_000_000_000,
+    "train.batch_size": 65_536,
+    "train.microbatches": 65_536,
+    "train.eval_every": 1_000_000_000,
+    "train.eval_batch_size": 65_536,
+    "train.monitor_tokens": 1_000_000_000,
+    "train.threads": 1_024,
+    "train.save_every": 1_000_000_000,
+    "train.keep_last": 1_000_000,
+    "train.loss_scale_growth_interval": 1_000_000_000,
+}
+# The most scalars a model may have here (about 8 GB in float64): CPU training beyond it
+# is not what this tool is for, and a saved config declaring more is not a real model.
+MAX_PARAMETERS = 1_000_000_000
+
+
+def estimated_parameters(m: ModelConfig, vocab_size: int) -> int:
+    """Scalars of a model of this config (the tied table once), from the config alone."""
+    attention = m.width * m.heads * m.head_dim * 2 + m.width * m.kv_heads * m.head_dim * 2
+    feed_forward = m.width * m.ffn * (3 if m.family == "llama" else 2)
+    per_block = attention + feed_forward + 4 * m.width + 2 * m.ffn
+    positions = m.context * m.width if m.family == "gpt2" else 0
+    return vocab_size * m.width + positions + m.layers * per_block + 2 * m.width
+
+
+def check_bounds(config: RunConfig) -> None:
+    for dotted, limit in LIMITS.items():
+        section, name = dotted.split(".")
+        value = getattr(getattr(config, section), name)
+        if value > limit:
+            raise ConfigError(f"{dotted} is {value}, above the limit of {limit:,}")
+    for section in ("model", "train"):
+        part = getattr(config, section)
+        for item in fields(part):
+            value = getattr(part, item.name)
+            values = value if isinstance(value, tuple) else (value,)
+            if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+                raise ConfigError(f"{section}.{item.name} must be a finite number, got {value!r}")
+    from minigpt_tui.engine.tokenizer import FIRST_MERGE_ID
+
+    scalars = estimated_parameters(config.model, FIRST_MERGE_ID + config.tokenizer.merges)
+    if scalars > MAX_PARAMETERS:
+        raise ConfigError(
+            f"the model would have about {scalars:,} parameters, above the limit of {MAX_PARAMETERS:,} "
+            "(lower model.width, model.ffn or model.layers)"
         )

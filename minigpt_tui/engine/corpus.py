@@ -98,6 +98,9 @@ def _has_inner_blank(lines: list[str]) -> bool:
 
 
 def _read_text(path: Path) -> str:
+    from minigpt_tui.engine.files import require_regular_file
+
+    require_regular_file(path, "a corpus file")  # a FIFO or /dev/zero would never end
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
@@ -115,9 +118,12 @@ def load_corpus(config: CorpusConfig) -> Corpus:
             raise CorpusError(f"no bundled corpus named '{name}'")
         texts = parse_records(asset.read_text("utf-8"))
     else:
+        from minigpt_tui.engine.files import path_exists, require_file_or_folder
+
         path = Path(source).expanduser()
-        if not path.exists():
+        if not path_exists(path):
             raise CorpusError(f"corpus not found: {path}")
+        require_file_or_folder(path, "a corpus file or folder")
         if path.is_dir():
             files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
             if not files:

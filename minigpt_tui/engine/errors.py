@@ -40,3 +40,22 @@ class CaptureRefused(MiniGPTError):
 
 class GenerationError(MiniGPTError):
     """A generation request that cannot be served."""
+
+
+class ProcessGroupError(MiniGPTError):
+    """A process of a several-process run died or could not be reached."""
+
+
+class InputRefused(CheckpointError, CorpusError, ConfigError):
+    """An input that is not a regular file (a FIFO, a device, a symlink loop) or cannot be
+    opened; refused before it is read. It is each kind of input error, so that a caller
+    expecting a checkpoint, corpus or config error catches it as one."""
+
+
+class WriteRefused(MiniGPTError):
+    """An output that may not be written (it exists, it is not a regular file) or whose
+    writing failed (no space, read-only, too large); nothing was left half-written."""
+
+
+class RunLocked(MiniGPTError):
+    """Another live process is writing to the run."""

@@ -67,7 +67,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -349,11 +349,6 @@ class Decision:
         if self.attention is not None:
             data["attention"] = [layer.tolist() for layer in self.attention]
         return data
-
-
-class PortableLike(Protocol):
-    model: MiniGPT
-    tokenizer: ByteBPETokenizer
 
 
 @dataclass
@@ -645,7 +640,11 @@ def load_probes(path: str | Path | None = None) -> ProbeSet:
         source = "bundled:probes.json"
         raw = resources.files("minigpt_tui").joinpath("assets/probes.json").read_bytes()
     else:
+        from minigpt_tui.engine.files import path_exists, require_regular_file
+
         source = str(path)
+        if path_exists(Path(path).expanduser()):
+            require_regular_file(Path(path).expanduser(), "a probe file")  # never a FIFO or a device
         try:
             raw = Path(path).expanduser().read_bytes()
         except FileNotFoundError:
@@ -658,6 +657,8 @@ def load_probes(path: str | Path | None = None) -> ProbeSet:
         raise GenerationError(f"probe file {source} is not UTF-8 text") from None
     except json.JSONDecodeError as err:
         raise GenerationError(f"probe file {source} is not valid JSON: {err.msg} at line {err.lineno}") from None
+    except (RecursionError, ValueError):
+        raise GenerationError(f"probe file {source} is not usable JSON (nested too deep or a number too large)") from None
     if not isinstance(data, dict):
         raise GenerationError(f"probe file {source} must hold a JSON object")
     if data.get("format") != PROBES_FORMAT:

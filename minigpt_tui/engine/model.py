@@ -39,13 +39,15 @@ class DropoutKey:
     seed: int
     counter: int
 
-    def mask(self, offset: int, shape: tuple[int, ...], p: float, dtype: torch.dtype) -> Tensor:
+    def mask(self, offset: int, shape: tuple[int, ...], p: float, dtype: torch.dtype,
+             device: torch.device | str = "cpu") -> Tensor:
         """Scaled keep mask for values counter+offset .. counter+offset+numel-1."""
         material = f"{self.seed}:{self.counter + offset}".encode()
         key = int.from_bytes(hashlib.blake2b(material, digest_size=8).digest(), "little")
         generator = torch.Generator().manual_seed(key)
         keep = torch.rand(shape, generator=generator, dtype=torch.float64) >= p
-        return keep.to(dtype) / (1.0 - p)
+        # Drawn on the CPU whatever the device, so a mask is the same bits everywhere.
+        return (keep.to(dtype) / (1.0 - p)).to(device)
 
 
 @dataclass
@@ -75,7 +77,7 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 def rope_tables(positions: Tensor, head_dim: int, base: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device) / head_dim))
     freqs = positions.to(torch.float64)[:, None] * inv_freq[None, :]
     angles = torch.cat((freqs, freqs), dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
@@ -130,12 +132,12 @@ class Attention(nn.Module):
             fused = F.scaled_dot_product_attention(q, k, v, is_causal=past == 0)
             return self.o_proj(fused.transpose(1, 2).reshape(b, t, c.heads * hd)), None, new_cache
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-        causal = torch.ones(t, s, dtype=torch.bool).tril(diagonal=past)
+        causal = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(diagonal=past)
         scores = scores.masked_fill(~causal, float("-inf"))
         weights = torch.softmax(scores, dim=-1)
         attended = weights
         if dropout is not None and c.dropout > 0:
-            attended = weights * dropout.mask(offset, tuple(weights.shape), c.dropout, weights.dtype)
+            attended = weights * dropout.mask(offset, tuple(weights.shape), c.dropout, weights.dtype, x.device)
         out = (attended @ v).transpose(1, 2).reshape(b, t, c.heads * hd)
         return self.o_proj(out), weights, new_cache
 
@@ -192,12 +194,12 @@ class Block(nn.Module):
         s = new_cache[0].shape[2]
         offset += b * self.config.heads * t * s
         if dropout is not None and p > 0:
-            attn_out = attn_out * dropout.mask(offset, (b, t, d), p, x.dtype)
+            attn_out = attn_out * dropout.mask(offset, (b, t, d), p, x.dtype, x.device)
         offset += b * t * d
         x = x + attn_out
         ffn_out = self.ffn(self.ffn_norm(x))
         if dropout is not None and p > 0:
-            ffn_out = ffn_out * dropout.mask(offset, (b, t, d), p, x.dtype)
+            ffn_out = ffn_out * dropout.mask(offset, (b, t, d), p, x.dtype, x.device)
         return x + ffn_out, weights, new_cache
 
 
@@ -240,12 +242,6 @@ class MiniGPT(nn.Module):
                     values = torch.randn(param.shape, generator=generator, dtype=torch.float64)
                     param.copy_(values * std)
 
-    def dropout_values(self, b: int, t: int) -> int:
-        c = self.config
-        if c.dropout <= 0:
-            return 0
-        return b * t * c.width + sum(block.dropout_values(b, t, t) for block in self.blocks)
-
     def forward(
         self,
         ids: Tensor,
@@ -265,7 +261,7 @@ class MiniGPT(nn.Module):
         past = cache[0][0].shape[2] if cache else 0
         if past + t > c.context:
             raise ValueError(f"{past + t} positions exceed the context of {c.context}")
-        positions = torch.arange(past, past + t)
+        positions = torch.arange(past, past + t, device=x.device)
         rope = None
         if c.family == "gpt2":
             x = x + self.position_embedding(positions)[None]
@@ -273,7 +269,7 @@ class MiniGPT(nn.Module):
             rope = rope_tables(positions, c.head_dim, c.rope_base, self.dtype)
         offset = 0
         if dropout is not None and c.dropout > 0:
-            x = x * dropout.mask(offset, (b, t, c.width), c.dropout, x.dtype)
+            x = x * dropout.mask(offset, (b, t, c.width), c.dropout, x.dtype, x.device)
             offset += b * t * c.width
         attentions: list[Tensor] = []
         new_cache: KVCache = []

@@ -8,14 +8,18 @@ import json
 import os
 import re
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.engine.errors import ConfigError
+from minigpt_tui.engine.errors import CheckpointError, ConfigError, ResumeRefused, RunLocked, WriteRefused
+from minigpt_tui.engine.files import append_line, make_folder, path_exists, removed_on_failure, write_file
 
 ENV_RUNS_DIR = "MINIGPT_TUI_RUNS_DIR"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+RUN_FILE = "run.json"  # the run's identity: written once, when the folder is made
+LOCK_FILE = ".lock"  # held (flock) by the one process writing to the run
 
 
 def default_runs_dir() -> Path:
@@ -28,7 +32,10 @@ def default_runs_dir() -> Path:
 
 
 def resolve_runs_dir(runs_dir: str | Path | None) -> Path:
-    return Path(runs_dir).expanduser() if runs_dir else default_runs_dir()
+    path = Path(runs_dir).expanduser() if runs_dir else default_runs_dir()
+    if path_exists(path) and not path.is_dir():
+        raise ConfigError(f"the runs directory {path} is not a folder")
+    return path
 
 
 def check_run_name(name: str) -> str:
@@ -56,34 +63,60 @@ class RunDirectory:
         return self.path / "metrics.jsonl"
 
     @staticmethod
-    def create(runs_dir: Path, name: str | None, preset: str) -> "RunDirectory":
-        runs_dir.mkdir(parents=True, exist_ok=True)
+    def create(
+        runs_dir: Path, name: str | None, preset: str, files: dict[str, Any] | None = None
+    ) -> "RunDirectory":
+        """A new run folder holding its identity (``run.json``) and ``files`` (name: JSON
+        data). It is made under a hidden name and renamed into place once every file is
+        written, so a failure leaves no half-made run behind."""
+        runs_dir = Path(runs_dir)
+        make_folder(runs_dir, what="runs directory")
         if name is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             base = f"{preset}-{stamp}"
             name, n = base, 1
-            while (runs_dir / name).exists():
+            while path_exists(runs_dir / name):
                 n += 1
                 name = f"{base}-{n}"
         check_run_name(name)
         path = runs_dir / name
-        if path.exists():
+        if path_exists(path):
             raise ConfigError(f"run '{name}' already exists in {runs_dir}")
-        path.mkdir()
+        work = runs_dir / f".{name}.creating-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        with removed_on_failure(work, f"cannot create the run folder {path}"):
+            work.mkdir()
+            (work / LOCK_FILE).touch()
+            staged = RunDirectory(work)
+            created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            staged.write_json(RUN_FILE, {"run_id": uuid.uuid4().hex, "name": name, "created_at": created})
+            for filename, data in (files or {}).items():
+                staged.write_json(filename, data)
+            os.rename(work, path)
         return RunDirectory(path)
 
+    @property
+    def run_id(self) -> str | None:
+        """The identity written when the folder was made (None: a run from before run ids)."""
+        try:
+            data = json.loads((self.path / RUN_FILE).read_text("utf-8"))
+        except (OSError, ValueError):
+            return None
+        run_id = data.get("run_id") if isinstance(data, dict) else None
+        return run_id if isinstance(run_id, str) else None
+
     def write_json(self, filename: str, data: Any) -> None:
-        target = self.path / filename
-        tmp = target.with_suffix(target.suffix + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", "utf-8")
-        os.replace(tmp, target)
+        write_file(self.path / filename, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"),
+                   replace=True, what="run file")
 
     def read_json(self, filename: str) -> Any:
         return json.loads((self.path / filename).read_text("utf-8"))
 
     def append_metric(self, record: dict[str, Any]) -> None:
-        with self.metrics_path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, sort_keys=True) + "\n")
+        append_line(self.metrics_path, json.dumps(record, sort_keys=True))
+
+    def lock(self) -> "RunLock":
+        """Hold the run for this process (see :func:`lock_run`)."""
+        return lock_run(self.path)
 
     def metrics(self) -> list[dict[str, Any]]:
         if not self.metrics_path.exists():
@@ -95,6 +128,163 @@ class RunDirectory:
             except json.JSONDecodeError:
                 break  # a torn last line after a crash: keep what precedes it
         return out
+
+
+class RunLock:
+    """An advisory lock on ``RUN/.lock`` (``flock``): one process writes to a run at a time.
+    The kernel drops it when the process ends, however it ends, so a lock left by a dead
+    process is stale by construction and the next writer simply takes it. Taking the lock
+    writes nothing (a refused command changes nothing on disk); once the run really starts,
+    :meth:`announce` writes the holder into the file for the refusal message, and release
+    empties it again."""
+
+    def __init__(self, run_path: Path, fd: int) -> None:
+        self.run_path = run_path
+        self._fd: int | None = fd
+        self._announced = False
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def announce(self) -> None:
+        """Name this process in the lock file (called when the run starts writing)."""
+        if self._fd is None or self._announced:
+            return
+        holder = {"pid": os.getpid(), "since": time.time()}
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, (json.dumps(holder) + "\n").encode(), 0)
+            self._announced = True
+        except OSError:
+            pass  # the lock holds without its description
+
+    def release(self) -> None:
+        import fcntl
+
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                if self._announced:
+                    os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> "RunLock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_run(run_path: Path | str) -> RunLock:
+    """Take the run's lock, or refuse in one line naming the process that holds it."""
+    import fcntl
+
+    run_path = Path(run_path)
+    lock_path = run_path / LOCK_FILE
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as err:
+        raise WriteRefused(f"cannot lock the run {run_path}: {err.strerror or err}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder_text(fd)
+        os.close(fd)
+        raise RunLocked(
+            f"run '{run_path.name}' is in use by {holder}: one process writes to a run at a time; "
+            "wait for it to finish or stop it"
+        ) from None
+    except OSError as err:
+        os.close(fd)
+        raise WriteRefused(f"cannot lock the run {run_path}: {err.strerror or err}") from None
+    return RunLock(run_path, fd)
+
+
+def _holder_text(fd: int) -> str:
+    """Who holds the lock: as the holder announced itself in the file, or (while it is
+    still loading, before it announces) the process that has the lock file open."""
+    try:
+        data = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        pid = int(data["pid"])
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(data["since"])))
+        if _alive(pid):  # not the description left by a holder that was killed
+            return f"process {pid} (since {since})"
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
+        pass
+    pid = _process_with_open(os.fstat(fd))
+    return f"process {pid}" if pid is not None else "another process"
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
+def _process_with_open(target: os.stat_result) -> int | None:
+    """Another process that has the file ``target`` open (Linux ``/proc/PID/fd``)."""
+    try:
+        pids = sorted(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+    except OSError:
+        return None
+    for pid in pids:
+        if pid == os.getpid():
+            continue
+        try:
+            for link in Path(f"/proc/{pid}/fd").iterdir():
+                info = link.stat()
+                if (info.st_ino, info.st_dev) == (target.st_ino, target.st_dev):
+                    return pid
+        except OSError:
+            continue
+    return None
+
+
+def owning_run(folder: Path, *, fork: bool = False) -> RunDirectory | None:
+    """The run a resume from ``folder`` continues (None: a new run folder, for a loose
+    checkpoint or with ``fork``). A checkpoint inside ``RUN/checkpoints/`` continues RUN
+    only when both record the same run identity; one copied into another run's folder is
+    refused unless ``fork``."""
+    from minigpt_tui.engine.checkpoint.directory import read_manifest
+
+    parent = Path(folder).parent
+    if fork or parent.name != "checkpoints" or not (parent.parent / "config.json").is_file():
+        return None
+    run = RunDirectory(parent.parent)
+    provenance = read_manifest(Path(folder)).get("provenance") or {}
+    saved_id = provenance.get("run_id") if isinstance(provenance, dict) else None
+    if saved_id != run.run_id:
+        raise ResumeRefused(
+            f"{folder} was saved by another run than '{run.name}' (run identity "
+            f"{str(saved_id)[:12]} vs {str(run.run_id)[:12]}): resuming would append to the wrong history; "
+            "add --fork to continue it in a new run folder"
+        )
+    return run
+
+
+def run_for_checkpoint(
+    folder: Path, runs_dir: Path, config: Any, *, fork: bool = False
+) -> tuple[RunDirectory, bool]:
+    """The run that a resume from ``folder`` continues (see :func:`owning_run`), made now
+    when it is a new one; and whether it is new."""
+    run = owning_run(folder, fork=fork)
+    if run is not None:
+        return run, False
+    run = RunDirectory.create(runs_dir, None, f"resumed-{config.preset}", {"config.json": config.to_dict()})
+    return run, True
 
 
 def list_runs(runs_dir: Path) -> list[RunDirectory]:
@@ -122,10 +312,13 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
         latest_in_folder,
         list_checkpoints,
     )
-    from minigpt_tui.engine.errors import CheckpointError
+    from minigpt_tui.engine.files import require_file_or_folder
 
+    if len(spec) > 4096:
+        raise CheckpointError(f"the checkpoint '{spec[:40]}…' is {len(spec)} characters long: not a path or RUN:WHICH")
     path = Path(spec).expanduser()
-    if path.exists():
+    if path_exists(path):
+        require_file_or_folder(path, "a checkpoint")
         if path.is_file():
             if (path.parent / MANIFEST).exists() or STEP_DIR.match(path.parent.name):
                 return path.parent
@@ -150,7 +343,7 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
     if which == "best":
         return best_checkpoint(checkpoints)
     step_text = which.removeprefix("step-")
-    if step_text.isdigit():
+    if re.fullmatch(r"[0-9]{1,18}", step_text):
         wanted = checkpoints / checkpoint_name(int(step_text))
         if any(info.path == wanted for info in list_checkpoints(checkpoints)):
             return wanted
@@ -161,6 +354,8 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
 def resolve_model_file(spec: str, runs_dir: Path) -> Path:
     """A ``model.safetensors`` path from a model file, a checkpoint folder or a run spec."""
     path = Path(spec).expanduser()
-    if path.is_file():
-        return path
+    if len(spec) <= 4096 and path_exists(path) and not path.is_dir():
+        from minigpt_tui.engine.files import require_regular_file
+
+        return require_regular_file(path, "a model file")
     return resolve_checkpoint(spec, runs_dir) / "model.safetensors"

@@ -10,6 +10,7 @@ saving and pausing never change the trajectory.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import time
@@ -33,6 +34,8 @@ from minigpt_tui.engine.batches import (
 )
 from minigpt_tui.engine.config import RunConfig, TrainConfig
 from minigpt_tui.engine.corpus import Corpus
+from minigpt_tui.engine.devices import choose_device
+from minigpt_tui.engine.distributed import DataParallel, ShardedDocumentOrder, rank_seed
 from minigpt_tui.engine.errors import CaptureRefused, ConfigError, CorpusError
 from minigpt_tui.engine.model import DropoutKey, MiniGPT, count_parameters
 from minigpt_tui.engine.tensors import digest_tensors, update_digest
@@ -41,7 +44,28 @@ from minigpt_tui.engine.tokenizer import BOS, ByteBPETokenizer
 
 
 def dtype_for(precision: str) -> torch.dtype:
+    """The weights' dtype: float64 in exact precision, else float32 (the master weights of
+    the mixed precisions)."""
     return torch.float64 if precision == "exact" else torch.float32
+
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """The forward's autocast region: bf16/fp16 compute over float32 weights, else none."""
+    if precision not in AUTOCAST_DTYPES:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[precision])
+
+
+def mixed_precision_note(precision: str, device_kind: str) -> str | None:
+    """What a user should know before training in bf16 on this processor (None: nothing)."""
+    if precision != "bf16" or device_kind != "cpu":
+        return None
+    if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return None
+    return "this processor has no native bf16: bf16 on the CPU is emulated and can be much slower than fast"
 
 
 def apply_precision(train: TrainConfig) -> None:
@@ -81,7 +105,7 @@ class LossScaler:
     ``growth_interval`` consecutive finite updates, and always stays within [min, max]."""
 
     def __init__(self, train: TrainConfig) -> None:
-        self.enabled = train.loss_scale
+        self.enabled = train.loss_scale or train.precision == "fp16"  # fp16 gradients underflow unscaled
         self.scale = train.loss_scale_init if self.enabled else 1.0
         self.minimum = train.loss_scale_min
         self.maximum = train.loss_scale_max
@@ -217,11 +241,17 @@ def merge_training_records(texts: list[str], limit: int) -> list[str]:
 
 
 class Trainer:
-    def __init__(self, setup: TrainingSetup, initial_weights: dict[str, Tensor] | None = None) -> None:
+    def __init__(self, setup: TrainingSetup, initial_weights: dict[str, Tensor] | None = None,
+                 parallel: DataParallel | None = None) -> None:
         self.setup = setup
         self.config = config = setup.config
         train = config.train
         self.dtype = dtype_for(train.precision)
+        # One process unless a launcher made several; rank 0's streams are the one-process ones.
+        self.parallel = parallel or DataParallel()
+        rank, world = self.parallel.rank, self.parallel.world_size
+        self.placement = choose_device(train.device, local_rank=self.parallel.world.local_rank)
+        self.device = self.placement.torch_device()
         self.tokenizer = setup.tokenizer
         context = config.model.context
         self.stream_mode = config.corpus.mode == "stream"
@@ -234,11 +264,17 @@ class Trainer:
             self.validation_examples = make_examples(setup.corpus.validation, self.tokenizer, context)
         if not self.train_examples:
             raise CorpusError("the training split has no records")
+        if world > len(self.train_examples):
+            raise ConfigError(
+                f"{world} processes but the training split has only {len(self.train_examples)} examples: "
+                "each process needs at least one"
+            )
 
         self.model = MiniGPT(
             config.model, self.tokenizer.vocab_size, self.dtype, fused_attention=train.precision == "fast"
         )
         self.model.initialize(config.seeds.init)
+        self.model.to(self.device)
         if initial_weights is not None:
             self.load_weights(initial_weights)
         self.param_names = {p: n for n, p in self.model.named_parameters()}
@@ -253,11 +289,19 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(groups, lr=scheduled_lr(train, 1), betas=train.betas, eps=train.eps, **kernel)
         if train.batch_policy == "replacement":
             self.batches: ReplacementSampler | DocumentOrder = ReplacementSampler(
-                len(self.train_examples), config.seeds.data
+                len(self.train_examples), rank_seed(config.seeds.data, rank)
             )
+        elif world > 1:
+            self.batches = ShardedDocumentOrder(len(self.train_examples), train.document_order, config.seeds.data,
+                                                rank=rank, world_size=world,
+                                                per_rank=train.microbatches * train.batch_size)
         else:
             self.batches = DocumentOrder(len(self.train_examples), train.document_order, config.seeds.data)
-        self.dropout_seed = config.seeds.dropout
+        # The module the training forward runs through (DDP with several processes).
+        self.forward_module = self.parallel.wrap(self.model, self.device)
+        self.dropout_seed = rank_seed(config.seeds.dropout, rank)
+        # Every rank's own data and random-stream state, gathered by rank 0 while it saves.
+        self.peer_states: list[dict[str, Tensor]] | None = None
         self.dropout_counter = 0
         self.sampling = torch.Generator().manual_seed(config.seeds.sampling)
         self.scaler = LossScaler(train)
@@ -352,22 +396,35 @@ class Trainer:
             group["lr"] = lr
         indices = self.batches.draw(train.microbatches, train.batch_size)
         batches = [self._batch(idx) for idx in indices]
-        total_valid = sum(b.valid_targets for b in batches)
+        parallel = self.parallel
+        # Weighted per valid target of the whole global batch; DDP averages over the ranks,
+        # so each rank's share is multiplied back by the world size (exact: one process is x1).
+        total_valid = parallel.sum_int(sum(b.valid_targets for b in batches), self.device)
+        weight = (self.scaler.scale * parallel.world_size) / total_valid
         scale = self.scaler.scale
         model.train()
         loss_sum = 0.0
         tokens = 0
         with torch.enable_grad():
-            for batch in batches:
+            for number, batch in enumerate(batches, start=1):
                 self.pending_microbatches += 1
                 key = DropoutKey(self.dropout_seed, self.dropout_counter) if model.config.dropout > 0 else None
-                out = model(batch.inputs, dropout=key, recompute=train.recompute)
-                # Advanced here, outside any recomputed region: recomputation reuses the key.
-                self.dropout_counter += out.consumed
-                summed = target_loss_sum(out.logits, batch.targets)
-                loss_sum += float(summed.detach())
-                (summed * (scale / total_valid)).backward()
+                with parallel.accumulating(self.forward_module, last=number == len(batches)):
+                    with autocast_for(train.precision, self.device):
+                        out = self.forward_module(batch.inputs.to(self.device), dropout=key, recompute=train.recompute)
+                    # Advanced here, outside any recomputed region: recomputation reuses the key.
+                    self.dropout_counter += out.consumed
+                    # The loss in the weights' dtype (mixed precisions: float32 over bf16/fp16 logits).
+                    summed = target_loss_sum(out.logits.to(self.dtype), batch.targets.to(self.device))
+                    loss_sum += float(summed.detach())
+                    (summed * weight).backward()
                 tokens += batch.inputs.numel()
+        loss_sum = parallel.sum_float(loss_sum, self.device)
+        data_progress = self.batches.progress()
+        if parallel.distributed:
+            views = parallel.gather((indices, data_progress))
+            indices = [microbatch for rank_indices, _ in views for microbatch in rank_indices]
+            data_progress = {"ranks": [progress for _, progress in views]}
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         finite = True
         if self.scaler.enabled:
@@ -380,7 +437,7 @@ class Trainer:
         if train.clip > 0:
             torch.nn.utils.clip_grads_with_norm_(params, train.clip, total_norm, foreach=True)
         grad_norm = float(total_norm)
-        if finite:
+        if finite:  # the averaged gradients are the same on every rank: so is this decision
             self.optimizer.step()
             self.step = step
         self.scaler.update(finite)
@@ -399,7 +456,7 @@ class Trainer:
             batch=indices,
             valid_targets=total_valid,
             dropout_counter=self.dropout_counter,
-            data_progress=self.batches.progress(),
+            data_progress=data_progress,
             monitoring_ids=monitoring,
             seconds=seconds,
             tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
@@ -410,7 +467,7 @@ class Trainer:
         """Sample ``monitor_tokens`` ids after the first training example's first token.
         Uses only the monitoring generator; the sample never feeds the training loss."""
         count = self.config.train.monitor_tokens
-        if not count:
+        if not count or self.parallel.rank != 0:  # rank 0 alone reports, so rank 0 alone samples
             return []
         model = self.model
         was_training = model.training
@@ -420,8 +477,8 @@ class Trainer:
         for _ in range(count):
             if len(ids) >= model.config.context:
                 break
-            logits = model(torch.tensor([ids])).logits[0, -1]
-            probs = torch.softmax(logits.to(torch.float64), dim=-1)
+            logits = model(torch.tensor([ids], device=self.device)).logits[0, -1]
+            probs = torch.softmax(logits.to(device="cpu", dtype=torch.float64), dim=-1)
             probs[BOS] = 0.0
             choice = int(torch.multinomial(probs, 1, generator=self.sampling))
             ids.append(choice)
@@ -434,7 +491,8 @@ class Trainer:
     def split_loss(self, batches: list) -> tuple[float, int]:
         total, count = 0.0, 0
         for batch in batches:
-            total += float(target_loss_sum(self.model(batch.inputs).logits, batch.targets))
+            logits = self.model(batch.inputs.to(self.device)).logits
+            total += float(target_loss_sum(logits, batch.targets.to(self.device)))
             count += batch.valid_targets
         return total, count
 
@@ -465,7 +523,7 @@ class Trainer:
     # -- weights and digests -------------------------------------------------------------
     def named_weights(self) -> list[tuple[str, Tensor]]:
         """Distinct learned tensors by name; the tied table appears once."""
-        return [(n, p.detach()) for n, p in self.model.named_parameters()]
+        return [(n, p.detach().cpu()) for n, p in self.model.named_parameters()]
 
     def load_weights(self, weights: dict[str, Tensor]) -> None:
         names = [n for n, _ in self.model.named_parameters()]
@@ -488,7 +546,7 @@ class Trainer:
                 for key in sorted(state):
                     value = state[key]
                     if isinstance(value, Tensor):
-                        out.append((f"{self.param_names[p]}.{key}", value))
+                        out.append((f"{self.param_names[p]}.{key}", value.cpu()))
         return out
 
     def weights_digest(self) -> str:
@@ -524,7 +582,8 @@ class Trainer:
         }
 
     def require_update_boundary(self) -> None:
-        """Refuse state capture between complete updates; never clears anything."""
+        """Refuse state capture inside an update (microbatches pending or gradients held): a
+        checkpoint is only taken between complete updates. Never clears anything."""
         if self.pending_microbatches:
             raise CaptureRefused(
                 f"cannot capture training state: {self.pending_microbatches} microbatches are pending"

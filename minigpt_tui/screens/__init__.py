@@ -1,8 +1,7 @@
 """The app's main screens, one module each, registered here by mode name.
 
 A screen module is imported only when its mode is first shown, so a screen never delays
-the first frame. A screen whose module is not installed yet is listed but unavailable:
-its key answers with a notification instead of a stand-in screen.
+the first frame.
 
 To add a main screen: write ``minigpt_tui/screens/NAME.py`` with a ``Screen`` subclass
 that takes no constructor arguments (it reads ``self.app.settings``), and add one
@@ -12,7 +11,6 @@ that takes no constructor arguments (it reads ``self.app.settings``), and add on
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from dataclasses import dataclass
 
 from textual.screen import Screen
@@ -26,12 +24,6 @@ class ScreenEntry:
     module: str
     class_name: str
     description: str
-
-    def available(self) -> bool:
-        try:
-            return importlib.util.find_spec(self.module) is not None
-        except ModuleNotFoundError:
-            return False
 
     def create(self) -> Screen:
         screen_class = getattr(importlib.import_module(self.module), self.class_name)

@@ -10,27 +10,39 @@ reason and changes nothing on disk.
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Header, Input, Static, TabbedContent, TabPane, Tabs, Tree
 
+from minigpt_tui.engine.checkpoint.integrity import Integrity
+from minigpt_tui.engine.session.run_store import RunListing, RunStore
+from minigpt_tui.messages import (
+    ComparisonReady,
+    Inspected,
+    InspectionFailed,
+    IntegrityReady,
+    RunsScanned,
+    StatisticsReady,
+    TokenizerReady,
+)
+from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
+from minigpt_tui.widgets.alias_panel import aliases_renderable
+from minigpt_tui.widgets.checkpoint_summary import kind_label, summary_text
+from minigpt_tui.widgets.comparison_view import comparison_renderable
+from minigpt_tui.widgets.integrity_view import integrity_text
 from minigpt_tui.widgets.key_bar import KeyBar
-from minigpt_tui.widgets.run_tree import RunListing, RunTree, TreeTarget, scan_runs
-from minigpt_tui.widgets.state_view import StateView, short_value
+from minigpt_tui.widgets.metadata_panel import metadata_text
+from minigpt_tui.widgets.run_tree import RunTree, TreeTarget
+from minigpt_tui.widgets.state_view import StateView
 from minigpt_tui.widgets.tensor_detail import TensorDetail
 from minigpt_tui.widgets.tensor_table import TensorTable, human_bytes
 from minigpt_tui.widgets.tokenizer_panel import TokenizerPanel
@@ -39,154 +51,14 @@ if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
 
 MODEL_FILE = "model.safetensors"
-MERGES_TENSOR = "tokenizer.merges"
 HF_TOKENIZER_FILE = "tokenizer.json"
 HISTOGRAM_BINS = 20
-KIND_LABELS = {
-    "checkpoint-dir": "checkpoint folder",
-    "hf-model": "transformers model folder",
-    "torch-pickle": "PyTorch pickle (read with weights_only=True)",
-    "portable-model": "portable model file",
-    "training-state": "training-state file",
-    "safetensors": "safetensors file (not made by minigpt-tui)",
-}
 TABS = ("tensors", "detail", "aliases", "state", "metadata", "integrity", "tokenizer", "compare")
 # Below this width the tensor table does not fit beside the runs panel with all its columns:
 # the runs panel steps aside while the keyboard works in the panels (b brings it back).
 RUNS_BESIDE_FROM = 150
 ROOMY_RUNS_FROM = 120  # from here the runs panel is wide enough for every checkpoint label
 SUMMARY_DETAIL_FROM = 110  # file summaries add header and data sizes from this width
-
-CHECKPOINTS_HELP = """\
-# Checkpoints
-
-Runs in the runs directory (left) and what one checkpoint or file holds (right). Opening
-reads only the headers, so a file of any size opens at once; tensor bytes are read only for
-the statistics of one tensor, on a worker thread.
-
-## Keys
-| key | action |
-|---|---|
-| `enter` / click | in the tree: open that run (its latest checkpoint) or checkpoint; in Tensors: statistics of that tensor |
-| `o` | open any file or folder by path: a safetensors file from any tool, a checkpoint folder, a run folder |
-| `/` | filter the tensor entries (name, dtype, group or file contain the text); `escape` clears it |
-| `s` / `S` | in Tensors: sort by the next column / reverse the order (or click a column header) |
-| `1`–`8` | show a panel: Tensors, Detail, Aliases, State, Metadata, Integrity, Tokenizer, Compare |
-| `b` | below 150 columns: hide the runs panel so the panels take the whole width, or show it again. Leaving the tree with `tab` / `shift+tab`, or filtering with `/`, hides it too; focusing the tree shows it |
-| `v` | verify: hash every file against the manifest (reads the files) |
-| `p` | generate with this model: the Generation screen opens with it loaded |
-| `r` | resume training from this checkpoint, after a preflight list (what is restored, what a weights-only start would reset) |
-| `m` | compare with another checkpoint: changed tensors and differing state records |
-| `e` | rename the run under the cursor |
-| `d` | delete the run under the cursor (asks first) |
-| `f5` | read the runs directory again |
-
-## Runs tree
-Each run with its disk use (every file in its folder); beneath it its checkpoints, newest first,
-with the reason each was saved (interval, best, pause, manual, stop) and **★ best** on the checkpoint
-at the best validation step. *incomplete* marks a folder without a manifest (an interrupted save): it never loads.
-
-## Summary line
-The path opened, what kind of thing it is (checkpoint folder; portable model file; training-state file;
-a safetensors file made by another tool), and per file its size, header size and number of tensors.
-
-## Tensors
-One row per tensor entry in the file headers: **name**; **dtype** (F64, F32, BF16, U64, U32, U8…);
-**shape** ([] is a scalar); **elements** (product of the shape); **bytes** (elements × dtype size);
-**offsets**, the entry's begin–end byte range within the file's data section (after the 8-byte length and the JSON header);
-**group**, what the entry is for (learned, constants, tokenizer; in a training state: optimizer, schedule,
-data_progress, randomness, loss_scaling, accumulation, update_policy, evaluation); **file** (its name without `.safetensors`), when a folder holds two files.
-
-## Detail
-The chosen tensor's header record, then statistics computed from its bytes: min, max, mean, population standard
-deviation, fraction of exact zeros, NaN and infinity counts, and a histogram of the finite values in 20 equal-width bins.
-
-## Aliases
-Names that are not stored because they are another entry: a tied model stores its token table once, and
-`head.weight` is recorded as the transpose of `token_embedding.weight`. **name** is the absent entry, **target**
-the stored one, **transform** how to get one from the other, **use** where the model uses it.
-
-## State
-Records grouped by meaning, each group with a line saying what it is for: identities (SHA-256 of model, tokenizer,
-config, corpus), composition, model config, constants, tokenizer, special ids, parameters, provenance; and in a
-training state everything that decides the next update: schedule, optimizer, data position, random streams,
-loss scaling, accumulation, update policy, evaluation curve, the environment envelope, and whether bit-for-bit
-continuation is still promised.
-
-## Metadata
-The raw string-to-string metadata map of each file's header, exactly as stored (our records are JSON strings).
-
-## Integrity
-For a checkpoint folder, the manifest's result: whether it is complete (a manifest, written last, is present),
-each file's recorded size and SHA-256, whether the file is present and its size matches, and, after `v`, whether
-its SHA-256 matches. A single file has no manifest.
-
-## Tokenizer
-The byte-level BPE tokenizer saved in a model file: ids 0 and 1 are BOS and EOS, 2–257 the 256 bytes, and one id per
-merge from 258 in rank order. Each merge row shows its **rank**, the new **id**, the **left** and **right** ids it joins
-(with their pieces) and the merged **piece**. Type into the field to see the pieces and ids of any text
-(spaces show as ·, newlines as ↵).
-
-## Compare
-Against another checkpoint: each tensor's status (same bytes, changed with its largest absolute difference,
-reshaped, or only in one of the two), and every state record whose value differs.
-"""
-
-
-# -- worker results ---------------------------------------------------------------------------
-class RunsScanned(Message):
-    def __init__(self, listings: tuple[RunListing, ...], select: Path | None) -> None:
-        super().__init__()
-        self.listings = listings
-        self.select = select
-
-
-class Inspected(Message):
-    def __init__(self, serial: int, inspection: Any) -> None:
-        super().__init__()
-        self.serial = serial
-        self.inspection = inspection
-
-
-class InspectionFailed(Message):
-    def __init__(self, serial: int, path: Path, reason: str, loud: bool) -> None:
-        super().__init__()
-        self.serial = serial
-        self.path = path
-        self.reason = reason
-        self.loud = loud
-
-
-class StatisticsReady(Message):
-    def __init__(self, serial: int, entry: Any, stats: dict[str, Any] | None, reason: str | None) -> None:
-        super().__init__()
-        self.serial = serial
-        self.entry = entry
-        self.stats = stats
-        self.reason = reason
-
-
-class TokenizerReady(Message):
-    def __init__(self, serial: int, tokenizer: Any, note: str) -> None:
-        super().__init__()
-        self.serial = serial
-        self.tokenizer = tokenizer
-        self.note = note
-
-
-class IntegrityReady(Message):
-    def __init__(self, serial: int, integrity: dict[str, Any]) -> None:
-        super().__init__()
-        self.serial = serial
-        self.integrity = integrity
-
-
-class ComparisonReady(Message):
-    def __init__(self, serial: int, other: Path, result: dict[str, Any]) -> None:
-        super().__init__()
-        self.serial = serial
-        self.other = other
-        self.result = result
 
 
 @dataclass(frozen=True)
@@ -195,50 +67,6 @@ class Opened:
 
     serial: int
     inspection: Any
-
-
-def read_tokenizer(model_file: Path) -> tuple[Any, str]:
-    """The tokenizer saved in a model file, from its merges tensor alone (worker thread)."""
-    import numpy as np
-
-    from minigpt_tui.engine.checkpoint.safetensors_io import read_header
-    from minigpt_tui.engine.errors import CheckpointError, TokenizerError
-    from minigpt_tui.engine.tokenizer import ByteBPETokenizer
-
-    header = read_header(model_file)
-    if not header.has(MERGES_TENSOR):
-        raise CheckpointError(f"{model_file.name} holds no '{MERGES_TENSOR}' tensor: no tokenizer saved here")
-    entry = header.entry(MERGES_TENSOR)
-    if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:
-        raise CheckpointError(f"{MERGES_TENSOR} must be U32 [n, 2], found {entry.dtype} {list(entry.shape)}")
-    with model_file.open("rb") as fh:
-        fh.seek(header.data_start + entry.begin)
-        raw = fh.read(entry.nbytes)
-    if len(raw) != entry.nbytes:
-        raise CheckpointError(f"{model_file}: the file ends inside {MERGES_TENSOR}")
-    pairs = np.frombuffer(raw, dtype="<u4").reshape(entry.shape).tolist()
-    try:
-        tokenizer = ByteBPETokenizer(tuple((int(a), int(b)) for a, b in pairs))
-    except TokenizerError as err:
-        raise CheckpointError(f"the saved tokenizer is invalid: {err}") from None
-    note = ""
-    try:
-        recorded = json.loads(header.metadata.get("tokenizer", "{}")).get("identity")
-    except (json.JSONDecodeError, AttributeError):
-        recorded = None
-    if recorded is None:
-        note = "no tokenizer identity is recorded in the metadata"
-    elif recorded != tokenizer.identity:
-        note = "warning: these merges do not match the tokenizer identity recorded in the metadata"
-    return tokenizer, note
-
-
-def display_path(path: Path, runs_dir: Path) -> str:
-    """Paths under the runs directory are shown relative to it."""
-    try:
-        return str(Path(path).relative_to(runs_dir))
-    except ValueError:
-        return str(path)
 
 
 class CheckpointsScreen(Screen):
@@ -311,6 +139,10 @@ class CheckpointsScreen(Screen):
     @property
     def runs_dir(self) -> Path:
         return self.mini_app.settings.runs_dir
+
+    @property
+    def store(self) -> RunStore:
+        return RunStore(self.runs_dir)
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -425,7 +257,7 @@ class CheckpointsScreen(Screen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-scan")
     def _scan(self, runs_dir: Path, select: Path | None) -> None:
         try:
-            listings = scan_runs(runs_dir)
+            listings = RunStore(runs_dir).scan()
         except OSError as err:
             self.app.call_from_thread(self.notify, f"cannot read the runs directory {runs_dir}: {err.strerror or err}",
                                       title="runs", severity="error")
@@ -484,7 +316,7 @@ class CheckpointsScreen(Screen):
         if message.loud:
             self.notify(message.reason, title="cannot open", severity="error")
         if self.opened is None:
-            self.query_one("#ckpt-summary", Static).update(Text(message.reason, style="red"))
+            self.query_one("#ckpt-summary", Static).update(Text(escape_controls(message.reason), style="red"))
 
     @on(Inspected)
     def _inspected(self, message: Inspected) -> None:
@@ -497,7 +329,7 @@ class CheckpointsScreen(Screen):
         self.query_one(TensorDetail).clear_detail()
         self._show_aliases(inspection.aliases)
         self.query_one(StateView).show_state(inspection.state)
-        self._show_metadata(inspection.metadata, inspection.kind)
+        self._show_metadata(inspection.metadata)
         self._show_integrity(inspection.integrity, inspection.kind)
         self.query_one("#compare-text", Static).update(
             Text("Press m to compare this checkpoint with another.", style="dim"))
@@ -510,101 +342,17 @@ class CheckpointsScreen(Screen):
             panel.show_unavailable("No tokenizer here: neither a minigpt-tui model file nor a folder with tokenizer.json.")
 
     def _show_summary(self, inspection: Any) -> None:
-        wide = self.size.width >= SUMMARY_DETAIL_FROM
-        out = Text()
-        out.append(display_path(inspection.path, self.runs_dir), style="bold")
-        out.append(f"  {KIND_LABELS.get(inspection.kind, inspection.kind)}", style="italic")
-        for summary in inspection.files:
-            out.append(f"\n{summary.name}: ", style="bold")
-            out.append(f"{human_bytes(summary.size)}, {summary.tensors} tensors")
-            if wide:
-                out.append(f", header {human_bytes(summary.header_bytes)}, data {human_bytes(summary.data_bytes)}")
-        self.query_one("#ckpt-summary", Static).update(out)
+        self.query_one("#ckpt-summary", Static).update(
+            summary_text(inspection, self.store.display, wide=self.size.width >= SUMMARY_DETAIL_FROM))
 
     def _show_aliases(self, aliases: tuple[dict[str, Any], ...]) -> None:
-        target = self.query_one("#aliases-text", Static)
-        if not aliases:
-            target.update(Text("No alias records: every entry is stored under its own name.", style="dim"))
-            return
-        renderables: list[Any] = []
-        for alias in aliases:
-            table = Table.grid(padding=(0, 2))
-            table.add_column(style="bold", no_wrap=True)
-            table.add_column(overflow="fold")
-            for key in ("name", "target", "transform", "use"):
-                table.add_row(key, str(alias.get(key, "–")))
-            for key, value in alias.items():
-                if key not in ("name", "target", "transform", "use"):
-                    table.add_row(key, short_value(value))
-            renderables += [table, Text("")]
-        target.update(Group(*renderables))
+        self.query_one("#aliases-text", Static).update(aliases_renderable(aliases))
 
-    def _show_metadata(self, metadata: dict[str, Any], kind: str) -> None:
-        target = self.query_one("#metadata-text", Static)
-        per_file = bool(metadata) and all(isinstance(v, dict) for v in metadata.values())
-        files = metadata if per_file else {"": metadata}
-        out = Text()
-        for file_name, records in files.items():
-            if file_name:
-                out.append(f"{file_name}\n", style="bold underline")
-            if not records:
-                out.append("(no metadata)\n", style="dim")
-            for key, value in records.items():
-                out.append(f"{key}", style="bold")
-                out.append(" = ")
-                out.append(f"{value}\n")
-            out.append("\n")
-        target.update(out)
+    def _show_metadata(self, metadata: dict[str, Any]) -> None:
+        self.query_one("#metadata-text", Static).update(metadata_text(metadata))
 
-    def _show_integrity(self, integrity: dict[str, Any] | None, kind: str) -> None:
-        target = self.query_one("#integrity-text", Static)
-        if integrity is None:
-            target.update(Text(f"A single file ({KIND_LABELS.get(kind, kind)}) has no manifest; its header "
-                               "was validated when it opened (lengths, offsets, dtypes).", style="dim"))
-            return
-        out = Text()
-        if "complete" not in integrity:
-            # Another kind of folder (a transformers model): its own checks, shown as recorded.
-            ok = integrity.get("ok")
-            out.append("checks: ", style="bold")
-            out.append("passed" if ok else "problems found", style="green" if ok else "bold red")
-            for key, value in integrity.items():
-                if key != "ok":
-                    out.append(f"\n{key}: ", style="bold")
-                    out.append(short_value(value) if value not in ([], None) else "none")
-            target.update(out)
-            return
-        if not integrity.get("complete"):
-            out.append("incomplete: ", style="bold red")
-            out.append(f"{integrity.get('problem')}\n")
-            target.update(out)
-            return
-        ok = integrity.get("ok")
-        out.append("manifest: ", style="bold")
-        out.append("complete, " + ("every check passed" if ok else "a check failed"),
-                   style="green" if ok else "bold red")
-        out.append(f"\nstep {integrity.get('step')}, saved because: {integrity.get('reason')}\n")
-        if integrity.get("problem"):
-            out.append(f"problem: {integrity['problem']}\n", style="red")
-        hashed = integrity.get("hashes_checked")
-        out.append("SHA-256 " + ("checked against every file\n" if hashed else "not checked yet (press v)\n"),
-                   style="dim")
-        for name, record in (integrity.get("files") or {}).items():
-            out.append(f"\n{name}\n", style="bold")
-            out.append(f"  recorded size {record.get('size'):,} bytes; ")
-            if not record.get("present"):
-                out.append("missing\n", style="red")
-                continue
-            out.append("size matches" if record.get("size_ok") else f"actual {record.get('actual_size'):,}",
-                       style="green" if record.get("size_ok") else "red")
-            sha_ok = record.get("sha256_ok")
-            out.append("\n  sha256 " + str(record.get("sha256")) + " ")
-            if sha_ok is None:
-                out.append("(not checked)", style="dim")
-            else:
-                out.append("matches" if sha_ok else "DIFFERS", style="green" if sha_ok else "bold red")
-            out.append("\n")
-        target.update(out)
+    def _show_integrity(self, integrity: Integrity | None, kind: str) -> None:
+        self.query_one("#integrity-text", Static).update(integrity_text(integrity, kind_label(kind)))
 
     # -- tokenizer ------------------------------------------------------------------------------
     def model_file(self) -> Path | None:
@@ -635,18 +383,14 @@ class CheckpointsScreen(Screen):
     def _load_tokenizer(self, serial: int, source: Path) -> None:
         from minigpt_tui.engine.errors import MiniGPTError
 
-        try:
-            if source.name == HF_TOKENIZER_FILE:
-                from minigpt_tui.engine.interop.hf_tokenizer import read_tokenizer_json
+        from minigpt_tui.engine.session.run_store import read_saved_tokenizer
 
-                tokenizer = read_tokenizer_json(source)
-                note = f"read from {source.name}, in minigpt-tui's id layout"
-            else:
-                tokenizer, note = read_tokenizer(source)
+        try:
+            saved = read_saved_tokenizer(source)
         except (MiniGPTError, OSError, ValueError) as err:
             self.post_message(TokenizerReady(serial, None, str(err)))
             return
-        self.post_message(TokenizerReady(serial, tokenizer, note))
+        self.post_message(TokenizerReady(serial, saved.tokenizer, saved.note))
 
     @on(TokenizerReady)
     def _tokenizer_ready(self, message: TokenizerReady) -> None:
@@ -697,7 +441,7 @@ class CheckpointsScreen(Screen):
             return
         inspection = self.opened.inspection
         self._stats_serial += 1
-        where = display_path(inspection.path, self.runs_dir)
+        where = self.store.display(inspection.path)
         self.query_one(TensorDetail).show_pending(entry, where)
         self.query_one(TabbedContent).active = "detail"
         # In a folder (checkpoint, transformers model) the entry's file says which one holds it.
@@ -720,7 +464,7 @@ class CheckpointsScreen(Screen):
     def _statistics_ready(self, message: StatisticsReady) -> None:
         if message.serial != self._stats_serial or self.opened is None:
             return
-        where = display_path(self.opened.inspection.path, self.runs_dir)
+        where = self.store.display(self.opened.inspection.path)
         detail = self.query_one(TensorDetail)
         if message.stats is None:
             detail.show_failure(message.entry, where, message.reason or "unknown error")
@@ -741,11 +485,13 @@ class CheckpointsScreen(Screen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-verify")
     def _verify(self, serial: int, folder: Path) -> None:
         from minigpt_tui.engine.checkpoint.directory import verify_checkpoint
+        from minigpt_tui.engine.checkpoint.integrity import IntegrityScope
 
         try:
             result = verify_checkpoint(folder, hashes=True)
         except OSError as err:
-            result = {"complete": False, "ok": False, "problem": f"cannot read {folder}: {err.strerror or err}"}
+            result = Integrity(IntegrityScope.MANIFEST, "manifest sizes and SHA-256",
+                               (f"cannot read {folder}: {err.strerror or err}",), complete=False)
         self.post_message(IntegrityReady(serial, result))
 
     @on(IntegrityReady)
@@ -753,10 +499,10 @@ class CheckpointsScreen(Screen):
         if self.opened is None or message.serial != self.opened.serial:
             return
         self._show_integrity(message.integrity, "checkpoint-dir")
-        if message.integrity.get("ok"):
+        if message.integrity.ok:
             self.notify("every file matches its manifest SHA-256", title="verified")
         else:
-            self.notify(str(message.integrity.get("problem")), title="verification failed", severity="error")
+            self.notify(str(message.integrity.problem), title="verification failed", severity="error")
 
     # -- open by path ---------------------------------------------------------------------------------
     def action_open_path(self) -> None:
@@ -774,28 +520,24 @@ class CheckpointsScreen(Screen):
     def action_generate(self) -> None:
         model_file = self.model_file()
         if model_file is None:
-            what = KIND_LABELS.get(self.opened.inspection.kind, "") if self.opened else ""
+            what = kind_label(self.opened.inspection.kind) if self.opened else ""
             self.notify(f"generation needs a minigpt-tui model file or checkpoint; this is {what or 'nothing open'}",
                         title="generate", severity="warning")
             return
         self.mini_app.action_show_screen("generation")
-        screen = self.mini_app.main_screens.get("generation")
-        if screen is None or not hasattr(screen, "load_model"):
-            self.notify("the Generation screen is not available", title="generate", severity="error")
-            return
-        screen.load_model(str(model_file))
+        self.mini_app.main_screens["generation"].load_model(str(model_file))
 
     # -- resume ------------------------------------------------------------------------------------------
     def action_resume(self) -> None:
-        from minigpt_tui.screens.resume_preflight import ResumePreflightScreen, preflight
+        from minigpt_tui.engine.session.resume_preview import ResumePreview
+        from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
 
         if self.opened is None:
             self.notify("open a checkpoint first", title="resume", severity="warning")
             return
         inspection = self.opened.inspection
         folder = Path(inspection.path)
-        check = preflight(display_path(folder, self.runs_dir), inspection.kind, inspection.state,
-                          inspection.integrity)
+        check = ResumePreview.of(self.store.display(folder), inspection)
 
         def decided(go: bool | None) -> None:
             if go:
@@ -837,7 +579,7 @@ class CheckpointsScreen(Screen):
                 self._start_compare(Path(text).expanduser())
 
         self.app.push_screen(PathPromptScreen(
-            "Compare with", f"Compare {display_path(current, self.runs_dir)} with (choose or type a path):",
+            "Compare with", f"Compare {self.store.display(current)} with (choose or type a path):",
             placeholder="checkpoint folder or safetensors file", choices=choices), chosen)
 
     def _start_compare(self, other: Path) -> None:
@@ -868,40 +610,7 @@ class CheckpointsScreen(Screen):
     def _comparison_ready(self, message: ComparisonReady) -> None:
         if self.opened is None or message.serial != self.opened.serial:
             return
-        self.query_one("#compare-text", Static).update(self.comparison_renderable(message.result))
-
-    def comparison_renderable(self, result: dict[str, Any]) -> Group:
-        heading = Text()
-        heading.append("a ", style="bold")
-        heading.append(display_path(Path(result["a"]), self.runs_dir))
-        heading.append("\nb ", style="bold")
-        heading.append(display_path(Path(result["b"]), self.runs_dir))
-        differing = [t for t in result["tensors"] if t["status"] != "same"]
-        heading.append(f"\n\n{len(differing)} tensors differ, {result['unchanged']} are byte-identical; "
-                       f"{len(result['state_differences'])} state records differ\n", style="bold")
-        tensors = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        # The long names go last, so that wrapping them leaves the short columns aligned.
-        tensors.add_column("status", no_wrap=True)
-        tensors.add_column("max |a−b|", justify="right", no_wrap=True)
-        tensors.add_column("file", style="dim", no_wrap=True)
-        tensors.add_column("tensor", overflow="fold")
-        for row in differing:
-            diff = row.get("max_abs_diff")
-            tensors.add_row(row["status"], "–" if diff is None else f"{diff:.3g}",
-                            row["file"].removesuffix(".safetensors"), row["name"])
-        states = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        states.add_column("group", no_wrap=True)
-        states.add_column("record", overflow="fold")
-        states.add_column("a", overflow="fold")
-        states.add_column("b", overflow="fold")
-        for row in result["state_differences"]:
-            states.add_row(row["group"], row["record"], short_value(row["a"]), short_value(row["b"]))
-        parts: list[Any] = [heading]
-        if differing:
-            parts += [tensors, Text("")]
-        if result["state_differences"]:
-            parts += [Text("state records that differ", style="bold underline"), states]
-        return Group(*parts)
+        self.query_one("#compare-text", Static).update(comparison_renderable(message.result, self.store.display))
 
     # -- rename and delete --------------------------------------------------------------------------------
     def _run_under_cursor(self, action: str) -> RunListing | None:
@@ -937,23 +646,15 @@ class CheckpointsScreen(Screen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
     def _rename(self, run: RunListing, new_name: str) -> None:
         from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.engine.runs import check_run_name
+        from minigpt_tui.engine.session.run_store import RunStoreError
 
         try:
-            check_run_name(new_name)
-            target = run.path.parent / new_name
-            if target.exists():
-                raise FileExistsError(f"a run named '{new_name}' already exists")
-            run.path.rename(target)
+            target = self.store.rename(run.path, new_name)
+        except RunStoreError as err:
+            self.app.call_from_thread(self.notify, str(err), title="rename failed", severity="error")
+            return
         except MiniGPTError as err:
             self.app.call_from_thread(self.notify, str(err), title="rename refused", severity="error")
-            return
-        except FileExistsError as err:
-            self.app.call_from_thread(self.notify, str(err), title="rename refused", severity="error")
-            return
-        except OSError as err:
-            self.app.call_from_thread(self.notify, f"cannot rename {run.name}: {err.strerror or err}",
-                                      title="rename failed", severity="error")
             return
         self.app.call_from_thread(self._renamed, run, target)
 
@@ -971,8 +672,7 @@ class CheckpointsScreen(Screen):
         run = self._run_under_cursor("delete")
         if run is None or self._refuse_active(run, "delete"):
             return
-        complete = sum(1 for c in run.checkpoints if c.complete)
-        details = [f"folder {run.path}", f"{complete} checkpoints, {human_bytes(run.disk_bytes)} on disk"]
+        details = [f"folder {run.path}", f"{run.complete_checkpoints} checkpoints, {human_bytes(run.disk_bytes)} on disk"]
 
         def decided(delete: bool | None) -> None:
             if delete:
@@ -982,18 +682,17 @@ class CheckpointsScreen(Screen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
     def _delete(self, run: RunListing) -> None:
-        runs_dir = self.runs_dir
-        # Only a run folder directly inside the runs directory, holding a run's config, is deleted.
-        if run.path.parent.resolve() != runs_dir.resolve() or not (run.path / "config.json").is_file():
-            self.app.call_from_thread(self.notify, f"{run.path} is not a run folder of {runs_dir}",
-                                      title="delete refused", severity="error")
-            return
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.session.run_store import RunStoreError
+
         try:
-            shutil.rmtree(run.path)
-        except OSError as err:
-            self.app.call_from_thread(self.notify, f"cannot delete {run.name}: {err.strerror or err}",
-                                      title="delete failed", severity="error")
+            self.store.delete(run.path)
+        except RunStoreError as err:
+            self.app.call_from_thread(self.notify, str(err), title="delete failed", severity="error")
             self.app.call_from_thread(self.rescan)
+            return
+        except MiniGPTError as err:
+            self.app.call_from_thread(self.notify, str(err), title="delete refused", severity="error")
             return
         self.app.call_from_thread(self._deleted, run)
 

@@ -15,28 +15,23 @@ class ConfirmQuitScreen(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "stay", "Stay")]
 
-    def __init__(self, unsaved_updates: int, can_save: bool) -> None:
+    def __init__(self, unsaved_updates: int) -> None:
         super().__init__()
         self.unsaved_updates = unsaved_updates
-        self.can_save = can_save
 
     def compose(self) -> ComposeResult:
         plural = "s" if self.unsaved_updates != 1 else ""
         with Vertical(id="confirm-quit") as box:
             box.border_title = "Quit?"
             yield Label(f"A run is active with {self.unsaved_updates} unsaved update{plural}.")
-            if self.can_save:
-                yield Label("Save stops the run at the next update and saves a checkpoint first.")
-            else:
-                yield Label("Saving is not available yet: quitting loses these updates.")
+            yield Label("Save stops the run at the next update and saves a checkpoint first.")
             with Horizontal(classes="buttons"):
-                if self.can_save:
-                    yield Button("Save and quit", id="save", variant="primary")
+                yield Button("Save and quit", id="save", variant="primary")
                 yield Button("Quit without saving", id="discard", variant="error")
                 yield Button("Stay", id="stay")
 
     def on_mount(self) -> None:
-        self.query_one("#save" if self.can_save else "#stay", Button).focus()
+        self.query_one("#save", Button).focus()
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:

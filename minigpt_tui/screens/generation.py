@@ -9,8 +9,6 @@ widgets lay it out. Nothing here imports torch at module level.
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -24,20 +22,24 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Label, Select, Static
 
-from minigpt_tui.widgets.attention_view import AttentionView
-from minigpt_tui.widgets.candidate_table import CandidateTable
-from minigpt_tui.widgets.decision_list import DecisionList
-from minigpt_tui.widgets.generation_views import (
-    CandidateView,
+from minigpt_tui.engine.session.generation import (
+    DEFAULT_BUDGET,
+    DEFAULT_SEED,
     DecisionView,
-    OutputView,
-    PieceView,
+    GenerationSession,
+    GenerationSettings,
     StepperView,
+    parse_settings,
 )
+from minigpt_tui.widgets.attention_view import AttentionView
+from minigpt_tui.widgets.candidate_table import CandidateTable, probability
+from minigpt_tui.widgets.decision_list import DecisionList
+from minigpt_tui.widgets.insight_panel import InsightPanel
+from minigpt_tui.messages import GenerationFailed, GenerationUpdated, InsightReady, QueueIdle
+from minigpt_tui.screens.help_texts import GENERATION_HELP
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.pieces import piece_text
 from minigpt_tui.widgets.prefix_view import PrefixView
@@ -45,338 +47,7 @@ from minigpt_tui.widgets.prefix_view import PrefixView
 if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
 
-TOP_CANDIDATES = 16
-MAX_INELIGIBLE_ROWS = 8
-DEFAULT_SEED = 31415  # the engine's default sampling seed (engine.generation.DEFAULT_SEED)
-DEFAULT_BUDGET = 24
 MAX_BYTES_SHOWN = 24
-
-GENERATION_HELP = """\
-# Generation
-
-Steps through generation one next-token decision at a time. Each decision is one forward pass
-over the whole prefix (on a worker thread), one distribution over the vocabulary, and one
-chosen id.
-
-## Keys
-| key | action |
-|---|---|
-| `enter` | in the model field: load the model; in any other field: apply the settings and start over |
-| `n` | take one decision |
-| `r` | run: decide until a stop (EOS, the budget, or the context is full) |
-| `backspace` | step back one decision (the sampling generator is restored, so `n` redoes it exactly) |
-| `ctrl+r` | reset to the prompt (apply changed settings) |
-| `f` | force the highlighted candidate instead of the rule's choice at the selected decision; later decisions are undone and you continue from there |
-| `w` | save the trace (JSON: model, rule, prompt ids, every decision with logits and probabilities, output) |
-| `v` | on a small terminal, switch between the candidates and the attention view |
-| `escape` | leave the form for the candidate table |
-
-## Form
-- **model**: a checkpoint folder, a `model.safetensors` file, or `RUN:latest` / `RUN:best` / `RUN:STEP` for a run in the runs directory.
-- **prompt**: encoded with the model's own tokenizer, BOS first, no EOS.
-- **rule**: *greedy* takes the highest eligible logit (a tie goes to the smaller id). *sample* divides the logits by the **temp**erature, keeps the **top-k** highest, then the smallest set whose probability reaches **top-p**, renormalizes, and draws with its own generator seeded by **seed** (one draw per decision, so a forced decision does not shift later draws). Blank top-k / top-p means no cut.
-- **budget**: the most new ids to generate.
-
-## Prefix
-The ids the model sees next, as pieces: the prompt, then the generated pieces in bold; a forced piece is reversed.
-Spaces show as ·, newlines as ↵. The count is prefix length against the model's context.
-
-## Decisions
-One row per decision: its number (with `*` when you forced it), the chosen piece (reversed when forced) and its
-selection probability **p**. The highlighted row is the decision shown on the right; move it to look back.
-
-## Decision line
-The chosen piece and id; the rule's own pick when you forced another; **entropy** of the raw distribution in nats
-(0: certain; ln V: uniform); how many ids the rule **retained** out of the **eligible** ones (BOS is never eligible);
-the uniform **draw** in [0, 1) under sampling.
-
-## Candidates
-The top ids of the selected decision by logit, plus the chosen id and the rule's pick if they rank lower,
-and the ineligible ids (BOS, which is never chosen) wherever they rank:
-- **rank**: 1-based by logit, ties by smaller id.
-- **logit**: the model's score for the last position.
-- **raw p**: softmax of all logits (the model's own distribution), with a bar.
-- **sel p**: the probability the rule selected from: zero outside the retained set (ineligible, cut by top-k or top-p); under greedy, the eligible softmax.
-- **elig**: ✓ when the id may be chosen at all, ✗ when not (BOS, forbidden ids).
-- **▶** before the rank marks the chosen id (bold; forced ones are also named in the decision line), **◇** the rule's own pick when another id was forced.
-
-## Attention
-For the selected decision, each layer's (**L**) and head's (**H**) attention weights from the last position over
-the prefix, one cell per position: the cell's height is the weight relative to the row's largest, bold from 0.5
-and dim under 0.1 (each row sums to 1); the axis above shows each position's first character (^ is BOS), and
-each row ends with its largest weight and where it falls.
-
-## Output
-While deciding: how many decisions of the budget. At the end: the **stop** reason (eos: the model chose EOS;
-budget: the budget is spent; context: the prefix fills the context), the generated **bytes** (EOS excluded),
-whether they are valid **UTF-8**, and the text (invalid bytes shown as �).
-"""
-
-
-# -- form ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class GenerationSettings:
-    prompt: str
-    kind: str = "greedy"
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int = DEFAULT_SEED
-    budget: int = DEFAULT_BUDGET
-
-
-def _number(what: str, text: str, kind: type, default: Any) -> Any:
-    from minigpt_tui.engine.errors import GenerationError
-
-    text = text.strip().replace("_", "")
-    if not text:
-        return default
-    try:
-        return kind(text)
-    except ValueError:
-        expected = "a whole number" if kind is int else "a number"
-        raise GenerationError(f"{what} must be {expected}, got '{text}'") from None
-
-
-def parse_settings(prompt: str, kind: str, temperature: str, top_k: str, top_p: str, seed: str,
-                   budget: str) -> GenerationSettings:
-    """The form as typed into settings; a malformed number raises GenerationError. Ranges are
-    checked by the engine's rule when the stepper is built."""
-    from minigpt_tui.engine.errors import GenerationError
-
-    if kind not in ("greedy", "sample"):
-        raise GenerationError(f"unknown rule '{kind}' (choose greedy or sample)")
-    budget_value = _number("budget", budget, int, DEFAULT_BUDGET)
-    if kind == "greedy":
-        return GenerationSettings(prompt, "greedy", budget=budget_value)
-    return GenerationSettings(
-        prompt,
-        "sample",
-        temperature=_number("temperature", temperature, float, 1.0),
-        top_k=_number("top-k", top_k, int, None),
-        top_p=_number("top-p", top_p, float, None),
-        seed=_number("seed", seed, int, DEFAULT_SEED),
-        budget=budget_value,
-    )
-
-
-# -- the worker side ----------------------------------------------------------------------------
-def _vector(decision: Any, *names: str) -> Any:
-    for name in names:
-        value = getattr(decision, name, None)
-        if value is not None:
-            return value
-    return None
-
-
-def _candidate(candidate: Any, *, chosen: bool, rule_choice: bool) -> CandidateView:
-    return CandidateView(candidate.rank, candidate.id, candidate.piece.text, float(candidate.logit),
-                         float(candidate.raw_probability), float(candidate.selection_probability),
-                         bool(candidate.eligible), chosen, rule_choice)
-
-
-def _candidate_from_vectors(decision: Any, token_id: int, tokenizer: Any, *, chosen: bool,
-                            rule_choice: bool) -> CandidateView:
-    import torch
-
-    logits = decision.logits.to(torch.float64)
-    raw = torch.softmax(logits, dim=-1)
-    selection = _vector(decision, "selection_probabilities", "selection")
-    value = logits[token_id]
-    rank = int((logits > value).sum()) + int((logits[:token_id] == value).sum()) + 1
-    return CandidateView(rank, token_id, tokenizer.piece_text(token_id), float(value), float(raw[token_id]),
-                         float(selection[token_id]) if selection is not None else 0.0,
-                         bool(decision.eligible[token_id]), chosen, rule_choice)
-
-
-def decision_view(decision: Any, tokenizer: Any) -> DecisionView:
-    """A decision as plain numbers (worker thread)."""
-    chosen_id, rule_id = decision.chosen.id, decision.rule_choice
-    rows = [_candidate(c, chosen=c.id == chosen_id, rule_choice=c.id == rule_id) for c in decision.alternatives]
-    listed = {row.id for row in rows}
-    if chosen_id not in listed:
-        rows.append(_candidate(decision.chosen, chosen=True, rule_choice=chosen_id == rule_id))
-        listed.add(chosen_id)
-    if rule_id not in listed:
-        rows.append(_candidate_from_vectors(decision, rule_id, tokenizer, chosen=False, rule_choice=True))
-        listed.add(rule_id)
-    # Ineligible ids (BOS, forbidden ids) are listed wherever they rank, to show what is excluded.
-    for token_id in [int(i) for i in (~decision.eligible).nonzero().flatten().tolist()][:MAX_INELIGIBLE_ROWS]:
-        if token_id not in listed:
-            rows.append(_candidate_from_vectors(decision, token_id, tokenizer, chosen=False, rule_choice=False))
-    rows.sort(key=lambda row: row.rank)
-    by_id = {row.id: row for row in rows}
-    selection = _vector(decision, "selection_probabilities", "selection")
-    retained = int((selection > 0).sum()) if selection is not None else 0
-    attention = None
-    if decision.attention is not None:
-        attention = tuple(tuple(tuple(float(w) for w in head) for head in layer.tolist())
-                          for layer in decision.attention)
-    return DecisionView(
-        step=decision.step,
-        prefix_length=len(decision.prefix),
-        chosen=by_id[chosen_id],
-        rule_choice=by_id[rule_id],
-        forced=bool(decision.forced),
-        draw=decision.draw,
-        entropy=float(decision.entropy),
-        retained=retained,
-        eligible_count=int(decision.eligible.sum()),
-        candidates=tuple(rows),
-        attention=attention,
-    )
-
-
-class GenerationSession:
-    """The loaded model and its stepper. Only the screen's queue worker calls these methods,
-    one at a time, in the order the keys were pressed."""
-
-    def __init__(self, runs_dir: Path) -> None:
-        self.runs_dir = runs_dir
-        self.portable: Any = None
-        self.spec: str | None = None
-        self.model_path: Path | None = None
-        self.stepper: Any = None
-        self.settings: GenerationSettings | None = None
-        self._views: dict[Any, DecisionView] = {}
-
-    def load(self, spec: str) -> None:
-        from minigpt_tui.engine.checkpoint.portable import load_portable_model
-        from minigpt_tui.engine.runs import resolve_model_file
-
-        path = resolve_model_file(spec, self.runs_dir)
-        portable = load_portable_model(path)
-        if portable.tokenizer is None:
-            from minigpt_tui.engine.errors import GenerationError
-
-            raise GenerationError(f"{path} holds no tokenizer: it cannot generate text")
-        self.portable, self.spec, self.model_path = portable, spec, path
-        self.stepper, self.settings = None, None
-        self._views.clear()
-
-    def configure(self, settings: GenerationSettings) -> None:
-        from minigpt_tui.engine.errors import GenerationError
-        from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
-
-        if self.portable is None:
-            raise GenerationError("no model loaded: type a checkpoint, model file or RUN:latest and press enter")
-        if settings.kind == "greedy":
-            rule = GenerationRule.greedy(settings.budget)
-        else:
-            rule = GenerationRule.sample(settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
-                                         seed=settings.seed, max_new_tokens=settings.budget)
-        self.stepper = DecisionStepper.from_portable(self.portable, settings.prompt, rule, attention=True,
-                                                     top_n=TOP_CANDIDATES)
-        self.settings = settings
-        self._views.clear()
-
-    def _require(self) -> Any:
-        from minigpt_tui.engine.errors import GenerationError
-
-        if self.stepper is None:
-            raise GenerationError("no model loaded: type a checkpoint, model file or RUN:latest and press enter")
-        return self.stepper
-
-    def step(self) -> None:
-        self._require().step()
-
-    def run(self) -> None:
-        self._require().run()
-
-    def back(self) -> None:
-        self._require().back()
-
-    def reset(self) -> None:
-        self._require().reset()
-
-    def force(self, step: int, token_id: int) -> None:
-        """Take ``token_id`` at decision ``step`` (1-based), undoing it and every later one."""
-        from minigpt_tui.engine.errors import GenerationError
-
-        stepper = self._require()
-        if not 1 <= step <= len(stepper.decisions) + 1:
-            raise GenerationError(f"there is no decision {step} to force")
-        undone = []
-        while len(stepper.decisions) >= step:
-            undone.append(stepper.back())
-        try:
-            stepper.force(token_id)
-        except GenerationError:
-            # Put the undone decisions back exactly (the rule redoes them, forced ones are re-forced).
-            for decision in reversed(undone):
-                if decision.forced:
-                    stepper.force(decision.chosen.id)
-                else:
-                    stepper.step()
-            raise
-
-    def save_trace(self, target: Path) -> Path:
-        stepper = self._require()
-        trace = stepper.trace(self.model_path)
-        target = target.expanduser()
-        if target.is_dir():
-            raise IsADirectoryError(f"{target} is a folder")
-        text = json.dumps(trace, indent=1, ensure_ascii=False) + "\n"
-        tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
-        try:
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return target
-
-    def view(self) -> StepperView:
-        stepper = self._require()
-        tokenizer = stepper.tokenizer
-        decisions = []
-        for decision in stepper.decisions:
-            cached = self._views.get(decision)
-            if cached is None:
-                cached = self._views[decision] = decision_view(decision, tokenizer)
-            decisions.append(cached)
-        alive = set(stepper.decisions)
-        for stale in [d for d in self._views if d not in alive]:
-            del self._views[stale]
-        output = stepper.output()
-        prompt = tuple(PieceView(i, tokenizer.piece_text(i)) for i in stepper.prompt_ids)
-        generated = tuple(PieceView(d.chosen.id, d.chosen.piece) for d in decisions)
-        portable = self.portable
-        return StepperView(
-            model_label=str(self.model_path) if self.model_path else (self.spec or ""),
-            model_identity=getattr(portable, "identity", None),
-            rule_label=stepper.rule.label,
-            budget=stepper.rule.max_new_tokens,
-            context=stepper.context,
-            prompt=prompt,
-            generated=generated,
-            decisions=tuple(decisions),
-            finished=stepper.finished,
-            stop_reason=stepper.stop_reason,
-            output=OutputView(tuple(output["generated_ids"]), bytes(output["generated_bytes"]),
-                              bool(output["valid_utf8"]), str(output["display"]), bool(output["ended_with_eos"])),
-            forced_steps=frozenset(d.step for d in decisions if d.forced),
-        )
-
-
-# -- messages -------------------------------------------------------------------------------------
-class GenerationUpdated(Message):
-    def __init__(self, view: StepperView | None, note: str | None = None, select: int | None = None) -> None:
-        super().__init__()
-        self.view = view
-        self.note = note
-        self.select = select
-
-
-class GenerationFailed(Message):
-    def __init__(self, reason: str, what: str, dropped: int) -> None:
-        super().__init__()
-        self.reason = reason
-        self.what = what
-        self.dropped = dropped
-
-
-class QueueIdle(Message):
-    pass
 
 
 @dataclass(frozen=True)
@@ -426,6 +97,13 @@ class GenerationScreen(Screen):
     GenerationScreen.-short.-show-attention #attention { display: block; height: 1fr; max-height: 100%; }
     GenerationScreen.-short.-show-attention #candidates { display: none; }
     GenerationScreen #gen-output { height: auto; max-height: 3; padding: 0 1; background: $boost; }
+    GenerationScreen #insight {
+        display: none; border: round $primary 50%; border-title-color: $text; border-subtitle-color: $text-muted;
+    }
+    GenerationScreen.-show-insight #insight { display: block; }
+    GenerationScreen.-show-insight #candidates, GenerationScreen.-show-insight #attention { display: none; }
+    GenerationScreen.-contrast #decisions { width: 40; }
+    GenerationScreen.-narrow.-contrast #decisions { width: 24; }
     """
 
     BINDINGS = [
@@ -434,8 +112,16 @@ class GenerationScreen(Screen):
         Binding("backspace", "back", "Back"),
         Binding("ctrl+r", "reset", "Reset"),
         Binding("f", "force", "Force"),
-        Binding("w", "save_trace", "Save trace"),
+        Binding("w", "save_trace", "Save"),
         Binding("v", "toggle_attention", "Attention", show=False),
+        Binding("l", "insight('lens')", "Lens"),
+        Binding("x", "insight('contributions')", "Parts"),
+        Binding("h", "insight('pattern')", "Head"),
+        Binding("left_square_bracket", "pattern(-1, 0)", "Layer -", show=False),
+        Binding("right_square_bracket", "pattern(1, 0)", "Layer +", show=False),
+        Binding("left_curly_bracket", "pattern(0, -1)", "Head -", show=False),
+        Binding("right_curly_bracket", "pattern(0, 1)", "Head +", show=False),
+        Binding("m", "second_model", "2nd model", show=False),
         Binding("escape", "leave_form", "To candidates", show=False),
     ]
     PALETTE_COMMANDS = (
@@ -444,6 +130,10 @@ class GenerationScreen(Screen):
         ("Back one decision", "Undo the last decision (backspace)", "back"),
         ("Reset to the prompt", "Start over from the prompt with the form's settings (ctrl+r)", "reset"),
         ("Save trace", "Write the generation trace as JSON (w)", "save_trace"),
+        ("Logit lens", "Each layer's guess for the selected decision (l)", "insight('lens')"),
+        ("Contributions", "Split the chosen logit into embedding, heads and blocks (x)", "insight('contributions')"),
+        ("Head pattern", "One head's whole attention pattern over the prefix (h)", "insight('pattern')"),
+        ("Second model", "Compare each decision with a second model (m)", "second_model"),
     )
 
     def __init__(self) -> None:
@@ -459,6 +149,11 @@ class GenerationScreen(Screen):
         self._settings_applied: GenerationSettings | None = None
         self._pending_model: str | None = None
         self._form_ready = False  # set in on_mount (is_mounted turns true only later)
+        self.insight_kind: str | None = None  # the view shown in place of the candidates
+        self.pattern_layer = 0
+        self.pattern_head = 0
+        self.insight: Any = None  # the InsightView shown
+        self._insight_asked: tuple[Any, ...] | None = None
 
     @property
     def mini_app(self) -> "MiniGPTApp":
@@ -510,6 +205,9 @@ class GenerationScreen(Screen):
                 attention = AttentionView(id="attention")
                 attention.border_title = "Attention (last position over the prefix)"
                 yield attention
+                insight = InsightPanel(id="insight")
+                insight.border_title = "Inside"
+                yield insight
         yield Static("", id="gen-output")
         yield KeyBar()
 
@@ -531,10 +229,9 @@ class GenerationScreen(Screen):
 
     def _display_path(self, path: str) -> str:
         """A model under the runs directory is named relative to it."""
-        try:
-            return str(Path(path).relative_to(self.mini_app.settings.runs_dir))
-        except ValueError:
-            return path
+        from minigpt_tui.engine.session.run_store import RunStore
+
+        return RunStore(self.mini_app.settings.runs_dir).display(path)
 
     # -- choosing a model ---------------------------------------------------------------------
     def load_model(self, spec: str) -> None:
@@ -711,6 +408,82 @@ class GenerationScreen(Screen):
     def action_leave_form(self) -> None:
         self.query_one(CandidateTable).focus()
 
+    # -- looking inside a decision ------------------------------------------------------------
+    def action_insight(self, kind: str) -> None:
+        """Show the lens, the contributions or the head pattern of the selected decision in
+        place of the candidates (the same key again goes back)."""
+        if self.insight_kind == kind:
+            self.insight_kind = None
+            self.remove_class("-show-insight")
+            self.query_one(CandidateTable).focus()
+            return
+        if self.query_one(DecisionList).selected is None:
+            self.notify("take a decision first (n), then look inside it", title="inside", severity="warning")
+            return
+        self.insight_kind = kind
+        self.add_class("-show-insight")
+        self.query_one(InsightPanel).show_kind(kind)
+        self.query_one(DecisionList).focus()  # up and down choose the decision to look inside
+        self._request_insight()
+
+    def action_pattern(self, layers: int, heads: int) -> None:
+        if self.insight is None:
+            return
+        layer = min(max(self.pattern_layer + layers, 0), self.insight.layers - 1)
+        head = min(max(self.pattern_head + heads, 0), self.insight.heads - 1)
+        if (layer, head) != (self.pattern_layer, self.pattern_head):
+            self.pattern_layer, self.pattern_head = layer, head
+            self._request_insight()
+
+    def _request_insight(self) -> None:
+        """Queue the computation for the selected decision unless that one is already asked."""
+        decision = self.query_one(DecisionList).selected
+        if self.insight_kind is None or decision is None:
+            return
+        candidate = self.query_one(CandidateTable).highlighted
+        step, layer, head = decision.step, self.pattern_layer, self.pattern_head
+        candidate_id = candidate.id if candidate else None
+        key = (step, decision.chosen.id, decision.forced, layer, head, candidate_id)
+        if key == self._insight_asked:
+            return
+        self._insight_asked = key
+        self.query_one(InsightPanel).border_subtitle = "working…"
+
+        def inspect(session: GenerationSession) -> None:
+            self.post_message(InsightReady(session.inspect(step, layer, head, candidate_id)))
+
+        self._enqueue(Operation("inside", inspect, select="keep"))
+
+    @on(InsightReady)
+    def _insight_ready(self, message: InsightReady) -> None:
+        view = message.view
+        self.insight = view
+        panel = self.query_one(InsightPanel)
+        panel.show_insight(view)
+        panel.border_subtitle = "l lens · x parts · h head · [ ] block · { } head"
+        panel.border_title = f"Inside decision {view.step} · block {view.pattern.layer} head {view.pattern.head}"
+
+    def action_second_model(self) -> None:
+        from minigpt_tui.screens.path_prompt import PathPromptScreen
+
+        if self._spec_applied is None:
+            self.notify("load a model first", title="second model", severity="warning")
+            return
+
+        def chosen(text: str | None) -> None:
+            if text is None:
+                return
+            spec = None if text.strip().lower() == "none" else text.strip()
+
+            def load(session: GenerationSession) -> str:
+                session.load_second(spec)
+                return "second model removed" if spec is None else f"second model: {session.second_path}"
+
+            self._enqueue(Operation("second model", load, select="keep"))
+
+        self.app.push_screen(PathPromptScreen("Second model", "Compare each decision with (none: remove the second model):",
+                                              value=""), chosen)
+
     # -- the queue -----------------------------------------------------------------------------
     def _enqueue(self, operation: Operation) -> None:
         with self._queue_lock:
@@ -782,7 +555,9 @@ class GenerationScreen(Screen):
         if select is None:
             current = decisions.selected
             select = current.step if current is not None else len(view.decisions)
-        decisions.show_decisions(view.decisions, select=select)
+        decisions.show_decisions(view.decisions, select=select, opinions=view.second_opinions)
+        self.set_class(bool(view.second_opinions) or view.second_label is not None, "-contrast")
+        decisions.border_title = "Decisions vs B" if view.second_label else "Decisions"
         self.query_one(PrefixView).show_view(view)
         self.query_one(PrefixView).border_title = f"Prefix · {view.rule_label}"
         self.sub_title = f"Generation · {self._display_path(view.model_label)}"
@@ -795,6 +570,7 @@ class GenerationScreen(Screen):
 
     def _show_selected(self) -> None:
         decision = self.query_one(DecisionList).selected
+        self._request_insight()
         self.query_one(CandidateTable).show_decision(decision)
         prefix = (self.view.prompt + self.view.generated) if self.view else ()
         self.query_one(AttentionView).show_decision(decision, prefix)
@@ -819,8 +595,8 @@ class GenerationScreen(Screen):
             first.append(" (rule: ")
             first.append_text(piece_text(rule.piece, style="italic"))
             first.append(f" id {rule.id})")
-        first.append(f" · rank {chosen.rank} · raw {chosen.raw_probability:.4f} · sel "
-                     f"{chosen.selection_probability:.4f}")
+        first.append(f" · rank {chosen.rank} · raw {probability(chosen.raw_probability).plain} · sel "
+                     f"{probability(chosen.selection_probability).plain}")
         second = Text(no_wrap=True, overflow="ellipsis", style="dim")
         second.append(f"entropy {decision.entropy:.3f} nats · retained {decision.retained} of "
                       f"{decision.eligible_count} eligible")

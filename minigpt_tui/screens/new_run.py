@@ -18,7 +18,7 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
-SEED_STREAMS = ("init", "data", "dropout", "sampling")
+from minigpt_tui.engine.session.inputs import SEED_STREAMS
 
 
 @dataclass(frozen=True)
@@ -56,51 +56,17 @@ class NewRunForm:
         return NewRunRequest(self.resolve(), name)
 
     def resolve(self) -> Any:
-        from minigpt_tui.app import check_corpus_path
-        from minigpt_tui.engine.config import SeedConfig, load_config
-        from minigpt_tui.engine.errors import ConfigError
+        from minigpt_tui.engine.session.inputs import RunChoices, parse_number
 
-        overrides: dict[str, dict[str, Any]] = {"corpus": {}, "train": {}, "seeds": {}}
-        if self.corpus.strip():
-            source = self.corpus.strip()
-            if not source.startswith("bundled:"):
-                source = str(Path(source).expanduser().resolve())
-            check_corpus_path(source)
-            overrides["corpus"]["source"] = source
-        steps = _whole("updates", self.steps)
-        if steps is not None:
-            overrides["train"]["steps"] = steps
-        save_every = _whole("save interval", self.save_every)
-        if save_every is not None:
-            overrides["train"]["save_every"] = save_every
-        if self.precision:
-            overrides["train"]["precision"] = self.precision
-        seed = _whole("seed", self.seed)
-        streams = {name: _whole(f"{name} seed", getattr(self, name)) for name in SEED_STREAMS}
-        given = [name for name, value in streams.items() if value is not None]
-        if seed is not None:
-            if given:
-                raise ConfigError("give one seed or separate stream seeds, not both "
-                                  f"(also set: {', '.join(given)})")
-            if not 0 <= seed < 2**64:
-                raise ConfigError("seed must be an unsigned 64-bit integer")
-            derived = SeedConfig.derive(seed)
-            overrides["seeds"] = {name: getattr(derived, name) for name in (*SEED_STREAMS, "evaluation")}
-        else:
-            overrides["seeds"] = {name: value for name, value in streams.items() if value is not None}
-        return load_config(self.preset, None, overrides)
-
-
-def _whole(what: str, text: str) -> int | None:
-    from minigpt_tui.engine.errors import ConfigError
-
-    text = text.strip().replace("_", "")
-    if not text:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"{what} must be a whole number, got '{text}'") from None
+        return RunChoices(
+            self.preset,
+            corpus=self.corpus or None,
+            steps=parse_number(self.steps, "updates", int),
+            save_every=parse_number(self.save_every, "save interval", int),
+            precision=self.precision or None,
+            seed=parse_number(self.seed, "seed", int),
+            stream_seeds={name: parse_number(getattr(self, name), f"{name} seed", int) for name in SEED_STREAMS},
+        ).resolve()
 
 
 class NewRunScreen(ModalScreen[NewRunRequest | None]):

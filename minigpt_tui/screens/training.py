@@ -1,12 +1,13 @@
 """The Training screen: a run's summary, progress, live loss table and plot, and events.
 
-The run controller works on a thread worker. Its events land in a :class:`RunFeed`; this
+The run's training session works on a thread worker. Its events land in a :class:`RunFeed`; this
 screen drains the feed at most ``REFRESHES_PER_SECOND`` times a second, so a run making
 hundreds of updates a second costs the UI thread (and the GIL) a few small refreshes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,11 +22,17 @@ from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
 from minigpt_tui.messages import CurveLoaded, EngineEventsReady, HistoryLoaded, RunFeed, RunSummary
-from minigpt_tui.run_session import GuardedCheckpointer, NewRunPlan, ResumePlan, RunHandle
+from minigpt_tui.engine.session import events as engine
+from minigpt_tui.engine.session.events import Command
+from minigpt_tui.engine.session.plans import NewRun, ResumeRun, RunPlan
+from minigpt_tui.engine.session.run_store import RunStore
+from minigpt_tui.engine.session.training import TrainingSession
 from minigpt_tui.widgets.event_log import EventLog
+from minigpt_tui.screens.help_texts import TRAINING_HELP
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.loss_plot import LossPlot
 from minigpt_tui.widgets.loss_table import LossTable
+from minigpt_tui.widgets.probes_table import ProbesTable
 from minigpt_tui.widgets.run_progress import RunProgress
 from minigpt_tui.widgets.run_summary import RunSummaryView
 
@@ -34,58 +41,21 @@ if TYPE_CHECKING:
 
 ACTIVE_STATES = ("starting", "running", "paused", "stopping")
 
-TRAINING_HELP = """\
-# Training
 
-Trains a run on a thread of its own; this screen shows what it does, live.
+@dataclass
+class _AppliedEvents:
+    """What one drain of the feed changed: rows for the table, and whether the state did."""
 
-## Keys
-| key | action |
-|---|---|
-| `space` | start a run (the next run shown in the summary); pause or resume it. A pause takes effect at the next complete update, so it never changes what is learned. |
-| `s` | save a checkpoint now (at the next update boundary) |
-| `e` | evaluate now: an extra evaluation row, which never changes the best step |
-| `x` | stop the run (it saves first when it has unsaved updates and saving is available) |
-| `n` | configure a new run: preset, corpus, updates, precision, seeds, save interval |
-| `o` | overlay another run's curves on the plot (from its `metrics.jsonl`) |
-| `w` | export this run's metrics to `metrics.csv` in its run directory |
-| `v` | on a narrow terminal, switch between the loss table and the plot |
-
-## Run summary
-- **run**: the run's name (its folder in the runs directory), its preset, and its parameters: the number of learned scalars in how many tensors (the tied token table counts once).
-- **precision**: `exact` trains in float64 on one thread with deterministic algorithms, so a paused, saved and resumed run gives bit-for-bit the same records as one never stopped; `fast` uses float32 and several threads.
-- **corpus**: where the records come from, how many are in the training and validation splits, and the corpus identity (SHA-256 over every record's split and bytes).
-- **tokenizer**: the byte-level BPE tokenizer learned from the training split: merges, vocabulary size (2 specials + 256 bytes + merges) and its identity (SHA-256 of its definition).
-
-## Progress
-The state (starting, running, paused, stopping, finished, stopped, failed), a bar of committed updates out of the schedule, the ETA from time spent running (pauses excluded), and the updates per second.
-
-## Loss table
-One row per update, newest at the bottom (the table keeps the latest few hundred rows):
-- **update**: committed updates after this one (an update skipped for a non-finite gradient keeps the count and is marked *skipped*).
-- **batch loss**: mean cross-entropy of this update's batch, in nats per predicted token, before the update was applied.
-- **lr**: the scheduled learning rate of this (1-based) update.
-- **grad norm**: global norm of the gradients before clipping.
-- **loss scale**: the loss-scaling factor used by this update (1 when scaling is off).
-- **tokens/s**: tokens processed per second by this update.
-
-Evaluation rows (**eval N**) hold the mean loss over the whole **train** and **validation** splits after update N. The lowest validation loss on schedule is marked **★ best**; an evaluation asked for with `e` is marked **extra** and never changes the best step.
-
-## Plot
-Batch loss per update (blue, averaged into buckets when there are more points than columns), train loss (orange) and validation loss (green) per evaluation; an overlaid run's curves appear under its name.
-
-## Events
-Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, refused actions with their reason, finished or stopped with the final state digest, and failures.
-"""
+    rows: list[tuple[Any, int | None]] = field(default_factory=list)
+    state_changed: bool = False
 
 
 @dataclass
 class ActiveRun:
     """The run on screen and what the UI knows of it."""
 
-    handle: RunHandle
+    session: TrainingSession
     feed: RunFeed
-    checkpointer: GuardedCheckpointer
     config: Any
     state: str = "starting"
     summary: RunSummary | None = None
@@ -97,6 +67,7 @@ class ActiveRun:
     # notified; automatic saves (interval, best, pause, stop) are refused only in the log.
     requested_saves: int = 0
     refusals_logged: set[str] = field(default_factory=set)
+    probe_matches: int | None = None  # the event log notes when the number of matching probes changes
 
     @property
     def active(self) -> bool:
@@ -131,6 +102,7 @@ class TrainingScreen(Screen):
         Binding("o", "overlay", "Overlay", show=False),
         Binding("w", "export_csv", "Export CSV", show=False),
         Binding("v", "toggle_view", "Table/Plot", show=False),
+        Binding("p", "toggle_probes", "Probes", show=False),
     ]
     PALETTE_COMMANDS = (
         ("New run", "Configure and start a new training run (n)", "new_run"),
@@ -160,6 +132,9 @@ class TrainingScreen(Screen):
                               id="loss-table")
             table.border_title = "Losses"
             yield table
+            probes = ProbesTable(id="probes-table")
+            probes.border_title = "Probes"
+            yield probes
             plot = LossPlot(clock=clock, max_redraws_per_second=self.PLOT_REDRAWS_PER_SECOND, id="loss-plot")
             plot.border_title = "Loss"
             yield plot
@@ -196,27 +171,27 @@ class TrainingScreen(Screen):
         self.start_run(self.mini_app.next_config)
 
     def action_pause(self) -> None:
-        self._command("pause", "pausing at the next complete update")
+        self._command(Command.PAUSE, "pausing at the next complete update")
 
     def action_resume(self) -> None:
-        self._command("resume", None)
+        self._command(Command.RESUME, None)
 
     def action_save(self) -> None:
         if not self._require_active("save"):
             return
         assert self.run is not None
         self.run.requested_saves += 1  # a refusal of this save is notified, not only logged
-        self._command("save_now", "saving at the next update boundary")
+        self._command(Command.SAVE, "saving at the next update boundary")
 
     def action_evaluate(self) -> None:
         if self._require_active("evaluate"):
-            self._command("evaluate_now", None)
+            self._command(Command.EVALUATE, None)
 
     def action_stop(self) -> None:
         if not self._require_active("stop"):
             return
         assert self.run is not None
-        self._command("stop", "stopping at the next complete update")
+        self._command(Command.STOP, "stopping at the next complete update")
         self.run.state = "stopping"
         self._show_state()
 
@@ -262,6 +237,24 @@ class TrainingScreen(Screen):
         self.toggle_class("-show-plot")
         self._update_view_hint()
 
+    def action_toggle_probes(self) -> None:
+        self.toggle_class("-show-probes")
+        probes = self.query_one(ProbesTable)
+        if self.has_class("-show-probes"):
+            probes.focus()
+            self._plot_probe(probes.highlighted_probe, probes)
+        else:
+            self.query_one(LossPlot).set_probe(None)
+
+    @on(ProbesTable.ProbeHighlighted)
+    def _probe_highlighted(self, message: ProbesTable.ProbeHighlighted) -> None:
+        if self.has_class("-show-probes"):
+            self.query_one(LossPlot).set_probe(message.name, message.points)
+
+    def _plot_probe(self, name: str | None, probes: ProbesTable) -> None:
+        points = [(p.step, p.probability) for p in probes.history.get(name, ())] if name else []
+        self.query_one(LossPlot).set_probe(name, points)
+
     def on_resize(self, event: events.Resize) -> None:
         self._update_view_hint(event.size.width)
 
@@ -278,10 +271,10 @@ class TrainingScreen(Screen):
             return False
         return True
 
-    def _command(self, name: str, note: str | None) -> None:
+    def _command(self, command: Command, note: str | None) -> None:
         if self.run is None or not self.run.active:
             return
-        self.run.handle.send(name)
+        self.run.session.send(command)
         if note:
             self.notify(note, timeout=2, markup=False)
 
@@ -292,7 +285,7 @@ class TrainingScreen(Screen):
         if self.run is not None and self.run.active:
             self.notify("a run is already active", severity="warning", markup=False)
             return
-        self._launch(NewRunPlan(config, self.mini_app.settings.runs_dir, name), config, "started",
+        self._launch(NewRun(config, self.mini_app.settings.runs_dir, name), config, "started",
                      f"building preset {config.preset} ({config.train.steps} updates, {config.train.precision})")
 
     def resume_from_checkpoint(self, checkpoint: Path) -> None:
@@ -300,7 +293,7 @@ class TrainingScreen(Screen):
         stopped; the Checkpoints screen calls this after its preflight. The engine restores
         it on the worker and refuses, with its one-line reason, what it cannot continue."""
         from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.run_session import saved_run_config
+        from minigpt_tui.engine.session.plans import saved_run_config
 
         if self.run is not None and self.run.active:
             self.notify("a run is already active", severity="warning", markup=False)
@@ -310,32 +303,54 @@ class TrainingScreen(Screen):
         except MiniGPTError as err:
             self.notify(str(err), title="resume refused", severity="error", markup=False)
             return
-        self._launch(ResumePlan(Path(checkpoint), self.mini_app.settings.runs_dir), config, "resumed",
+        self._launch(ResumeRun(Path(checkpoint), self.mini_app.settings.runs_dir), config, "resumed",
                      f"restoring {self._display_path(checkpoint)}")
 
-    def _launch(self, plan: NewRunPlan | ResumePlan, config: Any, kind: str, note: str) -> None:
-        run = ActiveRun(RunHandle(), RunFeed(self.post_message), GuardedCheckpointer(), config,
-                        steps=config.train.steps)
+    def attach_run(self, run_dir: Path) -> None:
+        """Follow a run that another process writes; space, s, e and x act on it through
+        its control file."""
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.session.attach import RunFollower, attached_config
+
+        if self.run is not None and self.run.active:
+            self.notify("a run is already active", severity="warning", markup=False)
+            return
+        try:
+            config = attached_config(run_dir)
+        except MiniGPTError as err:
+            self.notify(str(err), title="attach refused", severity="error", markup=False)
+            return
+        feed = RunFeed(self.post_message)
+        follower = RunFollower(Path(run_dir), feed, interval=1.0 / self.REFRESHES_PER_SECOND)
+        self._show_new_run(ActiveRun(follower, feed, config, steps=config.train.steps),  # type: ignore[arg-type]
+                           config, "attached", f"following {self._display_path(Path(run_dir))}")
+
+    def _launch(self, plan: RunPlan, config: Any, kind: str, note: str) -> None:
+        feed = RunFeed(self.post_message)
+        self._show_new_run(ActiveRun(TrainingSession(plan, feed), feed, config, steps=config.train.steps),
+                           config, kind, note)
+
+    def _show_new_run(self, run: ActiveRun, config: Any, kind: str, note: str) -> None:
         self.run = run
         self.query_one(LossTable).reset()
         self.query_one(LossPlot).reset()
+        self.query_one(LossPlot).set_probe(None)
+        self.query_one(ProbesTable).reset()
         self.query_one(RunSummaryView).show_pending(config)
         self.query_one(RunProgress).show_pending(config.train.steps)
         self.query_one(EventLog).record(kind, note)
         self._show_state()
-        self._train(plan, run)
+        self._train(run)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="training", name="training")
-    def _train(self, plan: NewRunPlan | ResumePlan, run: ActiveRun) -> None:
-        from minigpt_tui.run_session import drive
-
-        drive(plan, run.handle, run.feed, run.checkpointer)
+    def _train(self, run: ActiveRun) -> None:
+        run.session.run_reporting_failures()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.name != "training":
             return
         if event.state == WorkerState.ERROR:
-            # The controller reports engine errors as events; this is anything else.
+            # The session reports its failures as events; this is anything else.
             error = event.worker.error
             self._apply_events(self.run.feed.drain() if self.run else [])
             if self.run is not None:
@@ -373,89 +388,124 @@ class TrainingScreen(Screen):
     def _apply_events(self, events: list[Any]) -> None:
         if not events or self.run is None:
             return
-        from minigpt_tui.engine import controller as engine  # loaded already by the worker
-
         run = self.run
-        table = self.query_one(LossTable)
-        plot = self.query_one(LossPlot)
-        log = self.query_one(EventLog)
-        progress = self.query_one(RunProgress)
-        rows: list[tuple[Any, int | None]] = []
-        state_changed = False
+        applied = _AppliedEvents()
+        handlers = self._event_handlers()
         for event in events:
             kind = type(event).__name__
             run.events_seen[kind] = run.events_seen.get(kind, 0) + 1
-            if isinstance(event, engine.UpdateDone):
-                record = event.record
-                rows.append((record, None))
-                plot.add_update(record.step, record.loss)
-                run.step = record.step
-            elif isinstance(event, engine.EvaluationDone):
-                record = event.record
-                rows.append((record, event.best_step))
-                plot.add_evaluation(record.step, record.train_loss, record.validation_loss)
-                if record.extra:
-                    log.record("extra", f"evaluation at update {record.step}: train {record.train_loss:.4f}"
-                               + _validation_text(record.validation_loss) + " (does not change the best step)")
-                elif event.best_changed:
-                    log.record("best", f"best validation loss {record.validation_loss:.4f} at update {record.step}")
-            elif isinstance(event, RunSummary):
-                run.summary = event
-                run.step = event.start_step
-                self.query_one(RunSummaryView).show_run(event)
-                if event.resumed_from is not None and event.run_dir is not None:
-                    self._load_history(run.feed, event.run_dir, event.start_step)
-            elif isinstance(event, engine.RunStarted):
-                run.state, state_changed = "running", True
-                run.step, run.steps = event.step, event.steps
-                progress.begin(event.step, event.steps)
-                log.record("started", f"update {event.step} of {event.steps}")
-            elif isinstance(event, engine.Paused):
-                run.state, state_changed = "paused", True
-                progress.run_clock.pause()
-                log.record("paused", f"after update {event.step}")
-            elif isinstance(event, engine.Resumed):
-                run.state, state_changed = "running", True
-                progress.run_clock.resume()
-                log.record("resumed", f"at update {event.step}")
-            elif isinstance(event, engine.Saved):
-                if event.reason == "manual" and run.requested_saves:
-                    run.requested_saves -= 1
-                log.record("saved", f"update {event.step} ({event.reason}): {self._run_path(event.path)}")
-            elif isinstance(event, engine.Refused):
-                asked = event.action == "save" and run.requested_saves > 0
-                if asked:
-                    run.requested_saves -= 1
-                if asked or event.action != "save":
-                    log.record("refused", f"{event.action}: {event.message}")
-                    self.notify(event.message, title=f"{event.action} refused", severity="warning", markup=False)
-                elif event.message not in run.refusals_logged:
-                    run.refusals_logged.add(event.message)
-                    log.record("refused", f"automatic save: {event.message}")
-            elif isinstance(event, engine.Finished):
-                run.state, state_changed = ("finished" if event.reason == "completed" else "stopped"), True
-                run.final_digest = event.state_digest
-                progress.run_clock.pause()
-                log.record(run.state, f"at update {event.step}; state digest {event.state_digest[:16]}…")
-            elif isinstance(event, engine.Failed):
-                run.state, state_changed = "failed", True
-                progress.run_clock.pause()
-                log.record("failed", event.message)
-                self.notify(event.message, title="training failed", severity="error", markup=False)
-        if rows:
-            table.queue_records(rows)
+            handler = handlers.get(type(event))
+            if handler is not None:
+                handler(run, event, applied)
+        table = self.query_one(LossTable)
+        plot = self.query_one(LossPlot)
+        progress = self.query_one(RunProgress)
+        if applied.rows:
+            table.queue_records(applied.rows)
             plot.request_redraw()
         progress.advance(run.step)
-        if state_changed:
+        if applied.state_changed:
             self._show_state()
         else:
             progress.refresh_figures()
-        if state_changed and run.state != "running":
+        if applied.state_changed and run.state != "running":
             # Paused, finished or failed: show everything now rather than at the next tick.
             table.flush()
             plot.redraw()
-        if state_changed and not run.active:
+        if applied.state_changed and not run.active:
             self._maybe_exit()
+
+    def _event_handlers(self) -> dict[type, Callable[[ActiveRun, Any, _AppliedEvents], None]]:
+        return {
+            engine.UpdateDone: self._on_update_done,
+            engine.EvaluationDone: self._on_evaluation_done,
+            engine.ProbesScored: self._on_probes_scored,
+            RunSummary: self._on_run_summary,
+            engine.RunStarted: self._on_run_started,
+            engine.Paused: self._on_paused,
+            engine.Resumed: self._on_resumed,
+            engine.Saved: self._on_saved,
+            engine.Refused: self._on_refused,
+            engine.Finished: self._on_finished,
+            engine.Failed: self._on_failed,
+        }
+
+    def _on_update_done(self, run: ActiveRun, event: engine.UpdateDone, applied: _AppliedEvents) -> None:
+        record = event.record
+        applied.rows.append((record, None))
+        self.query_one(LossPlot).add_update(record.step, record.loss)
+        run.step = record.step
+
+    def _on_evaluation_done(self, run: ActiveRun, event: engine.EvaluationDone, applied: _AppliedEvents) -> None:
+        record = event.record
+        applied.rows.append((record, event.best_step))
+        self.query_one(LossPlot).add_evaluation(record.step, record.train_loss, record.validation_loss)
+        log = self.query_one(EventLog)
+        if record.extra:
+            log.record("extra", f"evaluation at update {record.step}: train {record.train_loss:.4f}"
+                       + _validation_text(record.validation_loss) + " (does not change the best step)")
+        elif event.best_changed:
+            log.record("best", f"best validation loss {record.validation_loss:.4f} at update {record.step}")
+
+    def _on_probes_scored(self, run: ActiveRun, event: engine.ProbesScored, applied: _AppliedEvents) -> None:
+        self.query_one(ProbesTable).add_scores(event.step, event.scores)
+        if event.matched != run.probe_matches and (run.probe_matches is not None or event.matched):
+            self.query_one(EventLog).record(
+                "probes", f"update {event.step}: {event.matched} of {len(event.scores)} match")
+        run.probe_matches = event.matched
+
+    def _on_run_summary(self, run: ActiveRun, event: RunSummary, applied: _AppliedEvents) -> None:
+        run.summary = event
+        run.step = event.start_step
+        self.query_one(RunSummaryView).show_run(event)
+        if event.resumed_from is not None and event.run_dir is not None:
+            self._load_history(run.feed, event.run_dir, event.start_step)
+
+    def _on_run_started(self, run: ActiveRun, event: engine.RunStarted, applied: _AppliedEvents) -> None:
+        run.state, applied.state_changed = "running", True
+        run.step, run.steps = event.step, event.steps
+        self.query_one(RunProgress).begin(event.step, event.steps)
+        self.query_one(EventLog).record("started", f"update {event.step} of {event.steps}")
+
+    def _on_paused(self, run: ActiveRun, event: engine.Paused, applied: _AppliedEvents) -> None:
+        run.state, applied.state_changed = "paused", True
+        self.query_one(RunProgress).run_clock.pause()
+        self.query_one(EventLog).record("paused", f"after update {event.step}")
+
+    def _on_resumed(self, run: ActiveRun, event: engine.Resumed, applied: _AppliedEvents) -> None:
+        run.state, applied.state_changed = "running", True
+        self.query_one(RunProgress).run_clock.resume()
+        self.query_one(EventLog).record("resumed", f"at update {event.step}")
+
+    def _on_saved(self, run: ActiveRun, event: engine.Saved, applied: _AppliedEvents) -> None:
+        if event.reason == engine.SaveReason.MANUAL and run.requested_saves:
+            run.requested_saves -= 1
+        self.query_one(EventLog).record("saved", f"update {event.step} ({event.reason}): {self._run_path(event.path)}")
+
+    def _on_refused(self, run: ActiveRun, event: engine.Refused, applied: _AppliedEvents) -> None:
+        log = self.query_one(EventLog)
+        asked = event.action == "save" and run.requested_saves > 0
+        if asked:
+            run.requested_saves -= 1
+        if asked or event.action != "save":
+            log.record("refused", f"{event.action}: {event.message}")
+            self.notify(event.message, title=f"{event.action} refused", severity="warning", markup=False)
+        elif event.message not in run.refusals_logged:
+            run.refusals_logged.add(event.message)
+            log.record("refused", f"automatic save: {event.message}")
+
+    def _on_finished(self, run: ActiveRun, event: engine.Finished, applied: _AppliedEvents) -> None:
+        run.state = "finished" if event.reason == engine.FinishReason.COMPLETED else "stopped"
+        applied.state_changed = True
+        run.final_digest = event.state_digest
+        self.query_one(RunProgress).run_clock.pause()
+        self.query_one(EventLog).record(run.state, f"at update {event.step}; state digest {event.state_digest[:16]}…")
+
+    def _on_failed(self, run: ActiveRun, event: engine.Failed, applied: _AppliedEvents) -> None:
+        run.state, applied.state_changed = "failed", True
+        self.query_one(RunProgress).run_clock.pause()
+        self.query_one(EventLog).record("failed", event.message)
+        self.notify(event.message, title="training failed", severity="error", markup=False)
 
     def _show_state(self) -> None:
         state = self.run.state if self.run else "idle"
@@ -474,10 +524,7 @@ class TrainingScreen(Screen):
 
     def _display_path(self, path: Path) -> str:
         """Paths under the runs directory are shown relative to it."""
-        try:
-            return str(Path(path).relative_to(self.mini_app.settings.runs_dir))
-        except ValueError:
-            return str(path)
+        return RunStore(self.mini_app.settings.runs_dir).display(path)
 
     # -- quitting ------------------------------------------------------------------------
     @property
@@ -486,7 +533,7 @@ class TrainingScreen(Screen):
 
     @property
     def unsaved_updates(self) -> int:
-        return self.run.handle.unsaved_updates if self.run else 0
+        return self.run.session.unsaved_updates if self.run else 0
 
     def stop_for_exit(self, *, save: bool) -> None:
         """Stop the run and exit the app once its worker has finished."""
@@ -494,9 +541,13 @@ class TrainingScreen(Screen):
         if self.run is None or not self.run.active:
             self.app.exit()
             return
+        if getattr(self.run.session, "follows_only", False):
+            self.run.session.detach()  # type: ignore[attr-defined]  (the followed run goes on)
+            self.app.exit()
+            return
         if not save:
-            self.run.checkpointer.discard()
-        self.run.handle.send("stop")
+            self.run.session.discard_saves()
+        self.run.session.send(Command.STOP)
         self.run.state = "stopping"
         self._show_state()
 
@@ -508,7 +559,7 @@ class TrainingScreen(Screen):
     @work(thread=True, exit_on_error=False, group="files")
     def _load_overlay(self, path: Path) -> None:
         from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.run_session import load_curve
+        from minigpt_tui.engine.session.history import load_curve
 
         try:
             curve = load_curve(path)
@@ -520,7 +571,7 @@ class TrainingScreen(Screen):
     @work(thread=True, exit_on_error=False, group="files")
     def _load_history(self, feed: RunFeed, run_dir: Path, until_step: int) -> None:
         from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.run_session import load_history
+        from minigpt_tui.engine.session.history import load_history
 
         try:
             history = load_history(run_dir, until_step)
@@ -540,6 +591,7 @@ class TrainingScreen(Screen):
             [(u.step, u.loss) for u in history.updates if u.loss is not None],
             [(e.step, e.train_loss) for e in history.evaluations if e.train_loss is not None],
             [(e.step, e.validation_loss) for e in history.evaluations if e.validation_loss is not None])
+        self.query_one(ProbesTable).prepend_history(history.probes)
         self.query_one(EventLog).record(
             "resumed", f"history: {len(history.updates)} updates, {len(history.evaluations)} evaluations before")
 
@@ -553,7 +605,7 @@ class TrainingScreen(Screen):
     @work(thread=True, exit_on_error=False, group="files")
     def _export(self, run_dir: Path) -> None:
         from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.run_session import export_csv
+        from minigpt_tui.engine.session.history import export_csv
 
         try:
             target = export_csv(run_dir)

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.containers import ScrollableContainer
 from textual.widgets import Static
 
-from minigpt_tui.widgets.generation_views import DecisionView, PieceView
+from minigpt_tui.engine.session.generation import DecisionView, PieceView
 from minigpt_tui.widgets.pieces import SPECIAL_PIECES, visible_piece
 
 LEVELS = "▁▂▃▄▅▆▇█"

@@ -1,4 +1,5 @@
-"""One decision's candidates: rank, id, piece, logit, raw probability (with a bar),
+"""One decision's candidates: rank, id, piece, logit, raw probability (with a bar scaled to
+the most probable candidate shown, so it shows even when every probability is small),
 selection probability under the rule, and eligibility (✓/✗). ▶ marks the chosen id, ◇ the
 rule's own pick when another was forced.
 
@@ -14,7 +15,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from minigpt_tui.widgets.generation_views import CandidateView, DecisionView
+from minigpt_tui.engine.session.generation import CandidateView, DecisionView
 from minigpt_tui.widgets.pieces import bar, fitted_piece
 
 BAR_WIDTH = 8  # the widest bar
@@ -59,6 +60,7 @@ class CandidateTable(DataTable):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.decision: DecisionView | None = None
         self.fit = fit_columns(0)
+        self.bar_scale = 0.0  # the largest raw probability of the decision's candidates
 
     def on_mount(self) -> None:
         self._add_columns()
@@ -83,6 +85,7 @@ class CandidateTable(DataTable):
         self.clear()
         if decision is None:
             return
+        self.bar_scale = max((c.raw_probability for c in decision.candidates), default=0.0)
         for candidate in decision.candidates:
             self.add_row(*self._cells(candidate), key=str(candidate.id))
         chosen_row = next((i for i, c in enumerate(decision.candidates) if c.chosen), 0)
@@ -105,7 +108,8 @@ class CandidateTable(DataTable):
             piece,
             Text(f"{candidate.logit:.3f}", justify="right", style=style),
             probability(candidate.raw_probability),
-            Text(bar(candidate.raw_probability, self.fit.bar), style="bold" if candidate.chosen else ""),
+            Text(bar(candidate.raw_probability / self.bar_scale if self.bar_scale > 0 else 0.0, self.fit.bar),
+                 style="bold" if candidate.chosen else ""),
             probability(candidate.selection_probability),
             Text("✓" if candidate.eligible else "✗", justify="center",
                  style="" if candidate.eligible else "bold"),

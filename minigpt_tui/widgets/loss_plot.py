@@ -1,5 +1,6 @@
 """The loss plot: batch loss per update, train and validation loss per evaluation, and
-optionally another run's curves overlaid. Rebuilding a plotext figure is the costliest
+optionally another run's curves overlaid and one probe's expected-answer probability (right
+axis). Rebuilding a plotext figure is the costliest
 thing the UI draws, so redraws are throttled to ``max_redraws_per_second``."""
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class LossPlot(PlotextPlot):
         self.train: list[Point] = []
         self.validation: list[Point] = []
         self.overlay: LoadedCurve | None = None
+        self.probe: tuple[str, tuple[Point, ...]] | None = None  # a probe's probability, right axis
         self.redraws = 0
         self._rendered: tuple[tuple[Any, ...], Text] | None = None
 
@@ -77,6 +79,13 @@ class LossPlot(PlotextPlot):
         self.overlay = curve
         self.redraw()
 
+    def set_probe(self, name: str | None, points: Sequence[Point] = ()) -> None:
+        """Draw a probe's expected-answer probability by update on the right axis (0 to 1)."""
+        probe = (name, tuple(points)) if name is not None and points else None
+        if probe != self.probe:
+            self.probe = probe
+            self.request_redraw()
+
     # -- drawing -------------------------------------------------------------------------
     def request_redraw(self) -> None:
         """Redraw now if the last redraw is old enough, else once the interval has passed."""
@@ -106,6 +115,10 @@ class LossPlot(PlotextPlot):
         self._line(self.updates, "batch", "blue", limit)
         self._line(self.train, "train", "orange", limit)
         self._line(self.validation, "val", "green", limit)
+        if self.probe is not None:
+            name, points = self.probe
+            self._line(points, f"p({name})", "red", limit, yside="right")
+            self.plt.ylim(0, 1, yside="right")
         self.refresh()
 
     def render(self) -> Text:
@@ -119,11 +132,11 @@ class LossPlot(PlotextPlot):
             self._rendered = (key, super().render())
         return self._rendered[1]
 
-    def _line(self, points: Sequence[Point], label: str, color: str, limit: int) -> None:
+    def _line(self, points: Sequence[Point], label: str, color: str, limit: int, yside: str = "left") -> None:
         if not points:
             return
         shown = bucket_means(points, limit)
         xs = [step for step, _ in shown]
         ys = [value for _, value in shown]
         marker = "braille" if len(shown) > 12 else "dot"
-        self.plt.plot(xs, ys, label=label, color=color, marker=marker)
+        self.plt.plot(xs, ys, label=label, color=color, marker=marker, yside=yside)

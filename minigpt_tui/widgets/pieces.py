@@ -3,18 +3,29 @@ that shows pieces (prefix, candidates, merges, the tokenizer's try-it field)."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.text import Text
+
+from minigpt_tui.engine.printable import escape_controls
 
 SPECIAL_PIECES = ("<bos>", "<eos>")
 # Whitespace inside a piece would vanish between cell borders; these marks keep it visible.
 WHITESPACE_MARKS = {" ": "·", "\n": "↵", "\t": "→", "\r": "␍"}
 
 
+def plain_cell(value: object) -> str:
+    """A table cell of untrusted text (a name or value read from a file) as a string:
+    control characters and markup escaped (a string cell of a rich table is read as
+    markup), drawn as any other string cell."""
+    return escape(escape_controls(value))
+
+
 def visible_piece(text: str) -> str:
-    """A piece label with spaces, newlines and tabs drawn as marks (``' the'`` -> ``'·the'``)."""
+    """A piece label with spaces, newlines and tabs drawn as marks (``' the'`` -> ``'·the'``)
+    and every other control character escaped."""
     if text in SPECIAL_PIECES:
         return text
-    return "".join(WHITESPACE_MARKS.get(ch, ch) for ch in text)
+    return escape_controls("".join(WHITESPACE_MARKS.get(ch, ch) for ch in text))
 
 
 def piece_text(text: str, *, style: str = "") -> Text:
@@ -24,10 +35,12 @@ def piece_text(text: str, *, style: str = "") -> Text:
     out = Text(style=style)
     for ch in text:
         mark = WHITESPACE_MARKS.get(ch)
-        if mark is None:
-            out.append(ch)
-        else:
+        if mark is not None:
             out.append(mark, style="dim")
+        elif (shown := escape_controls(ch)) != ch:
+            out.append(shown, style="dim")
+        else:
+            out.append(ch)
     return out
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from minigpt_tui.widgets.generation_views import StepperView
+from minigpt_tui.engine.session.generation import StepperView
 from minigpt_tui.widgets.pieces import piece_chips
 
 

@@ -8,7 +8,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.messages import RunSummary
+from minigpt_tui.widgets.pieces import plain_cell
 
 
 def short_identity(identity: str) -> str:
@@ -34,13 +36,13 @@ class RunSummaryView(Static):
             f" · {config.train.steps} updates · ",
             precision_text(config.train.precision, config.dtype_name, config.train.threads),
         ))
-        grid.add_row("corpus", config.corpus.source)
+        grid.add_row("corpus", plain_cell(config.corpus.source))
         grid.add_row("", Text("space starts it · n configures a new run", style="dim"))
         self.update(grid)
 
     def show_run(self, summary: RunSummary) -> None:
         grid = self._grid()
-        title = Text.assemble((summary.run_name, "bold"), f" · preset {summary.preset} · ",
+        title = Text.assemble((escape_controls(summary.run_name), "bold"), f" · preset {summary.preset} · ",
                               f"{summary.parameter_scalars:,} parameters in {summary.parameter_tensors} tensors")
         if summary.resumed_from is not None:
             title.append(f" · resumed at update {summary.start_step}", style="italic")
@@ -51,7 +53,7 @@ class RunSummaryView(Static):
         else:
             counts = f" · {summary.train_records} train / {summary.validation_records} val records · id "
         grid.add_row("corpus", Text.assemble(
-            summary.corpus_source, counts, (short_identity(summary.corpus_identity), "cyan"),
+            escape_controls(summary.corpus_source), counts, (short_identity(summary.corpus_identity), "cyan"),
         ))
         grid.add_row("tokenizer", Text.assemble(
             f"byte BPE · {summary.merges} merges · vocab {summary.vocab_size} · id ",

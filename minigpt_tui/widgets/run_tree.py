@@ -1,7 +1,7 @@
 """The runs directory as a tree: each run with its disk use, each run's checkpoints with
 the reason they were saved and the best one marked.
 
-The listing is gathered on a worker thread (:func:`scan_runs`) and shown here as plain
+The listing is gathered on a worker thread (:meth:`RunStore.scan`) and shown here as plain
 records, so walking a large runs directory never holds up the screen.
 """
 
@@ -14,25 +14,9 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Tree
 
+from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.session.run_store import CheckpointListing, RunListing
 from minigpt_tui.widgets.tensor_table import human_bytes
-
-
-@dataclass(frozen=True)
-class CheckpointListing:
-    path: Path
-    step: int
-    complete: bool
-    reason: str | None
-    best: bool
-
-
-@dataclass(frozen=True)
-class RunListing:
-    name: str
-    path: Path
-    disk_bytes: int
-    checkpoints: tuple[CheckpointListing, ...]
-    preset: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,33 +26,6 @@ class TreeTarget:
     kind: str  # "run" | "checkpoint"
     path: Path
     run: RunListing
-
-
-def scan_runs(runs_dir: Path) -> tuple[RunListing, ...]:
-    """Every run in ``runs_dir`` with its checkpoints and disk use (worker thread)."""
-    from minigpt_tui.engine.checkpoint.directory import list_checkpoints
-    from minigpt_tui.engine.runs import disk_use, list_runs
-
-    listings = []
-    for run in list_runs(runs_dir):
-        infos = list_checkpoints(run.checkpoints, include_incomplete=True)
-        complete = [info for info in infos if info.complete]
-        best_step = complete[-1].best_step if complete else None
-        checkpoints = tuple(
-            CheckpointListing(info.path, info.step, info.complete, info.reason,
-                              best_step is not None and info.step == best_step)
-            for info in infos
-        )
-        try:
-            preset = str(run.read_json("config.json").get("preset"))
-        except (OSError, ValueError, AttributeError):
-            preset = None
-        try:
-            size = disk_use(run.path)
-        except OSError:
-            size = 0
-        listings.append(RunListing(run.name, run.path, size, checkpoints, preset))
-    return tuple(listings)
 
 
 def checkpoint_label(listing: CheckpointListing) -> Text:
@@ -83,7 +40,9 @@ def checkpoint_label(listing: CheckpointListing) -> Text:
 
 
 def run_label(listing: RunListing) -> Text:
-    label = Text(listing.name, style="bold")
+    label = Text(escape_controls(listing.name), style="bold")
+    if listing.live:
+        label.append("  ● live", style="bold green")
     label.append(f"  {human_bytes(listing.disk_bytes)}", style="dim")
     return label
 

@@ -8,6 +8,10 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Tree
 
+from minigpt_tui.engine.checkpoint.state_groups import StateGroup
+from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.session.display import shorten
+
 # In reading order: what the model is, then everything that decides the next update.
 GROUP_MEANINGS: tuple[tuple[str, str], ...] = (
     ("identities", "SHA-256 identities that tie the files together: model, tokenizer, config, corpus"),
@@ -18,14 +22,14 @@ GROUP_MEANINGS: tuple[tuple[str, str], ...] = (
     ("special_ids", "ids with fixed meaning: BOS, EOS, where the 256 bytes and the merges start"),
     ("parameters", "learned tensors and scalars (the tied table counted once) and their dtype"),
     ("provenance", "where the weights came from: run and update"),
-    ("schedule", "learning-rate schedule and how far along it the run is"),
-    ("optimizer", "AdamW: per-parameter moments (exp_avg, exp_avg_sq) and step; hyperparameters per group"),
-    ("data_progress", "where the data stream stands: order, cursor and epoch, or the sampler; the next batch"),
-    ("randomness", "seeds and generator states: dropout seed and counter, monitoring-sampling generator"),
-    ("loss_scaling", "the loss scaler: current scale, bounds, growth and backoff, finite updates since growth"),
-    ("accumulation", "batch size, microbatches per update and microbatches pending (0 at a boundary)"),
-    ("update_policy", "gradient clipping and activation recomputation"),
-    ("evaluation", "the evaluation curve so far and the best validation step"),
+    (StateGroup.SCHEDULE, "learning-rate schedule and how far along it the run is"),
+    (StateGroup.OPTIMIZER, "AdamW: per-parameter moments (exp_avg, exp_avg_sq) and step; hyperparameters per group"),
+    (StateGroup.DATA_PROGRESS, "where the data stream stands: order, cursor and epoch, or the sampler; the next batch"),
+    (StateGroup.RANDOMNESS, "seeds and generator states: dropout seed and counter, monitoring-sampling generator"),
+    (StateGroup.LOSS_SCALING, "the loss scaler: current scale, bounds, growth and backoff, finite updates since growth"),
+    (StateGroup.ACCUMULATION, "batch size, microbatches per update and microbatches pending (0 at a boundary)"),
+    (StateGroup.UPDATE_POLICY, "gradient clipping and activation recomputation"),
+    (StateGroup.EVALUATION, "the evaluation curve so far and the best validation step"),
     ("envelope", "the environment the state was saved in; exact resume refuses a different one"),
     ("continuation", "whether this history may still promise bit-for-bit continuation, and why not"),
 )
@@ -42,9 +46,7 @@ def short_value(value: Any) -> str:
         text = value
     else:
         text = repr(value) if not isinstance(value, (list, dict)) else _compact(value)
-    if len(text) > MAX_VALUE_CHARACTERS:
-        text = text[: MAX_VALUE_CHARACTERS - 1] + "…"
-    return text
+    return shorten(escape_controls(text), MAX_VALUE_CHARACTERS)
 
 
 def _compact(value: Any) -> str:
@@ -92,8 +94,8 @@ class StateView(Tree[None]):
             node.add_leaf(Text("(none)", style="dim italic"))
         for key, value in records.items():
             if isinstance(value, dict) and value:
-                self._add_records(node.add(Text(str(key), style="bold"), expand=True), value)
+                self._add_records(node.add(Text(escape_controls(key), style="bold"), expand=True), value)
             else:
-                line = Text(f"{key}: ", style="bold")
+                line = Text(f"{escape_controls(key)}: ", style="bold")
                 line.append(short_value(value) if value is not None else "–")
                 node.add_leaf(line)

@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from minigpt_tui.widgets.pieces import bar
+from minigpt_tui.widgets.pieces import bar, plain_cell
 from minigpt_tui.widgets.tensor_table import human_bytes, shape_text
 
 HISTOGRAM_WIDTH = 30
@@ -31,8 +31,9 @@ def entry_table(entry: Any, path: str) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
-    table.add_row("name", entry.name)
-    table.add_row("file", f"{entry.file}  ({path})")
+    # Plain strings (rendered as before), with control characters and markup escaped.
+    table.add_row("name", plain_cell(entry.name))
+    table.add_row("file", plain_cell(f"{entry.file}  ({path})"))
     table.add_row("dtype", entry.dtype)
     table.add_row("shape", shape_text(entry.shape))
     table.add_row("elements", f"{entry.elements:,}")

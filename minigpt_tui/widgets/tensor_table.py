@@ -17,6 +17,9 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
 
+from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.widgets.pieces import plain_cell
+
 # (header label, sort key of an entry record)
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("name", "name"),
@@ -198,7 +201,7 @@ class TensorTable(DataTable):
         self.clear()
         for index, entry in enumerate(shown):
             cells: list[Any] = [
-                middle_truncate(entry.name, self._name_width),
+                plain_cell(middle_truncate(escape_controls(entry.name), self._name_width)),
                 entry.dtype,
                 shape_text(entry.shape),
                 Text(f"{entry.elements:,}", justify="right"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import re
 import shutil
@@ -44,9 +45,11 @@ from minigpt_tui.engine.checkpoint.safetensors_io import (
     write_data,
     write_header,
 )
+from minigpt_tui.engine.checkpoint.integrity import FileIntegrity, Integrity, IntegrityScope
 from minigpt_tui.engine.checkpoint.training_state import (
     TRAINING_FILE,
     CapturedState,
+    Continuation,
     TrainingState,
     apply_training_state,
     capture_state,
@@ -57,6 +60,7 @@ from minigpt_tui.engine.checkpoint.training_state import (
 from minigpt_tui.engine.errors import CheckpointError, ResumeRefused
 
 if TYPE_CHECKING:
+    from minigpt_tui.engine.distributed import DataParallel
     from minigpt_tui.engine.trainer import Trainer
 
 MANIFEST = "manifest.json"
@@ -74,16 +78,28 @@ def checkpoint_name(step: int) -> str:
 # -- manifests ----------------------------------------------------------------------------------
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The parsed manifest of a checkpoint folder; a folder without one is incomplete."""
+    from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
+    from minigpt_tui.engine.files import path_exists, require_regular_file
+
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"not a checkpoint directory: {folder}")
+    if _HIDDEN_WORK.match(folder.name) or folder.name.startswith("."):
+        raise CheckpointError(
+            f"{folder} is a hidden work folder (a save in progress, or one that was interrupted), not a checkpoint"
+        )
     path = folder / MANIFEST
-    if not path.exists():
+    if not path_exists(path):
         raise CheckpointError(f"{folder}: incomplete checkpoint: it has no {MANIFEST} (the save did not finish)")
+    require_regular_file(path, "a manifest")
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        if path.stat().st_size > _MAX_MANIFEST_BYTES:
+            raise CheckpointError(f"{path}: the manifest is larger than {_MAX_MANIFEST_BYTES} bytes: not ours")
+        data = load_json(path.read_bytes().decode("utf-8"), _MANIFEST_DEPTH)
+    except (UnicodeDecodeError, JSONRefused):
         raise CheckpointError(f"{path}: the manifest is damaged (not UTF-8 JSON)") from None
+    except OSError as err:
+        raise CheckpointError(f"cannot read {path}: {err.strerror or err}") from None
     fmt = data.get("format") if isinstance(data, dict) else None
     if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
         raise CheckpointError(f"{path}: not a minigpt-tui checkpoint manifest")
@@ -95,16 +111,41 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     for name, record in files.items():
         if (
             not isinstance(record, dict)
-            or not isinstance(record.get("size"), int)
+            or not _is_count(record.get("size"))
             or not isinstance(record.get("sha256"), str)
             or not _SHA256.match(record["sha256"])
             or "/" in name
             or name.startswith(".")
         ):
             raise CheckpointError(f"{path}: the manifest record for '{name}' is malformed")
-    if not isinstance(data.get("step"), int) or data["step"] < 0:
+    if not _is_count(data.get("step")):
         raise CheckpointError(f"{path}: the manifest has no valid step")
+    for key, valid in _MANIFEST_FIELDS.items():
+        if key in data and not valid(data[key]):
+            raise CheckpointError(f"{path}: the manifest field '{key}' is malformed ({type(data[key]).__name__})")
     return data
+
+
+# A manifest is a few hundred bytes; the bound keeps a hostile one from costing memory.
+_MAX_MANIFEST_BYTES = 1 << 20
+_MANIFEST_DEPTH = 8
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_MANIFEST_FIELDS: dict[str, Any] = {
+    "reason": lambda v: isinstance(v, str) and len(v) <= 200,
+    "best_step": lambda v: v is None or _is_count(v),
+    "saved_at": _is_time,
+    "model_identity": lambda v: isinstance(v, str) and _SHA256.match(v) is not None,
+    "provenance": lambda v: isinstance(v, dict) and all(isinstance(x, (str, int)) for x in v.values()),
+}
 
 
 def expected_from_manifest(file_path: Path) -> ExpectedFile | None:
@@ -118,44 +159,33 @@ def expected_from_manifest(file_path: Path) -> ExpectedFile | None:
     return ExpectedFile(record["size"], record["sha256"], str(folder / MANIFEST))
 
 
-def verify_checkpoint(folder: Path, *, hashes: bool = True) -> dict[str, Any]:
+def verify_checkpoint(folder: Path, *, hashes: bool = True) -> Integrity:
     """Integrity of a checkpoint folder: manifest present, sizes and (optionally) hashes."""
     from minigpt_tui.engine.checkpoint.safetensors_io import file_sha256
 
     folder = Path(folder)
+    checked = "manifest sizes and SHA-256" if hashes else "manifest sizes"
     try:
         manifest = read_manifest(folder)
     except CheckpointError as err:
-        return {"complete": False, "ok": False, "problem": str(err), "files": {}, "hashes_checked": False}
-    files: dict[str, Any] = {}
-    problem = None
+        return Integrity(IntegrityScope.MANIFEST, checked, (str(err),), complete=False)
+    files = []
+    problems = []
     for name, record in manifest["files"].items():
         path = folder / name
-        entry: dict[str, Any] = {"size": record["size"], "sha256": record["sha256"]}
         if not path.is_file():
-            entry.update(present=False, size_ok=False, sha256_ok=False)
-            problem = problem or f"{path} is missing"
-        else:
-            actual = path.stat().st_size
-            entry.update(present=True, actual_size=actual, size_ok=actual == record["size"])
-            if not entry["size_ok"]:
-                problem = problem or f"{path}: {actual} bytes, the manifest records {record['size']}"
-            if hashes:
-                entry["sha256_ok"] = file_sha256(path) == record["sha256"]
-                if not entry["sha256_ok"]:
-                    problem = problem or f"{path}: SHA-256 does not match the manifest"
-            else:
-                entry["sha256_ok"] = None
-        files[name] = entry
-    return {
-        "complete": True,
-        "ok": problem is None,
-        "problem": problem,
-        "files": files,
-        "hashes_checked": hashes,
-        "step": manifest["step"],
-        "reason": manifest.get("reason"),
-    }
+            files.append(FileIntegrity(name, record["size"], record["sha256"], present=False))
+            problems.append(f"{path} is missing")
+            continue
+        actual = path.stat().st_size
+        if actual != record["size"]:
+            problems.append(f"{path}: {actual} bytes, the manifest records {record['size']}")
+        sha_ok = file_sha256(path) == record["sha256"] if hashes else None
+        if sha_ok is False:
+            problems.append(f"{path}: SHA-256 does not match the manifest")
+        files.append(FileIntegrity(name, record["size"], record["sha256"], True, actual, sha_ok))
+    return Integrity(IntegrityScope.MANIFEST, checked, tuple(problems), hashes_checked=hashes,
+                     step=manifest["step"], reason=manifest.get("reason"), files=tuple(files))
 
 
 # -- listing and retention ----------------------------------------------------------------------
@@ -251,7 +281,12 @@ def prune_checkpoints(checkpoints_dir: Path, keep_last: int, best_step: int | No
     removed = []
     for info in complete:
         if info.step not in keep:
-            _remove_folder(info.path)
+            try:
+                _remove_folder(info.path)
+            except FileNotFoundError:  # already gone (removed by another hand): nothing to prune
+                continue
+            except OSError as err:
+                raise CheckpointError(f"cannot remove the old checkpoint {info.path}: {err.strerror or err}") from None
             removed.append(info.path)
     return removed
 
@@ -403,10 +438,13 @@ def save_checkpoint(
     notify = progress or (lambda _event: None)
     trainer.require_update_boundary()  # refuse before anything touches the disk
     checkpoints_dir = Path(checkpoints_dir)
-    checkpoints_dir.mkdir(parents=True, exist_ok=True)
     final = checkpoints_dir / checkpoint_name(trainer.step)
     tmp = _work_name(final, "partial")
-    tmp.mkdir()
+    try:
+        checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    except OSError as err:
+        raise CheckpointError(f"cannot save in {checkpoints_dir}: {err.strerror or err}") from None
     notify("begin")
     try:
         origin = {"step": trainer.step, **(provenance or {})}
@@ -433,6 +471,9 @@ def save_checkpoint(
         displaced = _install(tmp, final, notify)
         fsync_directory(checkpoints_dir)
         notify("parent-fsynced")
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"cannot save in {checkpoints_dir}: {err.strerror or err}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -464,11 +505,16 @@ class Checkpointer:
         self.recovered = recover_interrupted(self.checkpoints_dir)
 
     def save(self, trainer: "Trainer", reason: str) -> Path:
+        from minigpt_tui.engine.runs import RunDirectory
+
+        if not self.run_dir.is_dir():  # never recreate a run folder deleted under a run
+            raise CheckpointError(f"cannot save: the run folder {self.run_dir} no longer exists")
+        run_id = RunDirectory(self.run_dir).run_id
         path = save_checkpoint(
             trainer,
             self.checkpoints_dir,
             reason,
-            provenance={"run": self.run_dir.name},
+            provenance={"run": self.run_dir.name, **({"run_id": run_id} if run_id else {})},
             progress=self.progress,
         )
         self.saved.append(path)
@@ -502,11 +548,12 @@ def checkpoint_folder(path: Path | str) -> Path:
 _MALFORMED = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 
 
-def load_checkpoint(folder: Path | str, *, recompute_digests: bool = False) -> LoadedCheckpoint:
+def load_checkpoint(folder: Path | str, *, recompute_digests: bool = True) -> LoadedCheckpoint:
     """Read and verify a checkpoint folder: every file against the manifest's size and
     SHA-256, formats, and that the two files belong together (same model identity, same
-    tokenizer). ``recompute_digests`` also recomputes the model identity and the state's
-    content digest from the tensors (the manifest already vouches for the bytes).
+    tokenizer). ``recompute_digests`` (the default) also recomputes the model identity and
+    the state's content digest from the tensors, so that weights edited under a re-signed
+    manifest are refused; only the benchmark turns it off, to measure what it costs.
     Changes nothing on disk."""
     try:
         return _load_checkpoint(folder, recompute_digests)
@@ -553,8 +600,16 @@ def restore_trainer(
     allow_environment_change: bool = False,
     corpus_path_override: Path | str | None = None,
     policy_overrides: dict[str, int] | None = None,
+    parallel: "DataParallel | None" = None,
+    allow_world_size_change: bool = False,
+    device: str | None = None,
 ) -> "Trainer":
     """A trainer whose next update is bitwise the one the saved run would have done.
+
+    ``parallel``: this process's rank among several (each rank restores its own streams);
+    a world size other than the saved one is refused unless ``allow_world_size_change``.
+    ``device``: run on this device instead of the saved config's (a changed device kind is
+    an environment change).
 
     Refuses (ResumeRefused), before building anything mutable, a changed corpus,
     tokenizer, config or model identity, and in exact precision a changed environment
@@ -563,7 +618,8 @@ def restore_trainer(
     (``apply_precision``) before running updates, as for a new run.
     """
     try:
-        return _restore_trainer(checkpoint_dir, allow_environment_change, corpus_path_override, policy_overrides)
+        return _restore_trainer(checkpoint_dir, allow_environment_change, corpus_path_override, policy_overrides,
+                                parallel, allow_world_size_change, device)
     except _MALFORMED as err:
         raise CheckpointError(f"{checkpoint_dir}: malformed checkpoint ({type(err).__name__}: {err})") from None
 
@@ -573,15 +629,29 @@ def _restore_trainer(
     allow_environment_change: bool,
     corpus_path_override: Path | str | None,
     policy_overrides: dict[str, int] | None,
+    parallel: "DataParallel | None" = None,
+    allow_world_size_change: bool = False,
+    device: str | None = None,
 ) -> "Trainer":
     import torch
 
     from minigpt_tui.engine.corpus import load_corpus
+    from minigpt_tui.engine.distributed import (
+        DataParallel,
+        refuse_world_size_change,
+        saved_world_size,
+        world_size_note,
+    )
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup, dtype_for
 
+    parallel = parallel or DataParallel()
     loaded = load_checkpoint(checkpoint_dir)
     state = loaded.state
     config = saved_config(state)
+    if device is not None:
+        config = config.replace(train={"device": device})
+    saved_world = saved_world_size(state.tensors)
+    refuse_world_size_change(saved_world, parallel.world_size, allowed=allow_world_size_change)
     if config.model != loaded.model_file.config:
         raise ResumeRefused(f"{loaded.path}: the model config in {MODEL_FILE} differs from the run's config")
     if loaded.model_file.dtype != {torch.float64: "F64", torch.float32: "F32"}[dtype_for(config.train.precision)]:
@@ -601,9 +671,12 @@ def _restore_trainer(
             f"saved {str(state.identities.get('corpus'))[:12]}…)"
         )
     setup = TrainingSetup(config, corpus, loaded.model_file.tokenizer)
-    trainer = Trainer(setup)
+    trainer = Trainer(setup, parallel=parallel)
     loaded.model_file.copy_into(trainer.model)
-    apply_training_state(trainer, state)
+    apply_training_state(trainer, state)  # each rank takes its own streams (state_parts.RanksPart)
+    note = world_size_note(saved_world, parallel.world_size, state.step)
+    if note is not None:
+        continuation = Continuation(False, continuation.notes + (note,))
     trainer.checkpoint_continuation = continuation  # type: ignore[attr-defined]
     trainer.checkpoint_origin = loaded.path  # type: ignore[attr-defined]
     return trainer

@@ -9,23 +9,45 @@ metadata, so grouping them by meaning needs no tensor data either.
 
 from __future__ import annotations
 
-import json
+import enum
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minigpt_tui.engine.checkpoint.integrity import Integrity
 from minigpt_tui.engine.checkpoint.portable import FORMAT_NAME as MODEL_FORMAT
 from minigpt_tui.engine.checkpoint.portable import MODEL_FILE
-from minigpt_tui.engine.checkpoint.safetensors_io import Header, read_header, read_tensor
+from minigpt_tui.engine.checkpoint.safetensors_io import (
+    RECORD_DEPTH,
+    Header,
+    JSONRefused,
+    load_json,
+    read_header,
+    read_tensor,
+)
 from minigpt_tui.engine.checkpoint.training_state import FORMAT_NAME as STATE_FORMAT
-from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE, group_of
+from minigpt_tui.engine.checkpoint.state_groups import group_of
+from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE
 from minigpt_tui.engine.errors import CheckpointError
 
-PORTABLE_MODEL = "portable-model"
-TRAINING_STATE = "training-state"
-CHECKPOINT_DIR = "checkpoint-dir"
-SAFETENSORS = "safetensors"
+MAX_BINS = 10_000  # a histogram wider than any terminal; more only costs memory
+class InspectionKind(enum.StrEnum):
+    """What an opened path is (its value is what ``inspect --json`` prints as ``kind``)."""
+
+    PORTABLE_MODEL = "portable-model"
+    TRAINING_STATE = "training-state"
+    CHECKPOINT_DIR = "checkpoint-dir"
+    SAFETENSORS = "safetensors"  # made by another program
+    HF_MODEL = "hf-model"  # a transformers folder
+    TORCH_PICKLE = "torch-pickle"  # a .pt/.pth/ckpt.pt, read with weights_only=True
+    NANOGPT = "nanogpt"  # a nanoGPT ckpt.pt (model args beside the weights)
+
+
+PORTABLE_MODEL = InspectionKind.PORTABLE_MODEL
+TRAINING_STATE = InspectionKind.TRAINING_STATE
+CHECKPOINT_DIR = InspectionKind.CHECKPOINT_DIR
+SAFETENSORS = InspectionKind.SAFETENSORS
 
 
 @dataclass(frozen=True)
@@ -58,7 +80,7 @@ class EntryRecord:
 class FileSummary:
     name: str
     path: Path
-    kind: str
+    kind: InspectionKind
     size: int
     header_bytes: int
     tensors: int
@@ -79,12 +101,12 @@ class FileSummary:
 @dataclass(frozen=True)
 class Inspection:
     path: Path
-    kind: str  # portable-model | training-state | checkpoint-dir | safetensors
+    kind: InspectionKind
     entries: tuple[EntryRecord, ...]
     aliases: tuple[dict[str, Any], ...]
     state: dict[str, dict[str, Any]]
     metadata: dict[str, Any]  # raw metadata: a file's str->str map; a folder's per file
-    integrity: dict[str, Any] | None
+    integrity: Integrity | None
     files: tuple[FileSummary, ...] = field(default_factory=tuple)
 
     def entry(self, name: str) -> EntryRecord:
@@ -102,22 +124,28 @@ class Inspection:
             "aliases": list(self.aliases),
             "state": self.state,
             "metadata": self.metadata,
-            "integrity": self.integrity,
+            "integrity": self.integrity.to_json() if self.integrity is not None else None,
         }
 
 
 def _records(header: Header) -> dict[str, Any]:
-    """Metadata values that are JSON, parsed; anything else kept as the raw string."""
+    """Metadata values that are JSON (nested at most RECORD_DEPTH deep, numbers Python can
+    hold), parsed; anything else kept as the raw string."""
     out: dict[str, Any] = {}
     for key, text in header.metadata.items():
         try:
-            out[key] = json.loads(text)
-        except json.JSONDecodeError:
+            out[key] = load_json(text, RECORD_DEPTH)
+        except JSONRefused:
             out[key] = text
     return out
 
 
-def _kind(records: dict[str, Any]) -> str:
+def _object(value: Any) -> dict[str, Any]:
+    """A record that should be a JSON object; anything else (a damaged file) reads as empty."""
+    return value if isinstance(value, dict) else {}
+
+
+def _kind(records: dict[str, Any]) -> InspectionKind:
     fmt = records.get("format")
     name = fmt.get("name") if isinstance(fmt, dict) else None
     if name == MODEL_FORMAT:
@@ -127,7 +155,7 @@ def _kind(records: dict[str, Any]) -> str:
     return SAFETENSORS
 
 
-def _entry_group(kind: str, name: str) -> str:
+def _entry_group(kind: InspectionKind, name: str) -> str:
     if kind == TRAINING_STATE:
         return group_of(name)
     if kind == PORTABLE_MODEL:
@@ -140,22 +168,21 @@ def _entry_group(kind: str, name: str) -> str:
 
 
 def _model_state(records: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    config = records.get("model_config") or {}
-    constants = records.get("constants") or {}
-    layout = constants.get("layout") or []
-    tokenizer = records.get("tokenizer") or {}
+    config = _object(records.get("model_config"))
+    layout = _object(records.get("constants")).get("layout")
+    tokenizer = _object(records.get("tokenizer"))
     return {
         "identities": {
-            "model": (records.get("identity") or {}).get("model"),
-            "tokenizer": tokenizer.get("identity") if isinstance(tokenizer, dict) else None,
+            "model": _object(records.get("identity")).get("model"),
+            "tokenizer": tokenizer.get("identity"),
         },
-        "composition": records.get("composition") or {},
+        "composition": _object(records.get("composition")),
         "model_config": config,
-        "constants": {name: config.get(name) for name in layout},
-        "tokenizer": tokenizer if isinstance(tokenizer, dict) else {},
-        "special_ids": records.get("special_ids") or {},
-        "parameters": records.get("parameters") or {},
-        "provenance": records.get("provenance") or {},
+        "constants": {str(name): config.get(str(name)) for name in (layout if isinstance(layout, list) else [])},
+        "tokenizer": tokenizer,
+        "special_ids": _object(records.get("special_ids")),
+        "parameters": _object(records.get("parameters")),
+        "provenance": _object(records.get("provenance")),
     }
 
 
@@ -165,10 +192,15 @@ def _training_state(records: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if isinstance(saved, dict):
         for group, values in saved.items():
             state[group] = dict(values) if isinstance(values, dict) else {"value": values}
-    state["identities"] = dict(records.get("identities") or {})
-    state["envelope"] = dict(records.get("envelope") or {})
-    state["continuation"] = dict(records.get("continuation") or {})
+    state["identities"] = dict(_object(records.get("identities")))
+    state["envelope"] = dict(_object(records.get("envelope")))
+    state["continuation"] = dict(_object(records.get("continuation")))
     return state
+
+
+def _aliases(records: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    aliases = records.get("aliases")
+    return tuple(a for a in aliases if isinstance(a, dict)) if isinstance(aliases, list) else ()
 
 
 def _inspect_file(path: Path, label: str) -> tuple[Header, dict[str, Any], str, list[EntryRecord]]:
@@ -182,7 +214,7 @@ def _inspect_file(path: Path, label: str) -> tuple[Header, dict[str, Any], str, 
     return header, records, kind, entries
 
 
-def _summary(path: Path, label: str, kind: str, header: Header) -> FileSummary:
+def _summary(path: Path, label: str, kind: InspectionKind, header: Header) -> FileSummary:
     data = sum(e.nbytes for e in header.entries)
     return FileSummary(label, path, kind, header.file_size, header.header_bytes, len(header.entries), data)
 
@@ -206,9 +238,12 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
     without it integrity covers presence and sizes only."""
     from minigpt_tui.engine.checkpoint.directory import verify_checkpoint
 
+    from minigpt_tui.engine.files import path_exists, require_file_or_folder
+
     path = Path(path).expanduser()
-    if not path.exists():
+    if not path_exists(path):
         raise CheckpointError(f"no such file or folder: {path}")
+    require_file_or_folder(path, "a checkpoint, a model file or a folder")
     from minigpt_tui.engine.interop import inspect_foreign
 
     foreign = inspect_foreign(path)  # transformers folders, sharded indexes, .pt/.pth pickles
@@ -216,7 +251,7 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
         return foreign
     if path.is_file():
         header, records, kind, entries = _inspect_file(path, path.name)
-        aliases = tuple(records.get("aliases") or ()) if kind == PORTABLE_MODEL else ()
+        aliases = _aliases(records) if kind == PORTABLE_MODEL else ()
         if kind == PORTABLE_MODEL:
             state = _model_state(records)
         elif kind == TRAINING_STATE:
@@ -241,7 +276,7 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
         metadata[name] = dict(header.metadata)
         files.append(_summary(file_path, name, kind, header))
         if kind == PORTABLE_MODEL:
-            aliases = tuple(records.get("aliases") or ())
+            aliases = _aliases(records)
             for group, values in _model_state(records).items():
                 state.setdefault(group, {}).update(values)
         elif kind == TRAINING_STATE:
@@ -308,8 +343,8 @@ def read_one_tensor(path: Path | str, name: str) -> TensorRead:
 def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, Any]:
     """min, max, mean, std (population), zero fraction and a histogram of one tensor,
     reading that tensor's bytes alone (a pickle is memory-mapped, not read whole)."""
-    if bins < 1:
-        raise CheckpointError("bins must be at least 1")
+    if not 1 <= bins <= MAX_BINS:
+        raise CheckpointError(f"bins must be between 1 and {MAX_BINS:,}, got {bins}")
     return statistics_of(read_one_tensor(path, name), bins)
 
 

@@ -26,9 +26,11 @@ from minigpt_tui.engine.checkpoint.safetensors_io import (
     tensor_memory,
     json_metadata,
     load_file,
+    parse_record,
     write_safetensors,
 )
 from minigpt_tui.engine.errors import CheckpointError, ConfigError, TokenizerError
+from minigpt_tui.engine.printable import escape_controls
 
 if TYPE_CHECKING:
     import torch
@@ -317,15 +319,10 @@ def read_model_records(path: Path, metadata: dict[str, str] | Any) -> dict[str, 
     """The parsed metadata records of a portable model file, format checked."""
     if "format" not in metadata:
         raise CheckpointError(f"{path}: not a minigpt-tui model file (its metadata has no format record)")
-    fmt = _json_or_text(metadata["format"])
+    fmt = _json_or_text(path, metadata["format"])
     if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
-        raise CheckpointError(f"{path}: not a minigpt-tui model file (format {fmt!r})")
-    records: dict[str, Any] = {}
-    for key, text in metadata.items():
-        try:
-            records[key] = json.loads(text)
-        except json.JSONDecodeError:
-            raise CheckpointError(f"{path}: metadata record '{key}' is not JSON") from None
+        raise CheckpointError(f"{path}: not a minigpt-tui model file (format {escape_controls(repr(fmt))[:80]})")
+    records = {key: parse_record(path, key, text) for key, text in metadata.items()}
     if fmt.get("version") != FORMAT_VERSION:
         raise CheckpointError(
             f"{path}: model format version {fmt.get('version')!r} is not supported (this build reads {FORMAT_VERSION})"
@@ -333,13 +330,30 @@ def read_model_records(path: Path, metadata: dict[str, str] | Any) -> dict[str, 
     missing = [k for k in _RECORDS if k not in records]
     if missing:
         raise CheckpointError(f"{path}: model file lacks the metadata record '{missing[0]}'")
+    for key, kind in _RECORD_TYPES.items():
+        if not isinstance(records[key], kind):
+            raise CheckpointError(f"{path}: the metadata record '{key}' is not {_TYPE_NAMES[kind]}")
     return records
 
 
-def _json_or_text(text: str) -> Any:
+# What each record must be (a backbone export has null tokenizer and special ids).
+_RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "composition": dict,
+    "model_config": dict,
+    "constants": dict,
+    "tokenizer": (dict, type(None)),
+    "special_ids": (dict, type(None)),
+    "aliases": list,
+    "parameters": dict,
+    "identity": dict,
+}
+_TYPE_NAMES = {dict: "an object", list: "a list", (dict, type(None)): "an object or null"}
+
+
+def _json_or_text(path: Path, text: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return parse_record(path, "format", text)
+    except CheckpointError:
         return text
 
 
@@ -432,6 +446,39 @@ def _read(path: Path | str) -> tuple[Path, LoadedFile, dict[str, Any], bool]:
 def _check_learned(path: Path, loaded: LoadedFile, module: Any, dtype: str, prefix: str = "") -> None:
     expected = {name.removeprefix(prefix): (tuple(p.shape), p) for name, p in module.named_parameters()}
     _learned_entries(path, loaded, expected, dtype)
+
+
+def _check_declared_shapes(
+    path: Path, loaded: LoadedFile, config: "ModelConfig", vocab_size: int | None, dtype: str
+) -> None:
+    """Every tensor the config declares, checked against the header before any memory is
+    given to the model: the model is laid out on the meta device (shapes, no storage), and
+    a config that declares more blocks than the file holds tensors is refused before even
+    that."""
+    import torch
+
+    learned = [e for e in loaded.header.entries if e.name not in (CONSTANTS, MERGES)]
+    if config.layers > len(learned):
+        raise CheckpointError(
+            f"{path}: the saved config declares {config.layers} blocks but the file holds {len(learned)} "
+            "learned tensors: the config does not describe these weights"
+        )
+    with torch.device("meta"):
+        module = _meta_layout(config, vocab_size, _torch_dtype(dtype))
+    expected = {name: (tuple(p.shape), None) for name, p in module.named_parameters()}
+    _learned_entries(path, loaded, expected, dtype)
+
+
+def _meta_layout(config: "ModelConfig", vocab_size: int | None, dtype: "torch.dtype") -> Any:
+    """The model (or, without a vocabulary, the backbone) whose parameter names and shapes
+    the file must hold; built under a meta device context, it allocates nothing."""
+    from minigpt_tui.engine.model import MiniGPT
+
+    if vocab_size is None:
+        backbone = MiniGPT(config, 0, dtype)
+        del backbone.token_embedding
+        return backbone
+    return MiniGPT(config, vocab_size, dtype)
 
 
 def _stored_identity(path: Path, records: dict[str, Any]) -> str:
@@ -528,7 +575,10 @@ def _read_portable(path: Path | str, verify_identity: bool | None) -> PortableFi
     if dtype not in ("F64", "F32"):
         raise CheckpointError(f"{path}: learned tensors of dtype {dtype!r} are not supported")
     _constants(path, loaded, config, records)
-    if verify_identity or (verify_identity is None and not vouched):
+    _check_declared_shapes(path, loaded, config, tokenizer.vocab_size, dtype)
+    # The content identity is recomputed whether or not a manifest vouches for the bytes:
+    # a manifest re-signed after an edit must not let changed weights through.
+    if verify_identity is not False:
         identity = _check_identity(path, loaded, records, semantic_settings(config, tokenizer.vocab_size))
     else:
         identity = _stored_identity(path, records)
@@ -566,6 +616,7 @@ def _load_backbone(path: Path | str) -> PortableBackbone:
     if dtype not in ("F64", "F32"):
         raise CheckpointError(f"{path}: learned tensors of dtype {dtype!r} are not supported")
     _constants(path, loaded, config, records)
+    _check_declared_shapes(path, loaded, config, None, dtype)
     identity = _check_identity(path, loaded, records, semantic_settings(config, None))
     backbone = DecoderBackbone(config, _torch_dtype(dtype))
     _check_learned(path, loaded, backbone, dtype, prefix="decoder.")

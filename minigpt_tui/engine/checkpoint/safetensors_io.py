@@ -15,6 +15,7 @@ import ctypes
 import hashlib
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,12 +26,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.errors import CheckpointError
+from minigpt_tui.engine.files import fsync_folder as fsync_directory  # noqa: F401 - used here and by callers
 
 if TYPE_CHECKING:  # torch is imported lazily: header-only work must not pay for it
     import torch
 
 MAX_HEADER_BYTES = 100_000_000
 METADATA_KEY = "__metadata__"
+# A valid header nests three deep (header, entry, shape); records in metadata strings are
+# parsed with a larger bound. Deeper JSON is refused before it is parsed.
+HEADER_DEPTH = 3
+RECORD_DEPTH = 32
+# Offsets and the byte size are unsigned 64-bit (as safetensors reads them); a dimension
+# must also fit torch's signed 64-bit sizes.
+MAX_OFFSET = 2**64 - 1
+MAX_DIMENSION = 2**63 - 1
 
 # Bits per element of every dtype the format defines.
 DTYPE_BITS: dict[str, int] = {
@@ -146,11 +156,15 @@ def opening_errors(path: Path, what: str) -> Iterator[None]:
         raise CheckpointError(f"{path} is a directory, not {what}") from None
     except PermissionError:
         raise CheckpointError(f"cannot read {path}: permission denied") from None
+    except OSError as err:
+        raise CheckpointError(f"cannot read {path}: {err.strerror or err}") from None
 
 
 def read_header(path: Path | str) -> Header:
     """Read and validate the header of ``path`` without reading any tensor data."""
-    path = Path(path)
+    from minigpt_tui.engine.files import require_regular_file
+
+    path = require_regular_file(path, "a safetensors file")
     with opening_errors(path, "a safetensors file"), path.open("rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         prefix = fh.read(8)
@@ -199,6 +213,55 @@ class _DuplicateKey(Exception):
     pass
 
 
+class JSONRefused(ValueError):
+    """JSON text that is malformed, nested too deep or holds a number too large."""
+
+
+# A JSON string (escapes included), to be ignored when brackets are counted.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _nested_deeper_than(text: str, limit: int) -> bool:
+    """Whether ``text`` nests arrays or objects more than ``limit`` deep (without
+    recursion: innermost empty pairs are removed ``limit`` times; what is left is deeper,
+    or unbalanced, which the parser then names)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    skeleton = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    for _ in range(limit):
+        reduced = skeleton.replace("[]", "").replace("{}", "")
+        if reduced == skeleton:
+            return False
+        skeleton = reduced
+    return bool(skeleton) and skeleton != skeleton.replace("[]", "").replace("{}", "")
+
+
+def load_json(text: str, max_depth: int, *, unique_keys: bool = False) -> Any:
+    """Parse JSON text with bounded nesting and number sizes; every failure is a
+    :class:`JSONRefused` whose message names the problem."""
+    if _nested_deeper_than(text, max_depth):
+        raise JSONRefused(f"nested deeper than {max_depth} levels")
+    try:
+        return json.loads(text, object_pairs_hook=_unique_object if unique_keys else None)
+    except json.JSONDecodeError as err:
+        raise JSONRefused(f"{err.msg} at {err.pos}") from None
+    except RecursionError:
+        raise JSONRefused("nested too deep") from None
+    except ValueError as err:  # an integer of more digits than Python converts
+        if isinstance(err, _DuplicateKey):
+            raise
+        raise JSONRefused("a number too large") from None
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def parse_header(path: Path, raw: bytes, file_size: int) -> Header:
     try:
         text = raw.decode("utf-8")
@@ -207,11 +270,11 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> Header:
     if not text.startswith("{"):
         raise InvalidSafetensors(path, "header-start", "the header does not begin with '{'")
     try:
-        data = json.loads(text, object_pairs_hook=_unique_object)
+        data = load_json(text, HEADER_DEPTH, unique_keys=True)
     except _DuplicateKey as err:
         raise InvalidSafetensors(path, "duplicate-name", f"the header names '{err.args[0]}' twice") from None
-    except json.JSONDecodeError as err:
-        raise InvalidSafetensors(path, "header-not-json", f"the header is not JSON ({err.msg} at {err.pos})") from None
+    except JSONRefused as err:
+        raise InvalidSafetensors(path, "header-not-json", f"the header is not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise InvalidSafetensors(path, "header-not-object", "the header is not a JSON object")
     metadata = data.pop(METADATA_KEY, None)
@@ -219,6 +282,8 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> Header:
         metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise InvalidSafetensors(path, "metadata-not-strings", "__metadata__ must map strings to strings")
+    if any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in metadata.items()):
+        raise InvalidSafetensors(path, "lone-surrogate", "__metadata__ holds an unpaired UTF-16 surrogate escape")
     entries = [_entry(path, name, info) for name, info in data.items()]
     entries.sort(key=lambda e: (e.begin, e.end))
     data_bytes = file_size - 8 - len(raw)
@@ -244,20 +309,31 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> Header:
 
 
 def _entry(path: Path, name: str, info: Any) -> TensorEntry:
+    if _has_lone_surrogate(name):
+        raise InvalidSafetensors(path, "lone-surrogate", f"a tensor name holds an unpaired UTF-16 surrogate escape")
     if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
         raise InvalidSafetensors(path, "bad-entry", f"entry '{name}' must have exactly dtype, shape and data_offsets")
     dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise InvalidSafetensors(path, "unknown-dtype", f"tensor '{name}' has unknown dtype {dtype!r}")
-    if not isinstance(shape, list) or not all(_is_count(s) for s in shape):
-        raise InvalidSafetensors(path, "bad-shape", f"tensor '{name}' has shape {shape!r}, not a list of sizes")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
-        raise InvalidSafetensors(path, "bad-offsets", f"tensor '{name}' has data_offsets {offsets!r}")
+    if not isinstance(shape, list) or not all(_is_count(s, MAX_DIMENSION) for s in shape):
+        raise InvalidSafetensors(
+            path, "bad-shape", f"tensor '{name}' has shape {_short_repr(shape)}, not a list of sizes below 2**63"
+        )
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o, MAX_OFFSET) for o in offsets)):
+        raise InvalidSafetensors(path, "bad-offsets", f"tensor '{name}' has data_offsets {_short_repr(offsets)}")
     begin, end = offsets
     if end < begin:
         raise InvalidSafetensors(path, "bad-offsets", f"tensor '{name}' ends at {end} before it begins at {begin}")
     entry = TensorEntry(name, dtype, tuple(shape), begin, end)
+    running = 1
+    for size in shape:  # as safetensors computes the size: each partial product must fit
+        running *= size
+        if running > MAX_OFFSET:
+            raise InvalidSafetensors(path, "size-overflow", f"tensor '{name}' has shape {list(shape)}: its size overflows")
     bits = entry.elements * DTYPE_BITS[dtype]
+    if bits > MAX_OFFSET * 8:
+        raise InvalidSafetensors(path, "size-overflow", f"tensor '{name}' has shape {list(shape)}: its size overflows")
     if bits % 8:
         raise InvalidSafetensors(path, "misaligned-bits", f"tensor '{name}' holds {bits} bits, not whole bytes")
     if bits // 8 != entry.nbytes:
@@ -269,8 +345,13 @@ def _entry(path: Path, name: str, info: Any) -> TensorEntry:
     return entry
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _is_count(value: Any, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit
+
+
+def _short_repr(value: Any, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 @cache
@@ -340,13 +421,27 @@ def read_tensor(path: Path | str, name: str, header: Header | None = None) -> "t
     path = Path(path)
     header = header or read_header(path)
     entry = header.entry(name)
+    require_memory_for(path, entry.nbytes, f"tensor '{name}'")
     buffer = bytearray(entry.nbytes)
-    with path.open("rb") as fh:
+    with opening_errors(path, "a safetensors file"), path.open("rb") as fh:
         fh.seek(header.data_start + entry.begin)
         got = fh.readinto(buffer)
     if got != entry.nbytes:
         raise InvalidSafetensors(path, "truncated-data", f"tensor '{name}' is cut short ({got} of {entry.nbytes} bytes)")
     return tensor_from_bytes(entry, buffer, 0)
+
+
+def require_memory_for(path: Path, nbytes: int, what: str) -> None:
+    """Refuse to read ``nbytes`` into memory when this machine does not have that much (a
+    sparse or hostile file would otherwise be allocated for, then read for hours)."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
+        return
+    if nbytes > physical:
+        raise CheckpointError(
+            f"{path}: {what} holds {nbytes:,} bytes, more than this machine's {physical:,} bytes of memory"
+        )
 
 
 @dataclass(frozen=True)
@@ -374,11 +469,14 @@ def load_file(path: Path | str, expect: "ExpectedFile | None" = None) -> LoadedF
     manifest's record) before anything else, then validate its header."""
     import numpy
 
-    path = Path(path)
+    from minigpt_tui.engine.files import require_regular_file
+
+    path = require_regular_file(path, "a safetensors file")
     with opening_errors(path, "a safetensors file"), path.open("rb", buffering=0) as fh:
         size = os.fstat(fh.fileno()).st_size
         if expect is not None:
             expect.check_size(path, size)  # a truncated file is refused before it is read
+        require_memory_for(path, size, "the file")
         # Uninitialized memory (no zero-filling pass): the read overwrites every byte.
         buffer = memoryview(numpy.empty(size, dtype=numpy.uint8))
         got = 0
@@ -612,31 +710,30 @@ def write_safetensors(
     return WrittenFile(path, planned.size, sha256)
 
 
-def fsync_directory(path: Path) -> None:
-    """Make a rename or a new entry in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def atomic_write_bytes(
     path: Path, data: bytes, *, progress: ProgressHook | None = None, atomic: bool = True
 ) -> WrittenFile:
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}") if atomic else path
+    """``data`` as ``path``, fsynced. ``atomic``: through the one output writer (a regular
+    file replaced under a temporary name); without it the caller owns atomicity (the file
+    goes into a hidden work folder that is renamed into place as a whole)."""
+    from minigpt_tui.engine.files import write_file
+
+    if atomic:
+        write_file(path, data, replace=True)
+        if progress:
+            progress(f"{path.name}:fsynced")
+        return WrittenFile(path, len(data), hashlib.sha256(data).hexdigest())
     try:
-        with tmp.open("wb") as fh:
+        with path.open("wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         if progress:
             progress(f"{path.name}:fsynced")
-        if atomic:
-            os.replace(tmp, path)
-            fsync_directory(path.parent)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
         raise CheckpointError(f"cannot write {path}: {err.strerror or err}") from None
     return WrittenFile(path, len(data), hashlib.sha256(data).hexdigest())
 
@@ -659,8 +756,13 @@ def parse_json_metadata(path: Path, metadata: Mapping[str, str], keys: Iterable[
     for key in keys:
         if key not in metadata:
             raise CheckpointError(f"{path}: metadata has no '{key}' record")
-        try:
-            out[key] = json.loads(metadata[key])
-        except json.JSONDecodeError:
-            raise CheckpointError(f"{path}: metadata record '{key}' is not JSON") from None
+        out[key] = parse_record(path, key, metadata[key])
     return out
+
+
+def parse_record(path: Path, key: str, text: str) -> Any:
+    """One metadata record's JSON, with bounded nesting and numbers; one line otherwise."""
+    try:
+        return load_json(text, RECORD_DEPTH)
+    except JSONRefused as err:
+        raise CheckpointError(f"{path}: metadata record '{key}' is not usable JSON ({err})") from None

@@ -27,11 +27,12 @@ import pickletools
 import re
 import warnings
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection, TensorRead
+from minigpt_tui.engine.checkpoint.integrity import Integrity, IntegrityScope
+from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection, InspectionKind, TensorRead
 from minigpt_tui.engine.checkpoint.safetensors_io import Header, opening_errors, read_header, read_tensor
 from minigpt_tui.engine.errors import CheckpointError
 from minigpt_tui.engine.interop import hf_layout, hf_tokenizer
@@ -47,9 +48,9 @@ from minigpt_tui.engine.interop.hf_import import (
 if TYPE_CHECKING:
     import torch
 
-HF_MODEL = "hf-model"
-TORCH_PICKLE = "torch-pickle"
-NANOGPT = "nanogpt"
+HF_MODEL = InspectionKind.HF_MODEL
+TORCH_PICKLE = InspectionKind.TORCH_PICKLE
+NANOGPT = InspectionKind.NANOGPT
 PICKLE_KINDS = (TORCH_PICKLE, NANOGPT)
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 MANIFEST = "manifest.json"
@@ -112,24 +113,64 @@ def _group(name: str) -> str:
     return f"layer {int(match.group(1))}" if match else "model"
 
 
-def _jsonable(value: Any) -> Any:
-    """A JSON form of a record value (non-finite floats and unknown objects as text)."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
+# Bounds on walking a loaded object: a small pickle can describe a structure nested
+# 100,000 deep, or 2**40 paths through shared references.
+WALK_DEPTH = 48
+WALK_NODES = 50_000
+
+
+@dataclass
+class WalkBudget:
+    """What a walk over a loaded object may still visit, and what it had to leave out."""
+
+    nodes: int = WALK_NODES
+    cut: list[str] = field(default_factory=list)
+
+    def spend(self, where: str) -> bool:
+        """False (and the place noted once) when the node budget is spent."""
+        if self.nodes <= 0:
+            if not any(note.startswith("node budget") for note in self.cut):
+                self.cut.append(f"node budget of {WALK_NODES} spent at '{where}': the rest is not shown")
+            return False
+        self.nodes -= 1
+        return True
+
+    def too_deep(self, depth: int, where: str) -> bool:
+        if depth < WALK_DEPTH:
+            return False
+        if len(self.cut) < 20:
+            self.cut.append(f"'{where}' nests deeper than {WALK_DEPTH} levels: not shown")
+        return True
+
+
+def _text(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= RECORD_TEXT_LIMIT else text[: RECORD_TEXT_LIMIT - 1] + "…"
+
+
+def _jsonable(value: Any, budget: WalkBudget | None = None, depth: int = 0, where: str = "") -> Any:
+    """A JSON form of a record value (non-finite floats and unknown objects as text),
+    bounded in depth and nodes."""
+    budget = budget if budget is not None else WalkBudget()
+    if value is None or isinstance(value, (bool, str)):
+        return value if not isinstance(value, str) or len(value) <= 10 * RECORD_TEXT_LIMIT else _text(value)
+    if isinstance(value, int):
+        return value if value.bit_length() <= 64 else f"(an integer of {value.bit_length()} bits)"
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+    if isinstance(value, (dict, list, tuple)):
+        if budget.too_deep(depth, where) or not budget.spend(where):
+            return "(not shown)"
+        if isinstance(value, dict):
+            return {str(k)[:RECORD_TEXT_LIMIT]: _jsonable(v, budget, depth + 1, f"{where}.{k}") for k, v in value.items()}
+        return [_jsonable(v, budget, depth + 1, f"{where}.{i}") for i, v in enumerate(value)]
     if isinstance(value, PurePath):
         return str(value)
     if isinstance(value, argparse.Namespace):
-        return _jsonable(vars(value))
+        return _jsonable(vars(value), budget, depth, where)
     if type(value).__module__ == "numpy" and hasattr(value, "item"):  # a numpy scalar
-        return _jsonable(value.item())
-    text = repr(value)
-    return text if len(text) <= RECORD_TEXT_LIMIT else text[: RECORD_TEXT_LIMIT - 1] + "…"
+        return _jsonable(value.item(), budget, depth + 1, where)
+    return _text(value)
 
 
 # -- transformers folders -------------------------------------------------------------------
@@ -283,7 +324,7 @@ def inspect_hf_folder(path: Path) -> Inspection:
         for e in header.entries:
             entries.append(EntryRecord(shard.name, e.name, e.dtype, e.shape, e.elements, e.nbytes, e.begin, e.end,
                                        _group(e.name)))
-        files.append(FileSummary(shard.name, shard, "safetensors", header.file_size, header.header_bytes,
+        files.append(FileSummary(shard.name, shard, InspectionKind.SAFETENSORS, header.file_size, header.header_bytes,
                                  len(header.entries), sum(e.nbytes for e in header.entries)))
         metadata[shard.name] = dict(header.metadata)
     config = folder.config
@@ -317,7 +358,7 @@ def inspect_hf_folder(path: Path) -> Inspection:
             "problems": list(folder.problems),
         }
         metadata[INDEX_FILE] = _jsonable(folder.index.get("metadata") or {})
-    integrity = {"ok": not folder.problems, "checked": "headers and index", "problems": list(folder.problems)}
+    integrity = Integrity(IntegrityScope.INDEX, "headers and index", tuple(folder.problems))
     return Inspection(path, HF_MODEL, tuple(entries), tuple(_hf_aliases(folder)), state, metadata, integrity,
                       tuple(files))
 
@@ -432,38 +473,77 @@ class _Found:
     group: str
 
 
-def _walk(value: Any, prefix: str, group: str, tensors: list[_Found], records: dict[str, Any]) -> None:
+@dataclass
+class _Walk:
+    """One walk over a loaded object: containers already seen (by identity: shared
+    references are visited once and named as such), whether each holds a tensor, the budget."""
+
+    tensors: list[_Found]
+    records: dict[str, Any]
+    budget: WalkBudget = field(default_factory=WalkBudget)
+    seen: dict[int, str] = field(default_factory=dict)
+    holds: dict[int, bool] = field(default_factory=dict)
+    keep: list[Any] = field(default_factory=list)  # keeps ids valid while the walk runs
+
+
+def _walk_object(obj: Any, tensors: list[_Found], records: dict[str, Any]) -> list[str]:
+    """Collect ``obj``'s tensors (by dotted name) and other records; returns what was cut."""
+    walk = _Walk(tensors, records)
+    _walk(walk, obj, "", "", 0)
+    if walk.budget.cut:
+        records["(not shown)"] = walk.budget.cut
+    return walk.budget.cut
+
+
+def _walk(walk: _Walk, value: Any, prefix: str, group: str, depth: int) -> None:
     import torch
 
     if isinstance(value, torch.Tensor):
-        tensors.append(_Found(prefix, value, group))
-        if value.numel() == 1 and not value.is_complex():
-            records[prefix] = _jsonable(value.item())
+        if walk.budget.spend(prefix):
+            walk.tensors.append(_Found(prefix, value, group))
+            if value.numel() == 1 and not value.is_complex():
+                walk.records[prefix] = _jsonable(value.item())
         return
     if isinstance(value, argparse.Namespace):
         value = vars(value)
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            name = f"{prefix}.{key}" if prefix else str(key)
-            _walk(inner, name, group or str(key), tensors, records)
-        return
-    if isinstance(value, (list, tuple)) and any(_holds_tensor(v) for v in value):
-        for index, inner in enumerate(value):
-            _walk(inner, f"{prefix}.{index}" if prefix else str(index), group or str(index), tensors, records)
-        return
-    records[prefix or "value"] = _jsonable(value)
+    if isinstance(value, (dict, list, tuple)):
+        first = walk.seen.get(id(value))
+        if first is not None:
+            walk.records[prefix or "value"] = f"(the same object as '{first or 'the top level'}')"
+            return
+        walk.seen[id(value)] = prefix
+        walk.keep.append(value)
+        if walk.budget.too_deep(depth, prefix) or not walk.budget.spend(prefix):
+            return
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                name = f"{prefix}.{key}" if prefix else str(key)
+                _walk(walk, inner, name, group or str(key), depth + 1)
+            return
+        if any(_holds_tensor(walk, v, depth + 1) for v in value):
+            for index, inner in enumerate(value):
+                name = f"{prefix}.{index}" if prefix else str(index)
+                _walk(walk, inner, name, group or str(index), depth + 1)
+            return
+    walk.records[prefix or "value"] = _jsonable(value, walk.budget, depth, prefix)
 
 
-def _holds_tensor(value: Any) -> bool:
+def _holds_tensor(walk: _Walk, value: Any, depth: int) -> bool:
     import torch
 
     if isinstance(value, torch.Tensor):
         return True
-    if isinstance(value, dict):
-        return any(_holds_tensor(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_holds_tensor(v) for v in value)
-    return False
+    if not isinstance(value, (dict, list, tuple)) or depth >= WALK_DEPTH:
+        return False
+    known = walk.holds.get(id(value))
+    if known is not None:
+        return known
+    walk.holds[id(value)] = False  # a cycle reads as holding nothing more
+    walk.keep.append(value)
+    inner = value.values() if isinstance(value, dict) else value
+    found = any(_holds_tensor(walk, v, depth + 1) for v in inner)
+    walk.holds[id(value)] = found
+    return found
 
 
 def _dtype_label(tensor: "torch.Tensor") -> str:
@@ -533,7 +613,7 @@ def inspect_torch_file(path: Path) -> Inspection:
     found: list[_Found] = []
     records: dict[str, Any] = {}
     nanogpt = _is_nanogpt(obj)
-    _walk(obj, "", "", found, records)
+    _walk_object(obj, found, records)
     kind = NANOGPT if nanogpt else TORCH_PICKLE
     entries = []
     for item in found:
@@ -596,7 +676,7 @@ def _plain(tensor: "torch.Tensor") -> "torch.Tensor":
 def _named_tensors(obj: Any) -> dict[str, "torch.Tensor"]:
     """A loaded pickle's tensors under the names ``inspect_torch_file`` shows."""
     found: list[_Found] = []
-    _walk(obj, "", "", found, {})
+    _walk_object(obj, found, {})
     return {item.name: item.tensor for item in found}
 
 

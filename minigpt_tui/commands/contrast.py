@@ -1,0 +1,83 @@
+"""``contrast``: two models on one path, position by position (KL, top-1 agreement, ranks)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from minigpt_tui.commands.common import emit_json
+from minigpt_tui.commands.generate import MODEL_HELP, _add_rule_arguments
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    contrast = subparsers.add_parser(
+        "contrast", help="two models on the same path: KL(A||B), top-1 agreement, ranks per position")
+    contrast.add_argument("--model", action="append", required=True,
+                          help=MODEL_HELP + " (give exactly two: A, then B)")
+    contrast.add_argument("--prompt", required=True, help="prompt text (encoded once, BOS prepended)")
+    _add_rule_arguments(contrast, several_temperatures=False)
+    contrast.add_argument("--continuation", metavar="TEXT",
+                          help="follow this text after the prompt instead of A's own choices under the rule")
+    contrast.add_argument("--json", action="store_true", help="print the contrast as JSON")
+    contrast.add_argument("--out", metavar="FILE", help="also write the contrast as JSON to FILE (a new file unless --force)")
+    contrast.add_argument("--force", action="store_true", help="replace an existing --out file")
+    contrast.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
+    contrast.set_defaults(handler=run_contrast)
+
+
+def _rule_given(args: argparse.Namespace) -> bool:
+    return bool(args.greedy or args.temperature or args.top_k or args.top_p or args.forbid
+                or args.max_new_tokens != "24" or args.seed != "31415")
+
+
+def run_contrast(args: argparse.Namespace) -> int:
+    from minigpt_tui.commands.generate import _check_output, _prompt, _write_json, load_model, rules_from_args
+    from minigpt_tui.engine.contrast import contrast_models
+    from minigpt_tui.engine.errors import GenerationError
+
+    if len(args.model) != 2:
+        raise GenerationError(f"contrast takes exactly two --model options (A and B), got {len(args.model)}")
+    if args.continuation is not None and _rule_given(args):
+        raise GenerationError("--continuation fixes the path: leave out the rule options")
+    rule = None if args.continuation is not None else rules_from_args(args)[0]
+    prompt = _prompt(args.prompt)
+    continuation = None if args.continuation is None else _prompt(args.continuation)
+    _check_output(args.out, args.force)
+    first, second = (load_model(spec, args) for spec in args.model)
+    result = contrast_models(first, second, prompt, rule=rule, continuation=continuation)
+    data = result.to_json()
+    if args.out:
+        _write_json(args.out, data, args.force)
+    if args.json:
+        emit_json(data)
+    else:
+        print_contrast(result, args.model)
+    return 0
+
+
+def print_contrast(result: Any, specs: list[str]) -> None:
+    from rich.console import Console
+
+    from minigpt_tui.engine.printable import escape_controls
+    from rich.table import Table
+    from rich.text import Text
+
+    def shown(piece: str) -> str:
+        return json.dumps(piece, ensure_ascii=False)
+
+    console = Console()
+    console.print(Text(f"A {escape_controls(specs[0])}\nB {escape_controls(specs[1])}"))
+    source = "A's choices · " + result.rule.label if result.path_source == "a" else "the given continuation"
+    table = Table(title=f"contrast · path: {source}")
+    for name in ("step", "id", "piece", "KL(A||B)", "top-1", "rank A", "rank B", "p A", "p B"):
+        table.add_column(name, justify="left" if name == "piece" else "right")
+    most = result.most_changed
+    for p in result.positions:
+        agree = "same" if p.top1_agree else f"{p.top1_a}≠{p.top1_b}"
+        table.add_row(str(p.step), str(p.id), Text(shown(p.piece)), f"{p.kl:.6g}", agree, str(p.rank_a),
+                      str(p.rank_b), f"{p.probability_a:.4g}", f"{p.probability_b:.4g}",
+                      style="bold" if p.step == most else "")
+    console.print(table)
+    console.print(Text(f"top-1 agreement {result.agreement:.1%} · mean KL {result.mean_kl:.6g} nats · "
+                       f"most changed: step {most}"))

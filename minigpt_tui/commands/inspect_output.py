@@ -1,0 +1,155 @@
+"""``inspect`` without ``--json``: the inspection as rich tables, one printer per section,
+each printing only when the result holds that section."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.session.display import shorten
+
+WIDE_FROM = 110  # below this width the group and offset columns give their room to the name
+STATISTICS = ("elements", "min", "max", "mean", "std", "zero_fraction", "nan", "inf", "bytes_read")
+
+
+def _short(value: Any, width: int = 72) -> Any:
+    return _text(shorten(escape_controls(value if isinstance(value, str) else json.dumps(value)), width))
+
+
+def _text(value: Any) -> Any:
+    """A cell or line of untrusted text (rich Text): control characters escaped, no markup read."""
+    from rich.text import Text
+
+    return Text(escape_controls(value))
+
+
+def _table(title: str, *columns: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=_text(title))
+    for column in columns:
+        table.add_column(column)
+    return table
+
+
+def _files(console: Any, result: dict[str, Any]) -> None:
+    from rich.text import Text
+
+    console.print(Text.assemble((escape_controls(result["path"]), "bold"), f"  ({result['kind']})"))
+    files = _table("files", "file", "kind", "bytes", "header bytes", "tensors")
+    for f in result["files"]:
+        files.add_row(_text(f["name"]), f["kind"], str(f["size"]), str(f["header_bytes"]), str(f["tensors"]))
+    console.print(files)
+
+
+def _entries(console: Any, result: dict[str, Any]) -> None:
+    """One table per file; the name folds rather than being cut."""
+    from rich.table import Table
+
+    wide = console.width >= WIDE_FROM
+    columns = ("group", "dtype", "shape", "elements", "bytes", "offsets") if wide else (
+        "dtype", "shape", "elements", "bytes")
+    for file_name in dict.fromkeys(e["file"] for e in result["entries"]):
+        entries = Table(title=_text(f"{file_name}: tensor entries (header only)"))
+        entries.add_column("name", overflow="fold", ratio=1)
+        for column in columns:
+            entries.add_column(column, no_wrap=True)
+        for e in (e for e in result["entries"] if e["file"] == file_name):
+            values = {"group": e["group"], "dtype": e["dtype"], "shape": str(e["shape"]),
+                      "elements": str(e["elements"]), "bytes": str(e["bytes"]),
+                      "offsets": f"{e['begin']}..{e['end']}"}
+            entries.add_row(_text(e["name"]), *(_text(values[c]) for c in columns))
+        console.print(entries)
+
+
+def _aliases(console: Any, result: dict[str, Any]) -> None:
+    if not result["aliases"]:
+        return
+    aliases = _table("alias records", "name", "target", "transform", "use")
+    for a in result["aliases"]:
+        aliases.add_row(*(_text(a.get(key, "")) for key in ("name", "target", "transform", "use")))
+    console.print(aliases)
+
+
+def _state(console: Any, result: dict[str, Any]) -> None:
+    for group, records in result["state"].items():
+        if records:
+            table = _table(f"state: {group}", "record", "value")
+            for key, value in records.items():
+                table.add_row(_text(key), _short(value))
+            console.print(table)
+
+
+def _metadata(console: Any, result: dict[str, Any]) -> None:
+    if result["state"] or not result["metadata"]:
+        return
+    table = _table("metadata", "key", "value")
+    for key, value in result["metadata"].items():
+        table.add_row(_text(key), _short(value))
+    console.print(table)
+
+
+def _integrity(console: Any, result: dict[str, Any]) -> None:
+    integrity = result.get("integrity")
+    if integrity is None:
+        return
+    if integrity["scope"] == "index":  # a transformers folder: index against shards
+        verdict = "ok" if integrity["ok"] else "PROBLEM: " + "; ".join(integrity["problems"])
+        console.print(_text(f"integrity ({integrity['checked']}): {verdict}"))
+        return
+    status = "complete" if integrity["complete"] else "INCOMPLETE"
+    checked = "hashes checked" if integrity["hashes_checked"] else "sizes checked (add --verify for hashes)"
+    console.print(_text(f"integrity: {status}, {'ok' if integrity['ok'] else 'PROBLEM: ' + str(integrity['problem'])}; "
+                        f"{checked}"))
+
+
+def _verified(console: Any, result: dict[str, Any]) -> None:
+    if "verified" in result:
+        console.print(_text(f"verified: {result['verified']}"))
+
+
+def _statistics(console: Any, result: dict[str, Any]) -> None:
+    stats = result.get("statistics")
+    if stats is None:
+        return
+    table = _table(f"statistics: {stats['name']} ({stats['dtype']} {stats['shape']})", "record", "value")
+    for key in STATISTICS:
+        table.add_row(key, str(stats[key]))
+    console.print(table)
+    counts, edges = stats["histogram"]["counts"], stats["histogram"]["edges"]
+    peak = max(counts) if counts else 0
+    for i, count in enumerate(counts):
+        bar = "#" * (round(40 * count / peak) if peak else 0)
+        console.print(f"  [{edges[i]: .4g}, {edges[i + 1]: .4g})  {count:6d} {bar}", highlight=False)
+
+
+def _comparison(console: Any, result: dict[str, Any]) -> None:
+    comparison = result.get("comparison")
+    if comparison is None:
+        return
+    console.print(_text(f"comparison with {comparison['b']}: {len(comparison['changed'])} tensors differ, "
+                        f"{comparison['unchanged']} equal"))
+    table = _table("changed tensors", "file", "name", "status", "max |a-b|")
+    for t in comparison["tensors"]:
+        if t["status"] != "same":
+            table.add_row(_text(t["file"]), _text(t["name"]), t["status"], str(t["max_abs_diff"]))
+    console.print(table)
+    table = _table("state records that differ", "group", "record", "a", "b")
+    for d in comparison["state_differences"]:
+        table.add_row(_text(d["group"]), _text(d["record"]), _short(d["a"], 36), _short(d["b"], 36))
+    console.print(table)
+
+
+SECTIONS: tuple[Callable[[Any, dict[str, Any]], None], ...] = (
+    _files, _entries, _aliases, _state, _metadata, _integrity, _verified, _statistics, _comparison,
+)
+
+
+def print_inspection(result: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    for section in SECTIONS:
+        section(console, result)

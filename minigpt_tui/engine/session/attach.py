@@ -1,0 +1,201 @@
+"""Following a run that another process writes (a headless ``train``, a ``torchrun`` job, a
+run on another machine over a shared filesystem): its ``metrics.jsonl``, ``live.json`` and
+checkpoints become the same typed events a training session sends, and commands go to the
+trainer through the run's control file. It has the session's face (``send``,
+``run_reporting_failures``), so the Training screen shows an attached run as its own.
+No torch.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from minigpt_tui.engine.errors import ConfigError, MiniGPTError
+from minigpt_tui.engine.session.events import (
+    Command,
+    EvaluationDone,
+    EventSink,
+    Failed,
+    Finished,
+    FinishReason,
+    Paused,
+    Refused,
+    Resumed,
+    RunStarted,
+    RunSummary,
+    Saved,
+    UpdateDone,
+)
+from minigpt_tui.engine.session.history import HistoricEvaluation, HistoricUpdate
+from minigpt_tui.engine.session.run_control import LiveState, TailReader, is_run_folder, read_live, send_command
+
+ENDED_STATES = ("finished", "stopped", "failed", "ended")
+
+
+def attached_config(run_dir: Path) -> Any:
+    """The run config of a run folder (refused in one line when it is not a run)."""
+    from minigpt_tui.engine.config import RunConfig
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or not is_run_folder(run_dir):
+        raise ConfigError(f"{run_dir} is not a run folder (it has no config.json)")
+    try:
+        return RunConfig.from_dict(json.loads((run_dir / "config.json").read_text("utf-8")))
+    except (OSError, ValueError, TypeError) as err:
+        raise ConfigError(f"{run_dir}/config.json cannot be read as a run config ({type(err).__name__})") from None
+
+
+class RunFollower:
+    """A run folder followed on a worker thread: every ``interval`` seconds (the screen's
+    refresh period, never faster) new complete metrics lines, live-state changes and new
+    checkpoints become events. Ends when the writer ends (or is gone) or on :meth:`detach`."""
+
+    follows_only = True  # quitting the app detaches; it never stops the run
+    unsaved_updates = 0
+
+    def __init__(self, run_dir: Path, sink: EventSink, *, interval: float = 0.2,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.run_dir = Path(run_dir)
+        self._sink = sink
+        self.interval = interval
+        self._sleep = sleep
+        self._detached = threading.Event()
+        self._metrics = TailReader(self.run_dir / "metrics.jsonl")
+        self._checkpoints: set[str] = set()
+        self._best_step: int | None = None
+        self._best_validation: float | None = None
+        self._last_step = 0  # the last update the metrics file holds
+
+    # -- the screen's side (any thread) --------------------------------------------------------
+    def send(self, command: Command) -> None:
+        """Write ``command`` to the run's control file; a run that is not listening says so."""
+        try:
+            send_command(self.run_dir, command)
+        except MiniGPTError as err:
+            self._sink(Refused(command.value, str(err)))
+
+    def discard_saves(self) -> None:
+        """Nothing to discard: the writer owns its saves."""
+
+    def detach(self) -> None:
+        self._detached.set()
+
+    # -- the worker ---------------------------------------------------------------------------
+    def run_reporting_failures(self) -> None:
+        try:
+            self.follow()
+        except MiniGPTError as err:
+            self._sink(Failed(str(err)))
+
+    def follow(self) -> None:
+        config = attached_config(self.run_dir)
+        steps = config.train.steps
+        self._sink(self._summary(config))
+        self._checkpoints = set(self._checkpoint_names())
+        self._emit_metrics(steps)  # the history so far
+        live = read_live(self.run_dir)
+        start = max(self._last_step, live.step if live is not None else 0)
+        self._sink(RunStarted({}, start, steps))
+        state = live.state if live is not None else "ended"
+        if state == "paused":
+            self._sink(Paused(start))
+        while True:
+            if self._finish_if_ended(state, live):
+                return
+            if self._detached.wait(self.interval):
+                return
+            self._emit_metrics(steps)
+            self._emit_saves()
+            live = read_live(self.run_dir)
+            new_state = live.state if live is not None else "ended"
+            if new_state != state and live is not None:
+                if new_state == "paused":
+                    self._sink(Paused(max(live.step, self._last_step)))
+                elif new_state == "running" and state == "paused":
+                    self._sink(Resumed(max(live.step, self._last_step)))
+            state = new_state
+
+    def _finish_if_ended(self, state: str, live: LiveState | None) -> bool:
+        if state not in ENDED_STATES:
+            return False
+        self._emit_metrics(0)
+        step = max(self._last_step, live.step if live is not None else 0)
+        reason = FinishReason.COMPLETED if state == "finished" else FinishReason.STOPPED
+        if state == "failed":
+            self._sink(Failed(f"the run {self.run_dir.name} failed in the process that trained it"))
+        else:
+            self._sink(Finished(step, str(reason), ""))
+        return True
+
+    def _emit_metrics(self, steps: int) -> None:
+        for line in self._metrics.read_lines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn line left by a crash: the lines after it still count
+            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+                continue
+            if record.get("kind") == "update":
+                self._last_step = record["step"]
+                update = HistoricUpdate(
+                    step=record["step"], loss=record.get("loss"), lr=record.get("lr"),
+                    grad_norm=record.get("grad_norm"), loss_scale=record.get("loss_scale", 1.0),
+                    tokens_per_second=record.get("tokens_per_second"), applied=record.get("applied", True))
+                self._sink(UpdateDone(update, steps))  # type: ignore[arg-type]
+            elif record.get("kind") == "evaluation":
+                evaluation = HistoricEvaluation(step=record["step"], train_loss=record.get("train_loss"),
+                                                validation_loss=record.get("validation_loss"),
+                                                extra=bool(record.get("extra")))
+                self._sink(EvaluationDone(evaluation, *self._best_after(evaluation)))  # type: ignore[arg-type]
+
+    def _best_after(self, evaluation: HistoricEvaluation) -> tuple[int | None, bool]:
+        value = evaluation.validation_loss
+        if evaluation.extra or value is None or evaluation.step == 0:
+            return self._best_step, False
+        if self._best_validation is None or value < self._best_validation:
+            self._best_validation, self._best_step = value, evaluation.step
+            return self._best_step, True
+        return self._best_step, False
+
+    def _checkpoint_names(self) -> list[str]:
+        folder = self.run_dir / "checkpoints"
+        try:
+            return sorted(p.name for p in folder.iterdir() if p.name.startswith("step-") and (p / "manifest.json").is_file())
+        except OSError:
+            return []
+
+    def _emit_saves(self) -> None:
+        for name in self._checkpoint_names():
+            if name in self._checkpoints:
+                continue
+            self._checkpoints.add(name)
+            path = self.run_dir / "checkpoints" / name
+            try:
+                manifest = json.loads((path / "manifest.json").read_text("utf-8"))
+                self._sink(Saved(int(manifest["step"]), path, str(manifest.get("reason", ""))))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+
+    def _summary(self, config: Any) -> RunSummary:
+        try:
+            identities = json.loads((self.run_dir / "identities.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            identities = {}
+        corpus = identities.get("corpus", {}) if isinstance(identities, dict) else {}
+        tokenizer = identities.get("tokenizer", {}) if isinstance(identities, dict) else {}
+        live = read_live(self.run_dir)
+        return RunSummary(
+            run_name=self.run_dir.name, run_dir=self.run_dir, preset=config.preset,
+            parameter_tensors=0, parameter_scalars=0,
+            corpus_source=str(corpus.get("source", config.corpus.source)), corpus_identity=str(corpus.get("identity", "")),
+            train_records=int(corpus.get("train_records", 0) or 0),
+            validation_records=int(corpus.get("validation_records", 0) or 0),
+            tokenizer_identity=str(tokenizer.get("identity", "")), vocab_size=int(tokenizer.get("vocab_size", 0) or 0),
+            merges=int(tokenizer.get("merges", 0) or 0), precision=config.train.precision, dtype=config.dtype_name,
+            threads=1 if config.train.precision == "exact" else config.train.threads, steps=config.train.steps,
+            start_step=live.step if live is not None else 0)

@@ -1,0 +1,11 @@
+"""How long values are cut for showing: one rule for the command line, the app and the
+resume preview (the last character kept is an ellipsis)."""
+
+from __future__ import annotations
+
+ELLIPSIS = "…"
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` when it fits in ``width`` characters, else its start and an ellipsis."""
+    return text if len(text) <= width else text[: width - 1] + ELLIPSIS

@@ -1,0 +1,142 @@
+"""What a training session reports (events, in order) and what it accepts (commands).
+
+Events are frozen records; a sink receives each one on the session's thread. Commands are
+an enum that travels through a queue and takes effect at the next update boundary.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from minigpt_tui.engine.probe_scores import ProbeScore
+    from minigpt_tui.engine.trainer import EvaluationRecord, UpdateRecord
+
+
+class Command(enum.Enum):
+    """What a user can ask of a running session; applied at the next update boundary."""
+
+    PAUSE = "pause"
+    RESUME = "resume"
+    STOP = "stop"
+    EVALUATE = "evaluate"  # an extra evaluation: never changes the best step
+    SAVE = "save"  # a manual checkpoint
+
+
+class SaveReason(enum.StrEnum):
+    """Why a checkpoint was written (recorded in the checkpoint; joined with '+')."""
+
+    INTERVAL = "interval"
+    BEST = "best"
+    PAUSE = "pause"
+    MANUAL = "manual"
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What identifies a prepared run (sent once, before :class:`RunStarted`)."""
+
+    run_name: str
+    run_dir: Path | None
+    preset: str
+    parameter_tensors: int
+    parameter_scalars: int
+    corpus_source: str
+    corpus_identity: str
+    train_records: int
+    validation_records: int
+    tokenizer_identity: str
+    vocab_size: int
+    merges: int
+    precision: str
+    dtype: str
+    threads: int
+    steps: int
+    start_step: int = 0
+    resumed_from: Path | None = None
+    corpus_mode: str = "records"
+    train_tokens: int = 0  # stream mode: tokens in each split's array
+    validation_tokens: int = 0
+    evaluation_rule: str = ""
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    summary: dict[str, Any]
+    step: int
+    steps: int
+
+
+@dataclass(frozen=True)
+class UpdateDone:
+    record: UpdateRecord
+    steps: int
+
+
+@dataclass(frozen=True)
+class EvaluationDone:
+    record: EvaluationRecord
+    best_step: int | None
+    best_changed: bool
+
+
+@dataclass(frozen=True)
+class ProbesScored:
+    """The run's probes scored greedily right after a scheduled evaluation."""
+
+    step: int
+    source: str  # "bundled:probes.json" or the probe file's path
+    scores: tuple[ProbeScore, ...]
+
+    @property
+    def matched(self) -> int:
+        return sum(score.match for score in self.scores)
+
+
+@dataclass(frozen=True)
+class Paused:
+    step: int
+
+
+@dataclass(frozen=True)
+class Resumed:
+    step: int
+
+
+@dataclass(frozen=True)
+class Saved:
+    step: int
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    action: str
+    message: str
+
+
+class FinishReason(enum.StrEnum):
+    COMPLETED = "completed"  # the schedule (or --until) is done
+    STOPPED = "stopped"  # a stop command or a signal
+
+
+@dataclass(frozen=True)
+class Finished:
+    step: int
+    reason: str  # a FinishReason
+    state_digest: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    message: str
+
+
+Event = RunSummary | RunStarted | UpdateDone | EvaluationDone | ProbesScored | Paused | Resumed | Saved | Refused | Finished | Failed
+EventSink = Callable[[Any], None]

@@ -1,0 +1,366 @@
+"""A generation session for the app: a loaded model, its decision stepper, and typed views of
+every decision (candidates with their ranks and raw and selection probabilities, computed
+here), so the screen only lays out numbers. Torch-free at import; the screen's queue worker
+calls the session one operation at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from minigpt_tui.engine.errors import GenerationError
+from minigpt_tui.engine.session.inputs import parse_number
+from minigpt_tui.engine.session.insight import InsightView, SecondOpinionView, insight_view
+
+TOP_CANDIDATES = 16
+MAX_INELIGIBLE_ROWS = 8
+DEFAULT_SEED = 31415  # engine.generation.DEFAULT_SEED (that module imports torch)
+DEFAULT_BUDGET = 24
+NO_MODEL = "no model loaded: type a checkpoint, model file or RUN:latest and press enter"
+
+
+# -- typed views ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PieceView:
+    id: int
+    text: str  # the tokenizer's readable label (<bos>, <eos>, bytes with \\xNN escapes)
+
+
+@dataclass(frozen=True)
+class CandidateView:
+    rank: int  # 1-based over the whole vocabulary by logit descending, id ascending
+    id: int
+    piece: str
+    logit: float
+    raw_probability: float
+    selection_probability: float
+    eligible: bool
+    chosen: bool = False
+    rule_choice: bool = False
+
+
+@dataclass(frozen=True)
+class DecisionView:
+    step: int
+    prefix_length: int
+    chosen: CandidateView
+    rule_choice: CandidateView
+    forced: bool
+    draw: float | None
+    entropy: float  # nats, of the raw distribution
+    retained: int  # ids with a non-zero selection probability
+    eligible_count: int
+    candidates: tuple[CandidateView, ...]
+    # attention[layer][head][position]: the last position's weights over the prefix
+    attention: tuple[tuple[tuple[float, ...], ...], ...] | None = None
+
+
+@dataclass(frozen=True)
+class OutputView:
+    generated_ids: tuple[int, ...]
+    generated_bytes: bytes
+    valid_utf8: bool
+    display: str
+    ended_with_eos: bool
+
+
+@dataclass(frozen=True)
+class StepperView:
+    """Where a generation stands: model, rule, prefix, every decision, the output."""
+
+    model_label: str
+    model_identity: str | None
+    rule_label: str
+    budget: int
+    context: int
+    prompt: tuple[PieceView, ...]
+    generated: tuple[PieceView, ...]
+    decisions: tuple[DecisionView, ...]
+    finished: bool
+    stop_reason: str | None
+    output: OutputView
+    forced_steps: frozenset[int] = field(default_factory=frozenset)
+    second_label: str | None = None  # the second model, when one is loaded
+    second_opinions: tuple[SecondOpinionView, ...] = ()  # one per decision, in order
+
+
+# -- the form's settings ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class GenerationSettings:
+    prompt: str
+    kind: str = "greedy"
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = DEFAULT_SEED
+    budget: int = DEFAULT_BUDGET
+
+
+def _number(what: str, text: str, kind: type, default: Any) -> Any:
+    value = parse_number(text, what, kind, error=GenerationError)
+    return default if value is None else value
+
+
+def parse_settings(prompt: str, kind: str, temperature: str, top_k: str, top_p: str, seed: str,
+                   budget: str) -> GenerationSettings:
+    """The form as typed into settings; a malformed number raises GenerationError. Ranges are
+    checked by the engine's rule when the stepper is built."""
+    if kind not in ("greedy", "sample"):
+        raise GenerationError(f"unknown rule '{kind}' (choose greedy or sample)")
+    budget_value = _number("budget", budget, int, DEFAULT_BUDGET)
+    if kind == "greedy":
+        return GenerationSettings(prompt, "greedy", budget=budget_value)
+    return GenerationSettings(
+        prompt,
+        "sample",
+        temperature=_number("temperature", temperature, float, 1.0),
+        top_k=_number("top-k", top_k, int, None),
+        top_p=_number("top-p", top_p, float, None),
+        seed=_number("seed", seed, int, DEFAULT_SEED),
+        budget=budget_value,
+    )
+
+
+# -- typed views of decisions (worker thread) -------------------------------------------------
+def _vector(decision: Any, *names: str) -> Any:
+    for name in names:
+        value = getattr(decision, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def _candidate(candidate: Any, *, chosen: bool, rule_choice: bool) -> CandidateView:
+    return CandidateView(candidate.rank, candidate.id, candidate.piece.text, float(candidate.logit),
+                         float(candidate.raw_probability), float(candidate.selection_probability),
+                         bool(candidate.eligible), chosen, rule_choice)
+
+
+def _candidate_from_vectors(decision: Any, token_id: int, tokenizer: Any, *, chosen: bool,
+                            rule_choice: bool) -> CandidateView:
+    import torch
+
+    logits = decision.logits.to(torch.float64)
+    raw = torch.softmax(logits, dim=-1)
+    selection = _vector(decision, "selection_probabilities", "selection")
+    value = logits[token_id]
+    rank = int((logits > value).sum()) + int((logits[:token_id] == value).sum()) + 1
+    return CandidateView(rank, token_id, tokenizer.piece_text(token_id), float(value), float(raw[token_id]),
+                         float(selection[token_id]) if selection is not None else 0.0,
+                         bool(decision.eligible[token_id]), chosen, rule_choice)
+
+
+def decision_view(decision: Any, tokenizer: Any) -> DecisionView:
+    """A decision as plain numbers (worker thread)."""
+    chosen_id, rule_id = decision.chosen.id, decision.rule_choice
+    rows = [_candidate(c, chosen=c.id == chosen_id, rule_choice=c.id == rule_id) for c in decision.alternatives]
+    listed = {row.id for row in rows}
+    if chosen_id not in listed:
+        rows.append(_candidate(decision.chosen, chosen=True, rule_choice=chosen_id == rule_id))
+        listed.add(chosen_id)
+    if rule_id not in listed:
+        rows.append(_candidate_from_vectors(decision, rule_id, tokenizer, chosen=False, rule_choice=True))
+        listed.add(rule_id)
+    # Ineligible ids (BOS, forbidden ids) are listed wherever they rank, to show what is excluded.
+    for token_id in [int(i) for i in (~decision.eligible).nonzero().flatten().tolist()][:MAX_INELIGIBLE_ROWS]:
+        if token_id not in listed:
+            rows.append(_candidate_from_vectors(decision, token_id, tokenizer, chosen=False, rule_choice=False))
+    rows.sort(key=lambda row: row.rank)
+    by_id = {row.id: row for row in rows}
+    selection = _vector(decision, "selection_probabilities", "selection")
+    retained = int((selection > 0).sum()) if selection is not None else 0
+    attention = None
+    if decision.attention is not None:
+        attention = tuple(tuple(tuple(float(w) for w in head) for head in layer.tolist())
+                          for layer in decision.attention)
+    return DecisionView(
+        step=decision.step,
+        prefix_length=len(decision.prefix),
+        chosen=by_id[chosen_id],
+        rule_choice=by_id[rule_id],
+        forced=bool(decision.forced),
+        draw=decision.draw,
+        entropy=float(decision.entropy),
+        retained=retained,
+        eligible_count=int(decision.eligible.sum()),
+        candidates=tuple(rows),
+        attention=attention,
+    )
+
+
+class GenerationSession:
+    """The loaded model and its stepper. Only the screen's queue worker calls these methods,
+    one at a time, in the order the keys were pressed."""
+
+    def __init__(self, runs_dir: Path) -> None:
+        self.runs_dir = runs_dir
+        self.portable: Any = None
+        self.spec: str | None = None
+        self.model_path: Path | None = None
+        self.stepper: Any = None
+        self.settings: GenerationSettings | None = None
+        self._views: dict[Any, DecisionView] = {}
+        self.second: Any = None  # a second model whose opinion each decision shows
+        self.second_path: Path | None = None
+        self._opinions: dict[Any, SecondOpinionView] = {}
+
+    def load(self, spec: str) -> None:
+        from minigpt_tui.engine.checkpoint.portable import load_portable_model
+        from minigpt_tui.engine.runs import resolve_model_file
+
+        path = resolve_model_file(spec, self.runs_dir)
+        portable = load_portable_model(path)
+        if portable.tokenizer is None:
+            raise GenerationError(f"{path} holds no tokenizer: it cannot generate text")
+        self.portable, self.spec, self.model_path = portable, spec, path
+        self.stepper, self.settings = None, None
+        self._views.clear()
+        self.load_second(None)  # it was compared with the previous model
+
+    def configure(self, settings: GenerationSettings) -> None:
+        from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
+
+        if self.portable is None:
+            raise GenerationError(NO_MODEL)
+        if settings.kind == "greedy":
+            rule = GenerationRule.greedy(settings.budget)
+        else:
+            rule = GenerationRule.sample(settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
+                                         seed=settings.seed, max_new_tokens=settings.budget)
+        self.stepper = DecisionStepper.from_portable(self.portable, settings.prompt, rule, attention=True,
+                                                     top_n=TOP_CANDIDATES)
+        self.settings = settings
+        self._views.clear()
+
+    def _require(self) -> Any:
+        if self.stepper is None:
+            raise GenerationError(NO_MODEL)
+        return self.stepper
+
+    def step(self) -> None:
+        self._require().step()
+
+    def run(self) -> None:
+        self._require().run()
+
+    def back(self) -> None:
+        self._require().back()
+
+    def reset(self) -> None:
+        self._require().reset()
+
+    def force(self, step: int, token_id: int) -> None:
+        """Take ``token_id`` at decision ``step`` (1-based), undoing it and every later one."""
+        stepper = self._require()
+        if not 1 <= step <= len(stepper.decisions) + 1:
+            raise GenerationError(f"there is no decision {step} to force")
+        undone = []
+        while len(stepper.decisions) >= step:
+            undone.append(stepper.back())
+        try:
+            stepper.force(token_id)
+        except GenerationError:
+            # Put the undone decisions back exactly (the rule redoes them, forced ones are re-forced).
+            for decision in reversed(undone):
+                if decision.forced:
+                    stepper.force(decision.chosen.id)
+                else:
+                    stepper.step()
+            raise
+
+    def load_second(self, spec: str | None) -> None:
+        """A second model (same tokenizer) read beside each decision; None removes it."""
+        from minigpt_tui.engine.checkpoint.portable import load_portable_model
+        from minigpt_tui.engine.contrast import check_same_tokenizer
+        from minigpt_tui.engine.runs import resolve_model_file
+
+        if spec is None:
+            self.second, self.second_path = None, None
+            self._opinions.clear()
+            return
+        if self.portable is None:
+            raise GenerationError(NO_MODEL)
+        path = resolve_model_file(spec, self.runs_dir)
+        portable = load_portable_model(path)
+        if portable.tokenizer is None:
+            raise GenerationError(f"{path} holds no tokenizer: it cannot be compared")
+        check_same_tokenizer(self.portable, portable)
+        self.second, self.second_path = portable, path
+        self._opinions.clear()
+
+    def inspect(self, step: int, layer: int, head: int, candidate_id: int | None = None) -> InsightView:
+        """Decision ``step`` (1-based) inside: lens, contributions of the chosen id (and of
+        ``candidate_id``), and head ``head`` of block ``layer`` over the whole prefix."""
+        from minigpt_tui.engine.lens import inspect_decision
+
+        stepper = self._require()
+        if not 1 <= step <= len(stepper.decisions):
+            raise GenerationError(f"there is no decision {step} to look inside")
+        decision = stepper.decisions[step - 1]
+        model = stepper.model
+        extra = [candidate_id] if candidate_id is not None and candidate_id != decision.chosen.id else []
+        insight = inspect_decision(model, stepper.tokenizer, decision.prefix_ids, decision.chosen.id, lens=True,
+                                   contributions=True, candidate_ids=extra, pattern=(layer, head))
+        return insight_view(insight, step, decision.chosen.id, decision.chosen.piece.text, model.config,
+                            model.vocab_size)
+
+    def _second_opinions(self, decisions: Any) -> tuple[SecondOpinionView, ...]:
+        from minigpt_tui.engine.contrast import second_opinion
+
+        opinions = []
+        for decision in decisions:
+            opinion = self._opinions.get(decision)
+            if opinion is None:
+                position = second_opinion(self.second, decision)
+                opinion = self._opinions[decision] = SecondOpinionView(
+                    decision.step, position.kl, position.top1_agree, position.rank_b, position.probability_b)
+            opinions.append(opinion)
+        alive = set(decisions)
+        for stale in [d for d in self._opinions if d not in alive]:
+            del self._opinions[stale]
+        return tuple(opinions)
+
+    def save_trace(self, target: Path) -> Path:
+        from minigpt_tui.engine.files import write_file
+
+        stepper = self._require()
+        trace = stepper.trace(self.model_path)
+        text = json.dumps(trace, indent=1, ensure_ascii=False) + "\n"
+        return write_file(target, text.encode("utf-8"), what="trace")
+
+    def view(self) -> StepperView:
+        stepper = self._require()
+        tokenizer = stepper.tokenizer
+        decisions = []
+        for decision in stepper.decisions:
+            cached = self._views.get(decision)
+            if cached is None:
+                cached = self._views[decision] = decision_view(decision, tokenizer)
+            decisions.append(cached)
+        alive = set(stepper.decisions)
+        for stale in [d for d in self._views if d not in alive]:
+            del self._views[stale]
+        output = stepper.output()
+        prompt = tuple(PieceView(i, tokenizer.piece_text(i)) for i in stepper.prompt_ids)
+        generated = tuple(PieceView(d.chosen.id, d.chosen.piece) for d in decisions)
+        portable = self.portable
+        return StepperView(
+            model_label=str(self.model_path) if self.model_path else (self.spec or ""),
+            model_identity=getattr(portable, "identity", None),
+            rule_label=stepper.rule.label,
+            budget=stepper.rule.max_new_tokens,
+            context=stepper.context,
+            prompt=prompt,
+            generated=generated,
+            decisions=tuple(decisions),
+            finished=stepper.finished,
+            stop_reason=stepper.stop_reason,
+            output=OutputView(tuple(output["generated_ids"]), bytes(output["generated_bytes"]),
+                              bool(output["valid_utf8"]), str(output["display"]), bool(output["ended_with_eos"])),
+            forced_steps=frozenset(d.step for d in decisions if d.forced),
+            second_label=str(self.second_path) if self.second is not None else None,
+            second_opinions=self._second_opinions(stepper.decisions) if self.second is not None else (),
+        )

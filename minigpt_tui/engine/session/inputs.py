@@ -1,0 +1,95 @@
+"""Values typed by a user (command-line options, the app's form fields) read into numbers
+and into a run's config, with one set of messages. Each message names the field as the
+user knows it (``--seed`` on the command line, ``seed`` in the app), given by the caller.
+No torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from minigpt_tui.engine.errors import ConfigError, CorpusError, MiniGPTError
+
+if TYPE_CHECKING:
+    from minigpt_tui.engine.config import RunConfig
+
+SEED_STREAMS = ("init", "data", "dropout", "sampling")
+BUNDLED_PREFIX = "bundled:"
+Number = TypeVar("Number", int, float)
+
+
+def parse_number(text: str | None, label: str, kind: type[Number], *,
+                 error: type[MiniGPTError] = ConfigError) -> Number | None:
+    """``text`` as ``kind``; blank or None is None (the default applies). Underscores
+    group digits (``10_000``)."""
+    if text is None:
+        return None
+    cleaned = text.strip().replace("_", "")
+    if not cleaned:
+        return None
+    try:
+        return kind(cleaned)
+    except ValueError:
+        expected = "a whole number" if kind is int else "a number"
+        raise error(f"{label} must be {expected}, got '{cleaned}'") from None
+
+
+def corpus_source(text: str) -> str:
+    """A corpus as the config names it: ``bundled:NAME`` as given, a path made absolute
+    (and checked to exist, so a wrong path is refused before anything is built)."""
+    source = text.strip()
+    if source.startswith(BUNDLED_PREFIX):
+        return source
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise CorpusError(f"corpus not found: {path}")
+    return str(path.resolve())
+
+
+@dataclass(frozen=True)
+class RunChoices:
+    """What a user chose for a new run; None keeps the preset's value (or the TOML file's).
+    ``seed_label`` names the one-seed field in messages."""
+
+    preset: str
+    config_file: Path | None = None
+    corpus: str | None = None
+    val_every: int | None = None
+    steps: int | None = None
+    precision: str | None = None
+    threads: int | None = None
+    device: str | None = None
+    save_every: int | None = None
+    keep_last: int | None = None
+    seed: int | None = None
+    stream_seeds: Mapping[str, int | None] = field(default_factory=dict)
+    seed_label: str = "seed"
+
+    def overrides(self) -> dict[str, dict[str, Any]]:
+        from minigpt_tui.engine.config import SeedConfig
+
+        train = {"steps": self.steps, "precision": self.precision or None, "threads": self.threads,
+                 "device": self.device or None, "save_every": self.save_every, "keep_last": self.keep_last}
+        corpus = {"source": corpus_source(self.corpus) if self.corpus else None, "val_every": self.val_every}
+        given = {name: value for name, value in self.stream_seeds.items() if value is not None}
+        if self.seed is not None:
+            if given:
+                raise ConfigError(f"give one seed or separate stream seeds, not both (also set: {', '.join(given)})")
+            if not 0 <= self.seed < 2**64:
+                raise ConfigError(f"{self.seed_label} must be an unsigned 64-bit integer")
+            derived = SeedConfig.derive(self.seed)
+            given = {name: getattr(derived, name) for name in (*SEED_STREAMS, "evaluation")}
+        drop_none = lambda values: {k: v for k, v in values.items() if v is not None}  # noqa: E731
+        return {"corpus": drop_none(corpus), "train": drop_none(train), "seeds": given}
+
+    def resolve(self, extra: Mapping[str, Mapping[str, Any]] | None = None) -> RunConfig:
+        """The validated config: preset, then the TOML file, then ``extra``, then these choices."""
+        from minigpt_tui.engine.config import load_config
+
+        merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (extra or {}).items()}
+        for section, values in self.overrides().items():
+            merged.setdefault(section, {}).update(values)
+        return load_config(self.preset, self.config_file, merged)

@@ -1,0 +1,295 @@
+"""How a training session's run is prepared: a new run (optionally warm-started from saved
+weights) or the continuation of a saved one. One rule each for creating a run folder,
+writing its identities and finding the run a checkpoint belongs to.
+
+Preparing builds everything that can fail (corpus, tokenizer, model, restored state)
+before anything is written, so a refused start leaves nothing on disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from minigpt_tui.engine.session.events import RunSummary
+
+if TYPE_CHECKING:
+    from minigpt_tui.engine.checkpoint.directory import Checkpointer
+    from minigpt_tui.engine.checkpoint.portable import PortableModel
+    from minigpt_tui.engine.config import RunConfig
+    from minigpt_tui.engine.generation import ProbeSet
+    from minigpt_tui.engine.distributed import CommandAgreement, DataParallel, WriterCheckpointer
+    from minigpt_tui.engine.runs import RunDirectory, RunLock
+    from minigpt_tui.engine.trainer import Trainer, TrainingSetup
+
+WARM_START_NOTE = (
+    "weights-only warm start: a new training history (fresh optimizer moments, schedule clock, "
+    "data position, random streams and loss scaler); not a resume, so it does not continue the saved run"
+)
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A new run from a resolved config in ``runs_dir`` (folder name: ``name`` or
+    PRESET-TIMESTAMP); ``init_from`` warm-starts its weights from a saved model."""
+
+    config: RunConfig
+    runs_dir: Path
+    name: str | None = None
+    until: int | None = None
+    init_from: str | None = None
+    probes: str | None = None  # a probes file; None: the bundled probes
+    score_probes: bool = True  # score the probes after every scheduled evaluation
+    parallel: DataParallel | None = None  # this process's rank when several train together
+
+
+@dataclass(frozen=True)
+class ResumeRun:
+    """Continue the run saved in a checkpoint folder exactly where it stopped (``fork``:
+    in a new run folder, as a checkpoint outside any run folder does)."""
+
+    checkpoint: Path
+    runs_dir: Path
+    until: int | None = None
+    allow_environment_change: bool = False
+    corpus: str | None = None
+    policy: Mapping[str, int] | None = None
+    fork: bool = False
+    probes: str | None = None
+    score_probes: bool = True
+    parallel: DataParallel | None = None
+    allow_world_size_change: bool = False
+    device: str | None = None  # run on this device instead of the saved config's
+
+
+RunPlan = NewRun | ResumeRun
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Where a warm start's weights came from (written to ``warm_start.json``)."""
+
+    source: Path
+    model_identity: str
+    tokenizer_identity: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"from": str(self.source), "model_identity": self.model_identity,
+                "tokenizer_identity": self.tokenizer_identity, "note": WARM_START_NOTE}
+
+
+@dataclass
+class PreparedRun:
+    """A trainer ready for its first update, and where its run writes (None: nowhere)."""
+
+    trainer: Trainer
+    run: RunDirectory | None = None  # None on every rank but 0: rank 0 alone writes
+    checkpointer: Checkpointer | WriterCheckpointer | None = None
+    until: int | None = None
+    summary: RunSummary | None = None
+    resumed_from: Path | None = None
+    warm_start: WarmStart | None = None
+    lock: RunLock | None = None  # held while the session writes to ``run``; released at its end
+    probes: ProbeSet | None = None  # scored after every scheduled evaluation
+    agreement: CommandAgreement | None = None  # several processes: commands agreed by all ranks
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+
+def _placed(trainer: Trainer, run: RunDirectory | None) -> dict[str, Any]:
+    """A prepared run's checkpointer and command agreement for the trainer's world: with
+    several processes every rank saves together and rank 0 alone writes."""
+    from minigpt_tui.engine.checkpoint.directory import Checkpointer
+    from minigpt_tui.engine.distributed import CommandAgreement, WriterCheckpointer
+
+    parallel = trainer.parallel
+    inner = Checkpointer(run) if run is not None else None
+    if not parallel.distributed:
+        return {"checkpointer": inner}
+    return {"checkpointer": WriterCheckpointer(parallel, inner), "agreement": CommandAgreement(parallel)}
+
+
+def prepare(plan: RunPlan) -> PreparedRun:
+    # A bad probes file is refused before anything is built or written.
+    probes = _run_probes(plan)
+    prepared = _prepare_resume(plan) if isinstance(plan, ResumeRun) else _prepare_new(plan)
+    prepared.probes = probes
+    return prepared
+
+
+def _run_probes(plan: RunPlan) -> ProbeSet | None:
+    from minigpt_tui.engine.generation import load_probes
+
+    return load_probes(plan.probes) if plan.score_probes else None
+
+
+def _prepare_new(plan: NewRun) -> PreparedRun:
+    from minigpt_tui.engine.corpus import load_corpus
+    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.runs import RunDirectory, RunLock
+    from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
+
+    config = plan.config
+    if plan.until is not None and not 1 <= plan.until <= config.train.steps:
+        raise ConfigError(f"--until must be between 1 and {config.train.steps}")
+    portable = _warm_start_model(plan.init_from, plan.runs_dir, config) if plan.init_from else None
+    if portable is not None:
+        config = config.replace(tokenizer={"merges": len(portable.tokenizer.merges)})
+    apply_precision(config.train)
+    corpus = load_corpus(config.corpus)
+    setup = TrainingSetup.build(config, corpus, portable.tokenizer if portable is not None else None)
+    initial = {n: p.detach() for n, p in portable.model.named_parameters()} if portable is not None else None
+    trainer = Trainer(setup, initial_weights=initial, parallel=plan.parallel)
+    files: dict[str, Any] = {"config.json": config.to_dict(), "identities.json": identities(setup)}
+    warm = None
+    if portable is not None:
+        warm = WarmStart(Path(portable.path), portable.identity, portable.tokenizer.identity)
+        files["warm_start.json"] = warm.to_json()
+    if not trainer.parallel.world.is_writer:  # rank 0 alone writes
+        return PreparedRun(trainer, None, until=plan.until, warm_start=warm, **_placed(trainer, None))
+    run = RunDirectory.create(plan.runs_dir, plan.name, config.preset, files)  # whole or not at all
+    lock = run.lock()
+    lock.announce()
+    return PreparedRun(trainer, run, until=plan.until, summary=summarize(trainer, run), warm_start=warm,
+                       lock=lock, **_placed(trainer, run))
+
+
+def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableModel:
+    """The saved weights and tokenizer for a weights-only warm start, checked to fit."""
+    from minigpt_tui.engine.checkpoint.portable import load_portable_model
+    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.runs import resolve_model_file
+
+    portable = load_portable_model(resolve_model_file(spec, runs_dir))
+    saved = dataclasses.replace(portable.config, dropout=config.model.dropout, init_std=config.model.init_std)
+    if saved != config.model:
+        raise ConfigError(
+            f"--init-from {spec}: the saved model ({portable.config.family}, width {portable.config.width}, "
+            f"{portable.config.layers} layers) does not fit this run's model config (preset {config.preset})"
+        )
+    return portable
+
+
+def _prepare_resume(plan: ResumeRun) -> PreparedRun:
+    from minigpt_tui.engine.runs import owning_run
+
+    folder = Path(plan.checkpoint)
+    run = owning_run(folder, fork=plan.fork)  # None: a new run folder once the restore succeeds
+    # The run is held before its checkpoint is read, so a second writer is refused at once
+    # (by rank 0 alone when several processes train: one writer per run).
+    writer = plan.parallel is None or plan.parallel.world.is_writer
+    lock = run.lock() if run is not None and writer else None
+    try:
+        return _restore_into(plan, folder, run, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _restore_into(plan: ResumeRun, folder: Path, run: RunDirectory | None, lock: RunLock | None) -> PreparedRun:
+    from minigpt_tui.engine.checkpoint.directory import restore_trainer
+    from minigpt_tui.engine.errors import ConfigError, ResumeRefused
+    from minigpt_tui.engine.runs import RunDirectory
+    from minigpt_tui.engine.trainer import apply_precision
+
+    trainer = restore_trainer(folder, allow_environment_change=plan.allow_environment_change,
+                              corpus_path_override=plan.corpus, policy_overrides=dict(plan.policy or {}) or None,
+                              parallel=plan.parallel, allow_world_size_change=plan.allow_world_size_change,
+                              device=plan.device)
+    steps = trainer.config.train.steps
+    if trainer.finished:
+        raise ConfigError(
+            f"the checkpoint at step {trainer.step} has completed its schedule of {steps} updates; "
+            f"to train further start a new history: train --init-from {plan.checkpoint}"
+        )
+    if plan.until is not None:
+        if plan.until > steps:
+            raise ResumeRefused(
+                f"--until {plan.until} is beyond the saved schedule of {steps} updates; continuing past it is "
+                f"a weights-only warm start with a new schedule: train --init-from {plan.checkpoint}"
+            )
+        if plan.until <= trainer.step:
+            raise ConfigError(f"--until {plan.until} is not after the checkpoint's step {trainer.step}")
+    apply_precision(trainer.config.train)
+    if not trainer.parallel.world.is_writer:  # rank 0 alone writes
+        return PreparedRun(trainer, None, until=plan.until, resumed_from=folder, **_placed(trainer, None))
+    if run is None:
+        config = trainer.config
+        run = RunDirectory.create(plan.runs_dir, None, f"resumed-{config.preset}", {"config.json": config.to_dict()})
+        lock = run.lock()
+    assert lock is not None
+    lock.announce()
+    run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
+    return PreparedRun(trainer, run, until=plan.until, summary=summarize(trainer, run, resumed_from=folder),
+                       resumed_from=folder, lock=lock, **_placed(trainer, run))
+
+
+def run_for_checkpoint(folder: Path, runs_dir: Path, config: RunConfig) -> RunDirectory:
+    """The run a checkpoint continues in: the run folder it was saved in (``RUN`` holds
+    the ``config.json`` every run folder has, and both record the same run identity), else
+    a new ``resumed-PRESET-TIMESTAMP`` run folder (see ``engine.runs.run_for_checkpoint``)."""
+    from minigpt_tui.engine.runs import run_for_checkpoint as find_run
+
+    return find_run(folder, runs_dir, config)[0]
+
+
+def identities(setup: TrainingSetup) -> dict[str, Any]:
+    """The ``identities.json`` of a new run: its corpus and tokenizer."""
+    tokenizer = setup.tokenizer
+    return {
+        "corpus": setup.corpus_summary(),
+        "tokenizer": {"identity": tokenizer.identity, "vocab_size": tokenizer.vocab_size,
+                      "merges": len(tokenizer.merges)},
+    }
+
+
+def summarize(trainer: Trainer, run: RunDirectory | None, resumed_from: Path | None = None) -> RunSummary:
+    config = trainer.config
+    tensors, scalars = trainer.parameter_counts
+    corpus = trainer.setup.corpus
+    return RunSummary(
+        run_name=run.name if run is not None else "",
+        run_dir=run.path if run is not None else None,
+        preset=config.preset,
+        parameter_tensors=tensors,
+        parameter_scalars=scalars,
+        corpus_source=corpus.source,
+        corpus_identity=corpus.identity,
+        train_records=len(corpus.train),
+        validation_records=len(corpus.validation),
+        tokenizer_identity=trainer.tokenizer.identity,
+        vocab_size=trainer.tokenizer.vocab_size,
+        merges=len(trainer.tokenizer.merges),
+        precision=config.train.precision,
+        dtype=config.dtype_name,
+        threads=1 if config.train.precision == "exact" else config.train.threads,
+        steps=config.train.steps,
+        start_step=trainer.step,
+        resumed_from=resumed_from,
+        corpus_mode=config.corpus.mode,
+        train_tokens=trainer.data_summary().get("train_tokens", 0),
+        validation_tokens=trainer.data_summary().get("validation_tokens", 0),
+        evaluation_rule=trainer.evaluation_rule,
+    )
+
+
+def saved_run_config(checkpoint: Path) -> RunConfig:
+    """The RunConfig saved in a checkpoint's training state, from its header alone (no torch)."""
+    from minigpt_tui.engine.checkpoint.safetensors_io import read_header
+    from minigpt_tui.engine.config import RunConfig
+    from minigpt_tui.engine.errors import CheckpointError
+
+    path = Path(checkpoint) / "training.safetensors"
+    if not path.is_file():
+        raise CheckpointError(f"{checkpoint} holds no training.safetensors: it cannot be resumed")
+    try:
+        return RunConfig.from_dict(json.loads(read_header(path).metadata["config"]))
+    except (KeyError, ValueError, TypeError) as err:
+        raise CheckpointError(f"{path}: no readable run config ({type(err).__name__})") from None

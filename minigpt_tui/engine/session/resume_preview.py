@@ -1,0 +1,181 @@
+"""Before resuming from a checkpoint: what the resume restores, what a weights-only start
+(``train --init-from``) would reset instead, and anything that stops the resume.
+
+Everything comes from an inspection's header records (no tensor is read); the engine
+checks the files, identities, corpus and environment again when it restores. Each state
+group has one describer in :data:`DESCRIBERS`, in the order the preview lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from minigpt_tui.engine.checkpoint.state_groups import StateGroup
+from minigpt_tui.engine.session.display import shorten
+
+if TYPE_CHECKING:
+    from minigpt_tui.engine.checkpoint.inspect import Inspection
+
+State = dict[str, dict[str, Any]]
+HISTORY_RESET = "the history starts anew: a weights-only start is a new run, not a continuation"
+
+
+@dataclass(frozen=True)
+class ResumePreview:
+    checkpoint: str  # as the user knows it (relative to the runs directory)
+    step: int | None
+    steps: int | None
+    restored: tuple[str, ...]
+    reset_by_weights_only: tuple[str, ...]
+    blockers: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def can_resume(self) -> bool:
+        return not self.blockers
+
+    @staticmethod
+    def of(checkpoint: str, inspection: Inspection) -> ResumePreview:
+        state = inspection.state
+        step, steps = _int(state, "schedule", "step"), _int(state, "schedule", "steps")
+        restored: list[str] = []
+        reset: list[str] = []
+        for describe in DESCRIBERS:
+            more_restored, more_reset = describe(state)
+            restored += more_restored
+            reset += more_reset
+        reset.append(HISTORY_RESET)
+        return ResumePreview(checkpoint, step, steps, tuple(restored), tuple(reset),
+                             tuple(_blockers(inspection, step, steps)), tuple(_notes(state)))
+
+
+def short(value: Any, limit: int = 48) -> str:
+    """``value`` as text, cut with an ellipsis at ``limit`` characters."""
+    return shorten(str(value), limit)
+
+
+def _group(state: State, group: str) -> dict[str, Any]:
+    values = state.get(group) or {}
+    return values if isinstance(values, dict) else {}
+
+
+def _int(state: State, group: str, key: str) -> int | None:
+    value = _group(state, group).get(key)
+    return value if isinstance(value, int) else None
+
+
+def _blockers(inspection: Inspection, step: int | None, steps: int | None) -> list[str]:
+    from minigpt_tui.engine.checkpoint.inspect import CHECKPOINT_DIR
+
+    blockers = []
+    if inspection.kind != CHECKPOINT_DIR:
+        blockers.append("only a checkpoint folder (model + training state + manifest) can be resumed; "
+                        "a single file can only warm-start a new run")
+    if StateGroup.SCHEDULE not in inspection.state or StateGroup.OPTIMIZER not in inspection.state:
+        blockers.append("no training state here (training.safetensors is missing)")
+    integrity = inspection.integrity
+    if integrity is not None and not integrity.ok:
+        blockers.append(f"integrity: {integrity.problem or 'the manifest check failed'}")
+    if step is not None and steps is not None and step >= steps:
+        blockers.append(f"the run completed its schedule ({step} of {steps} updates): nothing left to resume")
+    return blockers
+
+
+def _notes(state: State) -> list[str]:
+    notes = []
+    continuation = _group(state, "continuation")
+    if continuation and not continuation.get("bitwise_promised", True):
+        notes.append("this history no longer promises bit-for-bit continuation: "
+                     + "; ".join(continuation.get("notes") or []))
+    envelope = _group(state, "envelope")
+    if envelope.get("precision") == "exact":
+        notes.append(f"exact precision: the resume is refused if Python, torch or the platform differ from "
+                     f"the saved ones (torch {envelope.get('torch')}, Python {envelope.get('python')})")
+    notes.append("the corpus must have the saved identity; the engine checks it when it restores")
+    return notes
+
+
+Lines = tuple[list[str], list[str]]  # (restored, reset by a weights-only start)
+
+
+def _weights(state: State) -> Lines:
+    params = _group(state, "parameters")
+    if params and isinstance(params.get("scalars"), int):
+        return [f"weights: {params.get('tensors')} tensors, {params['scalars']:,} scalars ({params.get('dtype')})"], []
+    return ["weights: every learned tensor"], []
+
+
+def _optimizer(state: State) -> Lines:
+    optimizer = _group(state, StateGroup.OPTIMIZER)
+    if not optimizer:
+        return [], []
+    keys = ", ".join(optimizer.get("state_keys") or [])
+    return ([f"optimizer: {optimizer.get('class', 'AdamW')} state ({keys}) for "
+             f"{optimizer.get('parameters_with_state')} parameters in {optimizer.get('groups')} groups"],
+            ["optimizer moments go back to zero and its step to 0 (the first updates are bias-corrected again)"])
+
+
+def _schedule(state: State) -> Lines:
+    if StateGroup.SCHEDULE not in state:
+        return [], []
+    schedule = _group(state, StateGroup.SCHEDULE)
+    next_lr = schedule.get("next_lr")
+    return ([f"schedule: {schedule.get('kind')} at update {schedule.get('step')} of {schedule.get('steps')}"
+             + (f"; next lr {next_lr:g}" if isinstance(next_lr, (int, float)) else "")],
+            [f"the learning-rate schedule restarts at update 1 (warmup {schedule.get('warmup')} again)"])
+
+
+def _data(state: State) -> Lines:
+    data = _group(state, StateGroup.DATA_PROGRESS)
+    if not data:
+        return [], []
+    policy = data.get("policy")
+    if policy == "document_order":
+        where = f"order {short(data.get('order'))}, cursor {data.get('cursor')}, epoch {data.get('epoch')}"
+    else:
+        where = f"sampler generator state ({policy})"
+    return ([f"data position: {where}; next batch {short(data.get('next_batch'))}"],
+            ["the data stream starts again from its seed: examples already seen are drawn again"])
+
+
+def _randomness(state: State) -> Lines:
+    randomness = _group(state, StateGroup.RANDOMNESS)
+    if not randomness:
+        return [], []
+    return ([f"random streams: dropout seed {randomness.get('dropout_seed')} at counter "
+             f"{randomness.get('dropout_counter')}; monitoring-sampling generator state"],
+            ["dropout masks and monitoring samples restart from their seeds"])
+
+
+def _loss_scaling(state: State) -> Lines:
+    scaler = _group(state, StateGroup.LOSS_SCALING)
+    if not scaler:
+        return [], []
+    if not scaler.get("enabled"):
+        return ["loss scaling: off"], []
+    return ([f"loss scaling: scale {scaler.get('scale')}, {scaler.get('finite_updates')} finite "
+             "updates since the last change"], ["the loss scale returns to its initial value"])
+
+
+def _accumulation(state: State) -> Lines:
+    accumulation = _group(state, StateGroup.ACCUMULATION)
+    if not accumulation:
+        return [], []
+    return [f"accumulation: batch {accumulation.get('batch_size')} × "
+            f"{accumulation.get('microbatches')} microbatches per update"], []
+
+
+def _evaluation(state: State) -> Lines:
+    evaluation = _group(state, StateGroup.EVALUATION)
+    if not evaluation:
+        return [], []
+    best = evaluation.get("best_step")
+    return ([f"evaluation curve: {evaluation.get('points')} points, best step "
+             f"{best if best is not None else 'none yet'}"], ["the evaluation curve and best step start empty"])
+
+
+DESCRIBERS: tuple[Callable[[State], Lines], ...] = (
+    _weights, _optimizer, _schedule, _data, _randomness, _loss_scaling, _accumulation, _evaluation,
+)

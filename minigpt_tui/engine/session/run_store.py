@@ -1,0 +1,180 @@
+"""The runs directory as the app and the command line use it: scan the runs and their
+checkpoints, resolve ``RUN:latest|best|STEP``, rename and delete a run, read the tokenizer
+saved in a model file, and show a path relative to the runs directory. No torch.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from minigpt_tui.engine.errors import CheckpointError, ConfigError, MiniGPTError
+
+if TYPE_CHECKING:
+    from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+
+MERGES_TENSOR = "tokenizer.merges"
+HF_TOKENIZER_FILE = "tokenizer.json"
+
+
+class RunStoreError(MiniGPTError):
+    """A rename or delete that the file system refused (the message names the run)."""
+
+
+@dataclass(frozen=True)
+class CheckpointListing:
+    path: Path
+    step: int
+    complete: bool
+    reason: str | None
+    best: bool
+
+
+@dataclass(frozen=True)
+class RunListing:
+    name: str
+    path: Path
+    disk_bytes: int
+    checkpoints: tuple[CheckpointListing, ...]
+    preset: str | None = None
+    live: bool = False  # a trainer is writing it now (it listens to its control file)
+
+    @property
+    def complete_checkpoints(self) -> int:
+        return sum(1 for c in self.checkpoints if c.complete)
+
+
+@dataclass(frozen=True)
+class SavedTokenizer:
+    """A tokenizer read back from a model file, with a note when its recorded identity is
+    missing or differs."""
+
+    tokenizer: ByteBPETokenizer
+    note: str
+
+
+@dataclass(frozen=True)
+class RunStore:
+    root: Path
+
+    def display(self, path: Path | str) -> str:
+        """``path`` relative to the runs directory when it lies inside it."""
+        try:
+            return str(Path(path).relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    def scan(self) -> tuple[RunListing, ...]:
+        """Every run with its checkpoints and disk use (OSError when the folder is unreadable)."""
+        from minigpt_tui.engine.checkpoint.directory import list_checkpoints
+        from minigpt_tui.engine.runs import disk_use, list_runs
+        from minigpt_tui.engine.session.run_control import read_live
+
+        listings = []
+        for run in list_runs(self.root):
+            infos = list_checkpoints(run.checkpoints, include_incomplete=True)
+            complete = [info for info in infos if info.complete]
+            best_step = complete[-1].best_step if complete else None
+            checkpoints = tuple(
+                CheckpointListing(info.path, info.step, info.complete, info.reason,
+                                  best_step is not None and info.step == best_step)
+                for info in infos
+            )
+            try:
+                preset = str(run.read_json("config.json").get("preset"))
+            except (OSError, ValueError, AttributeError):
+                preset = None
+            try:
+                size = disk_use(run.path)
+            except OSError:
+                size = 0
+            live = read_live(run.path)
+            listings.append(RunListing(run.name, run.path, size, checkpoints, preset,
+                                       live is not None and live.listening))
+        return tuple(listings)
+
+    def resolve(self, spec: str) -> Path:
+        """A checkpoint folder from a path or ``RUN``, ``RUN:latest``, ``RUN:best``, ``RUN:STEP``."""
+        from minigpt_tui.engine.runs import resolve_checkpoint
+
+        return resolve_checkpoint(spec, self.root)
+
+    def is_run_folder(self, path: Path) -> bool:
+        """A folder directly inside the runs directory holding a run's config."""
+        return path.parent.resolve() == self.root.resolve() and (path / "config.json").is_file()
+
+    def rename(self, run_path: Path, new_name: str) -> Path:
+        from minigpt_tui.engine.runs import check_run_name, lock_run
+
+        check_run_name(new_name)
+        with lock_run(run_path):  # refused, naming the holder, while another process trains it
+            pass
+        target = run_path.parent / new_name
+        if target.exists():
+            raise ConfigError(f"a run named '{new_name}' already exists")
+        try:
+            run_path.rename(target)
+        except OSError as err:
+            raise RunStoreError(f"cannot rename {run_path.name}: {err.strerror or err}") from None
+        return target
+
+    def delete(self, run_path: Path) -> None:
+        """Delete a run folder; anything but a run folder of this directory is refused."""
+        from minigpt_tui.engine.runs import lock_run
+
+        if not self.is_run_folder(run_path):
+            raise ConfigError(f"{run_path} is not a run folder of {self.root}")
+        with lock_run(run_path):  # refused, naming the holder, while another process trains it
+            pass
+        try:
+            shutil.rmtree(run_path)
+        except OSError as err:
+            raise RunStoreError(f"cannot delete {run_path.name}: {err.strerror or err}") from None
+
+
+def read_saved_tokenizer(source: Path) -> SavedTokenizer:
+    """The tokenizer saved beside a model: our model file's merges tensor (read alone), or
+    a transformers folder's ``tokenizer.json`` mapped to our id layout."""
+    if source.name == HF_TOKENIZER_FILE:
+        from minigpt_tui.engine.interop.hf_tokenizer import read_tokenizer_json
+
+        return SavedTokenizer(read_tokenizer_json(source), f"read from {source.name}, in minigpt-tui's id layout")
+    return _read_merges(source)
+
+
+def _read_merges(model_file: Path) -> SavedTokenizer:
+    import numpy as np
+
+    from minigpt_tui.engine.checkpoint.safetensors_io import opening_errors, parse_record, read_header
+    from minigpt_tui.engine.errors import TokenizerError
+    from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+
+    header = read_header(model_file)
+    if not header.has(MERGES_TENSOR):
+        raise CheckpointError(f"{model_file.name} holds no '{MERGES_TENSOR}' tensor: no tokenizer saved here")
+    entry = header.entry(MERGES_TENSOR)
+    if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:
+        raise CheckpointError(f"{MERGES_TENSOR} must be U32 [n, 2], found {entry.dtype} {list(entry.shape)}")
+    with opening_errors(model_file, "a model file"), model_file.open("rb") as fh:
+        fh.seek(header.data_start + entry.begin)
+        raw = fh.read(entry.nbytes)
+    if len(raw) != entry.nbytes:
+        raise CheckpointError(f"{model_file}: the file ends inside {MERGES_TENSOR}")
+    pairs = np.frombuffer(raw, dtype="<u4").reshape(entry.shape).tolist()
+    try:
+        tokenizer = ByteBPETokenizer(tuple((int(a), int(b)) for a, b in pairs))
+    except TokenizerError as err:
+        raise CheckpointError(f"the saved tokenizer is invalid: {err}") from None
+    try:
+        recorded = parse_record(model_file, "tokenizer", header.metadata.get("tokenizer", "{}")).get("identity")
+    except (CheckpointError, AttributeError):
+        recorded = None
+    if recorded is None:
+        note = "no tokenizer identity is recorded in the metadata"
+    elif recorded != tokenizer.identity:
+        note = "warning: these merges do not match the tokenizer identity recorded in the metadata"
+    else:
+        note = ""
+    return SavedTokenizer(tokenizer, note)

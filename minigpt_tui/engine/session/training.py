@@ -1,0 +1,292 @@
+"""The one training loop: schedule, evaluation, checkpoints and metrics, for a new run, a
+resumed run and a warm start alike. ``minigpt-tui train``/``resume`` run it on the main
+thread; the app runs it on a thread worker. Both read the same events and send the same
+commands.
+
+The rules, in one place:
+
+- A checkpoint is due at an *interval* when an applied update reaches a multiple of
+  ``save_every``, and as *best* when a scheduled evaluation after update 1 or later sets a
+  new lowest validation loss (an extra evaluation never changes the best step, so it never
+  saves as best). Both are saved once per step, after that step's scheduled evaluation, as
+  one checkpoint whose reason joins them (``interval+best``).
+- Pausing saves when updates were made since the last successful save.
+- Stopping (a command, a signal, or the end of the schedule) saves when updates were made
+  since the last successful save, so a resumed run stopped before its first update does not
+  write its starting checkpoint again.
+- A save that fails is reported as :class:`Refused` and counted as not saved; the loop goes on.
+
+Commands take effect at the next update boundary, so pausing, evaluating off schedule and
+saving never change the trajectory.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+from minigpt_tui.engine.errors import MiniGPTError
+from minigpt_tui.engine.session.events import (
+    Command,
+    EvaluationDone,
+    EventSink,
+    Failed,
+    Finished,
+    FinishReason,
+    Paused,
+    ProbesScored,
+    Refused,
+    Resumed,
+    RunStarted,
+    SaveReason,
+    Saved,
+    UpdateDone,
+)
+from minigpt_tui.engine.session.plans import PreparedRun, RunPlan, prepare
+
+if TYPE_CHECKING:
+    from minigpt_tui.engine.session.run_control import RunControl
+    from minigpt_tui.engine.checkpoint.directory import Checkpointer
+    from minigpt_tui.engine.trainer import EvaluationRecord, Trainer, UpdateRecord
+
+DISCARDED = "not saved: quitting without saving"
+NO_RUN_FOLDER = "this run has no checkpoint directory"
+
+
+def improved_best(record: EvaluationRecord, best_step: int | None) -> bool:
+    """Whether this evaluation set the best step: a scheduled one with a validation loss
+    whose step the trainer now holds as best."""
+    return not record.extra and record.validation_loss is not None and best_step == record.step
+
+
+class TrainingSession:
+    """One run from preparation to its end. Build it anywhere (importing it loads no torch);
+    :meth:`run` prepares the run and trains on the calling thread; :meth:`send` may be called
+    from any thread, before or during the run."""
+
+    def __init__(
+        self,
+        plan: RunPlan | Callable[[], PreparedRun],
+        sink: EventSink,
+        *,
+        start_paused: bool = False,
+        stop_requested: Callable[[], bool] | None = None,
+    ) -> None:
+        self._prepare: Callable[[], PreparedRun] = plan if callable(plan) else (lambda: prepare(plan))
+        self._sink = sink
+        self._commands: queue.Queue[Command] = queue.Queue()
+        self._paused = start_paused
+        self._stop_requested = stop_requested or (lambda: False)
+        self._discarding = threading.Event()
+        self._control: RunControl | None = None  # the run folder's control file, on its writer
+        self.prepared: PreparedRun | None = None
+        self.unsaved_updates = 0
+        self.write_failure: MiniGPTError | None = None  # the metrics log could not be written
+
+    @classmethod
+    def for_trainer(cls, build: Callable[[], Trainer], sink: EventSink, *, checkpointer: Checkpointer | None = None,
+                    until: int | None = None, start_paused: bool = False) -> TrainingSession:
+        """A session over a trainer built by ``build`` with no run folder (no metrics file)."""
+        return cls(lambda: PreparedRun(build(), checkpointer=checkpointer, until=until), sink,
+                   start_paused=start_paused)
+
+    @property
+    def trainer(self) -> Trainer | None:
+        return self.prepared.trainer if self.prepared is not None else None
+
+    # -- any thread ---------------------------------------------------------------------
+    def send(self, command: Command) -> None:
+        self._commands.put(command)
+
+    def discard_saves(self) -> None:
+        """Refuse every save from now on (quitting without saving); takes effect at once."""
+        self._discarding.set()
+
+    # -- the loop -----------------------------------------------------------------------
+    def run_reporting_failures(self) -> None:
+        """:meth:`run` for a worker thread: a failure becomes a :class:`Failed` event."""
+        try:
+            self.run()
+        except MiniGPTError as err:
+            self._sink(Failed(str(err)))
+        except Exception as err:  # noqa: BLE001 - a worker must report, never die silently
+            self._sink(Failed(f"{type(err).__name__}: {err}"))
+
+    def run(self) -> Finished:
+        prepared = self._prepare()
+        self.prepared = prepared
+        if prepared.run is not None:  # followed through live.json, steered through control.jsonl
+            from minigpt_tui.engine.session.run_control import RunControl
+
+            self._control = RunControl(prepared.run.path)
+            self._sink = self._control.watching(self._sink)
+        try:
+            return self._train(prepared)
+        finally:
+            prepared.release()  # the run's lock: another process may write to it now
+
+    def _train(self, prepared: PreparedRun) -> Finished:
+        import torch
+
+        from minigpt_tui.engine.trainer import UpdateRecord, apply_precision, scheduled_work
+
+        trainer = prepared.trainer
+        apply_precision(trainer.config.train)
+        if prepared.summary is not None:
+            self._sink(prepared.summary)
+        tensors, scalars = trainer.parameter_counts
+        steps = trainer.config.train.steps
+        self._sink(RunStarted({"parameter_tensors": tensors, "parameter_scalars": scalars}, trainer.step, steps))
+        if self._paused:
+            self._sink(Paused(trainer.step))
+        work = scheduled_work(trainer, prepared.until)
+        save_every = trainer.config.train.save_every
+        due: list[str] = []
+        with torch.no_grad():  # grad mode is per thread; the trainer enables it per update
+            while True:
+                if self._apply_commands(trainer):
+                    return self._finish(trainer, FinishReason.STOPPED)
+                item = next(work, None)
+                if item is None:
+                    return self._finish(trainer, FinishReason.COMPLETED)
+                self._write_metric(item)
+                if isinstance(item, UpdateRecord):
+                    self.unsaved_updates += 1
+                    self._sink(UpdateDone(item, steps))
+                    if save_every and item.applied and trainer.step % save_every == 0:
+                        due.append(SaveReason.INTERVAL)
+                else:
+                    best_changed = improved_best(item, trainer.best_step)
+                    self._sink(EvaluationDone(item, trainer.best_step, best_changed))
+                    self._score_probes(trainer)
+                    if best_changed and trainer.step > 0:
+                        due.append(SaveReason.BEST)
+                # One checkpoint per step, after that step's scheduled evaluation.
+                if not trainer.evaluation_due():
+                    if due:
+                        self._save(trainer, "+".join(due))
+                    due = []
+
+    def _apply_commands(self, trainer: Trainer) -> bool:
+        """Apply waiting commands; block while paused. True means stop."""
+        if self.prepared is not None and self.prepared.agreement is not None:
+            return self._apply_agreed_commands(trainer)
+        while True:
+            self._read_control_file()
+            if self._stop_requested():
+                return True
+            try:
+                command = self._commands.get(block=self._paused, timeout=0.1 if self._paused else None)
+            except queue.Empty:
+                if self._paused:
+                    continue
+                return False
+            if command is Command.STOP:
+                return True
+            self._apply(command, trainer)
+            if not self._paused and self._commands.empty():
+                return False
+
+    def _apply_agreed_commands(self, trainer: Trainer) -> bool:
+        """Several processes: every rank applies the same commands at the same boundary (rank
+        0's, a stop requested anywhere stops all); while paused the ranks agree every 0.1 s."""
+        import time
+
+        assert self.prepared is not None and self.prepared.agreement is not None
+        while True:
+            self._read_control_file()
+            waiting: list[str] = []
+            while not self._commands.empty():
+                waiting.append(self._commands.get_nowait().value)
+            stop, agreed = self.prepared.agreement.agree(self._stop_requested(), waiting)
+            commands = [Command(value) for value in agreed]
+            if stop or Command.STOP in commands:
+                return True
+            for command in commands:
+                self._apply(command, trainer)
+            if not self._paused:
+                return False
+            time.sleep(0.1)
+
+    def _read_control_file(self) -> None:
+        if self._control is not None:
+            for command in self._control.poll(self._sink):
+                self._commands.put(command)
+
+    def _apply(self, command: Command, trainer: Trainer) -> None:
+        if command is Command.PAUSE and not self._paused:
+            self._paused = True
+            self._sink(Paused(trainer.step))
+            if self._checkpointer is not None and self.unsaved_updates:
+                self._save(trainer, SaveReason.PAUSE)
+        elif command is Command.RESUME and self._paused:
+            self._paused = False
+            self._sink(Resumed(trainer.step))
+        elif command is Command.EVALUATE:
+            record = trainer.evaluate(extra=True)
+            self._write_metric(record)
+            self._sink(EvaluationDone(record, trainer.best_step, False))
+        elif command is Command.SAVE:
+            self._save(trainer, SaveReason.MANUAL)
+
+    @property
+    def _checkpointer(self) -> Checkpointer | None:
+        return self.prepared.checkpointer if self.prepared is not None else None
+
+    def _save(self, trainer: Trainer, reason: str) -> None:
+        if self._discarding.is_set():
+            self._sink(Refused("save", DISCARDED))
+            return
+        if self._checkpointer is None:
+            self._sink(Refused("save", NO_RUN_FOLDER))
+            return
+        try:
+            path = self._checkpointer.save(trainer, str(reason))
+        except MiniGPTError as err:
+            self._sink(Refused("save", str(err)))
+            return
+        self.unsaved_updates = 0
+        self._sink(Saved(trainer.step, path, str(reason)))
+
+    def _score_probes(self, trainer: Trainer) -> None:
+        """Score the run's probes after a scheduled evaluation. Scoring reads the model in
+        evaluation mode and draws from no random stream, so it never changes the trajectory."""
+        from minigpt_tui.engine.probe_scores import score_probes
+
+        probes = self.prepared.probes if self.prepared is not None else None
+        if probes is None:
+            return
+        scores = score_probes(trainer.model, trainer.tokenizer, probes)
+        event = ProbesScored(trainer.step, probes.source, scores)
+        self._write_metric(event)
+        self._sink(event)
+
+    def _write_metric(self, item: UpdateRecord | EvaluationRecord | ProbesScored) -> None:
+        run = self.prepared.run if self.prepared is not None else None
+        if run is None:
+            return
+        if isinstance(item, ProbesScored):
+            record = {"kind": "probes", "step": item.step, "source": item.source,
+                      "probes": [score.to_json() for score in item.scores]}
+        elif hasattr(item, "exact_fields"):
+            record = {"kind": "update", **item.exact_fields(), "seconds": item.seconds,
+                      "tokens_per_second": item.tokens_per_second}
+        else:
+            record = {"kind": "evaluation", **asdict(item)}
+        try:
+            run.append_metric(record)
+        except MiniGPTError as err:  # stop at this boundary; the stop saves what it can
+            if self.write_failure is None:
+                self.write_failure = err
+                self._sink(Refused("metrics", f"{err}: stopping the run"))
+                self.send(Command.STOP)
+
+    def _finish(self, trainer: Trainer, reason: FinishReason) -> Finished:
+        if self.unsaved_updates and self._checkpointer is not None:
+            self._save(trainer, SaveReason.STOP)
+        finished = Finished(trainer.step, str(reason), trainer.state_digest())
+        self._sink(finished)
+        return finished

@@ -1,0 +1,210 @@
+"""What each screen's help (?) says: every key and every record it shows."""
+
+TRAINING_HELP = """\
+# Training
+
+Trains a run on a thread of its own; this screen shows what it does, live.
+
+## Keys
+| key | action |
+|---|---|
+| `space` | start a run (the next run shown in the summary); pause or resume it. A pause takes effect at the next complete update, so it never changes what is learned. |
+| `s` | save a checkpoint now (at the next update boundary) |
+| `e` | evaluate now: an extra evaluation row, which never changes the best step |
+| `x` | stop the run (it saves first when it has unsaved updates and saving is available) |
+| `n` | configure a new run: preset, corpus, updates, precision, seeds, save interval |
+| `o` | overlay another run's curves on the plot (from its `metrics.jsonl`) |
+| `w` | export this run's metrics to `metrics.csv` in its run directory |
+| `v` | on a narrow terminal, switch between the loss table and the plot |
+| `p` | show the probes table in place of the loss table (and back); the highlighted probe's probability is drawn on the plot |
+
+## Run summary
+- **run**: the run's name (its folder in the runs directory), its preset, and its parameters: the number of learned scalars in how many tensors (the tied token table counts once).
+- **precision**: `exact` trains in float64 on one thread with deterministic algorithms, so a paused, saved and resumed run gives bit-for-bit the same records as one never stopped; `fast` uses float32 and several threads.
+- **corpus**: where the records come from, how many are in the training and validation splits, and the corpus identity (SHA-256 over every record's split and bytes).
+- **tokenizer**: the byte-level BPE tokenizer learned from the training split: merges, vocabulary size (2 specials + 256 bytes + merges) and its identity (SHA-256 of its definition).
+
+## Progress
+The state (starting, running, paused, stopping, finished, stopped, failed), a bar of committed updates out of the schedule, the ETA from time spent running (pauses excluded), and the updates per second.
+
+## Loss table
+One row per update, newest at the bottom (the table keeps the latest few hundred rows):
+- **update**: committed updates after this one (an update skipped for a non-finite gradient keeps the count and is marked *skipped*).
+- **batch loss**: mean cross-entropy of this update's batch, in nats per predicted token, before the update was applied.
+- **lr**: the scheduled learning rate of this (1-based) update.
+- **grad norm**: global norm of the gradients before clipping.
+- **loss scale**: the loss-scaling factor used by this update (1 when scaling is off).
+- **tokens/s**: tokens processed per second by this update.
+
+Evaluation rows (**eval N**) hold the mean loss over the whole **train** and **validation** splits after update N. The lowest validation loss on schedule is marked **★ best**; an evaluation asked for with `e` is marked **extra** and never changes the best step.
+
+## Probes
+After every scheduled evaluation the run continues each probe's prompt greedily (the bundled probes, or the file given with `--probes`). One row per probe:
+- **match**: ✓ when the continuation is exactly the expected text followed by the end of the text.
+- **p**: the probability of the expected answer's first token at the first decision (small ones as 4e-3), and its **rank** (1 is the model's top choice).
+- **p by evaluation**: that probability at each evaluation so far, a full cell being 1.
+
+## Plot
+Batch loss per update (blue, averaged into buckets when there are more points than columns), train loss (orange) and validation loss (green) per evaluation; an overlaid run's curves appear under its name. With the probes table shown, the highlighted probe's probability (red) is drawn against the right axis, 0 to 1.
+
+## Events
+Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, the number of matching probes when it changes, refused actions with their reason, finished or stopped with the final state digest, and failures.
+"""
+
+
+CHECKPOINTS_HELP = """\
+# Checkpoints
+
+Runs in the runs directory (left) and what one checkpoint or file holds (right). Opening
+reads only the headers, so a file of any size opens at once; tensor bytes are read only for
+the statistics of one tensor, on a worker thread.
+
+## Keys
+| key | action |
+|---|---|
+| `enter` / click | in the tree: open that run (its latest checkpoint) or checkpoint; in Tensors: statistics of that tensor |
+| `o` | open any file or folder by path: a safetensors file from any tool, a checkpoint folder, a run folder |
+| `/` | filter the tensor entries (name, dtype, group or file contain the text); `escape` clears it |
+| `s` / `S` | in Tensors: sort by the next column / reverse the order (or click a column header) |
+| `1`–`8` | show a panel: Tensors, Detail, Aliases, State, Metadata, Integrity, Tokenizer, Compare |
+| `b` | below 150 columns: hide the runs panel so the panels take the whole width, or show it again. Leaving the tree with `tab` / `shift+tab`, or filtering with `/`, hides it too; focusing the tree shows it |
+| `v` | verify: hash every file against the manifest (reads the files) |
+| `p` | generate with this model: the Generation screen opens with it loaded |
+| `r` | resume training from this checkpoint, after a preflight list (what is restored, what a weights-only start would reset) |
+| `m` | compare with another checkpoint: changed tensors and differing state records |
+| `e` | rename the run under the cursor |
+| `d` | delete the run under the cursor (asks first) |
+| `f5` | read the runs directory again |
+
+## Runs tree
+Each run with its disk use (every file in its folder); beneath it its checkpoints, newest first,
+with the reason each was saved (interval, best, pause, manual, stop) and **★ best** on the checkpoint
+at the best validation step. *incomplete* marks a folder without a manifest (an interrupted save): it never loads.
+
+## Summary line
+The path opened, what kind of thing it is (checkpoint folder; portable model file; training-state file;
+a safetensors file made by another tool), and per file its size, header size and number of tensors.
+
+## Tensors
+One row per tensor entry in the file headers: **name**; **dtype** (F64, F32, BF16, U64, U32, U8…);
+**shape** ([] is a scalar); **elements** (product of the shape); **bytes** (elements × dtype size);
+**offsets**, the entry's begin–end byte range within the file's data section (after the 8-byte length and the JSON header);
+**group**, what the entry is for (learned, constants, tokenizer; in a training state: optimizer, schedule,
+data_progress, randomness, loss_scaling, accumulation, update_policy, evaluation); **file** (its name without `.safetensors`), when a folder holds two files.
+
+## Detail
+The chosen tensor's header record, then statistics computed from its bytes: min, max, mean, population standard
+deviation, fraction of exact zeros, NaN and infinity counts, and a histogram of the finite values in 20 equal-width bins.
+
+## Aliases
+Names that are not stored because they are another entry: a tied model stores its token table once, and
+`head.weight` is recorded as the transpose of `token_embedding.weight`. **name** is the absent entry, **target**
+the stored one, **transform** how to get one from the other, **use** where the model uses it.
+
+## State
+Records grouped by meaning, each group with a line saying what it is for: identities (SHA-256 of model, tokenizer,
+config, corpus), composition, model config, constants, tokenizer, special ids, parameters, provenance; and in a
+training state everything that decides the next update: schedule, optimizer, data position, random streams,
+loss scaling, accumulation, update policy, evaluation curve, the environment envelope, and whether bit-for-bit
+continuation is still promised.
+
+## Metadata
+The raw string-to-string metadata map of each file's header, exactly as stored (our records are JSON strings).
+
+## Integrity
+For a checkpoint folder, the manifest's result: whether it is complete (a manifest, written last, is present),
+each file's recorded size and SHA-256, whether the file is present and its size matches, and, after `v`, whether
+its SHA-256 matches. A single file has no manifest.
+
+## Tokenizer
+The byte-level BPE tokenizer saved in a model file: ids 0 and 1 are BOS and EOS, 2–257 the 256 bytes, and one id per
+merge from 258 in rank order. Each merge row shows its **rank**, the new **id**, the **left** and **right** ids it joins
+(with their pieces) and the merged **piece**. Type into the field to see the pieces and ids of any text
+(spaces show as ·, newlines as ↵).
+
+## Compare
+Against another checkpoint: each tensor's status (same bytes, changed with its largest absolute difference,
+reshaped, or only in one of the two), and every state record whose value differs.
+"""
+
+
+# -- worker results ---------------------------------------------------------------------------
+
+
+GENERATION_HELP = """\
+# Generation
+
+Steps through generation one next-token decision at a time. Each decision is one forward pass
+over the whole prefix (on a worker thread), one distribution over the vocabulary, and one
+chosen id.
+
+## Keys
+| key | action |
+|---|---|
+| `enter` | in the model field: load the model; in any other field: apply the settings and start over |
+| `n` | take one decision |
+| `r` | run: decide until a stop (EOS, the budget, or the context is full) |
+| `backspace` | step back one decision (the sampling generator is restored, so `n` redoes it exactly) |
+| `ctrl+r` | reset to the prompt (apply changed settings) |
+| `f` | force the highlighted candidate instead of the rule's choice at the selected decision; later decisions are undone and you continue from there |
+| `w` | save the trace (JSON: model, rule, prompt ids, every decision with logits and probabilities, output) |
+| `v` | on a small terminal, switch between the candidates and the attention view |
+| `l` | logit lens of the selected decision, in place of the candidates (again: back) |
+| `x` | contributions to the selected decision's logit (and to the highlighted candidate's) |
+| `h` | one head's whole attention pattern over the prefix; `[` `]` change the block, `{` `}` the head |
+| `m` | compare every decision with a second model (same tokenizer; `none` removes it) |
+| `escape` | leave the form for the candidate table |
+
+## Form
+- **model**: a checkpoint folder, a `model.safetensors` file, or `RUN:latest` / `RUN:best` / `RUN:STEP` for a run in the runs directory.
+- **prompt**: encoded with the model's own tokenizer, BOS first, no EOS.
+- **rule**: *greedy* takes the highest eligible logit (a tie goes to the smaller id). *sample* divides the logits by the **temp**erature, keeps the **top-k** highest, then the smallest set whose probability reaches **top-p**, renormalizes, and draws with its own generator seeded by **seed** (one draw per decision, so a forced decision does not shift later draws). Blank top-k / top-p means no cut.
+- **budget**: the most new ids to generate.
+
+## Prefix
+The ids the model sees next, as pieces: the prompt, then the generated pieces in bold; a forced piece is reversed.
+Spaces show as ·, newlines as ↵. The count is prefix length against the model's context.
+
+## Decisions
+One row per decision: its number (with `*` when you forced it), the chosen piece (reversed when forced) and its
+selection probability **p** (small ones as 4e-3). The highlighted row is the decision shown on the right; move it to look back.
+With a second model (`m`): **pB**, the chosen id's probability under the second model reading the same prefix (bold when
+the two models' top choices differ), and **KL**, KL(A||B) of the two distributions in nats (0: they agree exactly).
+
+## Inside a decision
+Computed on the worker from one extra forward pass over the decision's prefix.
+- **Lens** (`l`): for each layer (emb: the embeddings; bN: after block N) the last position passed through the final norm
+  and the head: the chosen id's **rank** and **p** there and the top ids (the chosen one highlighted); the sparkline shows
+  its rank by layer (a full cell is rank 1). The last row is exactly the model's own distribution.
+- **Parts** (`x`): the chosen logit split into the embedding, each head, each block's feed-forward part and (gpt2)
+  the attention output and final norm biases, as signed bars on the scale of the largest part. The final norm's scale is
+  taken at the final residual, so the parts add up to the logit.
+- **Head** (`h`): the whole attention pattern of one head, a row per query position and a column per key position;
+  a cell's height is its weight relative to the row's largest, bold from 0.5, dim under 0.1. It scrolls.
+
+## Decision line
+The chosen piece and id; the rule's own pick when you forced another; **entropy** of the raw distribution in nats
+(0: certain; ln V: uniform); how many ids the rule **retained** out of the **eligible** ones (BOS is never eligible);
+the uniform **draw** in [0, 1) under sampling.
+
+## Candidates
+The top ids of the selected decision by logit, plus the chosen id and the rule's pick if they rank lower,
+and the ineligible ids (BOS, which is never chosen) wherever they rank:
+- **rank**: 1-based by logit, ties by smaller id.
+- **logit**: the model's score for the last position.
+- **raw p**: softmax of all logits (the model's own distribution), with a bar scaled to the most probable candidate (it shows even when every probability is small).
+- **sel p**: the probability the rule selected from: zero outside the retained set (ineligible, cut by top-k or top-p); under greedy, the eligible softmax.
+- **elig**: ✓ when the id may be chosen at all, ✗ when not (BOS, forbidden ids).
+- **▶** before the rank marks the chosen id (bold; forced ones are also named in the decision line), **◇** the rule's own pick when another id was forced.
+
+## Attention
+For the selected decision, each layer's (**L**) and head's (**H**) attention weights from the last position over
+the prefix, one cell per position: the cell's height is the weight relative to the row's largest, bold from 0.5
+and dim under 0.1 (each row sums to 1); the axis above shows each position's first character (^ is BOS), and
+each row ends with its largest weight and where it falls.
+
+## Output
+While deciding: how many decisions of the budget. At the end: the **stop** reason (eos: the model chose EOS;
+budget: the budget is spent; context: the prefix fills the context), the generated **bytes** (EOS excluded),
+whether they are valid **UTF-8**, and the text (invalid bytes shown as �).
+"""

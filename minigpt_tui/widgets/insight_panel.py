@@ -1,0 +1,53 @@
+"""One panel for looking inside the selected decision: the logit lens, the contributions to
+its logit, or one head's whole pattern, one at a time.
+
+The session's :class:`InsightView` holds plain numbers built on the worker thread, so the
+panel only lays out text on the UI thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.widgets import ContentSwitcher
+
+from minigpt_tui.engine.session.insight import InsightView
+from minigpt_tui.widgets.contributions_view import ContributionsView
+from minigpt_tui.widgets.head_pattern_view import HeadPatternView
+from minigpt_tui.widgets.lens_view import LensView
+
+
+class InsightPanel(ContentSwitcher):
+    DEFAULT_CSS = """
+    InsightPanel { height: 1fr; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(initial="insight-lens", **kwargs)
+
+    def compose(self) -> Any:
+        yield LensView(id="insight-lens")
+        yield ContributionsView(id="insight-contributions")
+        yield HeadPatternView(id="insight-pattern")
+
+    @property
+    def kind(self) -> str:
+        return (self.current or "insight-lens").removeprefix("insight-")
+
+    def show_kind(self, kind: str) -> None:
+        self.current = f"insight-{kind}"
+
+    def show_insight(self, view: InsightView | None) -> None:
+        """Fill every view from ``view`` (None: back to the hints)."""
+        lens = self.query_one(LensView)
+        parts = self.query_one(ContributionsView)
+        pattern = self.query_one(HeadPatternView)
+        if view is None:
+            lens.show_lens(None)
+            parts.show_contributions(None)
+            pattern.show_pattern()
+            return
+        lens.show_lens(view.lens, view.chosen_id, view.chosen_piece, view.vocab_size)
+        parts.show_contributions(view.contributions or None)
+        pattern.show_pattern(view.pattern.layer, view.pattern.head, view.pattern.pieces, view.pattern.weights)
+

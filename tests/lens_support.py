@@ -1,0 +1,33 @@
+"""Models with large, varied logits for lens, contribution and contrast tests."""
+
+from __future__ import annotations
+
+import torch
+
+from minigpt_tui.engine.config import ModelConfig
+from minigpt_tui.engine.model import MiniGPT
+from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+
+BYTES_ONLY = ByteBPETokenizer()
+FAMILY_SHAPES = {
+    # llama with grouped kv heads (two query heads per kv head), gpt2 with its biases
+    "llama": ModelConfig(family="llama", width=16, heads=4, kv_heads=2, ffn=24, layers=3, context=32),
+    "gpt2": ModelConfig(family="gpt2", width=16, heads=4, kv_heads=4, ffn=24, layers=3, context=32),
+}
+
+
+def varied_model(family: str, seed: int = 3) -> MiniGPT:
+    """A float64 model whose norms and biases are not at their initial values and whose
+    logits span several units, so that a sum that misses a part shows."""
+    model = MiniGPT(FAMILY_SHAPES[family], BYTES_ONLY.vocab_size, torch.float64)
+    model.initialize(seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=generator, dtype=torch.float64)
+            if "norm" in name or name.endswith("bias"):
+                param.add_(0.5 * noise)
+            else:
+                param.mul_(40.0)
+    model.eval()
+    return model

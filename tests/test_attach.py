@@ -1,0 +1,146 @@
+"""Following a run another process writes: the control file, the live state, the tail that
+waits for a line being written, ``attach`` on a folder that is not a run, and the Training
+screen attached to a headless ``train`` in another process (Pilot)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from minigpt_tui.app import LaunchSettings, MiniGPTApp
+from minigpt_tui.engine.errors import ConfigError
+from minigpt_tui.engine.session.events import Command, Refused
+from minigpt_tui.engine.session.run_control import (
+    CONTROL_FILE,
+    LIVE_FILE,
+    RunControl,
+    TailReader,
+    parse_command,
+    read_live,
+    send_command,
+)
+from minigpt_tui.widgets.loss_table import LossTable
+from tests.app_support import run_async
+from tests.conftest import cli_command, cli_env
+from tests.test_app_training import key, wait_until
+
+
+def test_a_line_still_being_written_is_waited_for(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"ste')
+    reader = TailReader(path)
+    assert reader.read_lines() == ['{"step": 1}']
+    assert reader.read_lines() == []
+    with path.open("a") as fh:
+        fh.write('p": 2}\n')
+    assert reader.read_lines() == ['{"step": 2}']
+
+
+def test_garbage_in_the_control_file_is_reported_and_skipped(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    control = RunControl(tmp_path)
+    (tmp_path / CONTROL_FILE).write_text('{"command": "pause"}\nrm -rf /\n{"command": "launch"}\n{"command": "save"}\n')
+    reports: list[object] = []
+    assert control.poll(reports.append) == [Command.PAUSE, Command.SAVE]
+    assert [type(r) for r in reports] == [Refused, Refused]
+    assert all("\n" not in r.message for r in reports)  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="not a command"):
+        parse_command('{"command": 3}')
+
+
+def test_commands_written_before_the_trainer_started_are_not_replayed(tmp_path):
+    (tmp_path / CONTROL_FILE).write_text('{"command": "stop"}\n')
+    assert RunControl(tmp_path).poll(lambda _event: None) == []
+
+
+def test_a_run_that_is_not_listening_says_so(tmp_path):
+    with pytest.raises(ConfigError, match="is not a run folder"):
+        send_command(tmp_path, Command.PAUSE)
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="is not listening"):
+        send_command(tmp_path, Command.PAUSE)
+    # A writer that died while running: its live file names a process that is gone.
+    (tmp_path / LIVE_FILE).write_text(json.dumps({"state": "running", "step": 3, "steps": 9, "pid": 2**22 + 7,
+                                                  "host": __import__("socket").gethostname(), "listening": True}))
+    live = read_live(tmp_path)
+    assert live is not None and not live.listening and live.state == "ended"
+    with pytest.raises(ConfigError, match="is not listening"):
+        send_command(tmp_path, Command.PAUSE)
+    assert not (tmp_path / CONTROL_FILE).exists()
+
+
+def test_attach_to_a_folder_that_is_not_a_run_is_refused_in_one_line(tmp_path):
+    done = subprocess.run(cli_command("attach", str(tmp_path)), capture_output=True, text=True,
+                          env=cli_env(tmp_path), timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"minigpt-tui: error: {tmp_path} is not a run folder (it has no config.json)"
+
+
+def _live_state(run_dir: Path) -> str | None:
+    live = read_live(run_dir)
+    return live.state if live is not None else None
+
+
+@run_async
+async def test_the_app_follows_and_steers_a_headless_run_in_another_process(tmp_path):
+    runs = tmp_path / "runs"
+    trainer = subprocess.Popen(
+        cli_command("train", "--preset", "mini", "--steps", "200000", "--run", "headless", "--json"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path))
+    run_dir = runs / "headless"
+    try:
+        deadline = time.monotonic() + 60
+        while _live_state(run_dir) != "running" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _live_state(run_dir) == "running"
+        app = MiniGPTApp(LaunchSettings(runs_dir=runs, attach=run_dir), preload_engine=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            screen = app.training_screen
+            await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "running")
+            table = screen.query_one(LossTable)
+            await wait_until(pilot, lambda: len(table.rows) >= 5)  # live rows from the metrics file
+            seen = screen.run.step
+            await wait_until(pilot, lambda: screen.run.step > seen)  # still following
+            await key(pilot, "space")
+            await wait_until(pilot, lambda: _live_state(run_dir) == "paused")
+            await wait_until(pilot, lambda: screen.run.state == "paused")
+            paused_at = read_live(run_dir).step  # type: ignore[union-attr]
+            await pilot.pause(0.5)
+            metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+            assert max(r["step"] for r in metrics if r["kind"] == "update") == paused_at  # the trainer holds
+            await key(pilot, "space")
+            await wait_until(pilot, lambda: _live_state(run_dir) == "running")
+            await wait_until(pilot, lambda: screen.run.step > paused_at)
+            await key(pilot, "x")
+            await wait_until(pilot, lambda: screen.run.state == "stopped")
+        assert trainer.wait(timeout=60) == 0
+        assert _live_state(run_dir) == "stopped"
+        assert list((run_dir / "checkpoints").glob("step-*/manifest.json"))  # the stop saved
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()
+
+
+def test_the_runs_tree_marks_live_runs(tmp_path):
+    import os
+    import socket
+
+    from minigpt_tui.engine.session.run_store import RunStore
+    from minigpt_tui.widgets.run_tree import run_label
+
+    for name in ("live-run", "ended-run"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"preset": "mini"}))
+    (tmp_path / "live-run" / LIVE_FILE).write_text(json.dumps(
+        {"state": "running", "step": 1, "steps": 9, "pid": os.getpid(), "host": socket.gethostname(), "listening": True}))
+    (tmp_path / "ended-run" / LIVE_FILE).write_text(json.dumps(
+        {"state": "finished", "step": 9, "steps": 9, "pid": os.getpid(), "host": socket.gethostname(), "listening": False}))
+    listings = {listing.name: listing for listing in RunStore(tmp_path).scan()}
+    assert listings["live-run"].live and not listings["ended-run"].live
+    assert "● live" in run_label(listings["live-run"]).plain
+    assert "live" not in run_label(listings["ended-run"]).plain

@@ -1,0 +1,193 @@
+"""Several processes with torch.distributed (gloo on the CPU): exact resume across processes,
+one process against two, a world-size change, a rank that dies, two nodes on localhost, and
+the launch settings that are refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import cli_command, cli_env
+
+MINI_DOCUMENT_ORDER = """
+[train]
+batch_policy = "document_order"
+steps = 4
+eval_every = 0
+save_every = 0
+microbatches = {microbatches}
+"""
+
+
+def run(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(cli_command(*args), capture_output=True, text=True, env=cli_env(tmp_path), timeout=timeout)
+
+
+def run_json(tmp_path: Path, *args: str) -> dict:
+    done = run(tmp_path, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("minigpt-tui: error")]
+
+
+@pytest.mark.slow
+def test_verify_in_two_processes_resumes_bit_for_bit(tmp_path):
+    """Saved at update 2 by two processes, ended, resumed in two new processes to update 4:
+    every record and every digest equals the uninterrupted two-process run (tiny: dropout,
+    recomputation, loss scaling and accumulation all on)."""
+    result = run_json(tmp_path, "verify", "--preset", "tiny", "--nproc", "2", "--keep", str(tmp_path / "verify"))
+    assert result["processes"] == 2
+    assert result["all_equal"], [c for c in result["comparisons"] if not c["equal"]]
+    checkpoint = tmp_path / "verify" / "saved" / "checkpoints" / "step-000002" / "training.safetensors"
+    tensors = load_file(checkpoint)
+    assert tensors["ranks.world_size"].tolist() == [2]
+    assert {"ranks.1.data.cursor", "ranks.1.data.epoch", "ranks.1.randomness.dropout"} <= set(tensors)
+    # Each rank has its own dropout stream and its own share of the document order.
+    assert tensors["ranks.1.randomness.dropout"][0] != tensors["randomness.dropout"][0]
+    assert tensors["ranks.1.data.cursor"].tolist() != tensors["data.cursor"].tolist()
+
+
+@pytest.mark.slow
+def test_two_processes_agree_with_one_process_over_the_same_global_batch(tmp_path):
+    """Two processes of one microbatch each and one process accumulating two microbatches see
+    the same examples; float64 results agree within 1e-9 (the sums run in another order)."""
+    one_config = tmp_path / "one.toml"
+    one_config.write_text(MINI_DOCUMENT_ORDER.format(microbatches=2))
+    two_config = tmp_path / "two.toml"
+    two_config.write_text(MINI_DOCUMENT_ORDER.format(microbatches=1))
+    one = run_json(tmp_path, "train", "--preset", "mini", "--config", str(one_config), "--run", "one")
+    two = run_json(tmp_path, "train", "--preset", "mini", "--config", str(two_config), "--run", "two", "--nproc", "2")
+    assert two["world_size"] == 2 and two["global_batch"] == one["global_batch"] == 16
+    assert [u["batch"] for u in two["updates"]] == [u["batch"] for u in one["updates"]]
+    for a, b in zip(one["updates"], two["updates"], strict=True):
+        assert a["valid_targets"] == b["valid_targets"]
+        assert abs(a["loss"] - b["loss"]) <= 1e-9
+        assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-9
+    weights_one = load_file(Path(one["checkpoints"][-1]) / "model.safetensors")
+    weights_two = load_file(Path(two["checkpoints"][-1]) / "model.safetensors")
+    assert weights_one.keys() == weights_two.keys()
+    for name, value in weights_one.items():
+        if value.is_floating_point():
+            assert torch.allclose(value, weights_two[name], rtol=0, atol=1e-9), name
+
+
+@pytest.mark.slow
+def test_world_size_change_is_refused_unless_allowed(tmp_path):
+    saved = run_json(tmp_path, "train", "--preset", "tiny", "--until", "2", "--run", "saved", "--nproc", "2")
+    checkpoint = saved["checkpoints"][-1]
+    before = {p.name: p.read_bytes() for p in Path(checkpoint).iterdir()}
+    refused = run(tmp_path, "resume", "--checkpoint", checkpoint, "--json")
+    assert refused.returncode == 1
+    assert error_lines(refused.stderr) == [refused.stderr.strip()]
+    assert "saved by 2 processes, this run has 1" in refused.stderr and "--allow-world-size-change" in refused.stderr
+    assert {p.name: p.read_bytes() for p in Path(checkpoint).iterdir()} == before
+    resumed = run_json(tmp_path, "resume", "--checkpoint", checkpoint, "--allow-world-size-change")
+    assert resumed["step"] == 4 and resumed["world_size"] == 1
+    assert not resumed["continuation"]["bitwise_promised"]
+    assert any("world size changed at step 2: 2 -> 1" in note for note in resumed["continuation"]["notes"])
+    # Rank 0's share of the document order continues where the two processes left it.
+    assert resumed["updates"][0]["batch"][0] == saved["progress"]["next_batch"][0]
+
+
+def _rank_pid(runs_dir: Path, rank: int) -> int | None:
+    wanted = {f"MINIGPT_TUI_RUNS_DIR={runs_dir}".encode(), f"RANK={rank}".encode()}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = set((entry / "environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if wanted <= environ:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the rank's process through /proc")
+def test_a_rank_that_dies_ends_the_run_and_the_last_checkpoint_resumes(tmp_path):
+    config = tmp_path / "long.toml"
+    config.write_text("[train]\nsteps = 400\neval_every = 0\nsave_every = 2\nkeep_last = 1000\n")
+    launcher = subprocess.Popen(
+        cli_command("train", "--preset", "mini", "--config", str(config), "--run", "dies", "--nproc", "2", "--json"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path),
+    )
+    checkpoints = tmp_path / "runs" / "dies" / "checkpoints"
+    deadline = time.monotonic() + 90
+    while not (checkpoints / "step-000004").is_dir() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pid = _rank_pid(tmp_path / "runs", 1)
+    assert pid is not None and (checkpoints / "step-000004").is_dir()
+    os.kill(pid, signal.SIGKILL)
+    _, stderr = launcher.communicate(timeout=60)
+    assert launcher.returncode == 1
+    assert len(error_lines(stderr)) == 1, stderr
+    assert "Traceback" not in stderr
+    latest = sorted(p for p in checkpoints.iterdir() if p.name.startswith("step-"))[-1]
+    assert run(tmp_path, "inspect", str(latest), "--verify", "--json").returncode == 0
+    step = int(latest.name.removeprefix("step-"))
+    resumed = run_json(tmp_path, "resume", "--checkpoint", str(latest), "--nproc", "2", "--until", str(step + 1))
+    assert resumed["step"] == step + 1 and resumed["continuation"]["bitwise_promised"]
+
+
+@pytest.mark.slow
+def test_two_nodes_on_localhost_train_as_two_processes(tmp_path):
+    """Two single-process nodes meeting at a c10d rendezvous on localhost give the records
+    of ``--nproc 2`` bit for bit."""
+    reference = run_json(tmp_path, "train", "--preset", "tiny", "--run", "reference", "--nproc", "2")
+    port = free_port()
+    node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes",
+            "-m", "minigpt_tui", "--", "train", "--preset", "tiny", "--run", "nodes", "--json"]
+    nodes = [subprocess.Popen(node, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path))
+             for _ in range(2)]
+    outputs = [p.communicate(timeout=120) for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], [err[-2000:] for _, err in outputs]
+    reports = [json.loads(out) for out, _ in outputs if out.strip()]
+    assert len(reports) == 1  # rank 0 alone reports
+    (report,) = reports
+    assert report["world_size"] == 2
+    assert report["updates"] == reference["updates"]
+    assert report["state_digest"] == reference["state_digest"]
+
+
+def test_bad_launch_settings_are_refused_in_one_line(tmp_path):
+    zero = run(tmp_path, "train", "--preset", "tiny", "--nproc", "0")
+    assert zero.returncode == 1 and zero.stderr.strip() == "minigpt-tui: error: --nproc must be at least 1, got 0"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        taken = run(tmp_path, "train", "--preset", "tiny", "--nproc", "2", "--port", str(port))
+    assert taken.returncode == 1
+    assert taken.stderr.strip() == f"minigpt-tui: error: port {port} is in use: choose another --port or leave it out"
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.slow
+def test_more_processes_than_training_examples_is_refused(tmp_path):
+    done = run(tmp_path, "train", "--preset", "tiny", "--nproc", "4")
+    assert done.returncode == 1
+    assert error_lines(done.stderr) == [
+        "minigpt-tui: error: 4 processes but the training split has only 3 examples: each process needs at least one"
+    ]
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,120 @@
+"""The training session's rules, the same for the command line and the app: when a
+checkpoint is due (interval, best, pause, stop), which run a resume continues in, and a
+refused start leaving nothing on disk."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from minigpt_tui.engine.checkpoint.directory import Checkpointer, list_checkpoints
+from minigpt_tui.engine.config import load_config
+from minigpt_tui.engine.errors import CorpusError
+from minigpt_tui.engine.runs import RunDirectory
+from minigpt_tui.engine.session.events import (
+    Command,
+    EvaluationDone,
+    Finished,
+    RunSummary,
+    Saved,
+    UpdateDone,
+)
+from minigpt_tui.engine.session.plans import NewRun, ResumeRun, run_for_checkpoint
+from minigpt_tui.engine.session.training import TrainingSession, improved_best
+from minigpt_tui.engine.trainer import EvaluationRecord
+from tests.checkpoint_support import make_trainer
+
+
+def _evaluation(step: int, *, extra: bool = False, validation: float | None = 1.0) -> EvaluationRecord:
+    return EvaluationRecord(step, 2.0, validation, 10, 5 if validation is not None else 0, extra)
+
+
+def test_only_a_scheduled_evaluation_with_a_validation_loss_sets_the_best():
+    assert improved_best(_evaluation(50), best_step=50)
+    assert not improved_best(_evaluation(50, extra=True), best_step=50)  # extra at the best step
+    assert not improved_best(_evaluation(50, validation=None), best_step=50)
+    assert not improved_best(_evaluation(100), best_step=50)
+
+
+def test_an_extra_evaluation_at_the_best_step_does_not_save_as_best(tmp_path):
+    run = RunDirectory.create(tmp_path / "runs", "best", "mini")
+    events: list = []
+    session: TrainingSession
+
+    def sink(event):
+        events.append(event)
+        if isinstance(event, EvaluationDone) and event.best_changed and event.record.step == 50:
+            session.send(Command.EVALUATE)
+
+    trainer = make_trainer("mini", train={"steps": 100, "save_every": 0})
+    session = TrainingSession.for_trainer(lambda: trainer, sink, checkpointer=Checkpointer(run, keep_last=10))
+    session.run()
+    extra = [e for e in events if isinstance(e, EvaluationDone) and e.record.extra]
+    assert [(e.record.step, e.best_changed) for e in extra] == [(50, False)]
+    reasons = [e.reason for e in events if isinstance(e, Saved)]
+    assert reasons.count("best") + reasons.count("interval+best") == sum(
+        1 for e in events if isinstance(e, EvaluationDone) and e.best_changed and e.record.step > 0)
+
+
+def _saved_run(tmp_path, updates: int = 2) -> RunDirectory:
+    config = load_config("tiny")
+    session = TrainingSession(NewRun(config, tmp_path / "runs", "first", until=updates), lambda e: None)
+    session.run()
+    assert session.prepared is not None and session.prepared.run is not None
+    return session.prepared.run
+
+
+def test_a_resumed_run_stopped_before_its_first_update_writes_nothing_new(tmp_path):
+    run = _saved_run(tmp_path)
+    before = [c.path for c in list_checkpoints(run.checkpoints)]
+    events: list = []
+    session = TrainingSession(ResumeRun(before[-1], tmp_path / "runs"), events.append, stop_requested=lambda: True)
+    finished = session.run()
+    assert finished.reason == "stopped" and finished.step == 2
+    assert not [e for e in events if isinstance(e, Saved)]
+    assert [c.path for c in list_checkpoints(run.checkpoints)] == before
+
+
+def test_a_stop_after_updates_saves_them_once(tmp_path):
+    events: list = []
+    session: TrainingSession
+
+    def sink(event):
+        events.append(event)
+        if isinstance(event, UpdateDone) and event.record.step == 3:
+            session.send(Command.STOP)
+
+    session = TrainingSession(NewRun(load_config("tiny"), tmp_path / "runs", "stopped"), sink)
+    session.run()
+    assert [(e.step, e.reason) for e in events if isinstance(e, Saved)] == [(3, "stop")]
+    assert isinstance(events[-1], Finished) and events[-1].reason == "stopped"
+
+
+def test_a_resume_continues_in_the_run_folder_only_when_it_is_a_run(tmp_path):
+    run = _saved_run(tmp_path)
+    checkpoint = list_checkpoints(run.checkpoints)[-1].path
+    config = load_config("tiny")
+    assert run_for_checkpoint(checkpoint, tmp_path / "runs", config) == run
+    (run.path / "config.json").unlink()  # checkpoints/ inside a folder that is not a run
+    other = run_for_checkpoint(checkpoint, tmp_path / "runs", config)
+    assert other != run and other.name.startswith("resumed-tiny-")
+    assert (other.path / "config.json").is_file()
+
+
+def test_a_new_run_announces_its_summary_and_writes_its_identities(tmp_path):
+    events: list = []
+    TrainingSession(NewRun(load_config("tiny"), tmp_path / "runs", "named", until=1), events.append).run()
+    summary = events[0]
+    assert isinstance(summary, RunSummary) and summary.run_name == "named" and summary.start_step == 0
+    identities = json.loads((tmp_path / "runs" / "named" / "identities.json").read_text())
+    assert identities["tokenizer"]["identity"] == summary.tokenizer_identity
+    assert identities["corpus"]["identity"] == summary.corpus_identity
+
+
+def test_a_refused_start_leaves_nothing_on_disk(tmp_path):
+    config = load_config("tiny", overrides={"corpus": {"source": str(tmp_path / "missing.txt")}})
+    with pytest.raises(CorpusError):
+        TrainingSession(NewRun(config, tmp_path / "runs", "never"), lambda e: None).run()
+    assert not (tmp_path / "runs" / "never").exists()
+
