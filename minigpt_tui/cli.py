@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "minigpt_tui.commands.interop",
     "minigpt_tui.commands.checkpoints",
     "minigpt_tui.commands.generate",
+    "minigpt_tui.commands.cache",
     "minigpt_tui.commands.contrast",
     "minigpt_tui.commands.attach",
 )

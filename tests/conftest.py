@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _isolated_runs_dir(tmp_path, monkeypatch):
     """No test writes to the user's data directory."""
     monkeypatch.setenv("MINIGPT_TUI_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("MINIGPT_TUI_CACHE_DIR", str(tmp_path / "token-cache"))
 
 
 def cli_command(*args: str) -> list[str]:
@@ -22,6 +23,7 @@ def cli_command(*args: str) -> list[str]:
 def cli_env(tmp_path: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["MINIGPT_TUI_RUNS_DIR"] = str(tmp_path / "runs")
+    env["MINIGPT_TUI_CACHE_DIR"] = str(tmp_path / "token-cache")
     env.pop("PYTHONHASHSEED", None)
     return env
 

@@ -276,7 +276,7 @@ async def test_new_run_form_starts_a_named_run_with_one_seed(tmp_path):
         assert screen.run.summary.run_name == "seeded"
     config = json.loads((tmp_path / "runs" / "seeded" / "config.json").read_text())
     derived = SeedConfig.derive(7)
-    assert config["seeds"] == {k: getattr(derived, k) for k in ("init", "data", "dropout", "sampling")}
+    assert config["seeds"] == {k: getattr(derived, k) for k in ("init", "data", "dropout", "sampling", "evaluation")}
     assert config["train"]["steps"] == 3 and config["train"]["save_every"] == 2
     assert (tmp_path / "runs" / "seeded" / "checkpoints" / "step-000002").is_dir()
 

@@ -18,7 +18,17 @@ from minigpt_tui.commands.launch import add_process_arguments, joined_world, lau
 from minigpt_tui.engine.printable import escape_controls
 
 # The three-process experiment per preset: save after CUT updates, resume to END.
-EXPERIMENTS = {"tiny": (2, 4), "mini": (300, 600)}
+EXPERIMENTS = {"tiny": (2, 4), "mini": (300, 600), "stream": (30, 60)}
+# The stream experiment: the mini model on the bundled patterns corpus as a token stream,
+# windows drawn at random offsets, bounded evaluation of fixed batches every 10 updates.
+STREAM_EXPERIMENT = """\
+[corpus]
+source = "bundled:patterns.txt"
+mode = "stream"
+[train]
+eval_every = 10
+eval_batches = 2
+"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,7 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     inspect.set_defaults(handler=run_inspect)
 
     verify = subparsers.add_parser("verify", help="run the exact-resume experiment in fresh processes")
-    verify.add_argument("--preset", choices=sorted(EXPERIMENTS), default="tiny")
+    verify.add_argument("--preset", choices=sorted(EXPERIMENTS), default="tiny",
+                        help="experiment: tiny, mini, or stream (the mini model on a token stream)")
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.add_argument("--keep", metavar="DIR", help="keep the experiment's runs in DIR")
     verify.add_argument("--nproc", type=int, help="run every step of the experiment in N processes")
@@ -218,14 +229,20 @@ def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> 
 
     env = dict(os.environ)
     env["MINIGPT_TUI_RUNS_DIR"] = str(runs_dir)
+    env["MINIGPT_TUI_CACHE_DIR"] = str(runs_dir / "token-cache")
+    setting = ["--preset", preset]
+    if preset == "stream":
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        (runs_dir / "stream.toml").write_text(STREAM_EXPERIMENT, "utf-8")
+        setting = ["--preset", "mini", "--config", str(runs_dir / "stream.toml")]
     saved_at = f"saved:step-{cut}"
-    saved = _run_json(command_line("train", "--preset", preset, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
+    saved = _run_json(command_line("train", *setting, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
     resumed = _run_json(
         command_line("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
     )
-    straight = _run_json(command_line("train", "--preset", preset, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
+    straight = _run_json(command_line("train", *setting, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
     warm = _run_json(
-        command_line("train", "--preset", preset, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
+        command_line("train", *setting, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
         env,
         "warm-start",
     )

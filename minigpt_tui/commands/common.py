@@ -68,7 +68,7 @@ def runs_dir_from_args(args: argparse.Namespace) -> Any:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="mini", help="preset: tiny, mini or small (default: mini)")
+    parser.add_argument("--preset", default="mini", help="preset: tiny, mini, small or text (default: mini)")
     parser.add_argument("--config", help="TOML file whose sections override the preset")
     parser.add_argument("--corpus", help="UTF-8 text file (one record per line or paragraphs) or folder")
     parser.add_argument("--val-every", type=int, help="every Nth record is validation: 0 (none) or 2 to 1,000,000,000")

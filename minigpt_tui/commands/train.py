@@ -148,6 +148,8 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "optimizer_digest": trainer.optimizer_digest(),
         "progress": trainer.progress(),
         "corpus_identity": trainer.setup.corpus.identity,
+        "data": trainer.data_summary(),
+        "evaluation_rule": trainer.evaluation_rule,
         "tokenizer_identity": trainer.tokenizer.identity,
         "checkpoints": recorder.saved,
         "run_dir": str(prepared.run.path),
@@ -224,6 +226,11 @@ def print_summary(result: dict[str, Any]) -> None:
     table.add_column("value")
     table.add_row("preset", result["preset"])
     table.add_row("parameters", f"{result['parameter_scalars']} in {result['parameter_tensors']} tensors")
+    data = result["data"]
+    if data["mode"] == "stream":
+        table.add_row("corpus", f"stream of {data['train_tokens']:,} train + {data['validation_tokens']:,} "
+                      f"validation tokens, {data['train_windows']:,} windows")
+    table.add_row("evaluation", result["evaluation_rule"])
     table.add_row("updates", f"{result['step']} of {result['steps']}")
     if result["updates"]:
         table.add_row("last batch loss", f"{result['updates'][-1]['loss']:.6f}")

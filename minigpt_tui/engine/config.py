@@ -24,6 +24,7 @@ FAMILIES = ("llama", "gpt2")
 # master weights (fp16 with the bounded loss scaler always on).
 PRECISIONS = ("exact", "fast", "bf16", "fp16")
 BATCH_POLICIES = ("replacement", "document_order")
+CORPUS_MODES = ("records", "stream")
 SCHEDULES = ("constant", "cosine")
 GELU_APPROXIMATIONS = ("tanh", "none")
 U64_MAX = 2**64 - 1
@@ -52,6 +53,9 @@ class ModelConfig:
 @dataclass(frozen=True)
 class TokenizerConfig:
     merges: int = 32
+    # Learn the merges from the leading training records up to this many UTF-8 bytes
+    # (whole records; at least one); 0: from the whole training split.
+    train_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,9 @@ class CorpusConfig:
     source: str = "bundled:teaching.txt"
     # Record i (1-based, in file order) is validation when i % val_every == 0; 0: none.
     val_every: int = 4
+    # records: one padded example (or several windows) per record. stream: every record
+    # joined as BOS text EOS into one token array per split; examples are full windows.
+    mode: str = "records"
 
 
 @dataclass(frozen=True)
@@ -68,12 +75,13 @@ class SeedConfig:
     data: int = 101
     dropout: int = 0
     sampling: int = 31415
+    evaluation: int = 0  # draws the fixed batches of bounded evaluation
 
     @staticmethod
     def derive(seed: int) -> "SeedConfig":
-        """Four independent stream seeds from one user seed (SHA-256 of seed and name)."""
+        """Independent stream seeds from one user seed (SHA-256 of seed and name)."""
         values = {}
-        for name in ("init", "data", "dropout", "sampling"):
+        for name in ("init", "data", "dropout", "sampling", "evaluation"):
             digest = hashlib.sha256(f"minigpt-tui/{name}/{seed}".encode()).digest()
             values[name] = int.from_bytes(digest[:8], "little")
         return SeedConfig(**values)
@@ -104,6 +112,9 @@ class TrainConfig:
     loss_scale_backoff_factor: float = 0.5
     eval_every: int = 50
     eval_batch_size: int = 8
+    # 0: evaluate the complete splits. N: N fixed batches per split, drawn once from
+    # seeds.evaluation; a split that N batches would cover anyway is evaluated completely.
+    eval_batches: int = 0
     monitor_tokens: int = 0
     precision: str = "exact"
     threads: int = 1
@@ -140,6 +151,26 @@ class RunConfig:
     @property
     def dtype_name(self) -> str:
         return "float64" if self.train.precision == "exact" else "float32"
+
+
+# Settings added after checkpoints were first written, with the value that reproduces the
+# earlier behaviour. At that value they are left out of a config's identity, so a checkpoint
+# saved before they existed keeps its identity and still resumes.
+LATER_SETTINGS: dict[tuple[str, str], Any] = {
+    ("corpus", "mode"): "records",
+    ("tokenizer", "train_bytes"): 0,
+    ("seeds", "evaluation"): 0,
+    ("train", "eval_batches"): 0,
+}
+
+
+def identity_form(config: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config as its identity sees it: later settings at their earlier value dropped."""
+    data = json.loads(json.dumps(config))
+    for (section, name), value in LATER_SETTINGS.items():
+        if data.get(section, {}).get(name, value) == value:
+            data.get(section, {}).pop(name, None)
+    return data
 
 
 _SECTIONS: dict[str, type] = {
@@ -264,8 +295,14 @@ def validate(config: RunConfig) -> None:
     need(m.rope_base > 0, "model.rope_base must be positive")
     need(m.gelu_approximation in GELU_APPROXIMATIONS, "model.gelu_approximation: tanh or none")
     need(config.tokenizer.merges >= 0, "tokenizer.merges must be 0 or more")
+    need(config.tokenizer.train_bytes >= 0, "tokenizer.train_bytes must be 0 (all) or positive")
     need(c.val_every >= 0 and c.val_every != 1, "corpus.val_every must be 0 (none) or at least 2")
-    for name in ("init", "data", "dropout", "sampling"):
+    need(c.mode in CORPUS_MODES, f"corpus.mode must be one of {CORPUS_MODES}, got '{c.mode}'")
+    need(
+        c.mode != "stream" or t.batch_policy == "replacement",
+        "corpus.mode = \"stream\" draws windows with replacement: set train.batch_policy = \"replacement\"",
+    )
+    for name in ("init", "data", "dropout", "sampling", "evaluation"):
         value = getattr(s, name)
         need(0 <= value <= U64_MAX, f"seeds.{name} must be an unsigned 64-bit integer")
     need(t.steps >= 1, "train.steps must be at least 1")
@@ -288,6 +325,7 @@ def validate(config: RunConfig) -> None:
     need(t.loss_scale_growth_interval >= 1, "train.loss_scale_growth_interval must be at least 1")
     need(t.eval_every >= 0, "train.eval_every must be 0 (off) or positive")
     need(t.eval_batch_size >= 1, "train.eval_batch_size must be at least 1")
+    need(t.eval_batches >= 0, "train.eval_batches must be 0 (complete splits) or positive")
     need(t.monitor_tokens >= 0, "train.monitor_tokens must be 0 or more")
     need(t.precision in PRECISIONS, f"train.precision must be one of {PRECISIONS}")
     need(t.threads >= 1, "train.threads must be at least 1")

@@ -127,7 +127,7 @@ def load_corpus(config: CorpusConfig) -> Corpus:
         if path.is_dir():
             files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
             if not files:
-                raise CorpusError(f"corpus folder {path} has no files")
+                raise CorpusError(f"corpus folder {path} has no text files")
             texts = [t for f in files for t in parse_records(_read_text(f))]
         else:
             texts = parse_records(_read_text(path))

@@ -22,6 +22,10 @@ class TokenizerError(MiniGPTError):
     """A tokenizer that cannot be built, read or used as asked."""
 
 
+class CacheError(MiniGPTError):
+    """A token cache that cannot be written, read back or cleared."""
+
+
 class CheckpointError(MiniGPTError):
     """A malformed, incomplete or incompatible checkpoint file or directory."""
 

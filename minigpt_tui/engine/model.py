@@ -5,6 +5,11 @@ rotate-half convention, SwiGLU feed-forward, no biases, optional grouped kv head
 head h reads kv head h // (heads / kv_heads)). ``gpt2`` follows GPT2LMHeadModel: a learned
 position table, LayerNorm with bias, GELU (declared approximation) MLP, biases.
 
+Attention is computed explicitly (scores, causal mask, softmax, weights @ values) unless
+the model is built with ``fused_attention`` (fast precision): then a forward that needs
+no attention weights and no attention dropout calls ``scaled_dot_product_attention``.
+The explicit path is the definition; the fused one agrees with it to rounding.
+
 Dropout masks come from a counter-based stream keyed by (seed, counter). A forward call
 is given the base counter and returns how many random values it consumed, so the caller
 advances the counter outside any recomputed region: recomputation regenerates the same
@@ -79,9 +84,10 @@ def rope_tables(positions: Tensor, head_dim: int, base: float, dtype: torch.dtyp
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, fused: bool = False) -> None:
         super().__init__()
         self.config = config
+        self.fused = fused
         bias = config.family == "gpt2"
         hd = config.head_dim
         self.q_proj = nn.Linear(config.width, config.heads * hd, bias=bias, dtype=dtype)
@@ -96,7 +102,10 @@ class Attention(nn.Module):
         dropout: DropoutKey | None,
         offset: int,
         cache: tuple[Tensor, Tensor] | None,
-    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor]]:
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
+        """Output, attention weights [B, H, T, S] (None when the fused path ran) and the
+        new key/value cache."""
         c = self.config
         b, t, _ = x.shape
         hd = c.head_dim
@@ -116,8 +125,13 @@ class Attention(nn.Module):
             k = k.repeat_interleave(groups, dim=1)
             v = v.repeat_interleave(groups, dim=1)
         s = k.shape[2]
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
         past = s - t
+        attention_dropout = dropout is not None and c.dropout > 0
+        if self.fused and not need_weights and not attention_dropout and (past == 0 or t == 1):
+            # Causal from the start, or one new position that sees every cached one.
+            fused = F.scaled_dot_product_attention(q, k, v, is_causal=past == 0)
+            return self.o_proj(fused.transpose(1, 2).reshape(b, t, c.heads * hd)), None, new_cache
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
         causal = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(diagonal=past)
         scores = scores.masked_fill(~causal, float("-inf"))
         weights = torch.softmax(scores, dim=-1)
@@ -148,7 +162,7 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, fused_attention: bool = False) -> None:
         super().__init__()
         self.config = config
         if config.family == "llama":
@@ -157,7 +171,7 @@ class Block(nn.Module):
         else:
             self.attn_norm = nn.LayerNorm(config.width, eps=config.norm_eps, dtype=dtype)
             self.ffn_norm = nn.LayerNorm(config.width, eps=config.norm_eps, dtype=dtype)
-        self.attn = Attention(config, dtype)
+        self.attn = Attention(config, dtype, fused_attention)
         self.ffn = FeedForward(config, dtype)
 
     def dropout_values(self, b: int, t: int, s: int) -> int:
@@ -172,11 +186,12 @@ class Block(nn.Module):
         dropout: DropoutKey | None,
         offset: int,
         cache: tuple[Tensor, Tensor] | None = None,
-    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor]]:
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
         p = self.config.dropout
-        attn_out, weights, new_cache = self.attn(self.attn_norm(x), rope, dropout, offset, cache)
+        attn_out, weights, new_cache = self.attn(self.attn_norm(x), rope, dropout, offset, cache, need_weights)
         b, t, d = x.shape
-        s = weights.shape[-1]
+        s = new_cache[0].shape[2]
         offset += b * self.config.heads * t * s
         if dropout is not None and p > 0:
             attn_out = attn_out * dropout.mask(offset, (b, t, d), p, x.dtype, x.device)
@@ -191,15 +206,18 @@ class Block(nn.Module):
 class MiniGPT(nn.Module):
     """Token table -> blocks -> final norm -> the same token table, transposed, as head."""
 
-    def __init__(self, config: ModelConfig, vocab_size: int, dtype: torch.dtype = torch.float64) -> None:
+    def __init__(
+        self, config: ModelConfig, vocab_size: int, dtype: torch.dtype = torch.float64, fused_attention: bool = False
+    ) -> None:
         super().__init__()
         self.config = config
+        self.fused_attention = fused_attention
         self.vocab_size = vocab_size
         self.dtype = dtype
         self.token_embedding = nn.Embedding(vocab_size, config.width, dtype=dtype)
         if config.family == "gpt2":
             self.position_embedding = nn.Embedding(config.context, config.width, dtype=dtype)
-        self.blocks = nn.ModuleList(Block(config, dtype) for _ in range(config.layers))
+        self.blocks = nn.ModuleList(Block(config, dtype, fused_attention) for _ in range(config.layers))
         if config.family == "llama":
             self.final_norm: nn.Module = RMSNorm(config.width, config.norm_eps, dtype)
         else:
@@ -258,12 +276,14 @@ class MiniGPT(nn.Module):
         for i, block in enumerate(self.blocks):
             layer_cache = cache[i] if cache else None
             if recompute and self.training and torch.is_grad_enabled():
-                x, weights, kv = checkpoint(block, x, rope, dropout, offset, layer_cache, use_reentrant=False)
+                x, weights, kv = checkpoint(
+                    block, x, rope, dropout, offset, layer_cache, return_attention, use_reentrant=False
+                )
             else:
-                x, weights, kv = block(x, rope, dropout, offset, layer_cache)
-            offset += block.dropout_values(b, t, weights.shape[-1])
+                x, weights, kv = block(x, rope, dropout, offset, layer_cache, return_attention)
+            offset += block.dropout_values(b, t, kv[0].shape[2])
             new_cache.append(kv)
-            if return_attention:
+            if return_attention and weights is not None:
                 attentions.append(weights.detach())
         if cache is not None:
             cache[:] = new_cache

@@ -130,6 +130,8 @@ class ByteBPETokenizer:
 
 def learn_merges(texts: list[str], merges: int) -> tuple[tuple[int, int], ...]:
     """Most frequent adjacent pair first; a tie goes to the smallest (left, right) id pair."""
+    if merges == 0:
+        return ()
     index = _PairIndex(list(Counter(texts).items()))
     heap = [(-c, pair) for pair, c in index.counts.items()]
     heapq.heapify(heap)

@@ -39,6 +39,7 @@ from minigpt_tui.engine.distributed import DataParallel, ShardedDocumentOrder, r
 from minigpt_tui.engine.errors import CaptureRefused, ConfigError, CorpusError
 from minigpt_tui.engine.model import DropoutKey, MiniGPT, count_parameters
 from minigpt_tui.engine.tensors import digest_tensors, update_digest
+from minigpt_tui.engine.stream import Progress, TokenStream, TokenWindows
 from minigpt_tui.engine.tokenizer import BOS, ByteBPETokenizer
 
 
@@ -74,7 +75,8 @@ def apply_precision(train: TrainConfig) -> None:
         torch.use_deterministic_algorithms(True)
     else:
         torch.set_num_threads(train.threads)
-        torch.use_deterministic_algorithms(False)
+        if torch.are_deterministic_algorithms_enabled():  # the call itself imports the compiler (~1 s)
+            torch.use_deterministic_algorithms(False)
 
 
 def scheduled_lr(train: TrainConfig, step: int) -> float:
@@ -162,17 +164,80 @@ class EvaluationRecord:
 
 @dataclass
 class TrainingSetup:
-    """What a trainer is built from: resolved config, corpus and its tokenizer."""
+    """What a trainer is built from: resolved config, corpus and its tokenizer, and in
+    stream mode the corpus's token arrays (encoded on first use, through the token cache)."""
 
     config: RunConfig
     corpus: Corpus
     tokenizer: ByteBPETokenizer
+    stream: TokenStream | None = None
+    progress: Progress | None = None
 
     @staticmethod
-    def build(config: RunConfig, corpus: Corpus, tokenizer: ByteBPETokenizer | None = None) -> "TrainingSetup":
+    def build(
+        config: RunConfig,
+        corpus: Corpus,
+        tokenizer: ByteBPETokenizer | None = None,
+        progress: Progress | None = None,
+    ) -> "TrainingSetup":
+        """Train the tokenizer (unless given); in stream mode also encode the corpus, so
+        that every corpus problem is found before anything is written."""
         if tokenizer is None:
-            tokenizer = ByteBPETokenizer.train(corpus.train, config.tokenizer.merges)
-        return TrainingSetup(config, corpus, tokenizer)
+            if progress is not None and config.tokenizer.merges:
+                progress("training the tokenizer", 0, 1)
+            tokenizer = ByteBPETokenizer.train(
+                merge_training_records(corpus.train, config.tokenizer.train_bytes), config.tokenizer.merges
+            )
+        setup = TrainingSetup(config, corpus, tokenizer, progress=progress)
+        if config.corpus.mode == "stream":
+            setup.token_stream()
+        return setup
+
+    def corpus_summary(self) -> dict[str, object]:
+        """The corpus's summary with its mode (and, in stream mode, its token counts)."""
+        summary: dict[str, object] = {**self.corpus.summary(), "mode": self.config.corpus.mode}
+        if self.config.corpus.mode == "stream":
+            stream = self.token_stream()
+            summary.update(train_tokens=int(stream.train.size), validation_tokens=int(stream.validation.size),
+                           token_dtype=stream.train.dtype.name)
+        return summary
+
+    def token_stream(self) -> TokenStream:
+        """Both splits as token arrays: from the cache when an intact entry exists."""
+        if self.stream is None:
+            from minigpt_tui.engine.stream import check_stream, encode_records
+            from minigpt_tui.engine.token_cache import cached_stream
+
+            corpus, tokenizer, context = self.corpus, self.tokenizer, self.config.model.context
+
+            def build() -> TokenStream:
+                return TokenStream(
+                    encode_records(corpus.train, tokenizer, progress=self.progress, label="encoding train"),
+                    encode_records(corpus.validation, tokenizer, progress=self.progress, label="encoding validation"),
+                )
+
+            def check(stream: TokenStream) -> None:
+                check_stream(stream, context, corpus.source, has_validation=bool(corpus.validation))
+
+            if self.progress is not None:
+                self.progress("reading the token cache", 0, 1)
+            self.stream = cached_stream(corpus.identity, tokenizer.identity, corpus.source, build, check)
+            check(self.stream)
+        return self.stream
+
+
+def merge_training_records(texts: list[str], limit: int) -> list[str]:
+    """The leading records whose UTF-8 bytes reach ``limit`` (whole records, at least one);
+    every record when ``limit`` is 0."""
+    if not limit:
+        return texts
+    taken, size = [], 0
+    for text in texts:
+        if taken and size >= limit:
+            break
+        taken.append(text)
+        size += len(text.encode("utf-8"))
+    return taken
 
 
 class Trainer:
@@ -189,8 +254,14 @@ class Trainer:
         self.device = self.placement.torch_device()
         self.tokenizer = setup.tokenizer
         context = config.model.context
-        self.train_examples = make_examples(setup.corpus.train, self.tokenizer, context)
-        self.validation_examples = make_examples(setup.corpus.validation, self.tokenizer, context)
+        self.stream_mode = config.corpus.mode == "stream"
+        if self.stream_mode:
+            stream = setup.token_stream()
+            self.train_examples: list[Example] | TokenWindows = TokenWindows(stream.train, context)
+            self.validation_examples: list[Example] | TokenWindows = TokenWindows(stream.validation, context)
+        else:
+            self.train_examples = make_examples(setup.corpus.train, self.tokenizer, context)
+            self.validation_examples = make_examples(setup.corpus.validation, self.tokenizer, context)
         if not self.train_examples:
             raise CorpusError("the training split has no records")
         if world > len(self.train_examples):
@@ -199,7 +270,9 @@ class Trainer:
                 "each process needs at least one"
             )
 
-        self.model = MiniGPT(config.model, self.tokenizer.vocab_size, self.dtype)
+        self.model = MiniGPT(
+            config.model, self.tokenizer.vocab_size, self.dtype, fused_attention=train.precision == "fast"
+        )
         self.model.initialize(config.seeds.init)
         self.model.to(self.device)
         if initial_weights is not None:
@@ -210,9 +283,10 @@ class Trainer:
         groups = [{"params": decay, "weight_decay": train.weight_decay}]
         if no_decay:
             groups.append({"params": no_decay, "weight_decay": 0.0})
-        self.optimizer = torch.optim.AdamW(
-            groups, lr=scheduled_lr(train, 1), betas=train.betas, eps=train.eps, foreach=False
-        )
+        # Exact precision keeps the reference per-parameter loop; fast precision takes the
+        # fused kernel (one pass over each parameter's moments).
+        kernel = {"fused": True} if train.precision == "fast" else {"foreach": False}
+        self.optimizer = torch.optim.AdamW(groups, lr=scheduled_lr(train, 1), betas=train.betas, eps=train.eps, **kernel)
         if train.batch_policy == "replacement":
             self.batches: ReplacementSampler | DocumentOrder = ReplacementSampler(
                 len(self.train_examples), rank_seed(config.seeds.data, rank)
@@ -236,10 +310,55 @@ class Trainer:
         self.curve: list[EvaluationRecord] = []
         self.best_step: int | None = None
         self.best_validation: float | None = None
-        self._train_eval = evaluation_batches(self.train_examples, train.eval_batch_size)
-        self._validation_eval = evaluation_batches(self.validation_examples, train.eval_batch_size)
+        evaluation = torch.Generator().manual_seed(config.seeds.evaluation)
+        self._train_eval = self._evaluation_set(self.train_examples, evaluation)
+        self._validation_eval = self._evaluation_set(self.validation_examples, evaluation)
+
+    def _evaluation_set(self, examples: list[Example] | TokenWindows, generator: torch.Generator) -> list[Batch]:
+        """The batches every evaluation reads: the complete split (non-overlapping windows
+        in stream mode), or ``eval_batches`` fixed batches drawn once from ``generator``
+        when the complete split would need more batches than that."""
+        train = self.config.train
+        size = train.eval_batch_size
+        if isinstance(examples, TokenWindows):
+            complete = examples.tiling()
+            if train.eval_batches and len(complete) > train.eval_batches * size:
+                starts = torch.randint(len(examples), (train.eval_batches, size), generator=generator)
+                return [examples.batch(row.numpy()) for row in starts]
+            return [examples.batch(complete[i : i + size]) for i in range(0, len(complete), size)]
+        if train.eval_batches and len(examples) > train.eval_batches * size:
+            drawn = torch.randint(len(examples), (train.eval_batches, size), generator=generator).tolist()
+            return [make_batch([examples[i] for i in row]) for row in drawn]
+        return evaluation_batches(examples, size)
+
+    @property
+    def evaluation_rule(self) -> str:
+        """How evaluation reads each split, in words (for summaries and metadata)."""
+        t = self.config.train
+        counts = f"{len(self._train_eval)} + {len(self._validation_eval)} batches of {t.eval_batch_size}"
+        if not t.eval_batches:
+            return f"complete splits ({counts})"
+        return (
+            f"at most {t.eval_batches} fixed batches per split, drawn once from seeds.evaluation; "
+            f"a split that fits in them is read completely ({counts})"
+        )
+
+    def data_summary(self) -> dict[str, Any]:
+        """The corpus mode and what training draws from: examples, or stream windows."""
+        if isinstance(self.train_examples, TokenWindows):
+            return {
+                "mode": "stream",
+                "train_tokens": int(self.train_examples.tokens.size),
+                "validation_tokens": int(self.validation_examples.tokens.size),
+                "train_windows": len(self.train_examples),
+                "window": self.config.model.context + 1,
+            }
+        return {"mode": "records", "train_examples": len(self.train_examples),
+                "validation_examples": len(self.validation_examples)}
 
     def _batch(self, indices: list[int]) -> Batch:
+        if isinstance(self.train_examples, TokenWindows):
+            return self.train_examples.batch(indices)
         return make_batch([self.train_examples[i] for i in indices])
 
     # -- facts ---------------------------------------------------------------------------
@@ -378,7 +497,7 @@ class Trainer:
         return total, count
 
     def evaluate(self, extra: bool = False) -> EvaluationRecord:
-        """Event-weighted mean loss over the complete train and validation splits."""
+        """Event-weighted mean loss over the evaluation batches of both splits."""
         was_training = self.model.training
         self.model.eval()
         try:

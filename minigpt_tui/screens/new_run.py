@@ -100,7 +100,7 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
                 yield Select([("exact (float64, 1 thread)", "exact"), ("fast (float32)", "fast")],
                              value=current.train.precision, allow_blank=False, compact=True, id="precision")
                 yield Label("one seed")
-                yield Input(placeholder="derives all four stream seeds", compact=True, id="seed")
+                yield Input(placeholder="derives every stream seed", compact=True, id="seed")
                 for name in SEED_STREAMS:
                     yield Label(f"{name} seed")
                     yield Input(placeholder=str(getattr(current.seeds, name)), compact=True, id=name)

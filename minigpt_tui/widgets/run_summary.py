@@ -48,10 +48,12 @@ class RunSummaryView(Static):
             title.append(f" · resumed at update {summary.start_step}", style="italic")
         grid.add_row("run", title)
         grid.add_row("precision", precision_text(summary.precision, summary.dtype, summary.threads))
+        if summary.corpus_mode == "stream":
+            counts = f" · stream of {summary.train_tokens:,} train / {summary.validation_tokens:,} val tokens · id "
+        else:
+            counts = f" · {summary.train_records} train / {summary.validation_records} val records · id "
         grid.add_row("corpus", Text.assemble(
-            escape_controls(summary.corpus_source),
-            f" · {summary.train_records} train / {summary.validation_records} val records · id ",
-            (short_identity(summary.corpus_identity), "cyan"),
+            escape_controls(summary.corpus_source), counts, (short_identity(summary.corpus_identity), "cyan"),
         ))
         grid.add_row("tokenizer", Text.assemble(
             f"byte BPE · {summary.merges} merges · vocab {summary.vocab_size} · id ",

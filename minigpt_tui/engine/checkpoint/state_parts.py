@@ -361,7 +361,9 @@ class ReplacementPart:
         tensors = [(self.GENERATOR.name, batches.state()["generator_state"].to(torch.uint8)),
                    (self.DRAWS.name, self.DRAWS.make([draws]))]
         record = {"policy": trainer.config.train.batch_policy, "draws": draws,
-                  "generator_sha256": _digest(batches.generator.get_state()), "next_batch": trainer.next_batch()}
+                  "generator_sha256": _digest(batches.generator.get_state()), "next_batch": trainer.next_batch(),
+                  # Stream mode: the drawn indices are window start offsets into the token array.
+                  **(trainer.data_summary() if trainer.stream_mode else {})}
         return PartCapture(tensors, record)
 
     def check(self, trainer: Trainer, saved: SavedTensors) -> Apply:

@@ -71,7 +71,9 @@ ENVELOPE_DEFAULTS = {"device": "cpu"}
 # -- identities and the envelope --------------------------------------------------------------
 def config_identity(config: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of the resolved config, checkpoint policy left out."""
-    data = json.loads(json.dumps(config))
+    from minigpt_tui.engine.config import identity_form
+
+    data = identity_form(config)
     for name in POLICY_SETTINGS + PLACEMENT_SETTINGS:
         data.get("train", {}).pop(name, None)
     text = json.dumps(data, separators=(",", ":"), sort_keys=True)

@@ -59,6 +59,10 @@ class RunSummary:
     steps: int
     start_step: int = 0
     resumed_from: Path | None = None
+    corpus_mode: str = "records"
+    train_tokens: int = 0  # stream mode: tokens in each split's array
+    validation_tokens: int = 0
+    evaluation_rule: str = ""
 
 
 @dataclass(frozen=True)

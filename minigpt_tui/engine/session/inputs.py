@@ -81,7 +81,7 @@ class RunChoices:
             if not 0 <= self.seed < 2**64:
                 raise ConfigError(f"{self.seed_label} must be an unsigned 64-bit integer")
             derived = SeedConfig.derive(self.seed)
-            given = {name: getattr(derived, name) for name in SEED_STREAMS}
+            given = {name: getattr(derived, name) for name in (*SEED_STREAMS, "evaluation")}
         drop_none = lambda values: {k: v for k, v in values.items() if v is not None}  # noqa: E731
         return {"corpus": drop_none(corpus), "train": drop_none(train), "seeds": given}
 

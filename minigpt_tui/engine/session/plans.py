@@ -244,7 +244,7 @@ def identities(setup: TrainingSetup) -> dict[str, Any]:
     """The ``identities.json`` of a new run: its corpus and tokenizer."""
     tokenizer = setup.tokenizer
     return {
-        "corpus": setup.corpus.summary(),
+        "corpus": setup.corpus_summary(),
         "tokenizer": {"identity": tokenizer.identity, "vocab_size": tokenizer.vocab_size,
                       "merges": len(tokenizer.merges)},
     }
@@ -273,6 +273,10 @@ def summarize(trainer: Trainer, run: RunDirectory | None, resumed_from: Path | N
         steps=config.train.steps,
         start_step=trainer.step,
         resumed_from=resumed_from,
+        corpus_mode=config.corpus.mode,
+        train_tokens=trainer.data_summary().get("train_tokens", 0),
+        validation_tokens=trainer.data_summary().get("validation_tokens", 0),
+        evaluation_rule=trainer.evaluation_rule,
     )
 
 

@@ -1,0 +1,430 @@
+"""Your own text at real speed: side-by-side figures for the text pipeline.
+
+Sections (each prints ratios with their spread over interleaved, warmed-up rounds):
+
+- ``encode``: encoding a generated ~20 MB text with our stream encoder against the
+  ``tokenizers`` library called directly with the same vocabulary and merges (same
+  threads), and learning merges with our trainer against the ``tokenizers`` BPE trainer.
+- ``update``: one training update of the gpt2 family in float32 (the trainer's whole
+  update: batch, forward, backward, clip, AdamW) against nanoGPT-style model code written
+  below (fused qkv projection, SDPA, tied head), at width 128 / 4 layers / context 64 and
+  width 384 / 6 layers / context 256, batch 12, with 1 and 2 threads.
+- ``text``: ``minigpt-tui train --preset text`` against a nanoGPT-style bare loop, each a
+  whole process (tokenization and evaluation included), on a generated ~1 MB English text,
+  same tokens and schedule: wall time ratio and final validation losses.
+- ``memory``: peak resident memory of ``train --preset text`` on a generated 100 MB text
+  against the size of its token array, and the start time of a second run (cache hit).
+
+The texts are built at run time from text files already on this machine (documentation
+and licences shipped with installed Python packages); nothing is downloaded or committed.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py            # every section (long)
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py update [--small-only]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py encode
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py text [--steps 2000] [--rounds 1]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py memory
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- generated English text -----------------------------------------------------------------
+def english_text(size: int) -> str:
+    """About ``size`` bytes of prose: paragraphs of the text files shipped with installed
+    packages (README, licences, docs), in a fixed order, repeated when they run out."""
+    roots = sorted({Path(p) for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()})
+    roots.append(Path(sys.base_prefix) / "lib")
+    seen: set[str] = set()
+    paragraphs: list[str] = []
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.suffix.lower() not in (".txt", ".md", ".rst") or not path.is_file():
+                continue
+            try:
+                text = path.read_text("utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            for block in text.split("\n\n"):
+                lines = [ln.strip() for ln in block.splitlines() if ln.strip()]
+                # Prose-like: mostly letters, not code or tables.
+                joined = " ".join(lines)
+                letters = sum(c.isalpha() or c == " " for c in joined)
+                if len(joined) < 80 or letters < 0.85 * len(joined) or joined in seen:
+                    continue
+                seen.add(joined)
+                paragraphs.append(joined)
+            if sum(len(p) for p in paragraphs) > size:
+                break
+        if sum(len(p) for p in paragraphs) > size:
+            break
+    if not paragraphs:
+        raise SystemExit("no text files found to build a benchmark text from")
+    out: list[str] = []
+    total = 0
+    while total < size:
+        for p in paragraphs:
+            out.append(p)
+            total += len(p) + 2
+            if total >= size:
+                break
+    return "\n\n".join(out) + "\n"
+
+
+def spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.3f} (min {min(values):.3f}, max {max(values):.3f}, n={len(values)})"
+
+
+# -- nanoGPT-style model code (the baseline of `update` and `text`) ---------------------------
+class BareAttention(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.c_attn = nn.Linear(width, 3 * width)  # q, k, v in one projection
+        self.c_proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+
+class BareBlock(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(width)
+        self.attn = BareAttention(width, heads)
+        self.ln_2 = nn.LayerNorm(width)
+        self.c_fc = nn.Linear(width, 4 * width)
+        self.c_proj = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x))))
+
+
+class BareGPT(nn.Module):
+    def __init__(self, vocab: int, width: int, heads: int, layers: int, context: int) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(BareBlock(width, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()  # tied head
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def bare_optimizer(model: nn.Module, lr: float, betas: tuple[float, float], decay: float) -> torch.optim.AdamW:
+    params = list(model.parameters())
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+
+
+# -- update -------------------------------------------------------------------------------
+UPDATE_SHAPES = [
+    {"width": 128, "heads": 4, "layers": 4, "context": 64, "batch": 12},
+    {"width": 384, "heads": 6, "layers": 6, "context": 256, "batch": 12},
+]
+
+
+def bench_update(work: Path, rounds: int, updates: int, shapes: list[dict[str, int]]) -> list[dict[str, object]]:
+    from minigpt_tui.engine.config import load_config
+    from minigpt_tui.engine.corpus import load_corpus
+    from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
+
+    results = []
+    text_path = work / "update.txt"
+    text_path.write_text(english_text(400_000), "utf-8")
+    os.environ.setdefault("MINIGPT_TUI_CACHE_DIR", str(text_path.parent / "cache"))
+    for threads in (1, 2):
+        for shape in shapes:
+            model = {"family": "gpt2", "width": shape["width"], "heads": shape["heads"], "kv_heads": shape["heads"],
+                     "ffn": 4 * shape["width"], "layers": shape["layers"], "context": shape["context"]}
+            config = load_config("text", overrides={"model": model, "corpus": {"source": str(text_path)}})
+            config = config.replace(train={"threads": threads, "batch_size": shape["batch"], "eval_every": 0})
+            apply_precision(config.train)
+            trainer = Trainer(TrainingSetup.build(config, load_corpus(config.corpus)))
+            bare = BareGPT(trainer.tokenizer.vocab_size, shape["width"], shape["heads"], shape["layers"], shape["context"])
+            opt = bare_optimizer(bare, 1e-3, (0.9, 0.99), 0.1)
+            windows = trainer.train_examples
+            generator = torch.Generator().manual_seed(0)
+
+            def bare_update() -> None:
+                starts = torch.randint(len(windows), (shape["batch"],), generator=generator)
+                batch = windows.batch(starts.numpy())
+                loss = bare(batch.inputs, batch.targets)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(bare.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            for _ in range(3):  # warm-up
+                trainer.update()
+                bare_update()
+            ratios, ours_ms, bare_ms = [], [], []
+            for _ in range(rounds):
+                start = time.perf_counter()
+                for _ in range(updates):
+                    trainer.update()
+                ours = (time.perf_counter() - start) / updates
+                start = time.perf_counter()
+                for _ in range(updates):
+                    bare_update()
+                theirs = (time.perf_counter() - start) / updates
+                ratios.append(ours / theirs)
+                ours_ms.append(ours * 1e3)
+                bare_ms.append(theirs * 1e3)
+            row = {"threads": threads, **shape, "ours_ms": statistics.median(ours_ms),
+                   "bare_ms": statistics.median(bare_ms), "ratio": spread(ratios)}
+            print(f"update w{shape['width']} L{shape['layers']} T{shape['context']} B{shape['batch']} "
+                  f"threads {threads}: ours {row['ours_ms']:.1f} ms, nanoGPT-style {row['bare_ms']:.1f} ms, "
+                  f"ours/nanoGPT-style {row['ratio']}", flush=True)
+            results.append(row)
+    return results
+
+
+# -- encode ---------------------------------------------------------------------------------
+def bench_encode(rounds: int, megabytes: int, merges: int) -> dict[str, object]:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from minigpt_tui.engine.corpus import parse_records
+    from minigpt_tui.engine.fast_encoder import FastEncoder
+    from minigpt_tui.engine.interop.hf_tokenizer import tokenizer_json
+    from minigpt_tui.engine.stream import encode_records
+    from minigpt_tui.engine.tokenizer import ByteBPETokenizer, learn_merges
+
+    text = english_text(megabytes * 1_000_000)
+    records = parse_records(text)
+    train_text = records[: max(1, len(records) // (megabytes * 2))]  # about 0.5 MB for the trainers
+    tokenizer = ByteBPETokenizer.train(train_text, merges)
+    library = Tokenizer.from_str(json.dumps(tokenizer_json(tokenizer)))
+    FastEncoder(tokenizer)  # warm imports
+
+    def ours() -> float:
+        start = time.perf_counter()
+        encode_records(records, tokenizer)
+        return time.perf_counter() - start
+
+    def theirs() -> float:
+        start = time.perf_counter()
+        library.encode_batch(records, add_special_tokens=False)
+        return time.perf_counter() - start
+
+    ours(), theirs()
+    encode_ratios, ours_s, theirs_s = [], [], []
+    for _ in range(rounds):
+        a, b = ours(), theirs()
+        ours_s.append(a)
+        theirs_s.append(b)
+        encode_ratios.append(a / b)
+    size = len(text.encode("utf-8")) / 1e6
+    print(f"encode {size:.1f} MB, {merges} merges, threads {os.environ.get('RAYON_NUM_THREADS', 'library default')}: "
+          f"ours {statistics.median(ours_s):.2f} s, tokenizers {statistics.median(theirs_s):.2f} s, "
+          f"ours/tokenizers {spread(encode_ratios)}", flush=True)
+
+    def our_training() -> float:
+        start = time.perf_counter()
+        learn_merges(train_text, merges)
+        return time.perf_counter() - start
+
+    def library_training() -> float:
+        bpe = Tokenizer(models.BPE())
+        bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        trainer = trainers.BpeTrainer(vocab_size=256 + merges, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      show_progress=False)
+        start = time.perf_counter()
+        bpe.train_from_iterator(train_text, trainer)
+        return time.perf_counter() - start
+
+    our_training(), library_training()
+    train_ratios = []
+    for _ in range(rounds):
+        train_ratios.append(our_training() / library_training())
+    train_mb = sum(len(t.encode("utf-8")) for t in train_text) / 1e6
+    print(f"merge training {train_mb:.2f} MB, {merges} merges: ours/tokenizers BpeTrainer {spread(train_ratios)}", flush=True)
+    return {"encode_mb": size, "encode_ratio": spread(encode_ratios), "train_mb": train_mb,
+            "train_ratio": spread(train_ratios)}
+
+
+# -- text: whole processes ----------------------------------------------------------------------
+BARE_LOOP = r'''
+import json, math, sys, time
+import numpy as np, torch
+sys.path.insert(0, sys.argv[3])
+from benchmarks.bench_text import BareGPT, bare_optimizer
+from minigpt_tui.engine.corpus import parse_records
+torch.set_num_threads(2)
+torch.manual_seed(1337)
+text = open(sys.argv[1], encoding="utf-8").read()
+records = parse_records(text)
+# The same tokens as the text preset: bytes + 2, each paragraph as BOS text EOS; every 10th validation.
+def join(parts):
+    return np.frombuffer(b"".join(b"\x00" + p.encode("utf-8") + b"\x01" for p in parts), dtype=np.uint8)
+def ids(raw):
+    out = raw.astype(np.int64) + 2
+    return out
+train_raw = [r for i, r in enumerate(records) if (i + 1) % 10]
+val_raw = [r for i, r in enumerate(records) if (i + 1) % 10 == 0]
+def encode(parts):
+    chunks = []
+    for p in parts:
+        chunks.append(np.concatenate(([0], np.frombuffer(p.encode("utf-8"), dtype=np.uint8).astype(np.int64) + 2, [1])))
+    return np.concatenate(chunks)
+train, val = encode(train_raw), encode(val_raw)
+steps, block, batch = int(sys.argv[2]), 64, 12
+model = BareGPT(258, 128, 4, 4, block)
+opt = bare_optimizer(model, 1e-3, (0.9, 0.99), 0.1)
+def lr_at(it):
+    if it < 100: return 1e-3 * (it + 1) / 101
+    ratio = (it - 100) / (steps - 100)
+    return 1e-4 + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (1e-3 - 1e-4)
+def get_batch(data):
+    ix = torch.randint(len(data) - block, (batch,))
+    w = torch.from_numpy(data[ix.numpy()[:, None] + np.arange(block + 1)])
+    return w[:, :-1].contiguous(), w[:, 1:].contiguous()
+@torch.no_grad()
+def estimate(data):
+    model.eval()
+    losses = [float(model(*get_batch(data))) for _ in range(20)]
+    model.train()
+    return sum(losses) / len(losses)
+last = None
+for it in range(steps + 1):
+    if it % 250 == 0 or it == steps:
+        last = {"step": it, "train": estimate(train), "val": estimate(val)}
+    if it == steps:
+        break
+    for g in opt.param_groups: g["lr"] = lr_at(it)
+    x, y = get_batch(train)
+    loss = model(x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+print(json.dumps(last))
+'''
+
+
+def bench_text(work: Path, rounds: int, steps: int) -> dict[str, object]:
+    corpus = work / "english.txt"
+    corpus.write_text(english_text(1_000_000), "utf-8")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MINIGPT_TUI_RUNS_DIR=str(work / "runs"),
+               MINIGPT_TUI_CACHE_DIR=str(work / "cache"))
+    (work / "bare.py").write_text(BARE_LOOP, "utf-8")
+    ours_s, bare_s, ratios, ours_val, bare_val = [], [], [], [], []
+    for r in range(rounds):
+        subprocess.run([sys.executable, "-m", "minigpt_tui", "cache", "clear"], env=env, capture_output=True, check=True)
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "minigpt_tui", "train", "--preset", "text", "--corpus", str(corpus),
+                               "--steps", str(steps), "--run", f"r{r}", "--json"], env=env, capture_output=True,
+                              text=True, check=True)
+        ours = time.perf_counter() - start
+        result = json.loads(done.stdout)
+        ours_val.append(result["evaluations"][-1]["validation_loss"])
+        start = time.perf_counter()
+        bare = subprocess.run([sys.executable, str(work / "bare.py"), str(corpus), str(steps), str(ROOT)], env=env,
+                              capture_output=True, text=True, check=True)
+        theirs = time.perf_counter() - start
+        bare_val.append(json.loads(bare.stdout)["val"])
+        ours_s.append(ours)
+        bare_s.append(theirs)
+        ratios.append(ours / theirs)
+        print(f"text round {r + 1}: ours {ours:.1f} s (val {ours_val[-1]:.4f}), bare loop {theirs:.1f} s "
+              f"(val {bare_val[-1]:.4f})", flush=True)
+    size = corpus.stat().st_size / 1e6
+    print(f"text preset on {size:.2f} MB, {steps} updates: whole-process time ours/bare loop {spread(ratios)}; "
+          f"validation loss ours {statistics.median(ours_val):.4f}, bare loop {statistics.median(bare_val):.4f}, "
+          f"difference {statistics.median(ours_val) - statistics.median(bare_val):+.4f}", flush=True)
+    return {"ratio": spread(ratios), "ours_val": ours_val, "bare_val": bare_val, "ours_s": ours_s, "bare_s": bare_s}
+
+
+# -- memory -----------------------------------------------------------------------------------
+def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
+    corpus = work / "big.txt"
+    block = english_text(4_000_000)
+    with corpus.open("w", encoding="utf-8") as out:
+        written = 0
+        while written < megabytes * 1_000_000:
+            out.write(block)
+            out.write("\n")
+            written += len(block) + 1
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MINIGPT_TUI_RUNS_DIR=str(work / "runs"),
+               MINIGPT_TUI_CACHE_DIR=str(work / "cache"))
+    measure = (
+        "import resource, subprocess, sys, time, json; start = time.perf_counter(); "
+        "done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024; "
+        "print(json.dumps({'rc': done.returncode, 'peak': peak, 'seconds': time.perf_counter() - start, "
+        "'stdout': done.stdout, 'stderr': done.stderr[-400:]}))"
+    )
+    rows = []
+    for label in ("first run (encodes, writes the cache)", "second run (cache hit)"):
+        command = [sys.executable, "-c", measure, sys.executable, "-m", "minigpt_tui", "train", "--preset", "text",
+                   "--corpus", str(corpus), "--until", "1", "--json"]
+        out = json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
+        if out["rc"] != 0:
+            raise SystemExit(f"memory run failed: {out['stderr']}")
+        result = json.loads(out["stdout"])
+        tokens = result["data"]["train_tokens"] + result["data"]["validation_tokens"]
+        array = tokens * 2
+        rows.append({"label": label, "peak_bytes": out["peak"], "array_bytes": array, "seconds": out["seconds"]})
+        print(f"memory {corpus.stat().st_size / 1e6:.0f} MB text, {label}: peak RSS {out['peak'] / 1e9:.2f} GB, "
+              f"token array {array / 1e9:.2f} GB, peak - array {(out['peak'] - array) / 1e9:.2f} GB "
+              f"(target <= 1 GB); whole process to the end of update 1: {out['seconds']:.1f} s", flush=True)
+    return {"rows": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("section", nargs="?", default="all", choices=["all", "update", "encode", "text", "memory"])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--updates", type=int, default=20, help="updates per round (update)")
+    parser.add_argument("--megabytes", type=int, default=0, help="text size (encode: 20, memory: 100)")
+    parser.add_argument("--merges", type=int, default=256, help="merges (encode)")
+    parser.add_argument("--steps", type=int, default=2000, help="updates (text)")
+    parser.add_argument("--small-only", action="store_true", help="update: only width 128 / 4 layers / context 64")
+    args = parser.parse_args()
+    run_all = args.section == "all"
+    with tempfile.TemporaryDirectory(prefix="bench-text-") as folder:
+        work = Path(folder)
+        if run_all or args.section == "encode":
+            bench_encode(args.rounds, args.megabytes or 20, args.merges)
+        if run_all or args.section == "update":
+            bench_update(work, args.rounds, args.updates, UPDATE_SHAPES[:1] if args.small_only else UPDATE_SHAPES)
+        if run_all or args.section == "text":
+            bench_text(work, 1 if run_all else args.rounds, args.steps)
+        if run_all or args.section == "memory":
+            bench_memory(work, args.megabytes or 100)
+
+
+if __name__ == "__main__":
+    main()
