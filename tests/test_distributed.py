@@ -191,3 +191,45 @@ def test_more_processes_than_training_examples_is_refused(tmp_path):
         "minigpt-tui: error: 4 processes but the training split has only 3 examples: each process needs at least one"
     ]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_the_control_file_steers_every_rank_of_a_two_process_run(tmp_path):
+    from minigpt_tui.engine.session.events import Command
+    from minigpt_tui.engine.session.run_control import read_live, send_command
+
+    launcher = subprocess.Popen(
+        cli_command("train", "--preset", "mini", "--steps", "100000", "--run", "steered", "--nproc", "2", "--json"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path))
+    run_dir = tmp_path / "runs" / "steered"
+
+    def state() -> str | None:
+        live = read_live(run_dir)
+        return live.state if live is not None else None
+
+    def wait(predicate, timeout: float = 90) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline and launcher.poll() is None, launcher.stderr.read() if launcher.poll() else ""
+            time.sleep(0.1)
+
+    try:
+        wait(lambda: state() == "running")
+        send_command(run_dir, Command.PAUSE)
+        wait(lambda: state() == "paused")
+        paused = read_live(run_dir).step  # type: ignore[union-attr]
+        assert (run_dir / "checkpoints" / f"step-{paused:06d}").is_dir()  # a pause saves
+        send_command(run_dir, Command.RESUME)
+        wait(lambda: state() == "running")
+        send_command(run_dir, Command.STOP)
+        out, err = launcher.communicate(timeout=90)
+        assert launcher.returncode == 0, err
+        result = json.loads(out)
+        assert not result["stopped_by"] and result["step"] > paused and result["world_size"] == 2
+        assert state() == "stopped"
+        last = Path(result["checkpoints"][-1])
+        assert load_file(last / "training.safetensors")["ranks.world_size"].tolist() == [2]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()

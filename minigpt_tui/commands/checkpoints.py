@@ -93,9 +93,9 @@ def run_resume(args: argparse.Namespace) -> int:
     runs_dir = runs_dir_from_args(args)
     policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
     checkpoint = _resolve(args.checkpoint, runs_dir)
-    if launch_requested(args):
-        return launch(args)
     device = args.device or saved_run_config(checkpoint).train.device
+    if launch_requested(args):
+        return launch(args, device)
     with joined_world(device) as parallel:
         plan = ResumeRun(checkpoint, runs_dir, until=args.until,
                          allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,

@@ -26,14 +26,15 @@ def launch_requested(args: argparse.Namespace) -> bool:
     return getattr(args, "nproc", None) is not None and "WORLD_SIZE" not in os.environ
 
 
-def check_launch(nproc: int, port: int | None) -> None:
+def check_launch(nproc: int, port: int | None, device: str) -> None:
     """Bad launch settings, refused before any process starts."""
+    from minigpt_tui.engine.devices import choose_device
     from minigpt_tui.engine.distributed import backend_for
     from minigpt_tui.engine.errors import ConfigError
 
     if nproc < 1:
         raise ConfigError(f"--nproc must be at least 1, got {nproc}")
-    backend_for("cpu")
+    backend_for(choose_device(device).kind)
     if port is not None:
         if not 1 <= port <= 65535:
             raise ConfigError(f"--port must be between 1 and 65535, got {port}")
@@ -61,10 +62,10 @@ def forwarded_arguments(argv: list[str]) -> list[str]:
     return out
 
 
-def launch(args: argparse.Namespace) -> int:
-    """Run this command in ``--nproc`` processes and wait. Rank 0's output passes through;
-    the launcher's own report of a failed process becomes one line."""
-    check_launch(args.nproc, args.port)
+def launch(args: argparse.Namespace, device: str) -> int:
+    """Run this command in ``--nproc`` processes (on ``device``) and wait. Rank 0's output
+    passes through; the launcher's own report of a failed process becomes one line."""
+    check_launch(args.nproc, args.port, device)
     rendezvous = (["--master-addr", "127.0.0.1", "--master-port", str(args.port)] if args.port is not None
                   else ["--standalone"])
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(args.nproc),

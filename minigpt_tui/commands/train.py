@@ -54,7 +54,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     if launch_requested(args):
-        return launch(args)
+        return launch(args, config.train.device)
     _note_mixed_precision(config)
     with joined_world(config.train.device) as parallel:
         plan = NewRun(config, runs_dir_from_args(args), args.run, until=args.until, init_from=args.init_from,

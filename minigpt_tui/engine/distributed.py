@@ -347,15 +347,28 @@ def apply_rank_entries(trainer: Trainer, tensors: Mapping[str, Tensor], saved_wo
 
 # -- the session's side -------------------------------------------------------------------------
 class CommandAgreement:
-    """Commands and stop requests agreed by every rank at each update boundary: a stop
-    anywhere stops all; rank 0's commands (from the app or the control file) act on all."""
+    """Commands and stop requests agreed by every rank at each update boundary, in one small
+    all-reduce: a stop anywhere stops all; rank 0's commands (from the app or the control
+    file) act on all, each kind once, in the order of ``AGREED_COMMANDS``."""
 
-    def __init__(self, parallel: DataParallel) -> None:
+    AGREED_COMMANDS = ("pause", "resume", "evaluate", "save", "stop")
+
+    def __init__(self, parallel: DataParallel, device: torch.device | None = None) -> None:
         self.parallel = parallel
+        self.device = device  # nccl exchanges CUDA tensors only
 
     def agree(self, stop: bool, commands: list[str]) -> tuple[bool, list[str]]:
-        views = self.parallel.gather((stop, commands))
-        return any(s for s, _ in views), list(views[0][1])
+        if not self.parallel.distributed:
+            return stop, commands
+        import torch
+        import torch.distributed as dist
+
+        mine = commands if self.parallel.rank == 0 else []
+        flags = torch.tensor([int(stop)] + [int(name in mine) for name in self.AGREED_COMMANDS],
+                             dtype=torch.int64, device=self.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        agreed = [name for name, flag in zip(self.AGREED_COMMANDS, flags.tolist()[1:]) if flag]
+        return bool(flags[0]), agreed
 
 
 class WriterCheckpointer:

@@ -212,7 +212,7 @@ def _holder_text(fd: int) -> str:
         data = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
         pid = int(data["pid"])
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(data["since"])))
-        if _alive(pid):  # not the description left by a holder that was killed
+        if process_alive(pid):  # not the description left by a holder that was killed
             return f"process {pid} (since {since})"
     except (OSError, ValueError, KeyError, TypeError, OverflowError):
         pass
@@ -220,7 +220,8 @@ def _holder_text(fd: int) -> str:
     return f"process {pid}" if pid is not None else "another process"
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this machine."""
     if pid <= 0:
         return False
     try:

@@ -112,7 +112,7 @@ def _placed(trainer: Trainer, run: RunDirectory | None) -> dict[str, Any]:
     inner = Checkpointer(run) if run is not None else None
     if not parallel.distributed:
         return {"checkpointer": inner}
-    return {"checkpointer": WriterCheckpointer(parallel, inner), "agreement": CommandAgreement(parallel)}
+    return {"checkpointer": WriterCheckpointer(parallel, inner), "agreement": CommandAgreement(parallel, trainer.device)}
 
 
 def prepare(plan: RunPlan) -> PreparedRun:

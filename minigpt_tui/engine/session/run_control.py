@@ -169,16 +169,10 @@ def read_live(run_dir: Path) -> LiveState | None:
 def _writer_alive(run_dir: Path, live: dict[str, Any]) -> bool:
     if live.get("host") != socket.gethostname():
         return True  # another machine: trust the file
+    from minigpt_tui.engine.runs import process_alive
+
     pid = live.get("pid")
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return isinstance(pid, int) and process_alive(pid)
 
 
 def is_run_folder(path: Path) -> bool:
