@@ -276,11 +276,13 @@ async def test_alias_state_metadata_and_integrity_panels(runs):
         assert "model.safetensors" in metadata and "training.safetensors" in metadata
         assert '"minigpt-tui/portable-model"' in metadata  # raw JSON string as stored
         integrity = static_text(screen, "#integrity-text")
-        assert "every check passed" in integrity and "not checked yet" in integrity
+        assert "every file's size matches (SHA-256 not checked yet)" in integrity  # says what was checked
+        assert "every check passed" not in integrity
         await pilot.press("v")
         await settle(pilot)
         integrity = static_text(screen, "#integrity-text")
         assert "checked against every file" in integrity and integrity.count("matches") >= 4
+        assert "every file's size and SHA-256 match" in integrity
 
 
 @run_async
