@@ -418,6 +418,12 @@ def _tensors_of(inspection: Inspection) -> dict[tuple[str, str], tuple[str, Any]
         role = TRAINING_FILE if summary.kind == TRAINING_STATE else ""
         for name, tensor in _file_tensors(summary).items():
             out[(role, name)] = (summary.name, tensor)
+    # An alias record names a tensor stored once under another name: it is the same thing as a
+    # shared tensor that a pickle lists under both names, so it compares as that tensor.
+    for alias in inspection.aliases:
+        name, target = alias.get("name"), alias.get("target")
+        if alias.get("transform") == "none" and ("", name) not in out and ("", target) in out:
+            out[("", name)] = out[("", target)]
     return out
 
 
