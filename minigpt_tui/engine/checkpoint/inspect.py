@@ -418,13 +418,18 @@ def _tensors_of(inspection: Inspection) -> dict[tuple[str, str], tuple[str, Any]
         role = TRAINING_FILE if summary.kind == TRAINING_STATE else ""
         for name, tensor in _file_tensors(summary).items():
             out[(role, name)] = (summary.name, tensor)
-    # An alias record names a tensor stored once under another name: it is the same thing as a
-    # shared tensor that a pickle lists under both names, so it compares as that tensor.
-    for alias in inspection.aliases:
-        name, target = alias.get("name"), alias.get("target")
-        if alias.get("transform") == "none" and ("", name) not in out and ("", target) in out:
-            out[("", name)] = out[("", target)]
     return out
+
+
+def _resolve_aliases(tensors: dict[tuple[str, str], tuple[str, Any]], inspection: Inspection,
+                     other: dict[tuple[str, str], tuple[str, Any]]) -> None:
+    """An alias record names a tensor stored once under another name: the same thing as a
+    shared tensor that the other side (a pickle) lists under both names, so where the other
+    side holds that name it compares as the aliased tensor."""
+    for alias in inspection.aliases:
+        key, target = ("", alias.get("name")), ("", alias.get("target"))
+        if alias.get("transform") == "none" and key not in tensors and key in other and target in tensors:
+            tensors[key] = tensors[target]
 
 
 def _max_abs_difference(a: Any, b: Any) -> float:
@@ -450,6 +455,8 @@ def compare_checkpoints(a: Path | str, b: Path | str) -> dict[str, Any]:
 
     first, second = inspect_path(a), inspect_path(b)
     ta, tb = _tensors_of(first), _tensors_of(second)
+    _resolve_aliases(ta, first, tb)
+    _resolve_aliases(tb, second, ta)
     tensors = []
     for key in sorted(set(ta) | set(tb)):
         name = key[1]
