@@ -293,3 +293,14 @@ def test_statistics_count_non_finite_values_and_leave_them_out(tmp_path):
     assert stats["histogram"]["counts"] == [1, 3]
     assert tensor_statistics(path, "empty")["min"] is None
     assert tensor_statistics(path, "ids")["max"] == float(2**64 - 1)
+
+
+def test_statistics_of_a_constant_and_of_a_complex_tensor_say_what_they_are(capsys, tmp_path):
+    path = tmp_path / "w.safetensors"
+    safetensors.torch.save_file({"c": torch.full((8,), 3.515), "z": torch.tensor([3 + 4j, 0j])}, path)
+    capsys.readouterr()
+    assert main(["inspect", str(path), "--tensor", "c"]) == 0
+    text = capsys.readouterr().out
+    assert "every finite value equals 3.515 (8 values)" in text and "[ 3.515,  3.515)" not in text
+    assert main(["inspect", str(path), "--tensor", "z"]) == 0
+    assert "of its magnitudes |z|" in capsys.readouterr().out

@@ -117,12 +117,16 @@ def _statistics(console: Any, result: dict[str, Any]) -> None:
     stats = result.get("statistics")
     if stats is None:
         return
-    table = _table(f"statistics: {stats['name']} ({stats['dtype']} {stats['shape']})", "record", "value")
+    of = "" if stats.get("of", "values") == "values" else f", of its {stats['of']}"
+    table = _table(f"statistics: {stats['name']} ({stats['dtype']} {stats['shape']}{of})", "record", "value")
     for key in STATISTICS:
         table.add_row(key, str(stats[key]))
     console.print(table)
     counts, edges = stats["histogram"]["counts"], stats["histogram"]["edges"]
     peak = max(counts) if counts else 0
+    if len(edges) == 2 and edges[0] == edges[1]:  # a constant tensor: one value, no interval
+        console.print(f"  every finite value equals {edges[0]:.6g} ({counts[0]} values)", highlight=False)
+        return
     for i, count in enumerate(counts):
         bar = "#" * (round(40 * count / peak) if peak else 0)
         console.print(f"  [{edges[i]: .4g}, {edges[i + 1]: .4g})  {count:6d} {bar}", highlight=False)

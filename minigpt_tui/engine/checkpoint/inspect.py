@@ -365,6 +365,8 @@ def statistics_of(read: TensorRead, bins: int = 20) -> dict[str, Any]:
         "bytes_read": read.bytes_read,
         "nan": nan,
         "inf": nonfinite - nan,
+        # complex values are summarised by their magnitudes |z|; every other dtype by its values
+        "of": "magnitudes |z|" if tensor.is_complex() else "values",
     }
     if finite.numel() == 0:
         result.update(min=None, max=None, mean=None, std=None, zero_fraction=None, histogram={"edges": [], "counts": []})
