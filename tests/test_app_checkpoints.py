@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import threading
 from pathlib import Path
 
@@ -613,3 +614,19 @@ def test_snapshot_resume_preflight(saved, tmp_path, snap_compare):
         await pilot.pause()
 
     assert snap_compare(make_app(runs), terminal_size=(80, 24), run_before=run_before)
+
+
+@run_async
+async def test_the_screen_opens_the_newest_run_not_the_first_by_name(runs):
+    import os
+
+    newer = runs / "tiny-b"
+    shutil.copytree(runs / "tiny-a", newer)
+    later = (runs / "tiny-a" / "config.json").stat().st_mtime + 3600
+    for path in (newer / "config.json", *newer.glob("checkpoints/step-*")):
+        os.utime(path, (later, later))
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        assert screen.opened is not None
+        assert screen.opened.inspection.path == newer / "checkpoints" / "step-000004"
