@@ -630,3 +630,15 @@ async def test_the_screen_opens_the_newest_run_not_the_first_by_name(runs):
         screen = await open_checkpoints(pilot)
         assert screen.opened is not None
         assert screen.opened.inspection.path == newer / "checkpoints" / "step-000004"
+
+
+@run_async
+async def test_the_open_dialog_names_every_kind_that_opens(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_checkpoints(pilot)
+        await pilot.press("o")
+        await pilot.pause()
+        assert isinstance(app.screen, PathPromptScreen)
+        prompt = " ".join(str(label.render()) for label in app.screen.query("Label"))
+        assert ".pt" in prompt and "transformers model folder" in prompt and "safetensors" in prompt
