@@ -23,6 +23,7 @@ from textual.message import Message
 from minigpt_tui.engine.checkpoint.integrity import Integrity
 from minigpt_tui.engine.session.events import RunSummary
 from minigpt_tui.engine.session.generation import StepperView
+from minigpt_tui.engine.session.insight import InsightView
 from minigpt_tui.engine.session.run_store import RunListing
 from minigpt_tui.engine.session.history import LoadedCurve, RunHistory
 
@@ -162,3 +163,11 @@ class GenerationFailed(Message):
 
 class QueueIdle(Message):
     pass
+
+
+class InsightReady(Message):
+    """What one decision looked like inside, computed on the generation worker."""
+
+    def __init__(self, view: "InsightView") -> None:
+        super().__init__()
+        self.view = view

@@ -22,6 +22,7 @@ from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.decision_list import DecisionList
+from minigpt_tui.widgets.numbers import short_probability
 from tests.app_support import build_saved_runs, record_notifications, run_async, make_app, settle, static_text, tree_snapshot
 
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
@@ -231,7 +232,7 @@ async def test_at_80_columns_every_candidate_column_and_key_hint_fits(runs):
         assert table.get_cell_at((0, 5)).plain == "███" and table.get_cell_at((1, 5)).plain.strip()
         line = screen.query_one(KeyBar).render().plain
         assert len(line) <= SIZE[0]
-        for hint in ("n Next", "r Run", "⌫ Back", "^r Reset", "f Force", "w Save trace", "t c g", "?"):
+        for hint in ("n Next", "r Run", "⌫ Back", "^r Reset", "f Force", "w Save", "l Lens", "x Parts", "h Head", "t c g", "?"):
             assert hint in line, hint
         await pilot.resize_terminal(120, 40)
         await settle(pilot)
@@ -437,3 +438,87 @@ def test_snapshot_generation_screen(saved, tmp_path, snap_compare, size):
         await pilot.pause()
 
     assert snap_compare(make_app(runs), terminal_size=size, run_before=run_before)
+
+
+@run_async
+async def test_lens_contributions_and_head_pattern_of_the_selected_decision(runs):
+    from minigpt_tui.engine.lens import inspect_decision
+    from minigpt_tui.widgets.insight_panel import InsightPanel
+
+    expected = engine_stepper(runs, GenerationRule.greedy())
+    expected.run()
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_generation(pilot)
+        await keys(pilot, "r")
+        panel = screen.query_one(InsightPanel)
+        assert not panel.display
+        await keys(pilot, "l")
+        assert panel.display and not screen.query_one(CandidateTable).display
+        last = expected.decisions[-1]
+        reference = inspect_decision(expected.model, expected.tokenizer, last.prefix_ids, last.chosen.id,
+                                     lens=True, contributions=True, pattern=(0, 0))
+        view = screen.insight
+        assert view.step == len(expected.decisions)
+        assert [row.chosen_rank for row in view.lens] == [row.chosen_rank for row in reference.lens]
+        assert view.lens[-1].chosen_rank == last.chosen.rank
+        lens_lines = static_text(panel, "#lens-text").splitlines()
+        assert lens_lines[0].startswith("chosen") and len(lens_lines) >= 2 + expected.model.config.layers + 1
+        await keys(pilot, "x")
+        parts = static_text(panel, "#contributions-text")
+        assert f"parts add up to {reference.contributions[0].total:+.6f}" in parts
+        await keys(pilot, "h")
+        assert "block 0 head 0" in static_text(panel, "#head-pattern-text")
+        await keys(pilot, "right_square_bracket")
+        assert screen.insight.pattern.layer == 1
+        assert "block 1 head 0" in static_text(panel, "#head-pattern-text")
+        await keys(pilot, "right_curly_bracket")  # tiny has one head: stays at head 0
+        assert screen.insight.pattern.head == 0
+        await keys(pilot, "up")  # the panel follows the selected decision
+        assert screen.insight.step == len(expected.decisions) - 1
+        await keys(pilot, "h")
+        assert not panel.display and screen.query_one(CandidateTable).display
+
+
+@run_async
+async def test_a_second_model_adds_its_probability_and_kl_to_each_decision(runs, tmp_path):
+    from lens_support import BYTES_ONLY, varied_model
+    from minigpt_tui.engine.checkpoint.portable import save_portable_model
+
+    other = tmp_path / "other.safetensors"
+    save_portable_model(varied_model("llama"), BYTES_ONLY, other)
+    app = make_app(runs)
+    notes = record_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_generation(pilot)
+        await keys(pilot, "r")
+        await keys(pilot, "m")
+        pilot.app.screen.query_one(Input).value = "tiny-a:latest"
+        await keys(pilot, "enter")
+        listed = screen.query_one(DecisionList)
+        # At 80 columns p gives way to the second model's columns (the candidates show it).
+        assert [str(c.label) for c in listed.columns.values()] == ["#", "piece", "pB", "KL"]
+        width = sum(column.get_render_width(listed) for column in listed.columns.values())
+        assert width <= listed.scrollable_content_region.width
+        candidates = screen.query_one(CandidateTable)
+        assert sum(c.get_render_width(candidates) for c in candidates.columns.values()) \
+            <= candidates.scrollable_content_region.width
+        for row, decision in enumerate(screen.view.decisions):
+            cells = listed.get_row_at(row)
+            assert cells[2].plain == short_probability(decision.chosen.raw_probability)
+            assert cells[3].plain == "0.00"  # the same model: KL exactly 0
+        assert all(o.kl == 0.0 and o.top1_agree for o in screen.view.second_opinions)
+        await pilot.resize_terminal(130, 40)
+        await settle(pilot)
+        assert [str(c.label) for c in listed.columns.values()] == ["#", "piece", "p", "pB", "KL"]
+        await pilot.resize_terminal(*SIZE)
+        await settle(pilot)
+        await keys(pilot, "m")
+        pilot.app.screen.query_one(Input).value = str(other)
+        await keys(pilot, "enter")
+        assert any("different tokenizers" in message for message, _ in notes)
+        assert len(screen.view.second_opinions) == len(screen.view.decisions)  # the first one stays
+        await keys(pilot, "m")
+        pilot.app.screen.query_one(Input).value = "none"
+        await keys(pilot, "enter")
+        assert [str(c.label) for c in listed.columns.values()] == ["#", "piece", "p"]

@@ -76,12 +76,13 @@ def test_head_pattern_view_has_a_row_per_query_and_nothing_past_the_diagonal(ins
 async def test_insight_panel_switches_views_and_the_pattern_scrolls_inside_80x24():
     from textual.app import App
 
-    from minigpt_tui.widgets.insight_panel import InsightPanel, insight_view
+    from minigpt_tui.engine.session.insight import insight_view
+    from minigpt_tui.widgets.insight_panel import InsightPanel
 
     model = varied_model("llama")
     ids = BYTES_ONLY.encode_prompt("longer than 24 rows tall")
     insight = inspect_decision(model, BYTES_ONLY, ids, 72, lens=True, contributions=True, pattern=(0, 1))
-    view = insight_view(insight, 3, 72, "F", BYTES_ONLY.vocab_size)
+    view = insight_view(insight, 3, 72, "F", model.config, BYTES_ONLY.vocab_size)
     assert isinstance(view.pattern.weights[0][0], float)
 
     class PanelApp(App):

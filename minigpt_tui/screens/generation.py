@@ -35,9 +35,10 @@ from minigpt_tui.engine.session.generation import (
     parse_settings,
 )
 from minigpt_tui.widgets.attention_view import AttentionView
-from minigpt_tui.widgets.candidate_table import CandidateTable
+from minigpt_tui.widgets.candidate_table import CandidateTable, probability
 from minigpt_tui.widgets.decision_list import DecisionList
-from minigpt_tui.messages import GenerationFailed, GenerationUpdated, QueueIdle
+from minigpt_tui.widgets.insight_panel import InsightPanel
+from minigpt_tui.messages import GenerationFailed, GenerationUpdated, InsightReady, QueueIdle
 from minigpt_tui.screens.help_texts import GENERATION_HELP
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.pieces import piece_text
@@ -96,6 +97,13 @@ class GenerationScreen(Screen):
     GenerationScreen.-short.-show-attention #attention { display: block; height: 1fr; max-height: 100%; }
     GenerationScreen.-short.-show-attention #candidates { display: none; }
     GenerationScreen #gen-output { height: auto; max-height: 3; padding: 0 1; background: $boost; }
+    GenerationScreen #insight {
+        display: none; border: round $primary 50%; border-title-color: $text; border-subtitle-color: $text-muted;
+    }
+    GenerationScreen.-show-insight #insight { display: block; }
+    GenerationScreen.-show-insight #candidates, GenerationScreen.-show-insight #attention { display: none; }
+    GenerationScreen.-contrast #decisions { width: 40; }
+    GenerationScreen.-narrow.-contrast #decisions { width: 24; }
     """
 
     BINDINGS = [
@@ -104,8 +112,16 @@ class GenerationScreen(Screen):
         Binding("backspace", "back", "Back"),
         Binding("ctrl+r", "reset", "Reset"),
         Binding("f", "force", "Force"),
-        Binding("w", "save_trace", "Save trace"),
+        Binding("w", "save_trace", "Save"),
         Binding("v", "toggle_attention", "Attention", show=False),
+        Binding("l", "insight('lens')", "Lens"),
+        Binding("x", "insight('contributions')", "Parts"),
+        Binding("h", "insight('pattern')", "Head"),
+        Binding("left_square_bracket", "pattern(-1, 0)", "Layer -", show=False),
+        Binding("right_square_bracket", "pattern(1, 0)", "Layer +", show=False),
+        Binding("left_curly_bracket", "pattern(0, -1)", "Head -", show=False),
+        Binding("right_curly_bracket", "pattern(0, 1)", "Head +", show=False),
+        Binding("m", "second_model", "2nd model", show=False),
         Binding("escape", "leave_form", "To candidates", show=False),
     ]
     PALETTE_COMMANDS = (
@@ -114,6 +130,10 @@ class GenerationScreen(Screen):
         ("Back one decision", "Undo the last decision (backspace)", "back"),
         ("Reset to the prompt", "Start over from the prompt with the form's settings (ctrl+r)", "reset"),
         ("Save trace", "Write the generation trace as JSON (w)", "save_trace"),
+        ("Logit lens", "Each layer's guess for the selected decision (l)", "insight('lens')"),
+        ("Contributions", "Split the chosen logit into embedding, heads and blocks (x)", "insight('contributions')"),
+        ("Head pattern", "One head's whole attention pattern over the prefix (h)", "insight('pattern')"),
+        ("Second model", "Compare each decision with a second model (m)", "second_model"),
     )
 
     def __init__(self) -> None:
@@ -129,6 +149,11 @@ class GenerationScreen(Screen):
         self._settings_applied: GenerationSettings | None = None
         self._pending_model: str | None = None
         self._form_ready = False  # set in on_mount (is_mounted turns true only later)
+        self.insight_kind: str | None = None  # the view shown in place of the candidates
+        self.pattern_layer = 0
+        self.pattern_head = 0
+        self.insight: Any = None  # the InsightView shown
+        self._insight_asked: tuple[Any, ...] | None = None
 
     @property
     def mini_app(self) -> "MiniGPTApp":
@@ -180,6 +205,9 @@ class GenerationScreen(Screen):
                 attention = AttentionView(id="attention")
                 attention.border_title = "Attention (last position over the prefix)"
                 yield attention
+                insight = InsightPanel(id="insight")
+                insight.border_title = "Inside"
+                yield insight
         yield Static("", id="gen-output")
         yield KeyBar()
 
@@ -380,6 +408,82 @@ class GenerationScreen(Screen):
     def action_leave_form(self) -> None:
         self.query_one(CandidateTable).focus()
 
+    # -- looking inside a decision ------------------------------------------------------------
+    def action_insight(self, kind: str) -> None:
+        """Show the lens, the contributions or the head pattern of the selected decision in
+        place of the candidates (the same key again goes back)."""
+        if self.insight_kind == kind:
+            self.insight_kind = None
+            self.remove_class("-show-insight")
+            self.query_one(CandidateTable).focus()
+            return
+        if self.query_one(DecisionList).selected is None:
+            self.notify("take a decision first (n), then look inside it", title="inside", severity="warning")
+            return
+        self.insight_kind = kind
+        self.add_class("-show-insight")
+        self.query_one(InsightPanel).show_kind(kind)
+        self.query_one(DecisionList).focus()  # up and down choose the decision to look inside
+        self._request_insight()
+
+    def action_pattern(self, layers: int, heads: int) -> None:
+        if self.insight is None:
+            return
+        layer = min(max(self.pattern_layer + layers, 0), self.insight.layers - 1)
+        head = min(max(self.pattern_head + heads, 0), self.insight.heads - 1)
+        if (layer, head) != (self.pattern_layer, self.pattern_head):
+            self.pattern_layer, self.pattern_head = layer, head
+            self._request_insight()
+
+    def _request_insight(self) -> None:
+        """Queue the computation for the selected decision unless that one is already asked."""
+        decision = self.query_one(DecisionList).selected
+        if self.insight_kind is None or decision is None:
+            return
+        candidate = self.query_one(CandidateTable).highlighted
+        step, layer, head = decision.step, self.pattern_layer, self.pattern_head
+        candidate_id = candidate.id if candidate else None
+        key = (step, decision.chosen.id, decision.forced, layer, head, candidate_id)
+        if key == self._insight_asked:
+            return
+        self._insight_asked = key
+        self.query_one(InsightPanel).border_subtitle = "working…"
+
+        def inspect(session: GenerationSession) -> None:
+            self.post_message(InsightReady(session.inspect(step, layer, head, candidate_id)))
+
+        self._enqueue(Operation("inside", inspect, select="keep"))
+
+    @on(InsightReady)
+    def _insight_ready(self, message: InsightReady) -> None:
+        view = message.view
+        self.insight = view
+        panel = self.query_one(InsightPanel)
+        panel.show_insight(view)
+        panel.border_subtitle = "l lens · x parts · h head · [ ] block · { } head"
+        panel.border_title = f"Inside decision {view.step} · block {view.pattern.layer} head {view.pattern.head}"
+
+    def action_second_model(self) -> None:
+        from minigpt_tui.screens.path_prompt import PathPromptScreen
+
+        if self._spec_applied is None:
+            self.notify("load a model first", title="second model", severity="warning")
+            return
+
+        def chosen(text: str | None) -> None:
+            if text is None:
+                return
+            spec = None if text.strip().lower() == "none" else text.strip()
+
+            def load(session: GenerationSession) -> str:
+                session.load_second(spec)
+                return "second model removed" if spec is None else f"second model: {session.second_path}"
+
+            self._enqueue(Operation("second model", load, select="keep"))
+
+        self.app.push_screen(PathPromptScreen("Second model", "Compare each decision with (none: remove the second model):",
+                                              value=""), chosen)
+
     # -- the queue -----------------------------------------------------------------------------
     def _enqueue(self, operation: Operation) -> None:
         with self._queue_lock:
@@ -451,7 +555,9 @@ class GenerationScreen(Screen):
         if select is None:
             current = decisions.selected
             select = current.step if current is not None else len(view.decisions)
-        decisions.show_decisions(view.decisions, select=select)
+        decisions.show_decisions(view.decisions, select=select, opinions=view.second_opinions)
+        self.set_class(bool(view.second_opinions) or view.second_label is not None, "-contrast")
+        decisions.border_title = "Decisions vs B" if view.second_label else "Decisions"
         self.query_one(PrefixView).show_view(view)
         self.query_one(PrefixView).border_title = f"Prefix · {view.rule_label}"
         self.sub_title = f"Generation · {self._display_path(view.model_label)}"
@@ -464,6 +570,7 @@ class GenerationScreen(Screen):
 
     def _show_selected(self) -> None:
         decision = self.query_one(DecisionList).selected
+        self._request_insight()
         self.query_one(CandidateTable).show_decision(decision)
         prefix = (self.view.prompt + self.view.generated) if self.view else ()
         self.query_one(AttentionView).show_decision(decision, prefix)
@@ -488,8 +595,8 @@ class GenerationScreen(Screen):
             first.append(" (rule: ")
             first.append_text(piece_text(rule.piece, style="italic"))
             first.append(f" id {rule.id})")
-        first.append(f" · rank {chosen.rank} · raw {chosen.raw_probability:.4f} · sel "
-                     f"{chosen.selection_probability:.4f}")
+        first.append(f" · rank {chosen.rank} · raw {probability(chosen.raw_probability).plain} · sel "
+                     f"{probability(chosen.selection_probability).plain}")
         second = Text(no_wrap=True, overflow="ellipsis", style="dim")
         second.append(f"entropy {decision.entropy:.3f} nats · retained {decision.retained} of "
                       f"{decision.eligible_count} eligible")

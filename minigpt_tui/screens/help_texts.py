@@ -149,6 +149,10 @@ chosen id.
 | `f` | force the highlighted candidate instead of the rule's choice at the selected decision; later decisions are undone and you continue from there |
 | `w` | save the trace (JSON: model, rule, prompt ids, every decision with logits and probabilities, output) |
 | `v` | on a small terminal, switch between the candidates and the attention view |
+| `l` | logit lens of the selected decision, in place of the candidates (again: back) |
+| `x` | contributions to the selected decision's logit (and to the highlighted candidate's) |
+| `h` | one head's whole attention pattern over the prefix; `[` `]` change the block, `{` `}` the head |
+| `m` | compare every decision with a second model (same tokenizer; `none` removes it) |
 | `escape` | leave the form for the candidate table |
 
 ## Form
@@ -163,7 +167,20 @@ Spaces show as ·, newlines as ↵. The count is prefix length against the model
 
 ## Decisions
 One row per decision: its number (with `*` when you forced it), the chosen piece (reversed when forced) and its
-selection probability **p**. The highlighted row is the decision shown on the right; move it to look back.
+selection probability **p** (small ones as 4e-3). The highlighted row is the decision shown on the right; move it to look back.
+With a second model (`m`): **pB**, the chosen id's probability under the second model reading the same prefix (bold when
+the two models' top choices differ), and **KL**, KL(A||B) of the two distributions in nats (0: they agree exactly).
+
+## Inside a decision
+Computed on the worker from one extra forward pass over the decision's prefix.
+- **Lens** (`l`): for each layer (emb: the embeddings; bN: after block N) the last position passed through the final norm
+  and the head: the chosen id's **rank** and **p** there and the top ids (the chosen one highlighted); the sparkline shows
+  its rank by layer (a full cell is rank 1). The last row is exactly the model's own distribution.
+- **Parts** (`x`): the chosen logit split into the embedding, each head, each block's feed-forward part and (gpt2)
+  the attention output and final norm biases, as signed bars on the scale of the largest part. The final norm's scale is
+  taken at the final residual, so the parts add up to the logit.
+- **Head** (`h`): the whole attention pattern of one head, a row per query position and a column per key position;
+  a cell's height is its weight relative to the row's largest, bold from 0.5, dim under 0.1. It scrolls.
 
 ## Decision line
 The chosen piece and id; the rule's own pick when you forced another; **entropy** of the raw distribution in nats

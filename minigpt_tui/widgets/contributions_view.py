@@ -17,7 +17,9 @@ from textual.widgets import Static
 
 from minigpt_tui.widgets.pieces import bar, fitted_piece
 
-HALF_WIDTH = 20  # cells on each side of the axis
+HALF_WIDTH = 20  # the most cells on each side of the axis
+MIN_HALF_WIDTH = 4
+LABEL_CELLS = 13 + 9 + 1  # "b0 attn bias  " and "+123.4567 "
 EMPTY = "Press x to split the selected decision's logit into its parts."
 
 
@@ -56,14 +58,18 @@ def contributions_text(all_parts: Sequence[Any], half: int = HALF_WIDTH) -> Text
         largest = max((abs(value) for _, value in rows), default=0.0)
         out.append("logit of ", style="dim")
         out.append_text(fitted_piece(parts.piece, 12, style="bold reverse"))
-        out.append(f" {parts.id}: {parts.logit:+.6f} · parts add up to {parts.total:+.6f}\n", style="dim")
+        out.append(f" {parts.id}: {parts.logit:+.6f}\nparts add up to {parts.total:+.6f}\n", style="dim")
         for label, value in rows:
             out.append(f"{label:<13}{value:+9.4f} ")
             out.append_text(signed_bar(value, largest, half))
             out.append("\n")
-    out.append("final norm's scale taken at the final residual; bars on the scale of the largest part",
-               style="dim")
+    out.append("norm scale: final residual · full bar: largest part", style="dim")
     return out
+
+
+def half_width(cells: int) -> int:
+    """Bar cells on each side of the axis for a view ``cells`` wide (padding excluded)."""
+    return min(HALF_WIDTH, max(MIN_HALF_WIDTH, (cells - LABEL_CELLS - 1) // 2))
 
 
 class ContributionsView(ScrollableContainer):
@@ -72,9 +78,19 @@ class ContributionsView(ScrollableContainer):
     ContributionsView > Static { width: auto; height: auto; padding: 0 1; }
     """
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.parts: Sequence[Any] | None = None
+
     def compose(self) -> Any:
         yield Static(Text(EMPTY, style="dim"), id="contributions-text")
 
     def show_contributions(self, all_parts: Sequence[Any] | None) -> None:
+        self.parts = all_parts
         target = self.query_one("#contributions-text", Static)
-        target.update(contributions_text(all_parts) if all_parts else Text(EMPTY, style="dim"))
+        half = half_width(self.scrollable_content_region.width - 2)
+        target.update(contributions_text(all_parts, half) if all_parts else Text(EMPTY, style="dim"))
+
+    def on_resize(self) -> None:
+        if self.parts:
+            self.show_contributions(self.parts)

@@ -1,6 +1,7 @@
 """The decisions made so far, one row each: its number (``*`` when forced), the chosen piece
-(reversed when forced) and its selection probability. The highlighted row is the decision
-the other panels show.
+(reversed when forced) and its selection probability; with a second model, also the chosen
+id's probability under that model (**pB**) and KL(A||B) of the two distributions. The
+highlighted row is the decision the other panels show.
 
 The piece column takes the width the number and the probability leave: a long piece is cut
 with an ellipsis (``·Answ…``) so both numbers stay in view, as in the candidate table.
@@ -22,6 +23,7 @@ MIN_PIECE_WIDTH = 3
 PROBABILITY_WIDTH = 4  # 0.79 or 4e-3
 CELL_PADDING = 2
 PIECE_LABEL = "piece"
+WITH_P_FROM = 34  # a list this wide keeps p beside the second model's pB and KL
 
 
 def step_label(decision: DecisionView) -> str:
@@ -43,6 +45,7 @@ class DecisionList(DataTable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.decisions: tuple[DecisionView, ...] = ()
+        self.opinions: tuple[Any, ...] = ()  # the second model's SecondOpinionView per decision
         self.piece_width = fit_piece(0, 1)
 
     def on_mount(self) -> None:
@@ -50,8 +53,23 @@ class DecisionList(DataTable):
 
     def _add_columns(self) -> None:
         self.clear(columns=True)
-        for label, key in (("#", "step"), (PIECE_LABEL, "piece"), ("p", "p")):
+        columns = [("#", "step"), (PIECE_LABEL, "piece")]
+        if self._shows_p:
+            columns.append(("p", "p"))
+        if self.opinions:
+            columns += [("pB", "p_b"), ("KL", "kl")]
+        for label, key in columns:
             self.add_column(label, key=key, width=self.piece_width if key == "piece" else None)
+
+    @property
+    def _shows_p(self) -> bool:
+        """With a second model a narrow list leaves out p (the candidates show it)."""
+        return not self.opinions or self.size.width >= WITH_P_FROM
+
+    @property
+    def _number_columns(self) -> int:
+        """p (unless left out), then pB and KL with a second model."""
+        return int(self._shows_p) + (2 if self.opinions else 0)
 
     def _fit(self, decisions: tuple[DecisionView, ...]) -> int:
         step_width = max((len(step_label(d)) for d in decisions), default=1)
@@ -59,35 +77,49 @@ class DecisionList(DataTable):
         scrollbar = self.styles.scrollbar_size_vertical if scrolls else 0
         # No wider than the widest piece, so short pieces keep the probabilities close by.
         widest = max((piece_text(d.chosen.piece).cell_len for d in decisions), default=0)
-        return min(fit_piece(self.size.width - scrollbar, step_width), max(len(PIECE_LABEL), widest))
+        more = (self._number_columns - 1) * (PROBABILITY_WIDTH + CELL_PADDING)  # fit_piece counts one
+        return min(fit_piece(self.size.width - scrollbar - more, step_width), max(len(PIECE_LABEL), widest))
 
     def on_resize(self) -> None:
-        if self._fit(self.decisions) != self.piece_width:
-            self.show_decisions(self.decisions, select=self.cursor_row + 1)
+        if self._fit(self.decisions) != self.piece_width or len(self.columns) != 2 + self._number_columns:
+            self.show_decisions(self.decisions, select=self.cursor_row + 1, opinions=self.opinions)
 
-    def show_decisions(self, decisions: tuple[DecisionView, ...], select: int | None = None) -> None:
-        """Replace the rows (only what changed is redrawn); ``select`` is a 1-based step."""
-        old = self.decisions
+    def show_decisions(self, decisions: tuple[DecisionView, ...], select: int | None = None,
+                       opinions: tuple[Any, ...] = ()) -> None:
+        """Replace the rows (only what changed is redrawn); ``select`` is a 1-based step;
+        ``opinions`` (one per decision) adds the second model's columns."""
+        old, old_opinions = self.decisions, self.opinions
         self.decisions = decisions
+        self.opinions = opinions
+        columns_changed = len(self.columns) != 2 + self._number_columns
         piece_width = self._fit(decisions)
         common = 0
-        if piece_width != self.piece_width:
+        if piece_width != self.piece_width or columns_changed:
             self.piece_width = piece_width
             self._add_columns()
             old = ()
-        while common < min(len(old), len(decisions)) and old[common] is decisions[common]:
+        while common < min(len(old), len(decisions)) and old[common] is decisions[common] and (
+                not opinions or opinions[common] == old_opinions[common]):
             common += 1
         if common < len(old):
             self.clear()
             common = 0
-        for decision in decisions[common:]:
+        for index, decision in enumerate(decisions[common:], start=common):
             chosen = decision.chosen
-            self.add_row(
+            cells = [
                 Text(step_label(decision), justify="right"),
                 fitted_piece(chosen.piece, self.piece_width, style="reverse" if decision.forced else ""),
-                Text(short_probability(chosen.selection_probability), justify="right"),
-                key=str(decision.step),
-            )
+            ]
+            if self._shows_p:
+                cells.append(Text(short_probability(chosen.selection_probability), justify="right"))
+            if opinions:
+                opinion = opinions[index]
+                cells.append(Text(short_probability(opinion.probability), justify="right",
+                                  style="" if opinion.top1_agree else "bold"))
+                kl = max(opinion.kl, 0.0)  # a rounding hair below zero reads as 0
+                cells.append(Text(f"{kl:.2f}" if kl >= 0.005 or kl == 0 else short_probability(kl),
+                                  justify="right"))
+            self.add_row(*cells, key=str(decision.step))
         if select is not None and decisions:
             self.move_cursor(row=min(max(select, 1), len(decisions)) - 1, animate=False, scroll=True)
 

@@ -42,8 +42,7 @@ def pattern_text(layer: int, head: int, pieces: Sequence[str], weights: Sequence
             top = max(range(query + 1), key=lambda i: row[i])
             out.append(f"  {row[top]:.2f}@{top}", style="dim")
         out.append("\n")
-    out.append("height: weight / row max · bold ≥ 0.5, dim < 0.1 · ^ <bos> · value@position of the largest",
-               style="dim")
+    out.append("height: weight / row max · bold ≥ 0.5 · dim < 0.1 · ^ <bos>", style="dim")
     return out
 
 

@@ -53,7 +53,7 @@ def lens_text(rows: Sequence[Any], chosen_id: int, chosen_piece: str, vocab_size
             out.append_text(fitted_piece(entry.piece, PIECE_CELLS, style="bold reverse" if chosen else ""))
             out.append(f" {short_probability(entry.probability)}  ", style="bold" if chosen else "dim")
         out.append("\n")
-    out.append("layer emb: the embeddings; bN: after block N (the last row is the model's own)", style="dim")
+    out.append("emb: embeddings · bN: after block N (the last: the model)", style="dim")
     return out
 
 

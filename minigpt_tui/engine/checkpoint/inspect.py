@@ -9,6 +9,7 @@ metadata, so grouping them by meaning needs no tensor data either.
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +32,22 @@ from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE
 from minigpt_tui.engine.errors import CheckpointError
 
 MAX_BINS = 10_000  # a histogram wider than any terminal; more only costs memory
-PORTABLE_MODEL = "portable-model"
-TRAINING_STATE = "training-state"
-CHECKPOINT_DIR = "checkpoint-dir"
-SAFETENSORS = "safetensors"
+class InspectionKind(enum.StrEnum):
+    """What an opened path is (its value is what ``inspect --json`` prints as ``kind``)."""
+
+    PORTABLE_MODEL = "portable-model"
+    TRAINING_STATE = "training-state"
+    CHECKPOINT_DIR = "checkpoint-dir"
+    SAFETENSORS = "safetensors"  # made by another program
+    HF_MODEL = "hf-model"  # a transformers folder
+    TORCH_PICKLE = "torch-pickle"  # a .pt/.pth/ckpt.pt, read with weights_only=True
+    NANOGPT = "nanogpt"  # a nanoGPT ckpt.pt (model args beside the weights)
+
+
+PORTABLE_MODEL = InspectionKind.PORTABLE_MODEL
+TRAINING_STATE = InspectionKind.TRAINING_STATE
+CHECKPOINT_DIR = InspectionKind.CHECKPOINT_DIR
+SAFETENSORS = InspectionKind.SAFETENSORS
 
 
 @dataclass(frozen=True)
@@ -67,7 +80,7 @@ class EntryRecord:
 class FileSummary:
     name: str
     path: Path
-    kind: str
+    kind: InspectionKind
     size: int
     header_bytes: int
     tensors: int
@@ -88,7 +101,7 @@ class FileSummary:
 @dataclass(frozen=True)
 class Inspection:
     path: Path
-    kind: str  # portable-model | training-state | checkpoint-dir | safetensors
+    kind: InspectionKind
     entries: tuple[EntryRecord, ...]
     aliases: tuple[dict[str, Any], ...]
     state: dict[str, dict[str, Any]]
@@ -132,7 +145,7 @@ def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _kind(records: dict[str, Any]) -> str:
+def _kind(records: dict[str, Any]) -> InspectionKind:
     fmt = records.get("format")
     name = fmt.get("name") if isinstance(fmt, dict) else None
     if name == MODEL_FORMAT:
@@ -142,7 +155,7 @@ def _kind(records: dict[str, Any]) -> str:
     return SAFETENSORS
 
 
-def _entry_group(kind: str, name: str) -> str:
+def _entry_group(kind: InspectionKind, name: str) -> str:
     if kind == TRAINING_STATE:
         return group_of(name)
     if kind == PORTABLE_MODEL:
@@ -201,7 +214,7 @@ def _inspect_file(path: Path, label: str) -> tuple[Header, dict[str, Any], str, 
     return header, records, kind, entries
 
 
-def _summary(path: Path, label: str, kind: str, header: Header) -> FileSummary:
+def _summary(path: Path, label: str, kind: InspectionKind, header: Header) -> FileSummary:
     data = sum(e.nbytes for e in header.entries)
     return FileSummary(label, path, kind, header.file_size, header.header_bytes, len(header.entries), data)
 

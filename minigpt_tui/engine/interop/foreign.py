@@ -32,7 +32,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.checkpoint.integrity import Integrity, IntegrityScope
-from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection, TensorRead
+from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection, InspectionKind, TensorRead
 from minigpt_tui.engine.checkpoint.safetensors_io import Header, opening_errors, read_header, read_tensor
 from minigpt_tui.engine.errors import CheckpointError
 from minigpt_tui.engine.interop import hf_layout, hf_tokenizer
@@ -48,9 +48,9 @@ from minigpt_tui.engine.interop.hf_import import (
 if TYPE_CHECKING:
     import torch
 
-HF_MODEL = "hf-model"
-TORCH_PICKLE = "torch-pickle"
-NANOGPT = "nanogpt"
+HF_MODEL = InspectionKind.HF_MODEL
+TORCH_PICKLE = InspectionKind.TORCH_PICKLE
+NANOGPT = InspectionKind.NANOGPT
 PICKLE_KINDS = (TORCH_PICKLE, NANOGPT)
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 MANIFEST = "manifest.json"
@@ -324,7 +324,7 @@ def inspect_hf_folder(path: Path) -> Inspection:
         for e in header.entries:
             entries.append(EntryRecord(shard.name, e.name, e.dtype, e.shape, e.elements, e.nbytes, e.begin, e.end,
                                        _group(e.name)))
-        files.append(FileSummary(shard.name, shard, "safetensors", header.file_size, header.header_bytes,
+        files.append(FileSummary(shard.name, shard, InspectionKind.SAFETENSORS, header.file_size, header.header_bytes,
                                  len(header.entries), sum(e.nbytes for e in header.entries)))
         metadata[shard.name] = dict(header.metadata)
     config = folder.config

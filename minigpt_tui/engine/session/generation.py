@@ -13,6 +13,7 @@ from typing import Any
 
 from minigpt_tui.engine.errors import GenerationError
 from minigpt_tui.engine.session.inputs import parse_number
+from minigpt_tui.engine.session.insight import InsightView, SecondOpinionView, insight_view
 
 TOP_CANDIDATES = 16
 MAX_INELIGIBLE_ROWS = 8
@@ -82,6 +83,8 @@ class StepperView:
     stop_reason: str | None
     output: OutputView
     forced_steps: frozenset[int] = field(default_factory=frozenset)
+    second_label: str | None = None  # the second model, when one is loaded
+    second_opinions: tuple[SecondOpinionView, ...] = ()  # one per decision, in order
 
 
 # -- the form's settings ---------------------------------------------------------------------
@@ -200,6 +203,9 @@ class GenerationSession:
         self.stepper: Any = None
         self.settings: GenerationSettings | None = None
         self._views: dict[Any, DecisionView] = {}
+        self.second: Any = None  # a second model whose opinion each decision shows
+        self.second_path: Path | None = None
+        self._opinions: dict[Any, SecondOpinionView] = {}
 
     def load(self, spec: str) -> None:
         from minigpt_tui.engine.checkpoint.portable import load_portable_model
@@ -212,6 +218,7 @@ class GenerationSession:
         self.portable, self.spec, self.model_path = portable, spec, path
         self.stepper, self.settings = None, None
         self._views.clear()
+        self.load_second(None)  # it was compared with the previous model
 
     def configure(self, settings: GenerationSettings) -> None:
         from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
@@ -264,6 +271,58 @@ class GenerationSession:
                     stepper.step()
             raise
 
+    def load_second(self, spec: str | None) -> None:
+        """A second model (same tokenizer) read beside each decision; None removes it."""
+        from minigpt_tui.engine.checkpoint.portable import load_portable_model
+        from minigpt_tui.engine.contrast import check_same_tokenizer
+        from minigpt_tui.engine.runs import resolve_model_file
+
+        if spec is None:
+            self.second, self.second_path = None, None
+            self._opinions.clear()
+            return
+        if self.portable is None:
+            raise GenerationError(NO_MODEL)
+        path = resolve_model_file(spec, self.runs_dir)
+        portable = load_portable_model(path)
+        if portable.tokenizer is None:
+            raise GenerationError(f"{path} holds no tokenizer: it cannot be compared")
+        check_same_tokenizer(self.portable, portable)
+        self.second, self.second_path = portable, path
+        self._opinions.clear()
+
+    def inspect(self, step: int, layer: int, head: int, candidate_id: int | None = None) -> InsightView:
+        """Decision ``step`` (1-based) inside: lens, contributions of the chosen id (and of
+        ``candidate_id``), and head ``head`` of block ``layer`` over the whole prefix."""
+        from minigpt_tui.engine.lens import inspect_decision
+
+        stepper = self._require()
+        if not 1 <= step <= len(stepper.decisions):
+            raise GenerationError(f"there is no decision {step} to look inside")
+        decision = stepper.decisions[step - 1]
+        model = stepper.model
+        extra = [candidate_id] if candidate_id is not None and candidate_id != decision.chosen.id else []
+        insight = inspect_decision(model, stepper.tokenizer, decision.prefix_ids, decision.chosen.id, lens=True,
+                                   contributions=True, candidate_ids=extra, pattern=(layer, head))
+        return insight_view(insight, step, decision.chosen.id, decision.chosen.piece.text, model.config,
+                            model.vocab_size)
+
+    def _second_opinions(self, decisions: Any) -> tuple[SecondOpinionView, ...]:
+        from minigpt_tui.engine.contrast import second_opinion
+
+        opinions = []
+        for decision in decisions:
+            opinion = self._opinions.get(decision)
+            if opinion is None:
+                position = second_opinion(self.second, decision)
+                opinion = self._opinions[decision] = SecondOpinionView(
+                    decision.step, position.kl, position.top1_agree, position.rank_b, position.probability_b)
+            opinions.append(opinion)
+        alive = set(decisions)
+        for stale in [d for d in self._opinions if d not in alive]:
+            del self._opinions[stale]
+        return tuple(opinions)
+
     def save_trace(self, target: Path) -> Path:
         from minigpt_tui.engine.files import write_file
 
@@ -302,4 +361,6 @@ class GenerationSession:
             output=OutputView(tuple(output["generated_ids"]), bytes(output["generated_bytes"]),
                               bool(output["valid_utf8"]), str(output["display"]), bool(output["ended_with_eos"])),
             forced_steps=frozenset(d.step for d in decisions if d.forced),
+            second_label=str(self.second_path) if self.second is not None else None,
+            second_opinions=self._second_opinions(stepper.decisions) if self.second is not None else (),
         )
