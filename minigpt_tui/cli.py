@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train, save, resume, inspect and interrogate a Mini GPT on the CPU.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    parser.add_argument("--runs-dir", help="runs directory (default: the user data dir)")
+    parser.add_argument("--runs-dir", metavar="DIR", help="runs directory (default: the user data dir)")
     parser.add_argument("--preset", default="mini", help="preset for a new run in the app (default: mini)")
     parser.add_argument("--corpus", help="corpus file or folder for a new run in the app")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

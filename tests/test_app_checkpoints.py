@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import threading
 from pathlib import Path
 
@@ -276,11 +277,13 @@ async def test_alias_state_metadata_and_integrity_panels(runs):
         assert "model.safetensors" in metadata and "training.safetensors" in metadata
         assert '"minigpt-tui/portable-model"' in metadata  # raw JSON string as stored
         integrity = static_text(screen, "#integrity-text")
-        assert "every check passed" in integrity and "not checked yet" in integrity
+        assert "every file's size matches (SHA-256 not checked yet)" in integrity  # says what was checked
+        assert "every check passed" not in integrity
         await pilot.press("v")
         await settle(pilot)
         integrity = static_text(screen, "#integrity-text")
         assert "checked against every file" in integrity and integrity.count("matches") >= 4
+        assert "every file's size and SHA-256 match" in integrity
 
 
 @run_async
@@ -611,3 +614,31 @@ def test_snapshot_resume_preflight(saved, tmp_path, snap_compare):
         await pilot.pause()
 
     assert snap_compare(make_app(runs), terminal_size=(80, 24), run_before=run_before)
+
+
+@run_async
+async def test_the_screen_opens_the_newest_run_not_the_first_by_name(runs):
+    import os
+
+    newer = runs / "tiny-b"
+    shutil.copytree(runs / "tiny-a", newer)
+    later = (runs / "tiny-a" / "config.json").stat().st_mtime + 3600
+    for path in (newer / "config.json", *newer.glob("checkpoints/step-*")):
+        os.utime(path, (later, later))
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        assert screen.opened is not None
+        assert screen.opened.inspection.path == newer / "checkpoints" / "step-000004"
+
+
+@run_async
+async def test_the_open_dialog_names_every_kind_that_opens(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_checkpoints(pilot)
+        await pilot.press("o")
+        await pilot.pause()
+        assert isinstance(app.screen, PathPromptScreen)
+        prompt = " ".join(str(label.render()) for label in app.screen.query("Label"))
+        assert ".pt" in prompt and "transformers model folder" in prompt and "safetensors" in prompt

@@ -574,3 +574,18 @@ async def test_probes_table_follows_the_evaluations_and_p_draws_a_probe_on_the_p
         assert table.display and not probes.display and plot.probe is None
     records = [json.loads(line) for line in (screen.run.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["kind"] == "probes"] == [0, 50, 100]
+
+
+@run_async
+async def test_save_evaluate_and_stop_on_an_idle_screen_say_why_nothing_happens(tmp_path):
+    app = make_app(tmp_path / "runs", QUICK)
+    seen = record_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, TrainingScreen)
+        for key in ("s", "e", "x"):
+            await pilot.press(key)
+            await pilot.pause()
+        idle = [message for message, severity in seen if "no run is active" in message and severity == "warning"]
+        assert len(idle) == 3, seen
+        assert app.screen.run is None  # nothing started

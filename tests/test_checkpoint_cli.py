@@ -198,10 +198,38 @@ def test_inspect_shows_entries_aliases_grouped_state_and_integrity(capsys, runs)
     assert result["state"]["randomness"]["dropout_seed"] == 18446744073709551613
     assert set(result["metadata"]) == {MODEL_FILE, TRAINING_FILE}
     assert result["integrity"]["ok"] is True
-    # On a terminal: rich tables.
+    # Without --json: rich tables; --tensor NAME prints that tensor's statistics alone.
+    assert main(["--runs-dir", str(runs), "inspect", "a:latest", "--verify"]) == 0
+    text = capsys.readouterr().out
+    assert "alias records" in text and "state: optimizer" in text and "statistics:" not in text
     assert main(["--runs-dir", str(runs), "inspect", "a:latest", "--tensor", "final_norm.weight", "--verify"]) == 0
     text = capsys.readouterr().out
-    assert "alias records" in text and "state: optimizer" in text and "statistics: final_norm.weight" in text
+    assert "statistics: final_norm.weight" in text
+    assert "alias records" not in text and "state: optimizer" not in text and "files" not in text
+
+
+def test_piped_inspect_never_cuts_a_value(runs):
+    """stdout is a pipe, not a terminal: every state value is printed whole, on one line."""
+    done = subprocess.run(cli_command("--runs-dir", str(runs), "inspect", "a:latest"), capture_output=True, text=True,
+                          env=cli_env(runs.parent), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout and "..." not in done.stdout.replace("..", "")  # offsets print as A..B
+    assert "18446744073709551613" in done.stdout
+
+
+def test_help_names_the_runs_directory_plainly(capsys):
+    with pytest.raises(SystemExit):
+        main(["inspect", "--help"])
+    text = capsys.readouterr().out
+    assert "--runs-dir DIR" in text and "RUNS_DIR_SUB" not in text
+
+
+def test_train_summary_lists_only_checkpoints_on_disk(tmp_path):
+    done = run_json(tmp_path, "train", "--preset", "tiny", "--save-every", "1", "--keep-last", "1", "--run", "k")
+    assert done["checkpoints"], done
+    from pathlib import Path
+
+    assert all(Path(path).is_dir() for path in done["checkpoints"]), done["checkpoints"]
 
 
 def test_one_tensor_statistics_and_a_comparison(capsys, runs, tmp_path):
@@ -265,3 +293,14 @@ def test_statistics_count_non_finite_values_and_leave_them_out(tmp_path):
     assert stats["histogram"]["counts"] == [1, 3]
     assert tensor_statistics(path, "empty")["min"] is None
     assert tensor_statistics(path, "ids")["max"] == float(2**64 - 1)
+
+
+def test_statistics_of_a_constant_and_of_a_complex_tensor_say_what_they_are(capsys, tmp_path):
+    path = tmp_path / "w.safetensors"
+    safetensors.torch.save_file({"c": torch.full((8,), 3.515), "z": torch.tensor([3 + 4j, 0j])}, path)
+    capsys.readouterr()
+    assert main(["inspect", str(path), "--tensor", "c"]) == 0
+    text = capsys.readouterr().out
+    assert "every finite value equals 3.515 (8 values)" in text and "[ 3.515,  3.515)" not in text
+    assert main(["inspect", str(path), "--tensor", "z"]) == 0
+    assert "of its magnitudes |z|" in capsys.readouterr().out

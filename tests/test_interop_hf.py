@@ -476,3 +476,18 @@ def test_export_run_best_of_a_trained_run(tmp_path):
         ids = torch.tensor([ours.tokenizer.encode_prompt(text)])
         with torch.no_grad():
             assert (model(ids).logits - ours.model(ids).logits).abs().max().item() <= 1e-12
+
+
+def test_a_shared_tensor_in_a_pickle_compares_equal_to_the_alias_record_of_safetensors(saved_by_transformers, tmp_path):
+    """The .bin lists the tied head as a shared tensor, the safetensors folder as an alias of
+    the token table: both are the same tensor, so nothing is reported as only in one side."""
+    from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints
+
+    folder = tmp_path / "gpt2-bin"
+    folder.mkdir()
+    shutil.copy(saved_by_transformers["root"] / "gpt2" / "config.json", folder / "config.json")
+    torch.save(saved_by_transformers["gpt2"].state_dict(), folder / "pytorch_model.bin")
+    comparison = compare_checkpoints(folder, saved_by_transformers["root"] / "gpt2")
+    statuses = {t["name"]: t["status"] for t in comparison["tensors"]}
+    assert statuses["lm_head.weight"] == "same"
+    assert comparison["changed"] == [], comparison["changed"]

@@ -10,7 +10,7 @@ from minigpt_tui.commands.common import runs_dir_from_args
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("attach", help="open the app following a run another process is training")
     parser.add_argument("run", metavar="RUN", help="run folder, or a run's name in the runs directory")
-    parser.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
+    parser.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     parser.set_defaults(handler=run_attach)
 
 

@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     resume.add_argument("--until", type=int,
                         help="stop after this update: after the checkpoint's step, within the saved schedule")
     resume.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    resume.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
+    resume.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     resume.add_argument("--corpus", help="the corpus moved: read it from here (its identity must match)")
     resume.add_argument("--save-every", type=int,
                         help="save every N updates, 0 to 1,000,000,000 (default: the run's setting)")
@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     inspect = subparsers.add_parser("inspect", help="show what a checkpoint or any safetensors file holds")
     inspect.add_argument("path", help="safetensors file, checkpoint folder, run folder or RUN:latest|best|STEP")
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
-    inspect.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
+    inspect.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     inspect.add_argument("--verify", action="store_true", help="also read the data: hashes, identities, digests")
     inspect.add_argument("--tensor", help="statistics of one tensor (reads that tensor alone)")
     inspect.add_argument("--bins", type=int, default=20, help="histogram bins for --tensor, 1 to 10,000 (default 20)")

@@ -11,11 +11,14 @@ from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.display import shorten
 
 WIDE_FROM = 110  # below this width the group and offset columns give their room to the name
+PIPED_WIDTH = 400  # the line width when stdout is not a terminal: wide enough that no cell is cut
 STATISTICS = ("elements", "min", "max", "mean", "std", "zero_fraction", "nan", "inf", "bytes_read")
 
 
-def _short(value: Any, width: int = 72) -> Any:
-    return _text(shorten(escape_controls(value if isinstance(value, str) else json.dumps(value)), width))
+def _short(console: Any, value: Any, width: int = 72) -> Any:
+    """A value cut to ``width`` on a terminal; piped or redirected output keeps all of it."""
+    text = escape_controls(value if isinstance(value, str) else json.dumps(value))
+    return _text(shorten(text, width) if console.is_terminal else text)
 
 
 def _text(value: Any) -> Any:
@@ -78,7 +81,7 @@ def _state(console: Any, result: dict[str, Any]) -> None:
         if records:
             table = _table(f"state: {group}", "record", "value")
             for key, value in records.items():
-                table.add_row(_text(key), _short(value))
+                table.add_row(_text(key), _short(console, value))
             console.print(table)
 
 
@@ -87,7 +90,7 @@ def _metadata(console: Any, result: dict[str, Any]) -> None:
         return
     table = _table("metadata", "key", "value")
     for key, value in result["metadata"].items():
-        table.add_row(_text(key), _short(value))
+        table.add_row(_text(key), _short(console, value))
     console.print(table)
 
 
@@ -114,12 +117,16 @@ def _statistics(console: Any, result: dict[str, Any]) -> None:
     stats = result.get("statistics")
     if stats is None:
         return
-    table = _table(f"statistics: {stats['name']} ({stats['dtype']} {stats['shape']})", "record", "value")
+    of = "" if stats.get("of", "values") == "values" else f", of its {stats['of']}"
+    table = _table(f"statistics: {stats['name']} ({stats['dtype']} {stats['shape']}{of})", "record", "value")
     for key in STATISTICS:
         table.add_row(key, str(stats[key]))
     console.print(table)
     counts, edges = stats["histogram"]["counts"], stats["histogram"]["edges"]
     peak = max(counts) if counts else 0
+    if len(edges) == 2 and edges[0] == edges[1]:  # a constant tensor: one value, no interval
+        console.print(f"  every finite value equals {edges[0]:.6g} ({counts[0]} values)", highlight=False)
+        return
     for i, count in enumerate(counts):
         bar = "#" * (round(40 * count / peak) if peak else 0)
         console.print(f"  [{edges[i]: .4g}, {edges[i + 1]: .4g})  {count:6d} {bar}", highlight=False)
@@ -138,7 +145,7 @@ def _comparison(console: Any, result: dict[str, Any]) -> None:
     console.print(table)
     table = _table("state records that differ", "group", "record", "a", "b")
     for d in comparison["state_differences"]:
-        table.add_row(_text(d["group"]), _text(d["record"]), _short(d["a"], 36), _short(d["b"], 36))
+        table.add_row(_text(d["group"]), _text(d["record"]), _short(console, d["a"], 36), _short(console, d["b"], 36))
     console.print(table)
 
 
@@ -151,5 +158,11 @@ def print_inspection(result: dict[str, Any]) -> None:
     from rich.console import Console
 
     console = Console(highlight=False)
+    if not console.is_terminal:  # piped or redirected: room for every cell, nothing cut
+        console = Console(highlight=False, width=PIPED_WIDTH)
+    if "statistics" in result:  # --tensor NAME asks for that tensor's statistics (and a comparison) alone
+        _statistics(console, result)
+        _comparison(console, result)
+        return
     for section in SECTIONS:
         section(console, result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from minigpt_tui.commands.common import (
@@ -20,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="train a new run headless")
     add_config_arguments(parser)
     parser.add_argument("--run", help="run name (default: PRESET-TIMESTAMP)")
-    parser.add_argument("--runs-dir", dest="runs_dir_sub", help="runs directory")
+    parser.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     parser.add_argument("--until", type=int, help="stop after this update, 1 to --steps (the schedule stays the same)")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
     parser.add_argument("--save-every", type=int, help="save a checkpoint every N updates, 0 to 1,000,000,000 (0: only at stop and best)")
@@ -151,7 +152,7 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "data": trainer.data_summary(),
         "evaluation_rule": trainer.evaluation_rule,
         "tokenizer_identity": trainer.tokenizer.identity,
-        "checkpoints": recorder.saved,
+        "checkpoints": [path for path in recorder.saved if Path(path).exists()],  # retention deleted the rest
         "run_dir": str(prepared.run.path),
         "device": trainer.placement.kind,
         "world_size": trainer.parallel.world_size,
@@ -243,7 +244,7 @@ def print_summary(result: dict[str, Any]) -> None:
         last = result["probes"][-1]
         table.add_row("probes", f"step {last['step']}: {last['matched']} of {len(last['probes'])} match "
                       f"({last['source']})")
-    table.add_row("best step", str(result["best_step"]))
+    table.add_row("best step", "none yet" if result["best_step"] is None else str(result["best_step"]))
     table.add_row("state digest", result["state_digest"])
     for path in result["checkpoints"]:
         table.add_row("checkpoint", Text(escape_controls(path)))

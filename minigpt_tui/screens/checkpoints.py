@@ -513,7 +513,8 @@ class CheckpointsScreen(Screen):
                 self.open_path(Path(text), loud=True)
 
         self.app.push_screen(PathPromptScreen(
-            "Open", "A safetensors file (from any tool), a checkpoint folder or a run folder:",
+            "Open", "A safetensors file (from any tool), a PyTorch .pt/.bin file, a transformers model "
+            "folder, a checkpoint folder or a run folder:",
             placeholder="path/to/model.safetensors"), chosen)
 
     # -- generate ----------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
 
 ACTIVE_STATES = ("starting", "running", "paused", "stopping")
+IDLE_RUN_KEYS = {"s": "save", "e": "evaluate", "x": "stop"}  # dimmed while no run is active; pressed, they say why
 
 
 @dataclass
@@ -166,6 +167,14 @@ class TrainingScreen(Screen):
             # None: shown dimmed in the key bar while no run is active.
             return True if state in ("starting", "running", "paused") else None
         return True
+
+    def on_key(self, event: events.Key) -> None:
+        """A dimmed run key (save, evaluate, stop) pressed while no run is active says why
+        nothing happens instead of doing nothing silently."""
+        action = IDLE_RUN_KEYS.get(event.key)
+        if action is not None and self.check_action(action, ()) is None:
+            event.stop()
+            self._require_active(action)
 
     def action_start(self) -> None:
         self.start_run(self.mini_app.next_config)

@@ -37,7 +37,13 @@ def _manifest_text(integrity: Integrity) -> Text:
         return out
     ok = integrity.ok
     out.append("manifest: ", style="bold")
-    out.append("complete, " + ("every check passed" if ok else "a check failed"), style="green" if ok else "bold red")
+    if not ok:
+        verdict = "a check failed"
+    elif integrity.hashes_checked:
+        verdict = "every file's size and SHA-256 match"
+    else:
+        verdict = "every file's size matches (SHA-256 not checked yet)"
+    out.append("complete, " + verdict, style="green" if ok else "bold red")
     out.append(f"\nstep {integrity.step}, saved because: {integrity.reason}\n")
     if integrity.problem:
         out.append(f"problem: {integrity.problem}\n", style="red")

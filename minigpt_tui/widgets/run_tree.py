@@ -82,9 +82,10 @@ class RunTree(Tree[TreeTarget]):
             self.root.add_leaf(Text("no runs yet: train one (t) or open a file (o)", style="dim italic"))
         if target_line is not None:
             self.call_after_refresh(self.move_cursor, target_line)
-        elif listings:
-            first = self.root.children[0]
-            self.call_after_refresh(self.move_cursor, first)
+        elif listings:  # the newest run with a checkpoint (else the newest run), not the first by name
+            newest = max(range(len(listings)),
+                         key=lambda i: (bool(listings[i].checkpoints), listings[i].changed_at))
+            self.call_after_refresh(self.move_cursor, self.root.children[newest])
 
     def run_for(self, path: Path) -> RunListing | None:
         """The run that holds ``path`` (the run folder itself or anything inside it)."""

@@ -47,6 +47,8 @@ def statistics_table(stats: dict[str, Any]) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
+    if stats.get("of", "values") != "values":  # complex: the figures are of |z|
+        table.add_row("of", f"the {stats['of']}")
     for key, label in (("min", "min"), ("max", "max"), ("mean", "mean"), ("std", "std (population)"),
                        ("zero_fraction", "zero fraction"), ("nan", "NaN count"), ("inf", "±inf count"),
                        ("bytes_read", "bytes read")):
@@ -59,6 +61,8 @@ def histogram_table(stats: dict[str, Any], width: int = HISTOGRAM_WIDTH) -> Tabl
     edges, counts = histogram.get("edges") or [], histogram.get("counts") or []
     if not counts:
         return Text("no finite values: no histogram", style="dim")
+    if len(edges) == 2 and edges[0] == edges[1]:  # a constant tensor: one value, no interval
+        return Text(f"every finite value equals {number(edges[0])} ({counts[0]:,} values)")
     top = max(counts) or 1
     table = Table.grid(padding=(0, 1))
     table.add_column(justify="right", no_wrap=True, style="dim")

@@ -378,6 +378,8 @@ def statistics_of(read: TensorRead, bins: int = 20) -> dict[str, Any]:
         "bytes_read": read.bytes_read,
         "nan": nan,
         "inf": nonfinite - nan,
+        # complex values are summarised by their magnitudes |z|; every other dtype by its values
+        "of": "magnitudes |z|" if tensor.is_complex() else "values",
     }
     if finite.numel() == 0:
         result.update(min=None, max=None, mean=None, std=None, zero_fraction=None, histogram={"edges": [], "counts": []})
@@ -434,6 +436,17 @@ def _tensors_of(inspection: Inspection) -> dict[tuple[str, str], tuple[str, Any]
     return out
 
 
+def _resolve_aliases(tensors: dict[tuple[str, str], tuple[str, Any]], inspection: Inspection,
+                     other: dict[tuple[str, str], tuple[str, Any]]) -> None:
+    """An alias record names a tensor stored once under another name: the same thing as a
+    shared tensor that the other side (a pickle) lists under both names, so where the other
+    side holds that name it compares as the aliased tensor."""
+    for alias in inspection.aliases:
+        key, target = ("", alias.get("name")), ("", alias.get("target"))
+        if alias.get("transform") == "none" and key not in tensors and key in other and target in tensors:
+            tensors[key] = tensors[target]
+
+
 def _max_abs_difference(a: Any, b: Any) -> float:
     import torch
 
@@ -457,6 +470,8 @@ def compare_checkpoints(a: Path | str, b: Path | str) -> dict[str, Any]:
 
     first, second = inspect_path(a), inspect_path(b)
     ta, tb = _tensors_of(first), _tensors_of(second)
+    _resolve_aliases(ta, first, tb)
+    _resolve_aliases(tb, second, ta)
     tensors = []
     for key in sorted(set(ta) | set(tb)):
         name = key[1]

@@ -40,6 +40,7 @@ class RunListing:
     checkpoints: tuple[CheckpointListing, ...]
     preset: str | None = None
     live: bool = False  # a trainer is writing it now (it listens to its control file)
+    changed_at: float = 0.0  # when its config, metrics or a checkpoint last changed (seconds since the epoch)
 
     @property
     def complete_checkpoints(self) -> int:
@@ -92,7 +93,7 @@ class RunStore:
                 size = 0
             live = read_live(run.path)
             listings.append(RunListing(run.name, run.path, size, checkpoints, preset,
-                                       live is not None and live.listening))
+                                       live is not None and live.listening, _changed_at(run.path, checkpoints)))
         return tuple(listings)
 
     def resolve(self, spec: str) -> Path:
@@ -178,3 +179,14 @@ def _read_merges(model_file: Path) -> SavedTokenizer:
     else:
         note = ""
     return SavedTokenizer(tokenizer, note)
+
+
+def _changed_at(run_path: Path, checkpoints: tuple[CheckpointListing, ...]) -> float:
+    """The latest modification time among a run's config, metrics and checkpoint folders."""
+    times = []
+    for path in (run_path / "config.json", run_path / "metrics.jsonl", *(c.path for c in checkpoints)):
+        try:
+            times.append(path.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times, default=0.0)
