@@ -11,7 +11,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
-.PHONY: run test test-slow bench verify wheel-check clean
+.PHONY: run test test-slow bench verify wheel-check screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ verify: $(STAMP)
 # Build the wheel, install it into a fresh virtual environment and run the installed command.
 wheel-check: $(STAMP)
 	PYTHON=$(PYTHON) BUILD_PY=$(PY) TORCH_PIN='$(TORCH_PIN)' bash tools/check_wheel.sh
+
+# Regenerate the README's pictures (assets/*.svg) from the app, driven by its keys.
+screenshots: $(STAMP)
+	$(PY) tools/make_screenshots.py --out assets
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

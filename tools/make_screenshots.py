@@ -41,9 +41,7 @@ async def capture(out: Path, runs_dir: Path) -> list[Path]:
         await _until(pilot, lambda: screen.run.state == "finished", 180, "the mini run to finish")
         shot("training")
         await pilot.press("c")
-        await _until(pilot, lambda: "demo" in str(app.screen.query("Tree").first().root.children) or True, 5,
-                     "the runs tree")
-        await pilot.pause(2.0)
+        await pilot.pause(2.0)  # the runs scan and the newest checkpoint's header, on workers
         shot("checkpoints")
         await pilot.press("g")
         await pilot.pause(1.0)
