@@ -11,21 +11,20 @@ nothing on disk.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from textual import events, on, work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.screen import Screen
 from textual.widgets import Header, Input, Tree
 
 from minigpt_tui.engine.session.run_store import RunListing, RunStore, model_file_of
 from minigpt_tui.messages import Inspected, InspectionFailed
 from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
+from minigpt_tui.screens.runs_beside import RunsBesideScreen
 from minigpt_tui.widgets.checkpoint_panels import CheckpointPanels
 from minigpt_tui.widgets.checkpoint_summary import kind_label
 from minigpt_tui.widgets.comparison_view import ComparisonView
@@ -53,7 +52,7 @@ class Opened:
     inspection: Any
 
 
-class CheckpointsScreen(Screen):
+class CheckpointsScreen(RunsBesideScreen):
     HELP = CHECKPOINTS_HELP
     HELP_TITLE = "Checkpoints"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (ROOMY_RUNS_FROM, "-medium"), (RUNS_BESIDE_FROM, "-wide")]
@@ -148,58 +147,6 @@ class CheckpointsScreen(Screen):
         self.sub_title = "Checkpoints"
         if self.is_mounted:
             self.rescan(select=self._selected_path())
-
-    # -- the runs panel beside or aside ------------------------------------------------------------
-    @property
-    def runs_aside(self) -> bool:
-        """Whether the runs panel is hidden now (only ever below RUNS_BESIDE_FROM columns)."""
-        return self.has_class("-runs-aside") and not self.has_class("-wide")
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "runs_aside":
-            return not self.has_class("-wide") and not self.runs_aside
-        if action == "runs_beside":
-            return self.runs_aside
-        return True
-
-    def on_resize(self) -> None:
-        self.call_after_refresh(self.refresh_bindings)
-
-    def _set_runs_aside(self, aside: bool) -> None:
-        self.set_class(aside, "-runs-aside")
-        self.refresh_bindings()
-
-    def action_runs_aside(self) -> None:
-        self._set_runs_aside(True)
-        if self.focused is None or self.focused is self.query_one(RunTree):
-            self._focus_panels()
-
-    def action_runs_beside(self) -> None:
-        self._set_runs_aside(False)
-        self.query_one(RunTree).focus()
-
-    def _focus_panels(self) -> None:
-        """Focus the first focusable widget of the panel on show (the tensor table, a scroll view)."""
-        self.query_one(CheckpointPanels).focus_active_panel()
-
-    def action_focus_next(self) -> None:
-        self._focus_from_keyboard(self.focus_next)
-
-    def action_focus_previous(self) -> None:
-        self._focus_from_keyboard(self.focus_previous)
-
-    def _focus_from_keyboard(self, move: Callable[[], object]) -> None:
-        # Leaving the tree from the keyboard puts it aside on a narrow screen; a click never
-        # does, since moving the panels under the pointer would change what the click hits.
-        tree = self.query_one(RunTree)
-        from_tree = self.focused is tree
-        move()
-        if from_tree and not self.has_class("-wide") and self.focused is not tree:
-            self._set_runs_aside(True)
-
-    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
-        if self.has_class("-runs-aside") and isinstance(event.widget, RunTree):
-            self._set_runs_aside(False)
 
     def _selected_path(self) -> Path | None:
         target = self.query_one(RunTree).highlighted_target
@@ -413,10 +360,9 @@ class CheckpointsScreen(Screen):
     def _renamed(self, message: RunTree.Renamed) -> None:
         run, target = message.run, message.target
         self.notify(f"{run.name} → {target.name}", title="renamed")
-        if self.opened is not None:
-            opened = Path(self.opened.inspection.path)
-            if opened == run.path or run.path in opened.parents:
-                self.open_path(target / opened.relative_to(run.path), loud=False)
+        opened = self._opened_inside(run)
+        if opened is not None:
+            self.open_path(target / opened.relative_to(run.path), loud=False)
         self.rescan(select=target)
 
     def action_delete(self) -> None:
@@ -437,11 +383,14 @@ class CheckpointsScreen(Screen):
     def _deleted(self, message: RunTree.Deleted) -> None:
         run = message.run
         self.notify(f"{run.name} ({human_bytes(run.disk_bytes)} freed)", title="deleted")
-        if self.opened is not None:
-            opened = Path(self.opened.inspection.path)
-            if opened == run.path or run.path in opened.parents:
-                self._clear_panels()
+        if self._opened_inside(run) is not None:
+            self._clear_panels()
         self.rescan()
+
+    def _opened_inside(self, run: RunListing) -> Path | None:
+        """The path open now if it is ``run``'s folder or inside it."""
+        opened = Path(self.opened.inspection.path) if self.opened is not None else None
+        return opened if opened is not None and (opened == run.path or run.path in opened.parents) else None
 
     def _clear_panels(self) -> None:
         self.opened = None
