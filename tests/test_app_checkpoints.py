@@ -642,3 +642,16 @@ async def test_the_open_dialog_names_every_kind_that_opens(runs):
         assert isinstance(app.screen, PathPromptScreen)
         prompt = " ".join(str(label.render()) for label in app.screen.query("Label"))
         assert ".pt" in prompt and "transformers model folder" in prompt and "safetensors" in prompt
+
+
+@run_async
+async def test_a_run_that_fails_to_open_quietly_shows_why_in_the_summary(runs):
+    model_file = runs / "tiny-a" / "checkpoints" / "step-000004" / "model.safetensors"
+    model_file.write_bytes(b"not a safetensors file")
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        seen = record_notifications(app)
+        screen = await open_checkpoints(pilot)
+        assert app.is_running and screen.opened is None
+        assert "model.safetensors" in static_text(screen, "#ckpt-summary")
+        assert not [m for m, s in seen if s == "error"]  # a cursor move is quiet: no notification

@@ -1,58 +1,41 @@
 """The Checkpoints screen: runs and their checkpoints, and any safetensors file or checkpoint
 folder opened by path, shown from their headers alone.
 
-Everything that touches the disk runs on thread workers: listing the runs directory,
-inspecting headers, a tensor's statistics (the only read of tensor bytes, on demand),
-hashing files against the manifest, comparing two checkpoints, renaming and deleting runs.
-Results come back as messages; a worker's failure comes back as the engine's one-line
-reason and changes nothing on disk.
+Everything that touches the disk runs on thread workers: the screen inspects headers; its
+panels list the runs directory and rename and delete runs (RunTree), read a tensor's
+statistics (TensorDetail), the tokenizer (TokenizerPanel), hash files against the manifest
+(IntegrityView) and compare two checkpoints (ComparisonView). Results come back as
+messages; a worker's failure comes back as the engine's one-line reason and changes
+nothing on disk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.text import Text
-from textual import events, on, work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
-from textual.widgets import Header, Input, Static, TabbedContent, TabPane, Tabs, Tree
+from textual.containers import Horizontal
+from textual.widgets import Header, Input, Tree
 
-from minigpt_tui.engine.checkpoint.integrity import Integrity
-from minigpt_tui.engine.session.run_store import RunListing, RunStore
-from minigpt_tui.messages import (
-    ComparisonReady,
-    Inspected,
-    InspectionFailed,
-    IntegrityReady,
-    RunsScanned,
-    StatisticsReady,
-    TokenizerReady,
-)
+from minigpt_tui.engine.session.run_store import RunListing, RunStore, model_file_of
+from minigpt_tui.messages import Inspected, InspectionFailed
 from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
-from minigpt_tui.widgets.alias_panel import aliases_renderable
-from minigpt_tui.widgets.checkpoint_summary import kind_label, summary_text
-from minigpt_tui.widgets.comparison_view import comparison_renderable
-from minigpt_tui.widgets.integrity_view import integrity_text
+from minigpt_tui.screens.runs_beside import RunsBesideScreen
+from minigpt_tui.widgets.checkpoint_panels import CheckpointPanels
+from minigpt_tui.widgets.checkpoint_summary import kind_label
+from minigpt_tui.widgets.comparison_view import ComparisonView
+from minigpt_tui.widgets.integrity_view import IntegrityView
 from minigpt_tui.widgets.key_bar import KeyBar
-from minigpt_tui.widgets.metadata_panel import metadata_text
 from minigpt_tui.widgets.run_tree import RunTree, TreeTarget
-from minigpt_tui.widgets.state_view import StateView
-from minigpt_tui.widgets.tensor_detail import TensorDetail
 from minigpt_tui.widgets.tensor_table import TensorTable, human_bytes
-from minigpt_tui.widgets.tokenizer_panel import TokenizerPanel
 
 if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
 
-MODEL_FILE = "model.safetensors"
-HF_TOKENIZER_FILE = "tokenizer.json"
-HISTOGRAM_BINS = 20
 TABS = ("tensors", "detail", "aliases", "state", "metadata", "integrity", "tokenizer", "compare")
 # Below this width the tensor table does not fit beside the runs panel with all its columns:
 # the runs panel steps aside while the keyboard works in the panels (b brings it back).
@@ -69,7 +52,7 @@ class Opened:
     inspection: Any
 
 
-class CheckpointsScreen(Screen):
+class CheckpointsScreen(RunsBesideScreen):
     HELP = CHECKPOINTS_HELP
     HELP_TITLE = "Checkpoints"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (ROOMY_RUNS_FROM, "-medium"), (RUNS_BESIDE_FROM, "-wide")]
@@ -124,7 +107,6 @@ class CheckpointsScreen(Screen):
         super().__init__()
         self.opened: Opened | None = None
         self._serial = 0
-        self._stats_serial = 0
 
     @property
     def mini_app(self) -> "MiniGPTApp":
@@ -151,33 +133,7 @@ class CheckpointsScreen(Screen):
             tree = RunTree(id="runs")
             tree.border_title = "Runs"
             yield tree
-            with Vertical(id="ckpt-main"):
-                yield Static(Text("Choose a run or checkpoint on the left, or open a file with o.", style="dim"),
-                             id="ckpt-summary")
-                yield Input(placeholder="filter tensors by name, dtype, group or file", compact=True,
-                            id="tensor-filter")
-                with TabbedContent(id="panels", initial="tensors"):
-                    with TabPane("Tensors", id="tensors"):
-                        yield TensorTable(id="tensor-table")
-                    with TabPane("Detail", id="detail"):
-                        yield TensorDetail(id="tensor-detail")
-                    with TabPane("Aliases", id="aliases"):
-                        with VerticalScroll(id="aliases-view"):
-                            yield Static("", id="aliases-text")
-                    with TabPane("State", id="state"):
-                        yield StateView(id="state-view")
-                    with TabPane("Meta", id="metadata"):
-                        with VerticalScroll(id="metadata-view"):
-                            yield Static("", id="metadata-text")
-                    with TabPane("Integrity", id="integrity"):
-                        with VerticalScroll(id="integrity-view"):
-                            yield Static("", id="integrity-text")
-                    with TabPane("Tokenizer", id="tokenizer"):
-                        yield TokenizerPanel(id="tokenizer-panel")
-                    with TabPane("Compare", id="compare"):
-                        with VerticalScroll(id="compare-view"):
-                            yield Static(Text("Press m to compare this checkpoint with another.", style="dim"),
-                                         id="compare-text")
+            yield CheckpointPanels(id="ckpt-main")
         yield KeyBar()
 
     def on_mount(self) -> None:
@@ -192,83 +148,13 @@ class CheckpointsScreen(Screen):
         if self.is_mounted:
             self.rescan(select=self._selected_path())
 
-    # -- the runs panel beside or aside ------------------------------------------------------------
-    @property
-    def runs_aside(self) -> bool:
-        """Whether the runs panel is hidden now (only ever below RUNS_BESIDE_FROM columns)."""
-        return self.has_class("-runs-aside") and not self.has_class("-wide")
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "runs_aside":
-            return not self.has_class("-wide") and not self.runs_aside
-        if action == "runs_beside":
-            return self.runs_aside
-        return True
-
-    def on_resize(self) -> None:
-        self.call_after_refresh(self.refresh_bindings)
-
-    def _set_runs_aside(self, aside: bool) -> None:
-        self.set_class(aside, "-runs-aside")
-        self.refresh_bindings()
-
-    def action_runs_aside(self) -> None:
-        self._set_runs_aside(True)
-        if self.focused is None or self.focused is self.query_one(RunTree):
-            self._focus_panels()
-
-    def action_runs_beside(self) -> None:
-        self._set_runs_aside(False)
-        self.query_one(RunTree).focus()
-
-    def _focus_panels(self) -> None:
-        """Focus the first focusable widget of the panel on show (the tensor table, a scroll view)."""
-        pane = self.query_one(TabbedContent).active_pane
-        target = next((w for w in pane.query("*") if w.can_focus and w.display), None) if pane else None
-        (target or self.query_one(TabbedContent).query_one(Tabs)).focus()
-
-    def action_focus_next(self) -> None:
-        self._focus_from_keyboard(self.focus_next)
-
-    def action_focus_previous(self) -> None:
-        self._focus_from_keyboard(self.focus_previous)
-
-    def _focus_from_keyboard(self, move: Callable[[], object]) -> None:
-        # Leaving the tree from the keyboard puts it aside on a narrow screen; a click never
-        # does, since moving the panels under the pointer would change what the click hits.
-        tree = self.query_one(RunTree)
-        from_tree = self.focused is tree
-        move()
-        if from_tree and not self.has_class("-wide") and self.focused is not tree:
-            self._set_runs_aside(True)
-
-    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
-        if self.has_class("-runs-aside") and isinstance(event.widget, RunTree):
-            self._set_runs_aside(False)
-
     def _selected_path(self) -> Path | None:
         target = self.query_one(RunTree).highlighted_target
         return target.path if target is not None else None
 
     # -- the runs directory ------------------------------------------------------------------
     def rescan(self, select: Path | None = None) -> None:
-        self._scan(self.runs_dir, select)
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-scan")
-    def _scan(self, runs_dir: Path, select: Path | None) -> None:
-        try:
-            listings = RunStore(runs_dir).scan()
-        except OSError as err:
-            self.app.call_from_thread(self.notify, f"cannot read the runs directory {runs_dir}: {err.strerror or err}",
-                                      title="runs", severity="error")
-            return
-        self.post_message(RunsScanned(listings, select))
-
-    @on(RunsScanned)
-    def _runs_scanned(self, message: RunsScanned) -> None:
-        tree = self.query_one(RunTree)
-        tree.border_subtitle = f"{len(message.listings)} runs · {human_bytes(sum(r.disk_bytes for r in message.listings))}"
-        tree.show_runs(message.listings, message.select)
+        self.query_one(RunTree).scan(self.runs_dir, select)
 
     def action_rescan(self) -> None:
         self.rescan(select=self._selected_path())
@@ -316,7 +202,7 @@ class CheckpointsScreen(Screen):
         if message.loud:
             self.notify(message.reason, title="cannot open", severity="error")
         if self.opened is None:
-            self.query_one("#ckpt-summary", Static).update(Text(escape_controls(message.reason), style="red"))
+            self.query_one(CheckpointPanels).show_open_failure(message.reason)
 
     @on(Inspected)
     def _inspected(self, message: Inspected) -> None:
@@ -324,90 +210,19 @@ class CheckpointsScreen(Screen):
             return
         inspection = message.inspection
         self.opened = Opened(message.serial, inspection)
-        self._show_summary(inspection)
-        self.query_one(TensorTable).show_entries(inspection.entries)
-        self.query_one(TensorDetail).clear_detail()
-        self._show_aliases(inspection.aliases)
-        self.query_one(StateView).show_state(inspection.state)
-        self._show_metadata(inspection.metadata)
-        self._show_integrity(inspection.integrity, inspection.kind)
-        self.query_one("#compare-text", Static).update(
-            Text("Press m to compare this checkpoint with another.", style="dim"))
-        source = self.tokenizer_source()
-        panel = self.query_one(TokenizerPanel)
-        if source is not None:
-            panel.show_unavailable("reading the tokenizer…")
-            self._load_tokenizer(message.serial, source)
-        else:
-            panel.show_unavailable("No tokenizer here: neither a minigpt-tui model file nor a folder with tokenizer.json.")
+        self.query_one(CheckpointPanels).show_inspection(inspection, self.store.display,
+                                                         wide=self.size.width >= SUMMARY_DETAIL_FROM)
 
-    def _show_summary(self, inspection: Any) -> None:
-        self.query_one("#ckpt-summary", Static).update(
-            summary_text(inspection, self.store.display, wide=self.size.width >= SUMMARY_DETAIL_FROM))
-
-    def _show_aliases(self, aliases: tuple[dict[str, Any], ...]) -> None:
-        self.query_one("#aliases-text", Static).update(aliases_renderable(aliases))
-
-    def _show_metadata(self, metadata: dict[str, Any]) -> None:
-        self.query_one("#metadata-text", Static).update(metadata_text(metadata))
-
-    def _show_integrity(self, integrity: Integrity | None, kind: str) -> None:
-        self.query_one("#integrity-text", Static).update(integrity_text(integrity, kind_label(kind)))
-
-    # -- tokenizer ------------------------------------------------------------------------------
     def model_file(self) -> Path | None:
         """The portable model file of what is open, if any."""
-        if self.opened is None:
-            return None
-        inspection = self.opened.inspection
-        if inspection.kind == "portable-model":
-            return Path(inspection.path)
-        if inspection.kind == "checkpoint-dir":
-            for summary in inspection.files:
-                if summary.kind == "portable-model":
-                    return Path(summary.path)
-        return None
-
-    def tokenizer_source(self) -> Path | None:
-        """Where the open thing keeps a tokenizer: our model file, or a transformers
-        folder's tokenizer.json."""
-        model_file = self.model_file()
-        if model_file is not None:
-            return model_file
-        if self.opened is not None and self.opened.inspection.kind == "hf-model":
-            candidate = Path(self.opened.inspection.path) / HF_TOKENIZER_FILE
-            return candidate if candidate.is_file() else None
-        return None
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-tokenizer")
-    def _load_tokenizer(self, serial: int, source: Path) -> None:
-        from minigpt_tui.engine.errors import MiniGPTError
-
-        from minigpt_tui.engine.session.run_store import read_saved_tokenizer
-
-        try:
-            saved = read_saved_tokenizer(source)
-        except (MiniGPTError, OSError, ValueError) as err:
-            self.post_message(TokenizerReady(serial, None, str(err)))
-            return
-        self.post_message(TokenizerReady(serial, saved.tokenizer, saved.note))
-
-    @on(TokenizerReady)
-    def _tokenizer_ready(self, message: TokenizerReady) -> None:
-        if self.opened is None or message.serial != self.opened.serial:
-            return
-        panel = self.query_one(TokenizerPanel)
-        if message.tokenizer is None:
-            panel.show_unavailable(message.note)
-        else:
-            panel.show_tokenizer(message.tokenizer, message.note)
+        return model_file_of(self.opened.inspection) if self.opened is not None else None
 
     # -- tensors ---------------------------------------------------------------------------------
     def action_filter(self) -> None:
         if not self.has_class("-wide"):
             self._set_runs_aside(True)
         self.add_class("-filtering")
-        self.query_one(TabbedContent).active = "tensors"
+        self.query_one(CheckpointPanels).show_tab("tensors")
         self.query_one("#tensor-filter", Input).focus()
 
     def action_clear_filter(self) -> None:
@@ -418,59 +233,8 @@ class CheckpointsScreen(Screen):
         self.remove_class("-filtering")
         self.query_one(TensorTable).focus()
 
-    @on(Input.Changed, "#tensor-filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        table = self.query_one(TensorTable)
-        table.set_filter(event.value)
-        table.border_subtitle = f"{len(table.shown)} of {len(table.entries)}" if event.value else ""
-
-    @on(Input.Submitted, "#tensor-filter")
-    def _filter_submitted(self) -> None:
-        self.query_one(TensorTable).focus()
-
     def action_show_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
-
-    @on(TensorTable.EntryChosen)
-    def _entry_chosen(self, message: TensorTable.EntryChosen) -> None:
-        self.show_statistics(message.entry)
-
-    def show_statistics(self, entry: Any) -> None:
-        """Show ``entry``'s record now and its statistics when the worker has read it."""
-        if self.opened is None:
-            return
-        inspection = self.opened.inspection
-        self._stats_serial += 1
-        where = self.store.display(inspection.path)
-        self.query_one(TensorDetail).show_pending(entry, where)
-        self.query_one(TabbedContent).active = "detail"
-        # In a folder (checkpoint, transformers model) the entry's file says which one holds it.
-        name = f"{entry.file}:{entry.name}" if Path(inspection.path).is_dir() else entry.name
-        self._statistics(self._stats_serial, Path(inspection.path), name, entry)
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-statistics")
-    def _statistics(self, serial: int, path: Path, name: str, entry: Any) -> None:
-        from minigpt_tui.engine.checkpoint.inspect import tensor_statistics
-        from minigpt_tui.engine.errors import MiniGPTError
-
-        try:
-            stats = tensor_statistics(path, name, HISTOGRAM_BINS)
-        except (MiniGPTError, OSError) as err:
-            self.post_message(StatisticsReady(serial, entry, None, str(err)))
-            return
-        self.post_message(StatisticsReady(serial, entry, stats, None))
-
-    @on(StatisticsReady)
-    def _statistics_ready(self, message: StatisticsReady) -> None:
-        if message.serial != self._stats_serial or self.opened is None:
-            return
-        where = self.store.display(self.opened.inspection.path)
-        detail = self.query_one(TensorDetail)
-        if message.stats is None:
-            detail.show_failure(message.entry, where, message.reason or "unknown error")
-            self.notify(message.reason or "unknown error", title="statistics", severity="error")
-        else:
-            detail.show_statistics(message.entry, where, message.stats)
+        self.query_one(CheckpointPanels).show_tab(tab)
 
     # -- integrity ---------------------------------------------------------------------------------
     def action_verify(self) -> None:
@@ -478,31 +242,8 @@ class CheckpointsScreen(Screen):
             self.notify("open a checkpoint folder first: only a checkpoint has a manifest to verify against",
                         title="verify", severity="warning")
             return
-        self.query_one(TabbedContent).active = "integrity"
-        self.query_one("#integrity-text", Static).update(Text("hashing the files…", style="dim italic"))
-        self._verify(self.opened.serial, Path(self.opened.inspection.path))
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-verify")
-    def _verify(self, serial: int, folder: Path) -> None:
-        from minigpt_tui.engine.checkpoint.directory import verify_checkpoint
-        from minigpt_tui.engine.checkpoint.integrity import IntegrityScope
-
-        try:
-            result = verify_checkpoint(folder, hashes=True)
-        except OSError as err:
-            result = Integrity(IntegrityScope.MANIFEST, "manifest sizes and SHA-256",
-                               (f"cannot read {folder}: {err.strerror or err}",), complete=False)
-        self.post_message(IntegrityReady(serial, result))
-
-    @on(IntegrityReady)
-    def _integrity_ready(self, message: IntegrityReady) -> None:
-        if self.opened is None or message.serial != self.opened.serial:
-            return
-        self._show_integrity(message.integrity, "checkpoint-dir")
-        if message.integrity.ok:
-            self.notify("every file matches its manifest SHA-256", title="verified")
-        else:
-            self.notify(str(message.integrity.problem), title="verification failed", severity="error")
+        self.query_one(CheckpointPanels).show_tab("integrity")
+        self.query_one(IntegrityView).verify(Path(self.opened.inspection.path))
 
     # -- open by path ---------------------------------------------------------------------------------
     def action_open_path(self) -> None:
@@ -568,12 +309,7 @@ class CheckpointsScreen(Screen):
             self.notify("open a checkpoint first", title="compare", severity="warning")
             return
         current = Path(self.opened.inspection.path)
-        choices = [
-            (f"{listing.name}  step {checkpoint.step}", str(checkpoint.path))
-            for listing in self.query_one(RunTree).listings
-            for checkpoint in listing.checkpoints
-            if checkpoint.complete and checkpoint.path != current
-        ]
+        choices = self.query_one(RunTree).checkpoint_choices(leaving_out=current)
 
         def chosen(text: str | None) -> None:
             if text:
@@ -586,32 +322,8 @@ class CheckpointsScreen(Screen):
     def _start_compare(self, other: Path) -> None:
         if self.opened is None:
             return
-        self.query_one(TabbedContent).active = "compare"
-        self.query_one("#compare-text", Static).update(Text("comparing (reads both checkpoints)…", style="dim italic"))
-        self._compare(self.opened.serial, Path(self.opened.inspection.path), other)
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-compare")
-    def _compare(self, serial: int, first: Path, other: Path) -> None:
-        from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints
-        from minigpt_tui.engine.errors import MiniGPTError
-
-        try:
-            result = compare_checkpoints(first, other)
-        except (MiniGPTError, OSError) as err:
-            self.app.call_from_thread(self._compare_failed, serial, str(err))
-            return
-        self.post_message(ComparisonReady(serial, other, result))
-
-    def _compare_failed(self, serial: int, reason: str) -> None:
-        self.notify(reason, title="cannot compare", severity="error")
-        if self.opened is not None and serial == self.opened.serial:
-            self.query_one("#compare-text", Static).update(Text(f"comparison failed: {reason}", style="red"))
-
-    @on(ComparisonReady)
-    def _comparison_ready(self, message: ComparisonReady) -> None:
-        if self.opened is None or message.serial != self.opened.serial:
-            return
-        self.query_one("#compare-text", Static).update(comparison_renderable(message.result, self.store.display))
+        self.query_one(CheckpointPanels).show_tab("compare")
+        self.query_one(ComparisonView).compare(Path(self.opened.inspection.path), other, self.store.display)
 
     # -- rename and delete --------------------------------------------------------------------------------
     def _run_under_cursor(self, action: str) -> RunListing | None:
@@ -639,32 +351,18 @@ class CheckpointsScreen(Screen):
 
         def chosen(text: str | None) -> None:
             if text and text != run.name:
-                self._rename(run, text)
+                self.query_one(RunTree).rename_run(self.store, run, text)
 
         self.app.push_screen(PathPromptScreen("Rename run", f"New name for {run.name} (letters, digits, . _ -):",
                                               value=run.name), chosen)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
-    def _rename(self, run: RunListing, new_name: str) -> None:
-        from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.engine.session.run_store import RunStoreError
-
-        try:
-            target = self.store.rename(run.path, new_name)
-        except RunStoreError as err:
-            self.app.call_from_thread(self.notify, str(err), title="rename failed", severity="error")
-            return
-        except MiniGPTError as err:
-            self.app.call_from_thread(self.notify, str(err), title="rename refused", severity="error")
-            return
-        self.app.call_from_thread(self._renamed, run, target)
-
-    def _renamed(self, run: RunListing, target: Path) -> None:
+    @on(RunTree.Renamed)
+    def _renamed(self, message: RunTree.Renamed) -> None:
+        run, target = message.run, message.target
         self.notify(f"{run.name} → {target.name}", title="renamed")
-        if self.opened is not None:
-            opened = Path(self.opened.inspection.path)
-            if opened == run.path or run.path in opened.parents:
-                self.open_path(target / opened.relative_to(run.path), loud=False)
+        opened = self._opened_inside(run)
+        if opened is not None:
+            self.open_path(target / opened.relative_to(run.path), loud=False)
         self.rescan(select=target)
 
     def action_delete(self) -> None:
@@ -677,43 +375,24 @@ class CheckpointsScreen(Screen):
 
         def decided(delete: bool | None) -> None:
             if delete:
-                self._delete(run)
+                self.query_one(RunTree).delete_run(self.store, run)
 
         self.app.push_screen(ConfirmDeleteScreen(f"run {run.name}", details), decided)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
-    def _delete(self, run: RunListing) -> None:
-        from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.engine.session.run_store import RunStoreError
-
-        try:
-            self.store.delete(run.path)
-        except RunStoreError as err:
-            self.app.call_from_thread(self.notify, str(err), title="delete failed", severity="error")
-            self.app.call_from_thread(self.rescan)
-            return
-        except MiniGPTError as err:
-            self.app.call_from_thread(self.notify, str(err), title="delete refused", severity="error")
-            return
-        self.app.call_from_thread(self._deleted, run)
-
-    def _deleted(self, run: RunListing) -> None:
+    @on(RunTree.Deleted)
+    def _deleted(self, message: RunTree.Deleted) -> None:
+        run = message.run
         self.notify(f"{run.name} ({human_bytes(run.disk_bytes)} freed)", title="deleted")
-        if self.opened is not None:
-            opened = Path(self.opened.inspection.path)
-            if opened == run.path or run.path in opened.parents:
-                self._clear_panels()
+        if self._opened_inside(run) is not None:
+            self._clear_panels()
         self.rescan()
+
+    def _opened_inside(self, run: RunListing) -> Path | None:
+        """The path open now if it is ``run``'s folder or inside it."""
+        opened = Path(self.opened.inspection.path) if self.opened is not None else None
+        return opened if opened is not None and (opened == run.path or run.path in opened.parents) else None
 
     def _clear_panels(self) -> None:
         self.opened = None
         self._serial += 1
-        self.query_one("#ckpt-summary", Static).update(
-            Text("Choose a run or checkpoint on the left, or open a file with o.", style="dim"))
-        self.query_one(TensorTable).show_entries(())
-        self.query_one(TensorDetail).clear_detail()
-        self._show_aliases(())
-        self.query_one(StateView).show_state({})
-        self.query_one("#metadata-text", Static).update("")
-        self.query_one("#integrity-text", Static).update("")
-        self.query_one(TokenizerPanel).show_unavailable("No model file open.")
+        self.query_one(CheckpointPanels).clear_panels()

@@ -1,4 +1,5 @@
-"""The Compare tab: the tensors and state records that differ between two checkpoints."""
+"""The Compare tab: the tensors and state records that differ between two checkpoints,
+compared on a worker thread (it reads both)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+from textual import on, work
+from textual.containers import VerticalScroll
+from textual.widgets import Static
 
 from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.messages import ComparisonReady
 from minigpt_tui.widgets.pieces import plain_cell
 from minigpt_tui.widgets.state_view import short_value
 
@@ -49,3 +54,57 @@ def comparison_renderable(result: dict[str, Any], display: Callable[[Path], str]
         parts += [Text("state records that differ", style="bold underline"), states]
     return Group(*parts)
 
+
+
+def _compare_prompt() -> Text:
+    return Text("Press m to compare this checkpoint with another.", style="dim")
+
+
+class ComparisonView(VerticalScroll):
+    """The Compare panel: a prompt, a comparison under way, its result or why it failed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._serial = 0  # of the checkpoint compared now: a comparison of an older one is dropped
+        self._display: Callable[[Path], str] = str
+
+    def compose(self) -> Any:
+        yield Static(_compare_prompt(), id="compare-text")
+
+    def reset(self) -> None:
+        """Back to the prompt, for a newly opened checkpoint."""
+        self.drop_pending()
+        self.query_one("#compare-text", Static).update(_compare_prompt())
+
+    def drop_pending(self) -> None:
+        """Forget the comparison under way: its result is not shown when it comes."""
+        self._serial += 1
+
+    def compare(self, first: Path, other: Path, display: Callable[[Path], str]) -> None:
+        """Compare ``first`` with ``other`` on a worker; ``display`` shows a path to the user."""
+        self._display = display
+        self.query_one("#compare-text", Static).update(Text("comparing (reads both checkpoints)…", style="dim italic"))
+        self._compare(self._serial, first, other)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-compare")
+    def _compare(self, serial: int, first: Path, other: Path) -> None:
+        from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints
+        from minigpt_tui.engine.errors import MiniGPTError
+
+        try:
+            result = compare_checkpoints(first, other)
+        except (MiniGPTError, OSError) as err:
+            self.app.call_from_thread(self._failed, serial, str(err))
+            return
+        self.post_message(ComparisonReady(serial, other, result))
+
+    def _failed(self, serial: int, reason: str) -> None:
+        self.notify(reason, title="cannot compare", severity="error", markup=False)
+        if serial == self._serial:
+            self.query_one("#compare-text", Static).update(Text(f"comparison failed: {reason}", style="red"))
+
+    @on(ComparisonReady)
+    def _compared(self, message: ComparisonReady) -> None:
+        message.stop()
+        if message.serial == self._serial:
+            self.query_one("#compare-text", Static).update(comparison_renderable(message.result, self._display))

@@ -1,11 +1,20 @@
 """The Integrity tab: a checkpoint folder against its manifest (sizes; SHA-256 once
-verified), or a transformers folder against its index and shard headers."""
+verified), or a transformers folder against its index and shard headers. Verifying hashes
+every file on a worker thread."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from rich.text import Text
+from textual import on, work
+from textual.containers import VerticalScroll
+from textual.widgets import Static
 
 from minigpt_tui.engine.checkpoint.integrity import Integrity, IntegrityScope
+from minigpt_tui.messages import IntegrityReady
+from minigpt_tui.widgets.checkpoint_summary import kind_label
 from minigpt_tui.widgets.state_view import short_value
 
 
@@ -64,3 +73,51 @@ def _manifest_text(integrity: Integrity) -> Text:
             out.append("matches" if record.sha256_ok else "DIFFERS", style="green" if record.sha256_ok else "bold red")
         out.append("\n")
     return out
+
+
+class IntegrityView(VerticalScroll):
+    """The Integrity panel: what the opened thing was checked against, and a verify on demand."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._serial = 0  # of what the panel shows now: a verification of older content is dropped
+
+    def compose(self) -> Any:
+        yield Static("", id="integrity-text")
+
+    def show_integrity(self, integrity: Integrity | None, kind: str) -> None:
+        self._serial += 1
+        self.query_one("#integrity-text", Static).update(integrity_text(integrity, kind_label(kind)))
+
+    def clear_integrity(self) -> None:
+        self._serial += 1
+        self.query_one("#integrity-text", Static).update("")
+
+    def verify(self, folder: Path) -> None:
+        """Hash every file of the checkpoint ``folder`` against its manifest on a worker."""
+        self.query_one("#integrity-text", Static).update(Text("hashing the files…", style="dim italic"))
+        self._verify(self._serial, folder)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-verify")
+    def _verify(self, serial: int, folder: Path) -> None:
+        from minigpt_tui.engine.checkpoint.directory import verify_checkpoint
+
+        try:
+            result = verify_checkpoint(folder, hashes=True)
+        except OSError as err:
+            result = Integrity(IntegrityScope.MANIFEST, "manifest sizes and SHA-256",
+                               (f"cannot read {folder}: {err.strerror or err}",), complete=False)
+        self.post_message(IntegrityReady(serial, result))
+
+    @on(IntegrityReady)
+    def _verified(self, message: IntegrityReady) -> None:
+        message.stop()
+        if message.serial != self._serial:
+            return
+        self.query_one("#integrity-text", Static).update(
+            integrity_text(message.integrity, kind_label("checkpoint-dir")))
+        if message.integrity.ok:
+            self.notify("every file matches its manifest SHA-256", title="verified", markup=False)
+        else:
+            self.notify(str(message.integrity.problem), title="verification failed", severity="error",
+                        markup=False)

@@ -2,7 +2,8 @@
 the reason they were saved and the best one marked.
 
 The listing is gathered on a worker thread (:meth:`RunStore.scan`) and shown here as plain
-records, so walking a large runs directory never holds up the screen.
+records, so walking a large runs directory never holds up the screen; renaming and deleting
+a run also run on workers, and a refusal comes back as the engine's one-line reason.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
+from textual import on, work
+from textual.message import Message
 from textual.widgets import Tree
 
 from minigpt_tui.engine.printable import escape_controls
-from minigpt_tui.engine.session.run_store import CheckpointListing, RunListing
+from minigpt_tui.engine.session.run_store import CheckpointListing, RunListing, RunStore
+from minigpt_tui.messages import RunsScanned
 from minigpt_tui.widgets.tensor_table import human_bytes
 
 
@@ -52,11 +56,88 @@ class RunTree(Tree[TreeTarget]):
     RunTree { height: 1fr; }
     """
 
+    class Renamed(Message):
+        """A run folder was renamed to ``target``."""
+
+        def __init__(self, run: RunListing, target: Path) -> None:
+            super().__init__()
+            self.run = run
+            self.target = target
+
+    class Deleted(Message):
+        """A run folder was deleted."""
+
+        def __init__(self, run: RunListing) -> None:
+            super().__init__()
+            self.run = run
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("runs", **kwargs)
         self.show_root = False
         self.guide_depth = 2
         self.listings: tuple[RunListing, ...] = ()
+
+    def _notify(self, message: str, title: str) -> None:
+        self.notify(message, title=title, severity="error", markup=False)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-scan")
+    def scan(self, runs_dir: Path, select: Path | None = None) -> None:
+        """List ``runs_dir`` on a worker and show it; ``select`` gets the cursor."""
+        try:
+            listings = RunStore(runs_dir).scan()
+        except OSError as err:
+            self.app.call_from_thread(self._notify, f"cannot read the runs directory {runs_dir}: {err.strerror or err}",
+                                      "runs")
+            return
+        self.post_message(RunsScanned(listings, select))
+
+    @on(RunsScanned)
+    def _scanned(self, message: RunsScanned) -> None:
+        message.stop()
+        self.border_subtitle = f"{len(message.listings)} runs · {human_bytes(sum(r.disk_bytes for r in message.listings))}"
+        self.show_runs(message.listings, message.select)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
+    def rename_run(self, store: RunStore, run: RunListing, new_name: str) -> None:
+        """Rename ``run`` on a worker; posts :class:`Renamed` when done."""
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.session.run_store import RunStoreError
+
+        try:
+            target = store.rename(run.path, new_name)
+        except RunStoreError as err:
+            self.app.call_from_thread(self._notify, str(err), "rename failed")
+            return
+        except MiniGPTError as err:
+            self.app.call_from_thread(self._notify, str(err), "rename refused")
+            return
+        self.post_message(self.Renamed(run, target))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
+    def delete_run(self, store: RunStore, run: RunListing) -> None:
+        """Delete ``run`` on a worker; posts :class:`Deleted` when done."""
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.session.run_store import RunStoreError
+
+        try:
+            store.delete(run.path)
+        except RunStoreError as err:
+            self.app.call_from_thread(self._notify, str(err), "delete failed")
+            self.app.call_from_thread(self.scan, store.root)
+            return
+        except MiniGPTError as err:
+            self.app.call_from_thread(self._notify, str(err), "delete refused")
+            return
+        self.post_message(self.Deleted(run))
+
+    def checkpoint_choices(self, leaving_out: Path) -> list[tuple[str, str]]:
+        """Every complete checkpoint listed, as (label, path) choices, but ``leaving_out``."""
+        return [
+            (f"{listing.name}  step {checkpoint.step}", str(checkpoint.path))
+            for listing in self.listings
+            for checkpoint in listing.checkpoints
+            if checkpoint.complete and checkpoint.path != leaving_out
+        ]
 
     def show_runs(self, listings: tuple[RunListing, ...], select: Path | None = None) -> None:
         """Rebuild the tree; the node for ``select`` (a run or checkpoint path) gets the cursor."""

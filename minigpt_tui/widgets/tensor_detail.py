@@ -1,20 +1,24 @@
 """One tensor in detail: its header record at once, its statistics and histogram once the
-worker that reads its bytes has finished."""
+worker that reads its bytes (the only read of tensor bytes, on demand) has finished."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
+from textual import on, work
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from minigpt_tui.messages import StatisticsReady
 from minigpt_tui.widgets.pieces import bar, plain_cell
 from minigpt_tui.widgets.tensor_table import human_bytes, shape_text
 
 HISTOGRAM_WIDTH = 30
+HISTOGRAM_BINS = 20
 
 
 def number(value: Any) -> str:
@@ -84,10 +88,49 @@ class TensorDetail(VerticalScroll):
     TensorDetail > Static { height: auto; }
     """
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._serial = 0  # of the latest statistics request: an older result is dropped
+        self._where = ""
+
     def compose(self) -> Any:
         yield Static(Text("Choose a tensor in Tensors (enter) to see its statistics and histogram.",
                           style="dim"), id="detail-record")
         yield Static("", id="detail-stats")
+
+    def show_tensor(self, source: Path, entry: Any, where: str) -> None:
+        """Show ``entry`` of the file or folder ``source`` now and its statistics when the
+        worker has read it; ``where`` is how ``source`` is shown."""
+        self._serial += 1
+        self._where = where
+        self.show_pending(entry, where)
+        # In a folder (checkpoint, transformers model) the entry's file says which one holds it.
+        name = f"{entry.file}:{entry.name}" if source.is_dir() else entry.name
+        self._statistics(self._serial, source, name, entry)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-statistics")
+    def _statistics(self, serial: int, path: Path, name: str, entry: Any) -> None:
+        from minigpt_tui.engine.checkpoint.inspect import tensor_statistics
+        from minigpt_tui.engine.errors import MiniGPTError
+
+        try:
+            stats = tensor_statistics(path, name, HISTOGRAM_BINS)
+        except (MiniGPTError, OSError) as err:
+            self.post_message(StatisticsReady(serial, entry, None, str(err)))
+            return
+        self.post_message(StatisticsReady(serial, entry, stats, None))
+
+    @on(StatisticsReady)
+    def _statistics_ready(self, message: StatisticsReady) -> None:
+        message.stop()
+        if message.serial != self._serial:
+            return
+        if message.stats is None:
+            reason = message.reason or "unknown error"
+            self.show_failure(message.entry, self._where, reason)
+            self.notify(reason, title="statistics", severity="error", markup=False)
+        else:
+            self.show_statistics(message.entry, self._where, message.stats)
 
     def show_pending(self, entry: Any, path: str) -> None:
         self.query_one("#detail-record", Static).update(entry_table(entry, path))
@@ -109,6 +152,8 @@ class TensorDetail(VerticalScroll):
         self.query_one("#detail-stats", Static).update(Text(f"\nstatistics unavailable: {reason}", style="red"))
 
     def clear_detail(self) -> None:
+        """Back to nothing chosen; statistics still being read are dropped when they come."""
+        self._serial += 1
         self.query_one("#detail-record", Static).update(
             Text("Choose a tensor in Tensors (enter) to see its statistics and histogram.", style="dim"))
         self.query_one("#detail-stats", Static).update("")

@@ -1,20 +1,22 @@
 """The tokenizer of a model file: its merges with their pieces, and the pieces of any text
 typed into the field above them.
 
-The panel takes a ``ByteBPETokenizer`` (pure Python: encoding a line on the UI thread costs
-microseconds) built by the screen's worker from the file's merges tensor.
+The panel holds a ``ByteBPETokenizer`` (pure Python: encoding a line on the UI thread costs
+microseconds) that its worker reads from a model file's merges tensor or a tokenizer.json.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Input, Static
 
+from minigpt_tui.messages import TokenizerReady
 from minigpt_tui.widgets.pieces import piece_chips, piece_text
 
 MAX_ENCODED_CHARACTERS = 4000  # the field is for trying words and lines, not documents
@@ -33,6 +35,7 @@ class TokenizerPanel(Vertical):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tokenizer: Any = None
+        self._serial = 0  # of what the panel shows now: a tokenizer read for older content is dropped
 
     def compose(self) -> ComposeResult:
         yield Static(Text("No model file open.", style="dim"), id="tokenizer-summary")
@@ -47,7 +50,35 @@ class TokenizerPanel(Vertical):
                            ("piece", "piece")):
             table.add_column(label, key=key)
 
+    def load(self, source: Path) -> None:
+        """Read the tokenizer saved at ``source`` (a model file or a tokenizer.json) on a worker."""
+        self.show_unavailable("reading the tokenizer…")
+        self._load(self._serial, source)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-tokenizer")
+    def _load(self, serial: int, source: Path) -> None:
+        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.session.run_store import read_saved_tokenizer
+
+        try:
+            saved = read_saved_tokenizer(source)
+        except (MiniGPTError, OSError, ValueError) as err:
+            self.post_message(TokenizerReady(serial, None, str(err)))
+            return
+        self.post_message(TokenizerReady(serial, saved.tokenizer, saved.note))
+
+    @on(TokenizerReady)
+    def _loaded(self, message: TokenizerReady) -> None:
+        message.stop()
+        if message.serial != self._serial:
+            return
+        if message.tokenizer is None:
+            self.show_unavailable(message.note)
+        else:
+            self.show_tokenizer(message.tokenizer, message.note)
+
     def show_unavailable(self, reason: str) -> None:
+        self._serial += 1
         self.tokenizer = None
         self.query_one("#tokenizer-summary", Static).update(Text(reason, style="dim"))
         self.query_one("#tokenizer-merges", DataTable).clear()

@@ -1,6 +1,6 @@
 """The runs directory as the app and the command line use it: scan the runs and their
-checkpoints, resolve ``RUN:latest|best|STEP``, rename and delete a run, read the tokenizer
-saved in a model file, and show a path relative to the runs directory. No torch.
+checkpoints, resolve ``RUN:latest|best|STEP``, rename and delete a run, find and read the
+tokenizer saved with a model, and show a path relative to the runs directory. No torch.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.errors import CheckpointError, ConfigError, MiniGPTError
 
@@ -133,6 +133,30 @@ class RunStore:
             shutil.rmtree(run_path)
         except OSError as err:
             raise RunStoreError(f"cannot delete {run_path.name}: {err.strerror or err}") from None
+
+
+def model_file_of(inspection: Any) -> Path | None:
+    """The minigpt-tui model file of an inspected path (the file itself, or a checkpoint
+    folder's), if it has one."""
+    if inspection.kind == "portable-model":
+        return Path(inspection.path)
+    if inspection.kind == "checkpoint-dir":
+        for summary in inspection.files:
+            if summary.kind == "portable-model":
+                return Path(summary.path)
+    return None
+
+
+def tokenizer_source_of(inspection: Any) -> Path | None:
+    """Where an inspected path keeps a tokenizer: our model file, or a transformers folder's
+    ``tokenizer.json``."""
+    model_file = model_file_of(inspection)
+    if model_file is not None:
+        return model_file
+    if inspection.kind == "hf-model":
+        candidate = Path(inspection.path) / HF_TOKENIZER_FILE
+        return candidate if candidate.is_file() else None
+    return None
 
 
 def read_saved_tokenizer(source: Path) -> SavedTokenizer:
