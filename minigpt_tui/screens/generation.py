@@ -9,55 +9,33 @@ widgets lay it out. Nothing here imports torch at module level.
 
 from __future__ import annotations
 
-import threading
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Group
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Input, Label, Select, Static
+from textual.widgets import DataTable, Header, Input
 
-from minigpt_tui.engine.session.generation import (
-    DEFAULT_BUDGET,
-    DEFAULT_SEED,
-    DecisionView,
-    GenerationSession,
-    GenerationSettings,
-    StepperView,
-    parse_settings,
-)
-from minigpt_tui.widgets.attention_view import AttentionView
-from minigpt_tui.widgets.candidate_table import CandidateTable, probability
-from minigpt_tui.widgets.decision_list import DecisionList
-from minigpt_tui.widgets.insight_panel import InsightPanel
+from minigpt_tui.engine.session import operations
+from minigpt_tui.engine.session.generation import GenerationSession, GenerationSettings, StepperView
+from minigpt_tui.engine.session.operations import Operation, OperationQueue
 from minigpt_tui.messages import GenerationFailed, GenerationUpdated, InsightReady, QueueIdle
 from minigpt_tui.screens.help_texts import GENERATION_HELP
+from minigpt_tui.widgets.attention_view import AttentionView
+from minigpt_tui.widgets.candidate_table import CandidateTable
+from minigpt_tui.widgets.decision_info import DecisionInfo
+from minigpt_tui.widgets.decision_list import DecisionList
+from minigpt_tui.widgets.generation_form import GenerationForm
+from minigpt_tui.widgets.generation_output import GenerationOutput
+from minigpt_tui.widgets.insight_panel import InsightPanel
 from minigpt_tui.widgets.key_bar import KeyBar
-from minigpt_tui.widgets.pieces import piece_text
 from minigpt_tui.widgets.prefix_view import PrefixView
 
 if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
-
-MAX_BYTES_SHOWN = 24
-
-
-@dataclass(frozen=True)
-class Operation:
-    """One queued piece of work: ``run`` does it on the worker; the result is a note for the user."""
-
-    what: str
-    run: Callable[[GenerationSession], str | None]
-    select: str = "last"  # which decision to show afterwards: "last" or "keep"
-    loads_model: bool = False
 
 
 class GenerationScreen(Screen):
@@ -140,13 +118,8 @@ class GenerationScreen(Screen):
         super().__init__()
         self.view: StepperView | None = None
         self.session: GenerationSession | None = None
-        self._queue: deque[Operation] = deque()
-        self._queue_lock = threading.Lock()
-        self._draining = False
+        self.queue = OperationQueue()  # also what the session will have applied once it drains
         self.busy = False
-        # What the queue will have applied once it drains (the UI's mirror of the session).
-        self._spec_applied: str | None = None
-        self._settings_applied: GenerationSettings | None = None
         self._pending_model: str | None = None
         self._form_ready = False  # set in on_mount (is_mounted turns true only later)
         self.insight_kind: str | None = None  # the view shown in place of the candidates
@@ -168,27 +141,7 @@ class GenerationScreen(Screen):
     # -- layout ------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header()
-        with Vertical(id="gen-form"):
-            with Horizontal(classes="form-row"):
-                yield Label("model")
-                yield Input(placeholder="checkpoint, model.safetensors or RUN:latest / RUN:best",
-                            compact=True, id="model")
-                yield Label("prompt")
-                yield Input(placeholder="text the model continues", compact=True, id="prompt")
-            with Horizontal(classes="form-row"):
-                yield Label("rule")
-                yield Select([("greedy", "greedy"), ("sample", "sample")], value="greedy", allow_blank=False,
-                             compact=True, id="rule")
-                yield Label("temp")
-                yield Input(placeholder="1.0", compact=True, id="temperature", disabled=True)
-                yield Label("top-k")
-                yield Input(placeholder="all", compact=True, id="top_k", disabled=True)
-                yield Label("top-p")
-                yield Input(placeholder="1", compact=True, id="top_p", disabled=True)
-                yield Label("seed")
-                yield Input(placeholder=str(DEFAULT_SEED), compact=True, id="seed", disabled=True)
-                yield Label("budget")
-                yield Input(placeholder=str(DEFAULT_BUDGET), compact=True, id="budget")
+        yield GenerationForm(id="gen-form")
         prefix = PrefixView(id="prefix")
         prefix.border_title = "Prefix"
         yield prefix
@@ -197,8 +150,7 @@ class GenerationScreen(Screen):
             decisions.border_title = "Decisions"
             yield decisions
             with Vertical(id="gen-right"):
-                yield Static(Text("Load a model (enter in the model field), then press n to take a decision.",
-                                  style="dim"), id="decision-info")
+                yield DecisionInfo(id="decision-info")
                 candidates = CandidateTable(id="candidates")
                 candidates.border_title = "Candidates"
                 yield candidates
@@ -208,7 +160,7 @@ class GenerationScreen(Screen):
                 insight = InsightPanel(id="insight")
                 insight.border_title = "Inside"
                 yield insight
-        yield Static("", id="gen-output")
+        yield GenerationOutput(id="gen-output")
         yield KeyBar()
 
     def on_mount(self) -> None:
@@ -243,49 +195,33 @@ class GenerationScreen(Screen):
         self.query_one("#model", Input).value = spec
         settings = self._read_form()
         if settings is None:
-            settings = GenerationSettings(self.query_one("#prompt", Input).value)
+            settings = GenerationSettings(self.query_one(GenerationForm).text("prompt"))
         self._enqueue_load(spec, settings)
         self.query_one(CandidateTable).focus()
 
     @work(thread=True, exit_on_error=False, group="generation-suggest")
     def _suggest_model(self) -> None:
         """Fill the model field with the newest run's latest checkpoint, if there is one."""
-        from minigpt_tui.engine.checkpoint.directory import latest_checkpoint
-        from minigpt_tui.engine.runs import list_runs
-
-        try:
-            runs = [r for r in list_runs(self.mini_app.settings.runs_dir) if latest_checkpoint(r.checkpoints)]
-        except OSError:
-            return
-        if runs:
-            newest = max(runs, key=lambda r: (r.path.stat().st_mtime, r.name))
-            self.app.call_from_thread(self._suggest, f"{newest.name}:latest")
+        assert self.session is not None
+        spec = self.session.suggested_spec()
+        if spec is not None:
+            self.app.call_from_thread(self._suggest, spec)
 
     def _suggest(self, spec: str) -> None:
         field = self.query_one("#model", Input)
-        if not field.value and self._spec_applied is None:
+        if not field.value and self.queue.spec_applied is None:
             field.value = spec
 
     # -- the form -----------------------------------------------------------------------------
     def _read_form(self, *, loud: bool = True) -> GenerationSettings | None:
         from minigpt_tui.engine.errors import MiniGPTError
 
-        def text(name: str) -> str:
-            return self.query_one(f"#{name}", Input).value
-
         try:
-            return parse_settings(text("prompt"), str(self.query_one("#rule", Select).value), text("temperature"),
-                                  text("top_k"), text("top_p"), text("seed"), text("budget"))
+            return self.query_one(GenerationForm).settings()
         except MiniGPTError as err:
             if loud:
                 self.notify(str(err), title="invalid value", severity="error")
             return None
-
-    @on(Select.Changed, "#rule")
-    def _rule_changed(self, event: Select.Changed) -> None:
-        sampling = event.value == "sample"
-        for name in ("temperature", "top_k", "top_p", "seed"):
-            self.query_one(f"#{name}", Input).disabled = not sampling
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
@@ -307,34 +243,21 @@ class GenerationScreen(Screen):
 
     def _prepare(self, settings: GenerationSettings, *, force_reset: bool = False) -> bool:
         """Queue a load and/or a fresh stepper when the form differs from what is applied."""
-        spec = self.query_one("#model", Input).value.strip()
-        if spec and spec != self._spec_applied:
+        spec = self.query_one(GenerationForm).spec
+        if spec and spec != self.queue.spec_applied:
             self._enqueue_load(spec, settings)
             return True
-        if self._spec_applied is None:
+        if self.queue.spec_applied is None:
             self.notify("no model loaded: type a checkpoint, model file or RUN:latest in the model field",
                         title="generation", severity="warning")
             return False
-        if force_reset or settings != self._settings_applied:
-            changed = self._settings_applied is not None and settings != self._settings_applied
-            self._settings_applied = settings
-
-            def start(session: GenerationSession) -> str | None:
-                session.configure(settings)
-                return "settings changed: started over from the prompt" if changed else None
-
-            self._enqueue(Operation("start", start))
+        start = self.queue.start(settings, force_reset=force_reset)
+        if start is not None:
+            self._enqueue(start)
         return True
 
     def _enqueue_load(self, spec: str, settings: GenerationSettings) -> None:
-        self._spec_applied, self._settings_applied = spec, settings
-
-        def load(session: GenerationSession) -> str:
-            session.load(spec)
-            session.configure(settings)
-            return f"loaded {self._display_path(str(session.model_path))}"
-
-        self._enqueue(Operation("load", load, loads_model=True))
+        self._enqueue(self.queue.load(spec, settings, self._display_path))
 
     # -- actions -------------------------------------------------------------------------------
     def _ready(self) -> bool:
@@ -350,7 +273,7 @@ class GenerationScreen(Screen):
             self._enqueue(Operation("run", lambda session: session.run()))
 
     def action_back(self) -> None:
-        if self._spec_applied is None:
+        if self.queue.spec_applied is None:
             return
         self._enqueue(Operation("back", lambda session: session.back()))
 
@@ -372,8 +295,7 @@ class GenerationScreen(Screen):
             self.notify(f"id {candidate.id} ({candidate.piece}) is not eligible: it can never be chosen",
                         title="force refused", severity="error")
             return
-        step, token_id = decision.step, candidate.id
-        self._enqueue(Operation("force", lambda session: session.force(step, token_id)))
+        self._enqueue(operations.force(decision.step, candidate.id))
 
     def action_save_trace(self) -> None:
         from minigpt_tui.screens.path_prompt import PathPromptScreen
@@ -384,9 +306,7 @@ class GenerationScreen(Screen):
 
         def chosen(text: str | None) -> None:
             if text:
-                target = Path(text)
-                self._enqueue(Operation("save", lambda session: f"trace saved: {session.save_trace(target)}",
-                                        select="keep"))
+                self._enqueue(operations.save_trace(Path(text)))
 
         self.app.push_screen(PathPromptScreen("Save trace", "Write the trace as JSON to:",
                                               value=str(Path.cwd() / "generation-trace.json")), chosen)
@@ -448,77 +368,40 @@ class GenerationScreen(Screen):
             return
         self._insight_asked = key
         self.query_one(InsightPanel).border_subtitle = "working…"
-
-        def inspect(session: GenerationSession) -> None:
-            self.post_message(InsightReady(session.inspect(step, layer, head, candidate_id)))
-
-        self._enqueue(Operation("inside", inspect, select="keep"))
+        deliver = lambda view: self.post_message(InsightReady(view))  # noqa: E731
+        self._enqueue(operations.inspect(step, layer, head, candidate_id, deliver))
 
     @on(InsightReady)
     def _insight_ready(self, message: InsightReady) -> None:
-        view = message.view
-        self.insight = view
-        panel = self.query_one(InsightPanel)
-        panel.show_insight(view)
-        panel.border_subtitle = "l lens · x parts · h head · [ ] block · { } head"
-        panel.border_title = f"Inside decision {view.step} · block {view.pattern.layer} head {view.pattern.head}"
+        self.insight = message.view
+        self.query_one(InsightPanel).show_inspected(message.view)
 
     def action_second_model(self) -> None:
         from minigpt_tui.screens.path_prompt import PathPromptScreen
 
-        if self._spec_applied is None:
+        if self.queue.spec_applied is None:
             self.notify("load a model first", title="second model", severity="warning")
             return
 
         def chosen(text: str | None) -> None:
-            if text is None:
-                return
-            spec = None if text.strip().lower() == "none" else text.strip()
-
-            def load(session: GenerationSession) -> str:
-                session.load_second(spec)
-                return "second model removed" if spec is None else f"second model: {session.second_path}"
-
-            self._enqueue(Operation("second model", load, select="keep"))
+            if text is not None:
+                self._enqueue(operations.second_model(None if text.strip().lower() == "none" else text.strip()))
 
         self.app.push_screen(PathPromptScreen("Second model", "Compare each decision with (none: remove the second model):",
                                               value=""), chosen)
 
     # -- the queue -----------------------------------------------------------------------------
     def _enqueue(self, operation: Operation) -> None:
-        with self._queue_lock:
-            self._queue.append(operation)
-            start = not self._draining
-            self._draining = True
+        start = self.queue.push(operation)
         self._set_busy(True)
         if start:
             self._drain_queue()
 
     @work(thread=True, exit_on_error=False, group="generation")
     def _drain_queue(self) -> None:
-        from minigpt_tui.engine.errors import MiniGPTError
-
-        session = self.session
-        assert session is not None
-        while True:
-            with self._queue_lock:
-                if not self._queue:
-                    self._draining = False
-                    break
-                operation = self._queue.popleft()
-            try:
-                note = operation.run(session)
-                view = session.view() if session.stepper is not None else None
-            except (MiniGPTError, OSError) as err:
-                with self._queue_lock:
-                    dropped = len(self._queue)
-                    self._queue.clear()
-                reason = str(err) if isinstance(err, MiniGPTError) else (
-                    f"{getattr(err, 'filename', '') or ''} {err.strerror or err}".strip())
-                self.post_message(GenerationFailed(reason, operation.what, dropped))
-                continue
-            select = None if operation.select == "keep" else (len(view.decisions) if view else None)
-            self.post_message(GenerationUpdated(view, note, select))
+        assert self.session is not None
+        self.queue.drain(self.session, lambda view, note, select: self.post_message(GenerationUpdated(view, note, select)),
+                         lambda reason, what, dropped: self.post_message(GenerationFailed(reason, what, dropped)))
         self.post_message(QueueIdle())
 
     def _set_busy(self, busy: bool) -> None:
@@ -527,20 +410,14 @@ class GenerationScreen(Screen):
 
     @on(QueueIdle)
     def _queue_idle(self) -> None:
-        with self._queue_lock:
-            idle = not self._draining
-        if idle:
+        if self.queue.idle:
             self._set_busy(False)
 
     @on(GenerationFailed)
     def _failed(self, message: GenerationFailed) -> None:
         self.notify(message.reason, title=f"{message.what} failed", severity="error")
-        if message.what == "load":
-            # The session keeps the previous model, if any; the mirror follows it.
-            self._spec_applied = self.session.spec if self.session else None
-            self._settings_applied = self.session.settings if self.session else None
-        elif message.what == "start":
-            self._settings_applied = self.session.settings if self.session else None
+        if self.session is not None:  # the session keeps the previous model, if any; the mirror follows it
+            self.queue.follow(self.session, message.what)
 
     @on(GenerationUpdated)
     def _updated(self, message: GenerationUpdated) -> None:
@@ -562,7 +439,7 @@ class GenerationScreen(Screen):
         self.query_one(PrefixView).border_title = f"Prefix · {view.rule_label}"
         self.sub_title = f"Generation · {self._display_path(view.model_label)}"
         self._show_selected()
-        self._show_output(view)
+        self.query_one(GenerationOutput).show_output(view)
 
     @on(DataTable.RowHighlighted, "#decisions")
     def _decision_highlighted(self) -> None:
@@ -574,54 +451,6 @@ class GenerationScreen(Screen):
         self.query_one(CandidateTable).show_decision(decision)
         prefix = (self.view.prompt + self.view.generated) if self.view else ()
         self.query_one(AttentionView).show_decision(decision, prefix)
-        self.query_one("#decision-info", Static).update(self._decision_line(decision))
+        self.query_one(DecisionInfo).show_decision(decision, loaded=self.view is not None)
         table = self.query_one(CandidateTable)
         table.border_title = f"Candidates · decision {decision.step}" if decision else "Candidates"
-
-    def _decision_line(self, decision: DecisionView | None) -> Text | Group:
-        if decision is None:
-            if self.view is not None:
-                return Text("Press n to take the first decision, r to run to the end.", style="dim")
-            return Text("Load a model (enter in the model field), then press n to take a decision.", style="dim")
-        chosen = decision.chosen
-        first = Text(no_wrap=True, overflow="ellipsis")
-        first.append(f"#{decision.step} ", style="bold")
-        first.append("forced" if decision.forced else "chose", style="bold reverse" if decision.forced else "bold")
-        first.append(" ")
-        first.append_text(piece_text(chosen.piece, style="bold"))
-        first.append(f" id {chosen.id}")
-        if decision.forced:
-            rule = decision.rule_choice
-            first.append(" (rule: ")
-            first.append_text(piece_text(rule.piece, style="italic"))
-            first.append(f" id {rule.id})")
-        first.append(f" · rank {chosen.rank} · raw {probability(chosen.raw_probability).plain} · sel "
-                     f"{probability(chosen.selection_probability).plain}")
-        second = Text(no_wrap=True, overflow="ellipsis", style="dim")
-        second.append(f"entropy {decision.entropy:.3f} nats · retained {decision.retained} of "
-                      f"{decision.eligible_count} eligible")
-        if decision.draw is not None:
-            second.append(f" · draw {decision.draw:.4f}")
-        return Group(first, second)
-
-    def _show_output(self, view: StepperView) -> None:
-        made = len(view.decisions)
-        status = Text(no_wrap=True, overflow="ellipsis")
-        if not view.finished:
-            status.append(f"{made} of at most {view.budget} decisions", style="bold")
-            status.append(" · n: one more · r: to the end", style="dim")
-        else:
-            status.append(f"stop: {view.stop_reason}", style="bold")
-            status.append(f" after {made} decisions")
-        status.append(" · UTF-8 ")
-        status.append("valid" if view.output.valid_utf8 else "INVALID (shown with �)",
-                      style="green" if view.output.valid_utf8 else "bold red")
-        status.append(" · ")
-        status.append(repr(view.output.display))
-        data = view.output.generated_bytes
-        raw = Text(no_wrap=True, overflow="ellipsis")
-        raw.append(f"{len(data)} byte{'' if len(data) == 1 else 's'}", style="bold")
-        if data:
-            shown = " ".join(f"{b:02x}" for b in data[:MAX_BYTES_SHOWN])
-            raw.append(f": {shown}{' …' if len(data) > MAX_BYTES_SHOWN else ''}", style="dim")
-        self.query_one("#gen-output", Static).update(Group(status, raw))

@@ -51,3 +51,9 @@ class InsightPanel(ContentSwitcher):
         parts.show_contributions(view.contributions or None)
         pattern.show_pattern(view.pattern.layer, view.pattern.head, view.pattern.pieces, view.pattern.weights)
 
+
+    def show_inspected(self, view: InsightView) -> None:
+        """Fill every view from ``view`` and name the decision, block and head in the border."""
+        self.show_insight(view)
+        self.border_subtitle = "l lens · x parts · h head · [ ] block · { } head"
+        self.border_title = f"Inside decision {view.step} · block {view.pattern.layer} head {view.pattern.head}"
