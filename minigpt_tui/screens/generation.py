@@ -1,10 +1,8 @@
 """The Generation screen: step through generation one next-token decision at a time.
 
-The model, the decision stepper and every forward pass live on a worker thread. Key presses
-become operations in a first-in first-out queue that one thread worker drains in order
-(so ``n n backspace`` always means two steps then one back, however fast they are typed);
-after each operation the worker posts a :class:`StepperView` of plain numbers, and the
-widgets lay it out. Nothing here imports torch at module level.
+The model, the decision stepper and every forward pass live on a worker thread that drains
+the :class:`OperationQueue` the keys fill; after each operation it posts a
+:class:`StepperView` of plain numbers, and the widgets lay it out. No torch at module level.
 """
 
 from __future__ import annotations
@@ -46,16 +44,6 @@ class GenerationScreen(Screen):
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
 
     DEFAULT_CSS = """
-    GenerationScreen #gen-form { height: auto; padding: 0 1; background: $boost; }
-    GenerationScreen .form-row { height: 1; }
-    GenerationScreen .form-row Label { padding: 0 1 0 0; color: $text-muted; }
-    GenerationScreen .form-row Input { margin-right: 1; }
-    GenerationScreen #model { width: 1fr; }
-    GenerationScreen #prompt { width: 1fr; }
-    GenerationScreen #rule { width: 10; margin-right: 1; }
-    GenerationScreen #temperature, GenerationScreen #top_p { width: 6; }
-    GenerationScreen #top_k, GenerationScreen #budget { width: 5; }
-    GenerationScreen #seed { width: 1fr; max-width: 22; }
     GenerationScreen #prefix {
         border: round $primary 50%; border-title-color: $text; border-subtitle-color: $text-muted;
     }
@@ -123,10 +111,11 @@ class GenerationScreen(Screen):
         self._pending_model: str | None = None
         self._form_ready = False  # set in on_mount (is_mounted turns true only later)
         self.insight_kind: str | None = None  # the view shown in place of the candidates
-        self.pattern_layer = 0
-        self.pattern_head = 0
-        self.insight: Any = None  # the InsightView shown
-        self._insight_asked: tuple[Any, ...] | None = None
+
+    @property
+    def insight(self) -> Any:
+        """The InsightView shown, if any."""
+        return self.query_one(InsightPanel).inspected
 
     @property
     def mini_app(self) -> "MiniGPTApp":
@@ -142,24 +131,14 @@ class GenerationScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield GenerationForm(id="gen-form")
-        prefix = PrefixView(id="prefix")
-        prefix.border_title = "Prefix"
-        yield prefix
+        yield PrefixView(id="prefix")
         with Horizontal(id="gen-body"):
-            decisions = DecisionList(id="decisions")
-            decisions.border_title = "Decisions"
-            yield decisions
+            yield DecisionList(id="decisions")
             with Vertical(id="gen-right"):
                 yield DecisionInfo(id="decision-info")
-                candidates = CandidateTable(id="candidates")
-                candidates.border_title = "Candidates"
-                yield candidates
-                attention = AttentionView(id="attention")
-                attention.border_title = "Attention (last position over the prefix)"
-                yield attention
-                insight = InsightPanel(id="insight")
-                insight.border_title = "Inside"
-                yield insight
+                yield CandidateTable(id="candidates")
+                yield AttentionView(id="attention")
+                yield InsightPanel(id="insight")
         yield GenerationOutput(id="gen-output")
         yield KeyBar()
 
@@ -196,7 +175,7 @@ class GenerationScreen(Screen):
         settings = self._read_form()
         if settings is None:
             settings = GenerationSettings(self.query_one(GenerationForm).text("prompt"))
-        self._enqueue_load(spec, settings)
+        self._enqueue(self.queue.load(spec, settings, self._display_path))
         self.query_one(CandidateTable).focus()
 
     @work(thread=True, exit_on_error=False, group="generation-suggest")
@@ -243,21 +222,17 @@ class GenerationScreen(Screen):
 
     def _prepare(self, settings: GenerationSettings, *, force_reset: bool = False) -> bool:
         """Queue a load and/or a fresh stepper when the form differs from what is applied."""
-        spec = self.query_one(GenerationForm).spec
-        if spec and spec != self.queue.spec_applied:
-            self._enqueue_load(spec, settings)
-            return True
-        if self.queue.spec_applied is None:
-            self.notify("no model loaded: type a checkpoint, model file or RUN:latest in the model field",
-                        title="generation", severity="warning")
-            return False
-        start = self.queue.start(settings, force_reset=force_reset)
-        if start is not None:
-            self._enqueue(start)
-        return True
+        from minigpt_tui.engine.errors import GenerationError
 
-    def _enqueue_load(self, spec: str, settings: GenerationSettings) -> None:
-        self._enqueue(self.queue.load(spec, settings, self._display_path))
+        try:
+            operation = self.queue.prepare(self.query_one(GenerationForm).spec, settings, self._display_path,
+                                           force_reset=force_reset)
+        except GenerationError as err:
+            self.notify(str(err), title="generation", severity="warning")
+            return False
+        if operation is not None:
+            self._enqueue(operation)
+        return True
 
     # -- actions -------------------------------------------------------------------------------
     def _ready(self) -> bool:
@@ -347,12 +322,7 @@ class GenerationScreen(Screen):
         self._request_insight()
 
     def action_pattern(self, layers: int, heads: int) -> None:
-        if self.insight is None:
-            return
-        layer = min(max(self.pattern_layer + layers, 0), self.insight.layers - 1)
-        head = min(max(self.pattern_head + heads, 0), self.insight.heads - 1)
-        if (layer, head) != (self.pattern_layer, self.pattern_head):
-            self.pattern_layer, self.pattern_head = layer, head
+        if self.query_one(InsightPanel).move_pattern(layers, heads):
             self._request_insight()
 
     def _request_insight(self) -> None:
@@ -361,19 +331,14 @@ class GenerationScreen(Screen):
         if self.insight_kind is None or decision is None:
             return
         candidate = self.query_one(CandidateTable).highlighted
-        step, layer, head = decision.step, self.pattern_layer, self.pattern_head
         candidate_id = candidate.id if candidate else None
-        key = (step, decision.chosen.id, decision.forced, layer, head, candidate_id)
-        if key == self._insight_asked:
-            return
-        self._insight_asked = key
-        self.query_one(InsightPanel).border_subtitle = "working…"
-        deliver = lambda view: self.post_message(InsightReady(view))  # noqa: E731
-        self._enqueue(operations.inspect(step, layer, head, candidate_id, deliver))
+        panel = self.query_one(InsightPanel)
+        if panel.ask(decision, candidate_id):
+            self._enqueue(operations.inspect(decision.step, panel.pattern_layer, panel.pattern_head, candidate_id,
+                                             lambda view: self.post_message(InsightReady(view))))
 
     @on(InsightReady)
     def _insight_ready(self, message: InsightReady) -> None:
-        self.insight = message.view
         self.query_one(InsightPanel).show_inspected(message.view)
 
     def action_second_model(self) -> None:
@@ -427,14 +392,8 @@ class GenerationScreen(Screen):
         self.view = view
         if view is None:
             return
-        decisions = self.query_one(DecisionList)
-        select = message.select
-        if select is None:
-            current = decisions.selected
-            select = current.step if current is not None else len(view.decisions)
-        decisions.show_decisions(view.decisions, select=select, opinions=view.second_opinions)
+        self.query_one(DecisionList).show_view(view, message.select)
         self.set_class(bool(view.second_opinions) or view.second_label is not None, "-contrast")
-        decisions.border_title = "Decisions vs B" if view.second_label else "Decisions"
         self.query_one(PrefixView).show_view(view)
         self.query_one(PrefixView).border_title = f"Prefix · {view.rule_label}"
         self.sub_title = f"Generation · {self._display_path(view.model_label)}"
@@ -452,5 +411,3 @@ class GenerationScreen(Screen):
         prefix = (self.view.prompt + self.view.generated) if self.view else ()
         self.query_one(AttentionView).show_decision(decision, prefix)
         self.query_one(DecisionInfo).show_decision(decision, loaded=self.view is not None)
-        table = self.query_one(CandidateTable)
-        table.border_title = f"Candidates · decision {decision.step}" if decision else "Candidates"

@@ -14,6 +14,19 @@ SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
 
 
 class GenerationForm(Vertical):
+    DEFAULT_CSS = """
+    GenerationForm { height: auto; padding: 0 1; background: $boost; }
+    GenerationForm .form-row { height: 1; }
+    GenerationForm .form-row Label { padding: 0 1 0 0; color: $text-muted; }
+    GenerationForm .form-row Input { margin-right: 1; }
+    GenerationForm #model { width: 1fr; }
+    GenerationForm #prompt { width: 1fr; }
+    GenerationForm #rule { width: 10; margin-right: 1; }
+    GenerationForm #temperature, GenerationForm #top_p { width: 6; }
+    GenerationForm #top_k, GenerationForm #budget { width: 5; }
+    GenerationForm #seed { width: 1fr; max-width: 22; }
+    """
+
     def compose(self) -> ComposeResult:
         with Horizontal(classes="form-row"):
             yield Label("model")

@@ -19,6 +19,7 @@ class PrefixView(Static):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(Text("No model loaded.", style="dim"), **kwargs)
+        self.border_title = "Prefix"
 
     def show_view(self, view: StepperView) -> None:
         pieces = [(p.id, p.text) for p in view.prompt + view.generated]

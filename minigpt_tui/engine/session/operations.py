@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from minigpt_tui.engine.errors import MiniGPTError
+from minigpt_tui.engine.errors import GenerationError, MiniGPTError
 from minigpt_tui.engine.session.generation import GenerationSession, GenerationSettings, StepperView
 from minigpt_tui.engine.session.insight import InsightView
 
@@ -95,6 +95,17 @@ class OperationQueue:
             self.settings_applied = session.settings
 
     # -- operations that change what is applied -----------------------------------------------
+    def prepare(self, spec: str, settings: GenerationSettings, display: Callable[[str], str], *,
+                force_reset: bool = False) -> Operation | None:
+        """What the form asks for: a load when ``spec`` names another model, else a fresh
+        start when the settings differ from those applied (or ``force_reset``), else nothing.
+        GenerationError when no model is loaded nor named."""
+        if spec and spec != self.spec_applied:
+            return self.load(spec, settings, display)
+        if self.spec_applied is None:
+            raise GenerationError("no model loaded: type a checkpoint, model file or RUN:latest in the model field")
+        return self.start(settings, force_reset=force_reset)
+
     def load(self, spec: str, settings: GenerationSettings, display: Callable[[str], str]) -> Operation:
         """Load ``spec`` and start from the prompt with ``settings``; ``display`` names the
         model file in the note."""
