@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Header, Input
 
 from minigpt_tui.engine.session import operations
 from minigpt_tui.engine.session.generation import GenerationSession, GenerationSettings, StepperView
-from minigpt_tui.engine.session.operations import Operation, OperationQueue
+from minigpt_tui.engine.session.insight import InsightView
 from minigpt_tui.messages import GenerationFailed, GenerationUpdated, InsightReady, QueueIdle
 from minigpt_tui.screens.help_texts import GENERATION_HELP
 from minigpt_tui.widgets.attention_view import AttentionView
@@ -106,15 +106,13 @@ class GenerationScreen(Screen):
         super().__init__()
         self.view: StepperView | None = None
         self.session: GenerationSession | None = None
-        self.queue = OperationQueue()  # also what the session will have applied once it drains
-        self.busy = False
+        self.queue = operations.OperationQueue()  # also what the session will have applied once it drains
         self._pending_model: str | None = None
         self._form_ready = False  # set in on_mount (is_mounted turns true only later)
         self.insight_kind: str | None = None  # the view shown in place of the candidates
 
     @property
-    def insight(self) -> Any:
-        """The InsightView shown, if any."""
+    def insight(self) -> InsightView | None:
         return self.query_one(InsightPanel).inspected
 
     @property
@@ -156,13 +154,12 @@ class GenerationScreen(Screen):
             self._suggest_model()
 
     def on_screen_resume(self) -> None:
-        self.sub_title = f"Generation · {self._display_path(self.view.model_label)}" if self.view else "Generation"
+        self._show_title()
 
-    def _display_path(self, path: str) -> str:
-        """A model under the runs directory is named relative to it."""
-        from minigpt_tui.engine.session.run_store import RunStore
-
-        return RunStore(self.mini_app.settings.runs_dir).display(path)
+    def _show_title(self) -> None:
+        """The subtitle names the model shown, relative to the runs directory."""
+        model = self.session.display(self.view.model_label) if self.view and self.session else None
+        self.sub_title = f"Generation · {model}" if model else "Generation"
 
     # -- choosing a model ---------------------------------------------------------------------
     def load_model(self, spec: str) -> None:
@@ -172,10 +169,8 @@ class GenerationScreen(Screen):
             self._pending_model = spec
             return
         self.query_one("#model", Input).value = spec
-        settings = self._read_form()
-        if settings is None:
-            settings = GenerationSettings(self.query_one(GenerationForm).text("prompt"))
-        self._enqueue(self.queue.load(spec, settings, self._display_path))
+        settings = self._read_form() or GenerationSettings(self.query_one(GenerationForm).text("prompt"))
+        self._enqueue(self.queue.load(spec, settings))
         self.query_one(CandidateTable).focus()
 
     @work(thread=True, exit_on_error=False, group="generation-suggest")
@@ -192,14 +187,13 @@ class GenerationScreen(Screen):
             field.value = spec
 
     # -- the form -----------------------------------------------------------------------------
-    def _read_form(self, *, loud: bool = True) -> GenerationSettings | None:
+    def _read_form(self) -> GenerationSettings | None:
         from minigpt_tui.engine.errors import MiniGPTError
 
         try:
             return self.query_one(GenerationForm).settings()
         except MiniGPTError as err:
-            if loud:
-                self.notify(str(err), title="invalid value", severity="error")
+            self.notify(str(err), title="invalid value", severity="error")
             return None
 
     @on(Input.Submitted)
@@ -212,21 +206,19 @@ class GenerationScreen(Screen):
                             severity="warning")
                 return
             self.load_model(spec)
-            return
-        settings = self._read_form()
-        if settings is None:
-            return
-        if not self._prepare(settings):
-            return
-        self.query_one(CandidateTable).focus()
+        elif self._ready():
+            self.query_one(CandidateTable).focus()
 
-    def _prepare(self, settings: GenerationSettings, *, force_reset: bool = False) -> bool:
-        """Queue a load and/or a fresh stepper when the form differs from what is applied."""
+    def _ready(self, *, force_reset: bool = False) -> bool:
+        """Queue a load and/or a fresh stepper when the form differs from what is applied;
+        False when the form cannot be applied."""
         from minigpt_tui.engine.errors import GenerationError
 
+        settings = self._read_form()
+        if settings is None:
+            return False
         try:
-            operation = self.queue.prepare(self.query_one(GenerationForm).spec, settings, self._display_path,
-                                           force_reset=force_reset)
+            operation = self.queue.prepare(self.query_one(GenerationForm).spec, settings, force_reset=force_reset)
         except GenerationError as err:
             self.notify(str(err), title="generation", severity="warning")
             return False
@@ -235,28 +227,21 @@ class GenerationScreen(Screen):
         return True
 
     # -- actions -------------------------------------------------------------------------------
-    def _ready(self) -> bool:
-        settings = self._read_form()
-        return settings is not None and self._prepare(settings)
 
     def action_step(self) -> None:
         if self._ready():
-            self._enqueue(Operation("step", lambda session: session.step()))
+            self._enqueue(operations.Operation("step", lambda session: session.step()))
 
     def action_run(self) -> None:
         if self._ready():
-            self._enqueue(Operation("run", lambda session: session.run()))
+            self._enqueue(operations.Operation("run", lambda session: session.run()))
 
     def action_back(self) -> None:
-        if self.queue.spec_applied is None:
-            return
-        self._enqueue(Operation("back", lambda session: session.back()))
+        if self.queue.spec_applied is not None:
+            self._enqueue(operations.Operation("back", lambda session: session.back()))
 
     def action_reset(self) -> None:
-        settings = self._read_form()
-        if settings is None:
-            return
-        if self._prepare(settings, force_reset=True):
+        if self._ready(force_reset=True):
             self.notify("back to the prompt", timeout=2)
 
     def action_force(self) -> None:
@@ -356,7 +341,7 @@ class GenerationScreen(Screen):
                                               value=""), chosen)
 
     # -- the queue -----------------------------------------------------------------------------
-    def _enqueue(self, operation: Operation) -> None:
+    def _enqueue(self, operation: operations.Operation) -> None:
         start = self.queue.push(operation)
         self._set_busy(True)
         if start:
@@ -364,13 +349,13 @@ class GenerationScreen(Screen):
 
     @work(thread=True, exit_on_error=False, group="generation")
     def _drain_queue(self) -> None:
-        assert self.session is not None
-        self.queue.drain(self.session, lambda view, note, select: self.post_message(GenerationUpdated(view, note, select)),
-                         lambda reason, what, dropped: self.post_message(GenerationFailed(reason, what, dropped)))
+        session, post = self.session, self.post_message
+        assert session is not None
+        self.queue.drain(session, lambda view, note, select: post(GenerationUpdated(view, note, select)),
+                         lambda reason, what, dropped: post(GenerationFailed(reason, what, dropped)))
         self.post_message(QueueIdle())
 
     def _set_busy(self, busy: bool) -> None:
-        self.busy = busy
         self.query_one("#decisions", DecisionList).border_subtitle = "working…" if busy else ""
 
     @on(QueueIdle)
@@ -395,8 +380,7 @@ class GenerationScreen(Screen):
         self.query_one(DecisionList).show_view(view, message.select)
         self.set_class(bool(view.second_opinions) or view.second_label is not None, "-contrast")
         self.query_one(PrefixView).show_view(view)
-        self.query_one(PrefixView).border_title = f"Prefix · {view.rule_label}"
-        self.sub_title = f"Generation · {self._display_path(view.model_label)}"
+        self._show_title()
         self._show_selected()
         self.query_one(GenerationOutput).show_output(view)
 

@@ -26,6 +26,7 @@ class PrefixView(Static):
         forced = {len(view.prompt) + step - 1 for step in view.forced_steps}
         text = piece_chips(pieces, highlight_from=len(view.prompt), marked=forced)
         self.update(text)
+        self.border_title = f"Prefix · {view.rule_label}"
         self.border_subtitle = (f"{len(pieces)} of {view.context} ids: prompt {len(view.prompt)}"
                                 f" + generated {len(view.generated)}")
 

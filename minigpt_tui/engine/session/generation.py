@@ -207,6 +207,12 @@ class GenerationSession:
         self.second_path: Path | None = None
         self._opinions: dict[Any, SecondOpinionView] = {}
 
+    def display(self, path: str) -> str:
+        """``path`` named relative to the runs directory when it lies under it."""
+        from minigpt_tui.engine.session.run_store import RunStore
+
+        return RunStore(self.runs_dir).display(path)
+
     def suggested_spec(self) -> str | None:
         """``RUN:latest`` for the newest run that has a checkpoint; None when there is none
         or the runs directory cannot be read."""

@@ -95,26 +95,24 @@ class OperationQueue:
             self.settings_applied = session.settings
 
     # -- operations that change what is applied -----------------------------------------------
-    def prepare(self, spec: str, settings: GenerationSettings, display: Callable[[str], str], *,
-                force_reset: bool = False) -> Operation | None:
+    def prepare(self, spec: str, settings: GenerationSettings, *, force_reset: bool = False) -> Operation | None:
         """What the form asks for: a load when ``spec`` names another model, else a fresh
         start when the settings differ from those applied (or ``force_reset``), else nothing.
         GenerationError when no model is loaded nor named."""
         if spec and spec != self.spec_applied:
-            return self.load(spec, settings, display)
+            return self.load(spec, settings)
         if self.spec_applied is None:
             raise GenerationError("no model loaded: type a checkpoint, model file or RUN:latest in the model field")
         return self.start(settings, force_reset=force_reset)
 
-    def load(self, spec: str, settings: GenerationSettings, display: Callable[[str], str]) -> Operation:
-        """Load ``spec`` and start from the prompt with ``settings``; ``display`` names the
-        model file in the note."""
+    def load(self, spec: str, settings: GenerationSettings) -> Operation:
+        """Load ``spec`` and start from the prompt with ``settings``."""
         self.spec_applied, self.settings_applied = spec, settings
 
         def load(session: GenerationSession) -> str:
             session.load(spec)
             session.configure(settings)
-            return f"loaded {display(str(session.model_path))}"
+            return f"loaded {session.display(str(session.model_path))}"
 
         return Operation("load", load, loads_model=True)
 
