@@ -227,7 +227,6 @@ class GenerationScreen(Screen):
         return True
 
     # -- actions -------------------------------------------------------------------------------
-
     def action_step(self) -> None:
         if self._ready():
             self._enqueue(operations.Operation("step", lambda session: session.step()))
