@@ -56,6 +56,10 @@ class AttentionView(ScrollableContainer):
     AttentionView > Static { width: auto; height: auto; padding: 0 1; }
     """
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.border_title = "Attention (last position over the prefix)"
+
     def compose(self) -> Any:
         yield Static(Text("Attention weights of the selected decision appear here.", style="dim"),
                      id="attention-text")

@@ -58,6 +58,7 @@ class CandidateTable(DataTable):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.border_title = "Candidates"
         self.decision: DecisionView | None = None
         self.fit = fit_columns(0)
         self.bar_scale = 0.0  # the largest raw probability of the decision's candidates
@@ -82,6 +83,7 @@ class CandidateTable(DataTable):
                 and decision.step == self.decision.step:
             keep_row = self.cursor_row
         self.decision = decision
+        self.border_title = f"Candidates · decision {decision.step}" if decision else "Candidates"
         self.clear()
         if decision is None:
             return

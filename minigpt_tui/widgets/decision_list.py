@@ -14,7 +14,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from minigpt_tui.engine.session.generation import DecisionView
+from minigpt_tui.engine.session.generation import DecisionView, StepperView
 from minigpt_tui.widgets.numbers import short_probability
 from minigpt_tui.widgets.pieces import fitted_piece, piece_text
 
@@ -44,6 +44,7 @@ class DecisionList(DataTable):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.border_title = "Decisions"
         self.decisions: tuple[DecisionView, ...] = ()
         self.opinions: tuple[Any, ...] = ()  # the second model's SecondOpinionView per decision
         self.piece_width = fit_piece(0, 1)
@@ -122,6 +123,15 @@ class DecisionList(DataTable):
             self.add_row(*cells, key=str(decision.step))
         if select is not None and decisions:
             self.move_cursor(row=min(max(select, 1), len(decisions)) - 1, animate=False, scroll=True)
+
+    def show_view(self, view: StepperView, select: int | None) -> None:
+        """The decisions of ``view`` (with the second model's opinions, if any); ``select`` is
+        a 1-based step, None to keep the selected decision (the last when none is)."""
+        if select is None:
+            current = self.selected
+            select = current.step if current is not None else len(view.decisions)
+        self.show_decisions(view.decisions, select=select, opinions=view.second_opinions)
+        self.border_title = "Decisions vs B" if view.second_label else "Decisions"
 
     @property
     def selected(self) -> DecisionView | None:

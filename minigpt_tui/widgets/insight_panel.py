@@ -11,6 +11,7 @@ from typing import Any
 
 from textual.widgets import ContentSwitcher
 
+from minigpt_tui.engine.session.generation import DecisionView
 from minigpt_tui.engine.session.insight import InsightView
 from minigpt_tui.widgets.contributions_view import ContributionsView
 from minigpt_tui.widgets.head_pattern_view import HeadPatternView
@@ -24,6 +25,32 @@ class InsightPanel(ContentSwitcher):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(initial="insight-lens", **kwargs)
+        self.border_title = "Inside"
+        self.pattern_layer = 0  # the block and head the pattern view shows
+        self.pattern_head = 0
+        self.inspected: InsightView | None = None  # the view shown
+        self._asked: tuple[Any, ...] | None = None
+
+    def move_pattern(self, layers: int, heads: int) -> bool:
+        """Move the pattern's block and head by these steps, within the model; True when they changed."""
+        if self.inspected is None:
+            return False
+        layer = min(max(self.pattern_layer + layers, 0), self.inspected.layers - 1)
+        head = min(max(self.pattern_head + heads, 0), self.inspected.heads - 1)
+        if (layer, head) == (self.pattern_layer, self.pattern_head):
+            return False
+        self.pattern_layer, self.pattern_head = layer, head
+        return True
+
+    def ask(self, decision: DecisionView, candidate_id: int | None) -> bool:
+        """Mark the panel working for ``decision`` (and the candidate, block and head); False
+        when that one is asked already."""
+        key = (decision.step, decision.chosen.id, decision.forced, self.pattern_layer, self.pattern_head, candidate_id)
+        if key == self._asked:
+            return False
+        self._asked = key
+        self.border_subtitle = "working…"
+        return True
 
     def compose(self) -> Any:
         yield LensView(id="insight-lens")
@@ -51,3 +78,10 @@ class InsightPanel(ContentSwitcher):
         parts.show_contributions(view.contributions or None)
         pattern.show_pattern(view.pattern.layer, view.pattern.head, view.pattern.pieces, view.pattern.weights)
 
+
+    def show_inspected(self, view: InsightView) -> None:
+        """Fill every view from ``view`` and name the decision, block and head in the border."""
+        self.inspected = view
+        self.show_insight(view)
+        self.border_subtitle = "l lens · x parts · h head · [ ] block · { } head"
+        self.border_title = f"Inside decision {view.step} · block {view.pattern.layer} head {view.pattern.head}"

@@ -19,12 +19,14 @@ class PrefixView(Static):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(Text("No model loaded.", style="dim"), **kwargs)
+        self.border_title = "Prefix"
 
     def show_view(self, view: StepperView) -> None:
         pieces = [(p.id, p.text) for p in view.prompt + view.generated]
         forced = {len(view.prompt) + step - 1 for step in view.forced_steps}
         text = piece_chips(pieces, highlight_from=len(view.prompt), marked=forced)
         self.update(text)
+        self.border_title = f"Prefix · {view.rule_label}"
         self.border_subtitle = (f"{len(pieces)} of {view.context} ids: prompt {len(view.prompt)}"
                                 f" + generated {len(view.generated)}")
 

@@ -207,6 +207,27 @@ class GenerationSession:
         self.second_path: Path | None = None
         self._opinions: dict[Any, SecondOpinionView] = {}
 
+    def display(self, path: str) -> str:
+        """``path`` named relative to the runs directory when it lies under it."""
+        from minigpt_tui.engine.session.run_store import RunStore
+
+        return RunStore(self.runs_dir).display(path)
+
+    def suggested_spec(self) -> str | None:
+        """``RUN:latest`` for the newest run that has a checkpoint; None when there is none
+        or the runs directory cannot be read."""
+        from minigpt_tui.engine.checkpoint.directory import latest_checkpoint
+        from minigpt_tui.engine.runs import list_runs
+
+        try:
+            runs = [r for r in list_runs(self.runs_dir) if latest_checkpoint(r.checkpoints)]
+            if not runs:
+                return None
+            newest = max(runs, key=lambda r: (r.path.stat().st_mtime, r.name))
+        except OSError:
+            return None
+        return f"{newest.name}:latest"
+
     def load(self, spec: str) -> None:
         from minigpt_tui.engine.checkpoint.portable import load_portable_model
         from minigpt_tui.engine.runs import resolve_model_file

@@ -1,0 +1,160 @@
+"""The generation session's work queue: key presses become :class:`Operation` records in a
+first-in first-out queue that one worker thread drains in order (so ``n n backspace`` always
+means two steps then one back, however fast they are typed).
+
+The queue also mirrors what the session will have applied once it drains (the model spec and
+the settings), so the caller can tell at once whether the form asks for a load or a fresh
+start. No UI and no torch here: the caller runs :meth:`OperationQueue.drain` on its worker and
+receives each outcome through the callbacks it passes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from minigpt_tui.engine.errors import GenerationError, MiniGPTError
+from minigpt_tui.engine.session.generation import GenerationSession, GenerationSettings, StepperView
+from minigpt_tui.engine.session.insight import InsightView
+
+# updated(view, note, select): select is the decision to show, None to keep the current one
+Updated = Callable[[StepperView | None, str | None, int | None], None]
+Failed = Callable[[str, str, int], None]  # failed(reason, what, dropped operations)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One queued piece of work: ``run`` does it on the worker; the result is a note for the user."""
+
+    what: str
+    run: Callable[[GenerationSession], str | None]
+    select: str = "last"  # which decision to show afterwards: "last" or "keep"
+    loads_model: bool = False
+
+
+def failure_reason(err: MiniGPTError | OSError) -> str:
+    """One line for an operation that failed: the engine's message, or the file and the OS's words."""
+    if isinstance(err, MiniGPTError):
+        return str(err)
+    return f"{getattr(err, 'filename', '') or ''} {err.strerror or err}".strip()
+
+
+class OperationQueue:
+    """Operations in the order they were asked for, and the spec and settings they will apply."""
+
+    def __init__(self) -> None:
+        self._items: deque[Operation] = deque()
+        self._lock = threading.Lock()
+        self._draining = False
+        self.spec_applied: str | None = None
+        self.settings_applied: GenerationSettings | None = None
+
+    def push(self, operation: Operation) -> bool:
+        """Queue ``operation``; True when no drain is running, so the caller must start one."""
+        with self._lock:
+            self._items.append(operation)
+            start = not self._draining
+            self._draining = True
+        return start
+
+    @property
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._draining
+
+    def drain(self, session: GenerationSession, updated: Updated, failed: Failed) -> None:
+        """Run every queued operation in order (on the worker thread). A failure drops the
+        operations queued after it, since they were asked for on top of it."""
+        while True:
+            with self._lock:
+                if not self._items:
+                    self._draining = False
+                    break
+                operation = self._items.popleft()
+            try:
+                note = operation.run(session)
+                view = session.view() if session.stepper is not None else None
+            except (MiniGPTError, OSError) as err:
+                with self._lock:
+                    dropped = len(self._items)
+                    self._items.clear()
+                failed(failure_reason(err), operation.what, dropped)
+                continue
+            select = None if operation.select == "keep" else (len(view.decisions) if view else None)
+            updated(view, note, select)
+
+    def follow(self, session: GenerationSession, what: str) -> None:
+        """After a failed ``load`` or ``start``, mirror what the session really kept."""
+        if what == "load":
+            self.spec_applied = session.spec
+            self.settings_applied = session.settings
+        elif what == "start":
+            self.settings_applied = session.settings
+
+    # -- operations that change what is applied -----------------------------------------------
+    def prepare(self, spec: str, settings: GenerationSettings, *, force_reset: bool = False) -> Operation | None:
+        """What the form asks for: a load when ``spec`` names another model, else a fresh
+        start when the settings differ from those applied (or ``force_reset``), else nothing.
+        GenerationError when no model is loaded nor named."""
+        if spec and spec != self.spec_applied:
+            return self.load(spec, settings)
+        if self.spec_applied is None:
+            raise GenerationError("no model loaded: type a checkpoint, model file or RUN:latest in the model field")
+        return self.start(settings, force_reset=force_reset)
+
+    def load(self, spec: str, settings: GenerationSettings) -> Operation:
+        """Load ``spec`` and start from the prompt with ``settings``."""
+        self.spec_applied, self.settings_applied = spec, settings
+
+        def load(session: GenerationSession) -> str:
+            session.load(spec)
+            session.configure(settings)
+            return f"loaded {session.display(str(session.model_path))}"
+
+        return Operation("load", load, loads_model=True)
+
+    def start(self, settings: GenerationSettings, *, force_reset: bool = False) -> Operation | None:
+        """A fresh stepper with ``settings``, or None when they are the ones applied already
+        (and no reset is asked for)."""
+        if not force_reset and settings == self.settings_applied:
+            return None
+        changed = self.settings_applied is not None and settings != self.settings_applied
+        self.settings_applied = settings
+
+        def start(session: GenerationSession) -> str | None:
+            session.configure(settings)
+            return "settings changed: started over from the prompt" if changed else None
+
+        return Operation("start", start)
+
+
+# -- operations on the current generation ----------------------------------------------------
+def force(step: int, token_id: int) -> Operation:
+    return Operation("force", lambda session: session.force(step, token_id))
+
+
+def save_trace(target: Path) -> Operation:
+    return Operation("save", lambda session: f"trace saved: {session.save_trace(target)}", select="keep")
+
+
+def second_model(spec: str | None) -> Operation:
+    """Load ``spec`` as the second model (None: remove it)."""
+
+    def load(session: GenerationSession) -> str:
+        session.load_second(spec)
+        return "second model removed" if spec is None else f"second model: {session.second_path}"
+
+    return Operation("second model", load, select="keep")
+
+
+def inspect(step: int, layer: int, head: int, candidate_id: int | None,
+            deliver: Callable[[InsightView], None]) -> Operation:
+    """Look inside decision ``step``; ``deliver`` receives the view on the worker thread."""
+
+    def run(session: GenerationSession) -> None:
+        deliver(session.inspect(step, layer, head, candidate_id))
+
+    return Operation("inside", run, select="keep")

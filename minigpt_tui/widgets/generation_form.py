@@ -1,0 +1,70 @@
+"""The generation form: the model to load, the prompt, the rule (greedy or sample), the
+sampling settings (enabled only for sample) and the budget of decisions."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input, Label, Select
+
+from minigpt_tui.engine.session.generation import DEFAULT_BUDGET, DEFAULT_SEED, GenerationSettings, parse_settings
+
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
+
+
+class GenerationForm(Vertical):
+    DEFAULT_CSS = """
+    GenerationForm { height: auto; padding: 0 1; background: $boost; }
+    GenerationForm .form-row { height: 1; }
+    GenerationForm .form-row Label { padding: 0 1 0 0; color: $text-muted; }
+    GenerationForm .form-row Input { margin-right: 1; }
+    GenerationForm #model { width: 1fr; }
+    GenerationForm #prompt { width: 1fr; }
+    GenerationForm #rule { width: 10; margin-right: 1; }
+    GenerationForm #temperature, GenerationForm #top_p { width: 6; }
+    GenerationForm #top_k, GenerationForm #budget { width: 5; }
+    GenerationForm #seed { width: 1fr; max-width: 22; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="form-row"):
+            yield Label("model")
+            yield Input(placeholder="checkpoint, model.safetensors or RUN:latest / RUN:best",
+                        compact=True, id="model")
+            yield Label("prompt")
+            yield Input(placeholder="text the model continues", compact=True, id="prompt")
+        with Horizontal(classes="form-row"):
+            yield Label("rule")
+            yield Select([("greedy", "greedy"), ("sample", "sample")], value="greedy", allow_blank=False,
+                         compact=True, id="rule")
+            yield Label("temp")
+            yield Input(placeholder="1.0", compact=True, id="temperature", disabled=True)
+            yield Label("top-k")
+            yield Input(placeholder="all", compact=True, id="top_k", disabled=True)
+            yield Label("top-p")
+            yield Input(placeholder="1", compact=True, id="top_p", disabled=True)
+            yield Label("seed")
+            yield Input(placeholder=str(DEFAULT_SEED), compact=True, id="seed", disabled=True)
+            yield Label("budget")
+            yield Input(placeholder=str(DEFAULT_BUDGET), compact=True, id="budget")
+
+    def text(self, name: str) -> str:
+        return self.query_one(f"#{name}", Input).value
+
+    @property
+    def spec(self) -> str:
+        """The model field, stripped."""
+        return self.text("model").strip()
+
+    def settings(self) -> GenerationSettings:
+        """The form as settings; a malformed number raises the engine's GenerationError."""
+        return parse_settings(self.text("prompt"), str(self.query_one("#rule", Select).value),
+                              self.text("temperature"), self.text("top_k"), self.text("top_p"),
+                              self.text("seed"), self.text("budget"))
+
+    @on(Select.Changed, "#rule")
+    def _rule_changed(self, event: Select.Changed) -> None:
+        sampling = event.value == "sample"
+        for name in SAMPLING_FIELDS:
+            self.query_one(f"#{name}", Input).disabled = not sampling
