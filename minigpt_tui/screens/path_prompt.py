@@ -25,7 +25,7 @@ class PathPromptScreen(ModalScreen[str | None]):
         border: round $primary; background: $surface; padding: 0 1;
     }
     PathPromptScreen #path-prompt-choices { height: auto; max-height: 12; margin-bottom: 1; }
-    PathPromptScreen .dim { color: $text-muted; }
+    PathPromptScreen .dim { color: $text-muted; width: 100%; }  /* a long prompt wraps, never cut */
     """
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]

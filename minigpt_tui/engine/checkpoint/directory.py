@@ -303,27 +303,17 @@ def _remove_folder(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def recover_interrupted(checkpoints_dir: Path) -> list[str]:
     """Tidy work folders left by processes that died while saving: partial saves and
     trash are removed; a replaced checkpoint whose successor never arrived is put back."""
+    from minigpt_tui.engine.runs import process_alive
+
     actions: list[str] = []
     if not checkpoints_dir.is_dir():
         return actions
     for child in sorted(checkpoints_dir.iterdir()):
         match = _HIDDEN_WORK.match(child.name)
-        if not match or _pid_alive(int(match.group(3))):
+        if not match or process_alive(int(match.group(3))):
             continue
         final = checkpoints_dir / match.group(1)
         if match.group(2) == "replaced" and not final.exists():

@@ -23,6 +23,7 @@ from minigpt_tui.engine.session.events import (
     Failed,
     Finished,
     FinishReason,
+    report_failures,
     Paused,
     Refused,
     Resumed,
@@ -87,10 +88,7 @@ class RunFollower:
 
     # -- the worker ---------------------------------------------------------------------------
     def run_reporting_failures(self) -> None:
-        try:
-            self.follow()
-        except MiniGPTError as err:
-            self._sink(Failed(str(err)))
+        report_failures(self.follow, self._sink)
 
     def follow(self) -> None:
         config = attached_config(self.run_dir)

@@ -140,3 +140,16 @@ class Failed:
 
 Event = RunSummary | RunStarted | UpdateDone | EvaluationDone | ProbesScored | Paused | Resumed | Saved | Refused | Finished | Failed
 EventSink = Callable[[Any], None]
+
+
+def report_failures(work: Callable[[], Any], sink: EventSink) -> None:
+    """Run ``work`` on a worker thread: a failure becomes a :class:`Failed` event (an
+    unexpected one named by its type), so a worker never dies silently."""
+    from minigpt_tui.engine.errors import MiniGPTError
+
+    try:
+        work()
+    except MiniGPTError as err:
+        sink(Failed(str(err)))
+    except Exception as err:  # noqa: BLE001 - a worker must report, never die silently
+        sink(Failed(f"{type(err).__name__}: {err}"))

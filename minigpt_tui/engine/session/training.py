@@ -33,9 +33,9 @@ from minigpt_tui.engine.session.events import (
     Command,
     EvaluationDone,
     EventSink,
-    Failed,
     Finished,
     FinishReason,
+    report_failures,
     Paused,
     ProbesScored,
     Refused,
@@ -108,12 +108,7 @@ class TrainingSession:
     # -- the loop -----------------------------------------------------------------------
     def run_reporting_failures(self) -> None:
         """:meth:`run` for a worker thread: a failure becomes a :class:`Failed` event."""
-        try:
-            self.run()
-        except MiniGPTError as err:
-            self._sink(Failed(str(err)))
-        except Exception as err:  # noqa: BLE001 - a worker must report, never die silently
-            self._sink(Failed(f"{type(err).__name__}: {err}"))
+        report_failures(self.run, self._sink)
 
     def run(self) -> Finished:
         prepared = self._prepare()
