@@ -8,7 +8,6 @@ hundreds of updates a second costs the UI thread (and the GIL) a few small refre
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,66 +16,24 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
-from minigpt_tui.messages import CurveLoaded, EngineEventsReady, HistoryLoaded, RunFeed, RunSummary
-from minigpt_tui.engine.session import events as engine
+from minigpt_tui.messages import CurveLoaded, EngineEventsReady, HistoryLoaded, RunFeed
+from minigpt_tui.engine.errors import MiniGPTError
 from minigpt_tui.engine.session.events import Command
-from minigpt_tui.engine.session.plans import NewRun, ResumeRun, RunPlan
+from minigpt_tui.engine.session.history import export_csv, load_curve, load_history
+from minigpt_tui.engine.session.plans import NewRun, ResumeRun, RunPlan, saved_run_config
 from minigpt_tui.engine.session.run_store import RunStore
-from minigpt_tui.engine.session.training import TrainingSession
-from minigpt_tui.widgets.event_log import EventLog
 from minigpt_tui.screens.help_texts import TRAINING_HELP
 from minigpt_tui.widgets.key_bar import KeyBar
-from minigpt_tui.widgets.loss_plot import LossPlot
-from minigpt_tui.widgets.loss_table import LossTable
 from minigpt_tui.widgets.probes_table import ProbesTable
-from minigpt_tui.widgets.run_progress import RunProgress
-from minigpt_tui.widgets.run_summary import RunSummaryView
+from minigpt_tui.widgets.run_monitor import ACTIVE_STATES, ActiveRun, DrainPacer, RunMonitor, RunWidgets
 
 if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
 
-ACTIVE_STATES = ("starting", "running", "paused", "stopping")
 IDLE_RUN_KEYS = {"s": "save", "e": "evaluate", "x": "stop"}  # dimmed while no run is active; pressed, they say why
-
-
-@dataclass
-class _AppliedEvents:
-    """What one drain of the feed changed: rows for the table, and whether the state did."""
-
-    rows: list[tuple[Any, int | None]] = field(default_factory=list)
-    state_changed: bool = False
-
-
-@dataclass
-class ActiveRun:
-    """The run on screen and what the UI knows of it."""
-
-    session: TrainingSession
-    feed: RunFeed
-    config: Any
-    state: str = "starting"
-    summary: RunSummary | None = None
-    step: int = 0
-    steps: int = 0
-    final_digest: str | None = None
-    events_seen: dict[str, int] = field(default_factory=dict)
-    # Saves the user asked for with `s` whose outcome is still to come: their refusal is
-    # notified; automatic saves (interval, best, pause, stop) are refused only in the log.
-    requested_saves: int = 0
-    refusals_logged: set[str] = field(default_factory=set)
-    probe_matches: int | None = None  # the event log notes when the number of matching probes changes
-
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE_STATES
-
-    @property
-    def run_dir(self) -> Path | None:
-        return self.summary.run_dir if self.summary else None
 
 
 class TrainingScreen(Screen):
@@ -114,8 +71,6 @@ class TrainingScreen(Screen):
     def __init__(self) -> None:
         super().__init__()
         self.run: ActiveRun | None = None
-        self._last_drain = -1e9
-        self._drain_timer: Timer | None = None
         self._exit_after_run = False
 
     @property
@@ -124,30 +79,28 @@ class TrainingScreen(Screen):
 
     # -- layout --------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        clock = self.mini_app.clock
+        self.widgets = widgets = RunWidgets.build(
+            clock=self.mini_app.clock, wall_clock=self.mini_app.wall_clock,
+            table_refreshes_per_second=self.TABLE_REFRESHES_PER_SECOND,
+            plot_redraws_per_second=self.PLOT_REDRAWS_PER_SECOND)
+        self.monitor = RunMonitor(widgets, notify=self.notify, show_state=self._show_state,
+                                  display_path=self._display_path, load_history=self._load_history)
         yield Header()
-        yield RunSummaryView(id="summary")
-        yield RunProgress(clock=clock, id="progress")
+        yield widgets.summary
+        yield widgets.progress
         with Horizontal(id="losses"):
-            table = LossTable(clock=clock, max_refreshes_per_second=self.TABLE_REFRESHES_PER_SECOND,
-                              id="loss-table")
-            table.border_title = "Losses"
-            yield table
-            probes = ProbesTable(id="probes-table")
-            probes.border_title = "Probes"
-            yield probes
-            plot = LossPlot(clock=clock, max_redraws_per_second=self.PLOT_REDRAWS_PER_SECOND, id="loss-plot")
-            plot.border_title = "Loss"
-            yield plot
-        log = EventLog(wall_clock=self.mini_app.wall_clock, id="events")
-        log.border_title = "Events"
-        yield log
+            yield widgets.table
+            yield widgets.probes
+            yield widgets.plot
+        yield widgets.log
         yield KeyBar()
 
     def on_mount(self) -> None:
         self.sub_title = "Training"
-        self.query_one(RunSummaryView).show_pending(self.mini_app.next_config)
-        self.query_one(RunProgress).show_pending(self.mini_app.next_config.train.steps)
+        self.pacer = DrainPacer(self._drain, clock=self.mini_app.clock, per_second=self.REFRESHES_PER_SECOND,
+                                set_timer=self.set_timer)
+        self.widgets.summary.show_pending(self.mini_app.next_config)
+        self.widgets.progress.show_pending(self.mini_app.next_config.train.steps)
         self._update_view_hint()
 
     def on_screen_resume(self) -> None:
@@ -222,14 +175,13 @@ class TrainingScreen(Screen):
         from minigpt_tui.screens.overlay import OverlayScreen
 
         current = self.run.run_dir if self.run else None
-        has_overlay = self.query_one(LossPlot).overlay is not None
+        has_overlay = self.widgets.plot.overlay is not None
 
         def chosen(path: Path | None) -> None:
             if path is None:
                 return
             if path == OverlayScreen.REMOVE:
-                self.query_one(LossPlot).set_overlay(None)
-                self.query_one(EventLog).record("overlay", "removed")
+                self.monitor.show_overlay(None)
                 return
             self._load_overlay(path)
 
@@ -248,21 +200,17 @@ class TrainingScreen(Screen):
 
     def action_toggle_probes(self) -> None:
         self.toggle_class("-show-probes")
-        probes = self.query_one(ProbesTable)
+        probes = self.widgets.probes
         if self.has_class("-show-probes"):
             probes.focus()
-            self._plot_probe(probes.highlighted_probe, probes)
+            self.monitor.show_probe(probes.highlighted_probe)
         else:
-            self.query_one(LossPlot).set_probe(None)
+            self.widgets.plot.set_probe(None)
 
     @on(ProbesTable.ProbeHighlighted)
     def _probe_highlighted(self, message: ProbesTable.ProbeHighlighted) -> None:
         if self.has_class("-show-probes"):
-            self.query_one(LossPlot).set_probe(message.name, message.points)
-
-    def _plot_probe(self, name: str | None, probes: ProbesTable) -> None:
-        points = [(p.step, p.probability) for p in probes.history.get(name, ())] if name else []
-        self.query_one(LossPlot).set_probe(name, points)
+            self.widgets.plot.set_probe(message.name, message.points)
 
     def on_resize(self, event: events.Resize) -> None:
         self._update_view_hint(event.size.width)
@@ -271,8 +219,8 @@ class TrainingScreen(Screen):
         """Below the wide breakpoint the table and the plot take turns (``v``): say so."""
         narrow = (width if width is not None else self.size.width) < self.WIDE_FROM
         showing_plot = self.has_class("-show-plot")
-        self.query_one(LossTable).border_subtitle = "v: plot" if narrow and not showing_plot else ""
-        self.query_one(LossPlot).border_subtitle = "v: table" if narrow and showing_plot else ""
+        self.widgets.table.border_subtitle = "v: plot" if narrow and not showing_plot else ""
+        self.widgets.plot.border_subtitle = "v: table" if narrow and showing_plot else ""
 
     def _require_active(self, action: str) -> bool:
         if self.run is None or not self.run.active:
@@ -291,26 +239,16 @@ class TrainingScreen(Screen):
     def start_run(self, config: Any, name: str | None = None) -> None:
         """Start a new run from a resolved RunConfig (the engine builds it on the worker);
         ``name`` is its folder in the runs directory (default: PRESET-TIMESTAMP)."""
-        if self.run is not None and self.run.active:
-            self.notify("a run is already active", severity="warning", markup=False)
-            return
-        self._launch(NewRun(config, self.mini_app.settings.runs_dir, name), config, "started",
-                     f"building preset {config.preset} ({config.train.steps} updates, {config.train.precision})")
+        if not self._refuse_if_active():
+            self._launch(NewRun(config, self.mini_app.settings.runs_dir, name), config, "started",
+                         f"building preset {config.preset} ({config.train.steps} updates, {config.train.precision})")
 
     def resume_from_checkpoint(self, checkpoint: Path) -> None:
         """Continue the run saved in ``checkpoint`` (a checkpoint folder) exactly where it
         stopped; the Checkpoints screen calls this after its preflight. The engine restores
         it on the worker and refuses, with its one-line reason, what it cannot continue."""
-        from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.engine.session.plans import saved_run_config
-
-        if self.run is not None and self.run.active:
-            self.notify("a run is already active", severity="warning", markup=False)
-            return
-        try:
-            config = saved_run_config(checkpoint)
-        except MiniGPTError as err:
-            self.notify(str(err), title="resume refused", severity="error", markup=False)
+        config = self._run_config(saved_run_config, checkpoint, "resume refused")
+        if config is None:
             return
         self._launch(ResumeRun(Path(checkpoint), self.mini_app.settings.runs_dir), config, "resumed",
                      f"restoring {self._display_path(checkpoint)}")
@@ -318,36 +256,37 @@ class TrainingScreen(Screen):
     def attach_run(self, run_dir: Path) -> None:
         """Follow a run that another process writes; space, s, e and x act on it through
         its control file."""
-        from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.engine.session.attach import RunFollower, attached_config
+        from minigpt_tui.engine.session.attach import attached_config
 
+        config = self._run_config(attached_config, run_dir, "attach refused")
+        if config is None:
+            return
+        run = ActiveRun.following(Path(run_dir), config, self.post_message, 1.0 / self.REFRESHES_PER_SECOND)
+        self._show_new_run(run, "attached", f"following {self._display_path(Path(run_dir))}")
+
+    def _refuse_if_active(self) -> bool:
         if self.run is not None and self.run.active:
             self.notify("a run is already active", severity="warning", markup=False)
-            return
+            return True
+        return False
+
+    def _run_config(self, read_config: Callable[[Path], Any], folder: Path, refusal: str) -> Any | None:
+        """The run config ``read_config`` finds in ``folder``; None, said in a notification, when
+        a run is already active or the folder cannot be continued or followed."""
+        if self._refuse_if_active():
+            return None
         try:
-            config = attached_config(run_dir)
+            return read_config(folder)
         except MiniGPTError as err:
-            self.notify(str(err), title="attach refused", severity="error", markup=False)
-            return
-        feed = RunFeed(self.post_message)
-        follower = RunFollower(Path(run_dir), feed, interval=1.0 / self.REFRESHES_PER_SECOND)
-        self._show_new_run(ActiveRun(follower, feed, config, steps=config.train.steps),  # type: ignore[arg-type]
-                           config, "attached", f"following {self._display_path(Path(run_dir))}")
+            self.notify(str(err), title=refusal, severity="error", markup=False)
+            return None
 
     def _launch(self, plan: RunPlan, config: Any, kind: str, note: str) -> None:
-        feed = RunFeed(self.post_message)
-        self._show_new_run(ActiveRun(TrainingSession(plan, feed), feed, config, steps=config.train.steps),
-                           config, kind, note)
+        self._show_new_run(ActiveRun.training(plan, config, self.post_message), kind, note)
 
-    def _show_new_run(self, run: ActiveRun, config: Any, kind: str, note: str) -> None:
+    def _show_new_run(self, run: ActiveRun, kind: str, note: str) -> None:
         self.run = run
-        self.query_one(LossTable).reset()
-        self.query_one(LossPlot).reset()
-        self.query_one(LossPlot).set_probe(None)
-        self.query_one(ProbesTable).reset()
-        self.query_one(RunSummaryView).show_pending(config)
-        self.query_one(RunProgress).show_pending(config.train.steps)
-        self.query_one(EventLog).record(kind, note)
+        self.monitor.show_new_run(run.config, kind, note)
         self._show_state()
         self._train(run)
 
@@ -365,9 +304,7 @@ class TrainingScreen(Screen):
             if self.run is not None:
                 self.run.state = "failed"
                 self._show_state()
-            message = str(error) if error is not None else "unknown error"
-            self.query_one(EventLog).record("failed", message)
-            self.notify(message, title="training failed", severity="error", markup=False)
+            self.monitor.show_failure(str(error) if error is not None else "unknown error")
             self._maybe_exit()
         elif event.state in (WorkerState.SUCCESS, WorkerState.CANCELLED):
             if self.run is not None:
@@ -380,156 +317,23 @@ class TrainingScreen(Screen):
         if self.run is None or message.feed is not self.run.feed:
             message.feed.drain()  # a previous run's leftovers
             return
-        if self._drain_timer is not None:
-            return
-        wait = self._last_drain + 1.0 / self.REFRESHES_PER_SECOND - self.mini_app.clock()
-        if wait <= 0:
-            self._drain()
-        else:
-            self._drain_timer = self.set_timer(wait, self._drain)
+        self.pacer.request()
 
     def _drain(self) -> None:
-        self._drain_timer = None
-        self._last_drain = self.mini_app.clock()
         if self.run is not None:
             self._apply_events(self.run.feed.drain())
 
     def _apply_events(self, events: list[Any]) -> None:
         if not events or self.run is None:
             return
-        run = self.run
-        applied = _AppliedEvents()
-        handlers = self._event_handlers()
-        for event in events:
-            kind = type(event).__name__
-            run.events_seen[kind] = run.events_seen.get(kind, 0) + 1
-            handler = handlers.get(type(event))
-            if handler is not None:
-                handler(run, event, applied)
-        table = self.query_one(LossTable)
-        plot = self.query_one(LossPlot)
-        progress = self.query_one(RunProgress)
-        if applied.rows:
-            table.queue_records(applied.rows)
-            plot.request_redraw()
-        progress.advance(run.step)
-        if applied.state_changed:
-            self._show_state()
-        else:
-            progress.refresh_figures()
-        if applied.state_changed and run.state != "running":
-            # Paused, finished or failed: show everything now rather than at the next tick.
-            table.flush()
-            plot.redraw()
-        if applied.state_changed and not run.active:
+        applied = self.monitor.apply(self.run, events)
+        if applied.state_changed and not self.run.active:
             self._maybe_exit()
-
-    def _event_handlers(self) -> dict[type, Callable[[ActiveRun, Any, _AppliedEvents], None]]:
-        return {
-            engine.UpdateDone: self._on_update_done,
-            engine.EvaluationDone: self._on_evaluation_done,
-            engine.ProbesScored: self._on_probes_scored,
-            RunSummary: self._on_run_summary,
-            engine.RunStarted: self._on_run_started,
-            engine.Paused: self._on_paused,
-            engine.Resumed: self._on_resumed,
-            engine.Saved: self._on_saved,
-            engine.Refused: self._on_refused,
-            engine.Finished: self._on_finished,
-            engine.Failed: self._on_failed,
-        }
-
-    def _on_update_done(self, run: ActiveRun, event: engine.UpdateDone, applied: _AppliedEvents) -> None:
-        record = event.record
-        applied.rows.append((record, None))
-        self.query_one(LossPlot).add_update(record.step, record.loss)
-        run.step = record.step
-
-    def _on_evaluation_done(self, run: ActiveRun, event: engine.EvaluationDone, applied: _AppliedEvents) -> None:
-        record = event.record
-        applied.rows.append((record, event.best_step))
-        self.query_one(LossPlot).add_evaluation(record.step, record.train_loss, record.validation_loss)
-        log = self.query_one(EventLog)
-        if record.extra:
-            log.record("extra", f"evaluation at update {record.step}: train {record.train_loss:.4f}"
-                       + _validation_text(record.validation_loss) + " (does not change the best step)")
-        elif event.best_changed:
-            log.record("best", f"best validation loss {record.validation_loss:.4f} at update {record.step}")
-
-    def _on_probes_scored(self, run: ActiveRun, event: engine.ProbesScored, applied: _AppliedEvents) -> None:
-        self.query_one(ProbesTable).add_scores(event.step, event.scores)
-        if event.matched != run.probe_matches and (run.probe_matches is not None or event.matched):
-            self.query_one(EventLog).record(
-                "probes", f"update {event.step}: {event.matched} of {len(event.scores)} match")
-        run.probe_matches = event.matched
-
-    def _on_run_summary(self, run: ActiveRun, event: RunSummary, applied: _AppliedEvents) -> None:
-        run.summary = event
-        run.step = event.start_step
-        self.query_one(RunSummaryView).show_run(event)
-        if event.resumed_from is not None and event.run_dir is not None:
-            self._load_history(run.feed, event.run_dir, event.start_step)
-
-    def _on_run_started(self, run: ActiveRun, event: engine.RunStarted, applied: _AppliedEvents) -> None:
-        run.state, applied.state_changed = "running", True
-        run.step, run.steps = event.step, event.steps
-        self.query_one(RunProgress).begin(event.step, event.steps)
-        self.query_one(EventLog).record("started", f"update {event.step} of {event.steps}")
-
-    def _on_paused(self, run: ActiveRun, event: engine.Paused, applied: _AppliedEvents) -> None:
-        run.state, applied.state_changed = "paused", True
-        self.query_one(RunProgress).run_clock.pause()
-        self.query_one(EventLog).record("paused", f"after update {event.step}")
-
-    def _on_resumed(self, run: ActiveRun, event: engine.Resumed, applied: _AppliedEvents) -> None:
-        run.state, applied.state_changed = "running", True
-        self.query_one(RunProgress).run_clock.resume()
-        self.query_one(EventLog).record("resumed", f"at update {event.step}")
-
-    def _on_saved(self, run: ActiveRun, event: engine.Saved, applied: _AppliedEvents) -> None:
-        if event.reason == engine.SaveReason.MANUAL and run.requested_saves:
-            run.requested_saves -= 1
-        self.query_one(EventLog).record("saved", f"update {event.step} ({event.reason}): {self._run_path(event.path)}")
-
-    def _on_refused(self, run: ActiveRun, event: engine.Refused, applied: _AppliedEvents) -> None:
-        log = self.query_one(EventLog)
-        asked = event.action == "save" and run.requested_saves > 0
-        if asked:
-            run.requested_saves -= 1
-        if asked or event.action != "save":
-            log.record("refused", f"{event.action}: {event.message}")
-            self.notify(event.message, title=f"{event.action} refused", severity="warning", markup=False)
-        elif event.message not in run.refusals_logged:
-            run.refusals_logged.add(event.message)
-            log.record("refused", f"automatic save: {event.message}")
-
-    def _on_finished(self, run: ActiveRun, event: engine.Finished, applied: _AppliedEvents) -> None:
-        run.state = "finished" if event.reason == engine.FinishReason.COMPLETED else "stopped"
-        applied.state_changed = True
-        run.final_digest = event.state_digest
-        self.query_one(RunProgress).run_clock.pause()
-        self.query_one(EventLog).record(run.state, f"at update {event.step}; state digest {event.state_digest[:16]}…")
-
-    def _on_failed(self, run: ActiveRun, event: engine.Failed, applied: _AppliedEvents) -> None:
-        run.state, applied.state_changed = "failed", True
-        self.query_one(RunProgress).run_clock.pause()
-        self.query_one(EventLog).record("failed", event.message)
-        self.notify(event.message, title="training failed", severity="error", markup=False)
 
     def _show_state(self) -> None:
         state = self.run.state if self.run else "idle"
-        self.query_one(RunProgress).set_state(state)
+        self.widgets.progress.set_state(state)
         self.refresh_bindings()
-
-    def _run_path(self, path: Path) -> str:
-        """Paths inside the run's own directory are shown relative to it (the summary names the run)."""
-        run_dir = self.run.run_dir if self.run else None
-        if run_dir is not None:
-            try:
-                return str(Path(path).relative_to(run_dir))
-            except ValueError:
-                pass
-        return self._display_path(path)
 
     def _display_path(self, path: Path) -> str:
         """Paths under the runs directory are shown relative to it."""
@@ -547,17 +351,9 @@ class TrainingScreen(Screen):
     def stop_for_exit(self, *, save: bool) -> None:
         """Stop the run and exit the app once its worker has finished."""
         self._exit_after_run = True
-        if self.run is None or not self.run.active:
+        if self.run is None or not self.run.active or self.run.end_for_exit(save=save):
             self.app.exit()
             return
-        if getattr(self.run.session, "follows_only", False):
-            self.run.session.detach()  # type: ignore[attr-defined]  (the followed run goes on)
-            self.app.exit()
-            return
-        if not save:
-            self.run.session.discard_saves()
-        self.run.session.send(Command.STOP)
-        self.run.state = "stopping"
         self._show_state()
 
     def _maybe_exit(self) -> None:
@@ -567,9 +363,6 @@ class TrainingScreen(Screen):
     # -- overlay and export (file work off the UI thread) --------------------------------
     @work(thread=True, exit_on_error=False, group="files")
     def _load_overlay(self, path: Path) -> None:
-        from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.engine.session.history import load_curve
-
         try:
             curve = load_curve(path)
         except MiniGPTError as err:
@@ -579,9 +372,6 @@ class TrainingScreen(Screen):
 
     @work(thread=True, exit_on_error=False, group="files")
     def _load_history(self, feed: RunFeed, run_dir: Path, until_step: int) -> None:
-        from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.engine.session.history import load_history
-
         try:
             history = load_history(run_dir, until_step)
         except MiniGPTError:
@@ -590,43 +380,18 @@ class TrainingScreen(Screen):
 
     @on(HistoryLoaded)
     def _history_loaded(self, message: HistoryLoaded) -> None:
-        if self.run is None or message.feed is not self.run.feed:
-            return
-        history = message.history
-        records = sorted([(u, None) for u in history.updates] + [(e, history.best_step) for e in history.evaluations],
-                         key=lambda item: (item[0].step, hasattr(item[0], "train_loss")))
-        self.query_one(LossTable).prepend_records(records)
-        self.query_one(LossPlot).prepend_history(
-            [(u.step, u.loss) for u in history.updates if u.loss is not None],
-            [(e.step, e.train_loss) for e in history.evaluations if e.train_loss is not None],
-            [(e.step, e.validation_loss) for e in history.evaluations if e.validation_loss is not None])
-        self.query_one(ProbesTable).prepend_history(history.probes)
-        self.query_one(EventLog).record(
-            "resumed", f"history: {len(history.updates)} updates, {len(history.evaluations)} evaluations before")
+        if self.run is not None and message.feed is self.run.feed:
+            self.monitor.show_history(message.history)
 
     @on(CurveLoaded)
     def _curve_loaded(self, message: CurveLoaded) -> None:
-        curve = message.curve
-        self.query_one(LossPlot).set_overlay(curve)
-        self.query_one(EventLog).record(
-            "overlay", f"{curve.name}: {len(curve.updates)} updates, {len(curve.train)} evaluations")
+        self.monitor.show_overlay(message.curve)
 
     @work(thread=True, exit_on_error=False, group="files")
     def _export(self, run_dir: Path) -> None:
-        from minigpt_tui.engine.errors import MiniGPTError
-        from minigpt_tui.engine.session.history import export_csv
-
         try:
             target = export_csv(run_dir)
         except (MiniGPTError, OSError) as err:
             self.app.call_from_thread(self.notify, str(err), title="export failed", severity="error", markup=False)
             return
-        self.app.call_from_thread(self._exported, target)
-
-    def _exported(self, target: Path) -> None:
-        self.query_one(EventLog).record("exported", self._display_path(target))
-        self.notify(str(target), title="metrics exported", markup=False)
-
-
-def _validation_text(value: float | None) -> str:
-    return f", validation {value:.4f}" if value is not None else ""
+        self.app.call_from_thread(self.monitor.show_export, target)

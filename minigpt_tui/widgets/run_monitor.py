@@ -1,0 +1,339 @@
+"""The run monitor: what the UI knows of the run on the Training screen, and how each typed
+session event shows on the screen's widgets (summary, progress, loss table, loss plot, probes
+table and event log).
+
+The screen drains the run's feed (paced by a :class:`DrainPacer`) and hands the events to a
+:class:`RunMonitor`; one handler per event type changes the run's state and the widgets. The
+monitor runs no worker: reading history and notifying go through callbacks the screen gives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from textual.message import Message
+
+from minigpt_tui.engine.session import events as engine
+from minigpt_tui.engine.session.history import LoadedCurve, RunHistory
+from minigpt_tui.engine.session.plans import RunPlan
+from minigpt_tui.engine.session.training import TrainingSession
+from minigpt_tui.messages import RunFeed, RunSummary
+from minigpt_tui.widgets.event_log import EventLog
+from minigpt_tui.widgets.loss_plot import LossPlot
+from minigpt_tui.widgets.loss_table import LossTable
+from minigpt_tui.widgets.probes_table import ProbesTable
+from minigpt_tui.widgets.run_progress import RunProgress
+from minigpt_tui.widgets.run_summary import RunSummaryView
+
+ACTIVE_STATES = ("starting", "running", "paused", "stopping")
+
+
+@dataclass
+class AppliedEvents:
+    """What one drain of the feed changed: rows for the table, and whether the state did."""
+
+    rows: list[tuple[Any, int | None]] = field(default_factory=list)
+    state_changed: bool = False
+
+
+@dataclass
+class ActiveRun:
+    """The run on screen and what the UI knows of it."""
+
+    session: TrainingSession  # or a RunFollower for an attached run: it has the session's face
+    feed: RunFeed
+    config: Any
+    state: str = "starting"
+    summary: RunSummary | None = None
+    step: int = 0
+    steps: int = 0
+    final_digest: str | None = None
+    events_seen: dict[str, int] = field(default_factory=dict)
+    # Saves the user asked for with `s` whose outcome is still to come: their refusal is
+    # notified; automatic saves (interval, best, pause, stop) are refused only in the log.
+    requested_saves: int = 0
+    refusals_logged: set[str] = field(default_factory=set)
+    probe_matches: int | None = None  # the event log notes when the number of matching probes changes
+
+    @classmethod
+    def training(cls, plan: RunPlan, config: Any, post: Callable[[Message], Any]) -> "ActiveRun":
+        """A run this process trains (a new one or a resumed one, as ``plan`` says)."""
+        feed = RunFeed(post)
+        return cls(TrainingSession(plan, feed), feed, config, steps=config.train.steps)
+
+    @classmethod
+    def following(cls, run_dir: Path, config: Any, post: Callable[[Message], Any], interval: float) -> "ActiveRun":
+        """A run another process writes, read every ``interval`` seconds; commands go through
+        its control file."""
+        from minigpt_tui.engine.session.attach import RunFollower
+
+        feed = RunFeed(post)
+        follower = RunFollower(Path(run_dir), feed, interval=interval)
+        return cls(follower, feed, config, steps=config.train.steps)  # type: ignore[arg-type]
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self.summary.run_dir if self.summary else None
+
+    def end_for_exit(self, *, save: bool) -> bool:
+        """Ask the session to stop (without its stop save unless ``save``); an attached run is
+        detached from instead and goes on. True when there is nothing to wait for."""
+        if getattr(self.session, "follows_only", False):
+            self.session.detach()  # type: ignore[attr-defined]
+            return True
+        if not save:
+            self.session.discard_saves()
+        self.session.send(engine.Command.STOP)
+        self.state = "stopping"
+        return False
+
+
+@dataclass(frozen=True)
+class RunWidgets:
+    """The widgets a run shows on."""
+
+    summary: RunSummaryView
+    progress: RunProgress
+    table: LossTable
+    probes: ProbesTable
+    plot: LossPlot
+    log: EventLog
+
+    @classmethod
+    def build(cls, *, clock: Callable[[], float], wall_clock: Callable[[], float], table_refreshes_per_second: float,
+              plot_redraws_per_second: float) -> "RunWidgets":
+        """The widgets, with the ids and border titles the Training screen's styles know them by."""
+        summary, progress = RunSummaryView(id="summary"), RunProgress(clock=clock, id="progress")
+        table = LossTable(clock=clock, max_refreshes_per_second=table_refreshes_per_second, id="loss-table")
+        table.border_title = "Losses"
+        probes = ProbesTable(id="probes-table")
+        probes.border_title = "Probes"
+        plot = LossPlot(clock=clock, max_redraws_per_second=plot_redraws_per_second, id="loss-plot")
+        plot.border_title = "Loss"
+        log = EventLog(wall_clock=wall_clock, id="events")
+        log.border_title = "Events"
+        return cls(summary, progress, table, probes, plot, log)
+
+
+class RunMonitor:
+    """Applies a run's events to its widgets.
+
+    ``notify`` is the screen's notification; ``show_state`` shows the run's state (and
+    refreshes the key bindings); ``display_path`` shortens a path for showing;
+    ``load_history`` reads a resumed run's earlier metrics off the UI thread.
+    """
+
+    def __init__(self, widgets: RunWidgets, *, notify: Callable[..., Any], show_state: Callable[[], None],
+                 display_path: Callable[[Path], str], load_history: Callable[[RunFeed, Path, int], Any]) -> None:
+        self.widgets = widgets
+        self._notify = notify
+        self._show_state = show_state
+        self._display_path = display_path
+        self._load_history = load_history
+        self._handlers: dict[type, Callable[[ActiveRun, Any, AppliedEvents], None]] = {
+            engine.UpdateDone: self._on_update_done,
+            engine.EvaluationDone: self._on_evaluation_done,
+            engine.ProbesScored: self._on_probes_scored,
+            RunSummary: self._on_run_summary,
+            engine.RunStarted: self._on_run_started,
+            engine.Paused: self._on_paused,
+            engine.Resumed: self._on_resumed,
+            engine.Saved: self._on_saved,
+            engine.Refused: self._on_refused,
+            engine.Finished: self._on_finished,
+            engine.Failed: self._on_failed,
+        }
+
+    def show_new_run(self, config: Any, kind: str, note: str) -> None:
+        """Clear the last run's figures and show the configuration of the one starting."""
+        widgets = self.widgets
+        widgets.table.reset()
+        widgets.plot.reset()
+        widgets.plot.set_probe(None)
+        widgets.probes.reset()
+        widgets.summary.show_pending(config)
+        widgets.progress.show_pending(config.train.steps)
+        widgets.log.record(kind, note)
+
+    def apply(self, run: ActiveRun, events: list[Any]) -> AppliedEvents:
+        """Apply a drain of ``run``'s feed; a pause or the end of the run shows everything at once."""
+        applied = AppliedEvents()
+        for event in events:
+            kind = type(event).__name__
+            run.events_seen[kind] = run.events_seen.get(kind, 0) + 1
+            handler = self._handlers.get(type(event))
+            if handler is not None:
+                handler(run, event, applied)
+        widgets = self.widgets
+        if applied.rows:
+            widgets.table.queue_records(applied.rows)
+            widgets.plot.request_redraw()
+        widgets.progress.advance(run.step)
+        if applied.state_changed:
+            self._show_state()
+        else:
+            widgets.progress.refresh_figures()
+        if applied.state_changed and run.state != "running":
+            # Paused, finished or failed: show everything now rather than at the next tick.
+            widgets.table.flush()
+            widgets.plot.redraw()
+        return applied
+
+    def show_history(self, history: RunHistory) -> None:
+        """A resumed run's metrics from before it was resumed, put ahead of its live ones."""
+        records = sorted([(u, None) for u in history.updates] + [(e, history.best_step) for e in history.evaluations],
+                         key=lambda item: (item[0].step, hasattr(item[0], "train_loss")))
+        self.widgets.table.prepend_records(records)
+        self.widgets.plot.prepend_history(
+            [(u.step, u.loss) for u in history.updates if u.loss is not None],
+            [(e.step, e.train_loss) for e in history.evaluations if e.train_loss is not None],
+            [(e.step, e.validation_loss) for e in history.evaluations if e.validation_loss is not None])
+        self.widgets.probes.prepend_history(history.probes)
+        self.widgets.log.record(
+            "resumed", f"history: {len(history.updates)} updates, {len(history.evaluations)} evaluations before")
+
+    def show_probe(self, name: str | None) -> None:
+        """Draw probe ``name``'s probability so far on the plot (``None`` draws none)."""
+        points = [(p.step, p.probability) for p in self.widgets.probes.history.get(name, ())] if name else []
+        self.widgets.plot.set_probe(name, points)
+
+    def show_overlay(self, curve: LoadedCurve | None) -> None:
+        """Overlay another run's loss curves on the plot (``None`` removes the overlay)."""
+        self.widgets.plot.set_overlay(curve)
+        if curve is None:
+            self.widgets.log.record("overlay", "removed")
+        else:
+            self.widgets.log.record(
+                "overlay", f"{curve.name}: {len(curve.updates)} updates, {len(curve.train)} evaluations")
+
+    def show_failure(self, message: str) -> None:
+        self.widgets.log.record("failed", message)
+        self._notify(message, title="training failed", severity="error", markup=False)
+
+    def show_export(self, target: Path) -> None:
+        self.widgets.log.record("exported", self._display_path(target))
+        self._notify(str(target), title="metrics exported", markup=False)
+
+    def run_path(self, run: ActiveRun, path: Path) -> str:
+        """Paths inside the run's own directory are shown relative to it (the summary names the run)."""
+        if run.run_dir is not None:
+            try:
+                return str(Path(path).relative_to(run.run_dir))
+            except ValueError:
+                pass
+        return self._display_path(path)
+
+    # -- one handler per event type ------------------------------------------------------
+    def _on_update_done(self, run: ActiveRun, event: engine.UpdateDone, applied: AppliedEvents) -> None:
+        record = event.record
+        applied.rows.append((record, None))
+        self.widgets.plot.add_update(record.step, record.loss)
+        run.step = record.step
+
+    def _on_evaluation_done(self, run: ActiveRun, event: engine.EvaluationDone, applied: AppliedEvents) -> None:
+        record = event.record
+        applied.rows.append((record, event.best_step))
+        self.widgets.plot.add_evaluation(record.step, record.train_loss, record.validation_loss)
+        log = self.widgets.log
+        if record.extra:
+            log.record("extra", f"evaluation at update {record.step}: train {record.train_loss:.4f}"
+                       + _validation_text(record.validation_loss) + " (does not change the best step)")
+        elif event.best_changed:
+            log.record("best", f"best validation loss {record.validation_loss:.4f} at update {record.step}")
+
+    def _on_probes_scored(self, run: ActiveRun, event: engine.ProbesScored, applied: AppliedEvents) -> None:
+        self.widgets.probes.add_scores(event.step, event.scores)
+        if event.matched != run.probe_matches and (run.probe_matches is not None or event.matched):
+            self.widgets.log.record("probes", f"update {event.step}: {event.matched} of {len(event.scores)} match")
+        run.probe_matches = event.matched
+
+    def _on_run_summary(self, run: ActiveRun, event: RunSummary, applied: AppliedEvents) -> None:
+        run.summary = event
+        run.step = event.start_step
+        self.widgets.summary.show_run(event)
+        if event.resumed_from is not None and event.run_dir is not None:
+            self._load_history(run.feed, event.run_dir, event.start_step)
+
+    def _on_run_started(self, run: ActiveRun, event: engine.RunStarted, applied: AppliedEvents) -> None:
+        run.state, applied.state_changed = "running", True
+        run.step, run.steps = event.step, event.steps
+        self.widgets.progress.begin(event.step, event.steps)
+        self.widgets.log.record("started", f"update {event.step} of {event.steps}")
+
+    def _on_paused(self, run: ActiveRun, event: engine.Paused, applied: AppliedEvents) -> None:
+        run.state, applied.state_changed = "paused", True
+        self.widgets.progress.run_clock.pause()
+        self.widgets.log.record("paused", f"after update {event.step}")
+
+    def _on_resumed(self, run: ActiveRun, event: engine.Resumed, applied: AppliedEvents) -> None:
+        run.state, applied.state_changed = "running", True
+        self.widgets.progress.run_clock.resume()
+        self.widgets.log.record("resumed", f"at update {event.step}")
+
+    def _on_saved(self, run: ActiveRun, event: engine.Saved, applied: AppliedEvents) -> None:
+        if event.reason == engine.SaveReason.MANUAL and run.requested_saves:
+            run.requested_saves -= 1
+        self.widgets.log.record("saved", f"update {event.step} ({event.reason}): {self.run_path(run, event.path)}")
+
+    def _on_refused(self, run: ActiveRun, event: engine.Refused, applied: AppliedEvents) -> None:
+        log = self.widgets.log
+        asked = event.action == "save" and run.requested_saves > 0
+        if asked:
+            run.requested_saves -= 1
+        if asked or event.action != "save":
+            log.record("refused", f"{event.action}: {event.message}")
+            self._notify(event.message, title=f"{event.action} refused", severity="warning", markup=False)
+        elif event.message not in run.refusals_logged:
+            run.refusals_logged.add(event.message)
+            log.record("refused", f"automatic save: {event.message}")
+
+    def _on_finished(self, run: ActiveRun, event: engine.Finished, applied: AppliedEvents) -> None:
+        run.state = "finished" if event.reason == engine.FinishReason.COMPLETED else "stopped"
+        applied.state_changed = True
+        run.final_digest = event.state_digest
+        self.widgets.progress.run_clock.pause()
+        self.widgets.log.record(run.state, f"at update {event.step}; state digest {event.state_digest[:16]}…")
+
+    def _on_failed(self, run: ActiveRun, event: engine.Failed, applied: AppliedEvents) -> None:
+        run.state, applied.state_changed = "failed", True
+        self.widgets.progress.run_clock.pause()
+        self.show_failure(event.message)
+
+
+class DrainPacer:
+    """Calls ``drain`` at most ``per_second`` times a second: at once after a quiet spell,
+    else from a timer at the next free moment (one timer at a time)."""
+
+    def __init__(self, drain: Callable[[], None], *, clock: Callable[[], float], per_second: float,
+                 set_timer: Callable[[float, Callable[[], None]], Any]) -> None:
+        self._drain = drain
+        self._clock = clock
+        self._per_second = per_second
+        self._set_timer = set_timer
+        self._last_drain = -1e9
+        self._timer: Any = None
+
+    def request(self) -> None:
+        if self._timer is not None:
+            return
+        wait = self._last_drain + 1.0 / self._per_second - self._clock()
+        if wait <= 0:
+            self._run()
+        else:
+            self._timer = self._set_timer(wait, self._run)
+
+    def _run(self) -> None:
+        self._timer = None
+        self._last_drain = self._clock()
+        self._drain()
+
+
+def _validation_text(value: float | None) -> str:
+    return f", validation {value:.4f}" if value is not None else ""
