@@ -29,6 +29,16 @@ microbatches = {microbatches}
 """
 
 
+def end_process_group(launcher: subprocess.Popen) -> None:
+    """Kill a launcher and every process it started (its ranks), so a failed test leaves
+    no paused rank behind (the launcher runs in a session of its own)."""
+    try:
+        os.killpg(launcher.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    launcher.wait()
+
+
 def run(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(cli_command(*args), capture_output=True, text=True, env=cli_env(tmp_path), timeout=timeout)
 
@@ -200,7 +210,7 @@ def test_the_control_file_steers_every_rank_of_a_two_process_run(tmp_path):
 
     launcher = subprocess.Popen(
         cli_command("train", "--preset", "mini", "--steps", "100000", "--run", "steered", "--nproc", "2", "--json"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path))
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path), start_new_session=True)
     run_dir = tmp_path / "runs" / "steered"
 
     def state() -> str | None:
@@ -230,6 +240,4 @@ def test_the_control_file_steers_every_rank_of_a_two_process_run(tmp_path):
         last = Path(result["checkpoints"][-1])
         assert load_file(last / "training.safetensors")["ranks.world_size"].tolist() == [2]
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
+        end_process_group(launcher)
