@@ -112,12 +112,6 @@ class CheckpointsScreen(RunsBesideScreen):
     def mini_app(self) -> "MiniGPTApp":
         return self.app  # type: ignore[return-value]
 
-    def notify(self, message: str, *, title: str = "", severity: Any = "information",
-               timeout: float | None = None, markup: bool = False) -> None:
-        """Notifications carry the engine's messages and paths verbatim: no markup, since
-        a shape like "[n, 2]" would read as a style tag."""
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
-
     @property
     def runs_dir(self) -> Path:
         return self.mini_app.settings.runs_dir

@@ -8,7 +8,7 @@ the :class:`OperationQueue` the keys fill; after each operation it posts a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -118,12 +118,6 @@ class GenerationScreen(Screen):
     @property
     def mini_app(self) -> "MiniGPTApp":
         return self.app  # type: ignore[return-value]
-
-    def notify(self, message: str, *, title: str = "", severity: Any = "information",
-               timeout: float | None = None, markup: bool = False) -> None:
-        """Notifications carry the engine's messages and paths verbatim: no markup, since
-        a shape like "[n, 2]" would read as a style tag."""
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     # -- layout ------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
