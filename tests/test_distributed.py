@@ -224,7 +224,9 @@ def test_the_control_file_steers_every_rank_of_a_two_process_run(tmp_path):
             time.sleep(0.1)
 
     try:
-        wait(lambda: state() == "running")
+        metrics = run_dir / "metrics.jsonl"
+        # Pause after an update has been written, so the pause has something to save.
+        wait(lambda: state() == "running" and metrics.exists() and '"kind": "update"' in metrics.read_text())
         send_command(run_dir, Command.PAUSE)
         wait(lambda: state() == "paused")
         paused = read_live(run_dir).step  # type: ignore[union-attr]

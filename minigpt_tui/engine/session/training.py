@@ -214,9 +214,10 @@ class TrainingSession:
     def _apply(self, command: Command, trainer: Trainer) -> None:
         if command is Command.PAUSE and not self._paused:
             self._paused = True
-            self._sink(Paused(trainer.step))
+            # Save first: whoever sees "paused" (the app, live.json) may rely on the checkpoint.
             if self._checkpointer is not None and self.unsaved_updates:
                 self._save(trainer, SaveReason.PAUSE)
+            self._sink(Paused(trainer.step))
         elif command is Command.RESUME and self._paused:
             self._paused = False
             self._sink(Resumed(trainer.step))
