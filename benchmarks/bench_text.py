@@ -4,7 +4,9 @@ Sections (each prints ratios with their spread over interleaved, warmed-up round
 
 - ``encode``: encoding a generated ~20 MB text with our stream encoder against the
   ``tokenizers`` library called directly with the same vocabulary and merges (same
-  threads), and learning merges with our trainer against the ``tokenizers`` BPE trainer.
+  threads), and learning merges with our trainer against the ``tokenizers`` BPE trainer
+  (``merges``: the merge training alone; set ``RAYON_NUM_THREADS=1`` for one library thread,
+  as our trainer uses).
 - ``update``: one training update of the gpt2 family in float32 (the trainer's whole
   update: batch, forward, backward, clip, AdamW) against nanoGPT-style model code written
   below (fused qkv projection, SDPA, tied head), at width 128 / 4 layers / context 64 and
@@ -21,6 +23,7 @@ and licences shipped with installed Python packages); nothing is downloaded or c
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py            # every section (long)
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py update [--small-only]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py encode
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py merges [--merges 256] [--rounds 9]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py text [--steps 2000] [--rounds 1]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py memory
 """
@@ -214,17 +217,17 @@ def bench_update(work: Path, rounds: int, updates: int, shapes: list[dict[str, i
 
 # -- encode ---------------------------------------------------------------------------------
 def bench_encode(rounds: int, megabytes: int, merges: int) -> dict[str, object]:
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer
 
     from minigpt_tui.engine.corpus import parse_records
     from minigpt_tui.engine.fast_encoder import FastEncoder
     from minigpt_tui.engine.interop.hf_tokenizer import tokenizer_json
     from minigpt_tui.engine.stream import encode_records
-    from minigpt_tui.engine.tokenizer import ByteBPETokenizer, learn_merges
+    from minigpt_tui.engine.tokenizer import ByteBPETokenizer
 
     text = english_text(megabytes * 1_000_000)
     records = parse_records(text)
-    train_text = records[: max(1, len(records) // (megabytes * 2))]  # about 0.5 MB for the trainers
+    train_text = merge_training_records(records, megabytes)
     tokenizer = ByteBPETokenizer.train(train_text, merges)
     library = Tokenizer.from_str(json.dumps(tokenizer_json(tokenizer)))
     FastEncoder(tokenizer)  # warm imports
@@ -251,10 +254,25 @@ def bench_encode(rounds: int, megabytes: int, merges: int) -> dict[str, object]:
           f"ours {statistics.median(ours_s):.2f} s, tokenizers {statistics.median(theirs_s):.2f} s, "
           f"ours/tokenizers {spread(encode_ratios)}", flush=True)
 
+    merge_row = bench_merges(rounds, train_text, merges)
+    return {"encode_mb": size, "encode_ratio": spread(encode_ratios), **merge_row}
+
+
+def bench_merges(rounds: int, train_text: list[str], merges: int) -> dict[str, object]:
+    """Our trainer against the ``tokenizers`` BpeTrainer on the same records, each record one
+    word for both (no pre-splitting: the library's byte-level step without its regex), the
+    same number of merges; rounds alternate which side runs first."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from minigpt_tui.engine.tokenizer import learn_merges
+
     def our_training() -> float:
         start = time.perf_counter()
-        learn_merges(train_text, merges)
-        return time.perf_counter() - start
+        learned = learn_merges(train_text, merges)
+        seconds = time.perf_counter() - start
+        if len(learned) != merges:
+            raise SystemExit(f"our trainer learned {len(learned)} merges, not {merges}")
+        return seconds
 
     def library_training() -> float:
         bpe = Tokenizer(models.BPE())
@@ -263,16 +281,33 @@ def bench_encode(rounds: int, megabytes: int, merges: int) -> dict[str, object]:
                                       show_progress=False)
         start = time.perf_counter()
         bpe.train_from_iterator(train_text, trainer)
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        learned = bpe.get_vocab_size() - 256
+        if learned != merges:
+            raise SystemExit(f"the library learned {learned} merges, not {merges}")
+        return seconds
 
-    our_training(), library_training()
-    train_ratios = []
-    for _ in range(rounds):
-        train_ratios.append(our_training() / library_training())
+    our_training(), library_training()  # warm-up
+    ours_s, theirs_s, ratios = [], [], []
+    for r in range(rounds):
+        if r % 2:
+            b, a = library_training(), our_training()
+        else:
+            a, b = our_training(), library_training()
+        ours_s.append(a)
+        theirs_s.append(b)
+        ratios.append(a / b)
     train_mb = sum(len(t.encode("utf-8")) for t in train_text) / 1e6
-    print(f"merge training {train_mb:.2f} MB, {merges} merges: ours/tokenizers BpeTrainer {spread(train_ratios)}", flush=True)
-    return {"encode_mb": size, "encode_ratio": spread(encode_ratios), "train_mb": train_mb,
-            "train_ratio": spread(train_ratios)}
+    threads = os.environ.get("RAYON_NUM_THREADS", f"library default ({os.cpu_count()} cores)")
+    print(f"merge training {train_mb:.2f} MB, {merges} merges, library threads {threads}: "
+          f"ours {statistics.median(ours_s):.3f} s, tokenizers BpeTrainer {statistics.median(theirs_s):.3f} s, "
+          f"ours/tokenizers {spread(ratios)}; load average {Path('/proc/loadavg').read_text().split()[0]}", flush=True)
+    return {"train_mb": train_mb, "train_ratio": spread(ratios), "train_ours_s": ours_s, "train_theirs_s": theirs_s}
+
+
+def merge_training_records(records: list[str], megabytes: int) -> list[str]:
+    """The records merges are learned from: the first ~0.5 MB of a ``megabytes`` MB text."""
+    return records[: max(1, len(records) // (megabytes * 2))]
 
 
 # -- text: whole processes ----------------------------------------------------------------------
@@ -405,11 +440,11 @@ def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", nargs="?", default="all", choices=["all", "update", "encode", "text", "memory"])
+    parser.add_argument("section", nargs="?", default="all", choices=["all", "update", "encode", "merges", "text", "memory"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--updates", type=int, default=20, help="updates per round (update)")
     parser.add_argument("--megabytes", type=int, default=0, help="text size (encode: 20, memory: 100)")
-    parser.add_argument("--merges", type=int, default=256, help="merges (encode)")
+    parser.add_argument("--merges", type=int, default=256, help="merges (encode, merges)")
     parser.add_argument("--steps", type=int, default=2000, help="updates (text)")
     parser.add_argument("--small-only", action="store_true", help="update: only width 128 / 4 layers / context 64")
     args = parser.parse_args()
@@ -418,6 +453,12 @@ def main() -> None:
         work = Path(folder)
         if run_all or args.section == "encode":
             bench_encode(args.rounds, args.megabytes or 20, args.merges)
+        if args.section == "merges":
+            from minigpt_tui.engine.corpus import parse_records
+
+            megabytes = args.megabytes or 20
+            records = parse_records(english_text(megabytes * 1_000_000))
+            bench_merges(args.rounds, merge_training_records(records, megabytes), args.merges)
         if run_all or args.section == "update":
             bench_update(work, args.rounds, args.updates, UPDATE_SHAPES[:1] if args.small_only else UPDATE_SHAPES)
         if run_all or args.section == "text":

@@ -189,3 +189,19 @@ def test_fast_merge_learning_and_batch_encoding_equal_the_definition():
         assert tok.merges == _reference_merges(texts, merges), texts
         unseen = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 15))) for _ in range(4)]
         assert tok.encode_many(unseen) == [tok.encode(t) for t in unseen]
+
+
+def test_fast_merge_learning_handles_long_runs_repeated_records_and_empty_ones():
+    # Runs like "aaaaa" merge their overlapping occurrences left to right; repeated records
+    # count once per copy; empty records hold no pair.
+    import random
+
+    rng = random.Random(11)
+    for _ in range(60):
+        alphabet = rng.choice(["a", "aab", "aaab ", "abab", "é"])
+        texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(rng.randint(1, 6))]
+        texts += rng.choices(texts, k=rng.randint(0, 4)) + [""]
+        merges = rng.randint(1, 20)
+        tok = ByteBPETokenizer.train(texts, merges)
+        assert tok.merges == _reference_merges(texts, merges), texts
+        assert tok.encode_many(texts) == [tok.encode(t) for t in texts]
