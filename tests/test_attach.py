@@ -101,6 +101,11 @@ async def test_the_app_follows_and_steers_a_headless_run_in_another_process(tmp_
         async with app.run_test(size=(100, 30)) as pilot:
             screen = app.training_screen
             await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "running")
+            live = read_live(run_dir)
+            assert live is not None and live.parameter_scalars > 0 and live.parameter_tensors > 0
+            summary = screen.run.summary
+            assert summary is not None
+            assert (summary.parameter_tensors, summary.parameter_scalars) == (live.parameter_tensors, live.parameter_scalars)
             table = screen.query_one(LossTable)
             await wait_until(pilot, lambda: len(table.rows) >= 5)  # live rows from the metrics file
             seen = screen.run.step
