@@ -24,7 +24,7 @@ and licences shipped with installed Python packages); nothing is downloaded or c
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py update [--small-only]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py encode
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py merges [--merges 256] [--rounds 9]
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py text [--steps 2000] [--rounds 1]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py text [--steps 2000] [--rounds 1] [--threads 2] [--together]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py memory
 """
 
@@ -333,7 +333,7 @@ import numpy as np, torch
 from safetensors.torch import save_file
 sys.path.insert(0, sys.argv[3])
 from benchmarks.bench_text import BareGPT, bare_optimizer, bare_split_tokens
-torch.set_num_threads(2)
+torch.set_num_threads(int(sys.argv[5]))
 torch.manual_seed(1337)
 train, val = bare_split_tokens(open(sys.argv[1], encoding="utf-8").read())
 steps, block, batch, warmup, lr, final_lr = int(sys.argv[2]), 64, 12, 100, 1e-3, 1e-4
@@ -433,9 +433,11 @@ def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def bench_text(work: Path, rounds: int, steps: int) -> dict[str, object]:
-    """Whole processes, both under ``nice -n 10``, in alternating order (ours first in odd
-    rounds, the bare loop first in even ones), with the load average before each."""
+def bench_text(work: Path, rounds: int, steps: int, threads: int = 2, together: bool = False) -> dict[str, object]:
+    """Whole processes, both under ``nice -n 10`` with the same thread count, in alternating
+    order (ours first in odd rounds, the bare loop first in even ones), with the load average
+    before each. ``together`` starts both at once instead (each timed from the common start
+    to its own end): on a machine loaded by other work both then meet the same load."""
     corpus = work / "english.txt"
     corpus.write_text(english_text(1_000_000), "utf-8")
     env = dict(os.environ, PYTHONPATH=str(ROOT), MINIGPT_TUI_RUNS_DIR=str(work / "runs"),
@@ -444,36 +446,57 @@ def bench_text(work: Path, rounds: int, steps: int) -> dict[str, object]:
     nice = ["nice", "-n", "10"]
     ours_s, bare_s, ratios, common = [], [], [], []
 
-    def ours_run(r: int) -> tuple[float, dict[str, Any]]:
+    def ours_command(r: int) -> list[str]:
         subprocess.run([sys.executable, "-m", "minigpt_tui", "cache", "clear"], env=env, capture_output=True, check=True)
-        start = time.perf_counter()
-        done = subprocess.run([*nice, sys.executable, "-m", "minigpt_tui", "train", "--preset", "text", "--corpus",
-                               str(corpus), "--steps", str(steps), "--run", f"r{r}", "--json"], env=env,
-                              capture_output=True, text=True, check=True)
-        return time.perf_counter() - start, json.loads(done.stdout)
+        return [*nice, sys.executable, "-m", "minigpt_tui", "train", "--preset", "text", "--corpus", str(corpus),
+                "--steps", str(steps), "--threads", str(threads), "--run", f"r{r}", "--json"]
 
-    def bare_run(r: int) -> tuple[float, dict[str, Any]]:
+    def bare_command(r: int) -> list[str]:
+        return [*nice, sys.executable, str(work / "bare.py"), str(corpus), str(steps), str(ROOT),
+                str(work / f"bare-r{r}.safetensors"), str(threads)]
+
+    def timed(*commands: list[str]) -> list[tuple[float, dict[str, Any]]]:
+        """Start the commands at once; each one's seconds to its end and its JSON output."""
+        outputs = [(work / f"out-{i}.json", work / f"err-{i}.txt") for i in range(len(commands))]
         start = time.perf_counter()
-        done = subprocess.run([*nice, sys.executable, str(work / "bare.py"), str(corpus), str(steps), str(ROOT),
-                               str(work / f"bare-r{r}.safetensors")], env=env, capture_output=True, text=True,
-                              check=True)
-        return time.perf_counter() - start, json.loads(done.stdout)
+        running = []
+        for command, (out_path, err_path) in zip(commands, outputs):
+            with out_path.open("w") as out, err_path.open("w") as err:  # files: a full pipe would stall a side
+                running.append(subprocess.Popen(command, env=env, stdout=out, stderr=err))
+        ends: dict[int, float] = {}
+        while len(ends) < len(running):
+            for i, process in enumerate(running):
+                if i not in ends and process.poll() is not None:
+                    ends[i] = time.perf_counter() - start
+            time.sleep(0.05)
+        results = []
+        for i, (process, (out_path, err_path)) in enumerate(zip(running, outputs)):
+            if process.returncode:
+                raise SystemExit(f"{' '.join(commands[i][:6])}... failed: {err_path.read_text()[-400:]}")
+            results.append((ends[i], json.loads(out_path.read_text())))
+        return results
 
     for r in range(rounds):
-        first, second = (ours_run, bare_run) if r % 2 == 0 else (bare_run, ours_run)
-        load_first = load_average()
-        first_s, first_out = first(r)
-        load_second = load_average()
-        second_s, second_out = second(r)
-        (ours, result), (theirs, bare) = ((first_s, first_out), (second_s, second_out)) if r % 2 == 0 else \
-            ((second_s, second_out), (first_s, first_out))
+        loads = [load_average()]
+        if together:
+            (ours, result), (theirs, bare) = timed(ours_command(r), bare_command(r))
+            order = "both at once"
+        elif r % 2 == 0:
+            [(ours, result)] = timed(ours_command(r))
+            loads.append(load_average())
+            [(theirs, bare)] = timed(bare_command(r))
+            order = "ours first"
+        else:
+            [(theirs, bare)] = timed(bare_command(r))
+            loads.append(load_average())
+            [(ours, result)] = timed(ours_command(r))
+            order = "bare loop first"
         final = final_losses_on_the_same_tokens(corpus, result["checkpoints"][-1], work / f"bare-r{r}.safetensors")
         ours_s.append(ours)
         bare_s.append(theirs)
         ratios.append(ours / theirs)
         common.append(final)
-        order = "ours first" if r % 2 == 0 else "bare loop first"
-        print(f"text round {r + 1} ({order}; load average before each: {load_first} | {load_second}): "
+        print(f"text round {r + 1} ({order}, {threads} threads each; load average before: {' | '.join(loads)}): "
               f"ours {ours:.1f} s, bare loop {theirs:.1f} s, ratio {ours / theirs:.3f}; own evaluations: ours "
               f"{result['evaluations'][-1]['validation_loss']:.4f} (20 fixed batches), bare loop {bare['val']:.4f} "
               f"(20 fresh batches); whole validation split ({final['tokens']} tokens, tiled): ours "
@@ -481,9 +504,10 @@ def bench_text(work: Path, rounds: int, steps: int) -> dict[str, object]:
               flush=True)
     size = corpus.stat().st_size / 1e6
     differences = [c["ours"] - c["bare"] for c in common]
-    print(f"text preset on {size:.2f} MB, {steps} updates, {rounds} rounds: whole-process time ours/bare loop "
-          f"{spread(ratios)}; validation loss on the same tokens: ours {statistics.median(c['ours'] for c in common):.4f}, "
-          f"bare loop {statistics.median(c['bare'] for c in common):.4f}, difference {spread(differences)}", flush=True)
+    print(f"text preset on {size:.2f} MB, {steps} updates, {threads} threads, {rounds} rounds: whole-process time "
+          f"ours/bare loop {spread(ratios)}; validation loss on the same tokens: ours "
+          f"{statistics.median(c['ours'] for c in common):.4f}, bare loop "
+          f"{statistics.median(c['bare'] for c in common):.4f}, difference {spread(differences)}", flush=True)
     return {"ratio": spread(ratios), "ours_s": ours_s, "bare_s": bare_s, "common": common}
 
 
@@ -531,6 +555,8 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=0, help="text size (encode: 20, memory: 100)")
     parser.add_argument("--merges", type=int, default=256, help="merges (encode, merges)")
     parser.add_argument("--steps", type=int, default=2000, help="updates (text)")
+    parser.add_argument("--threads", type=int, default=2, help="text: threads of each side (the preset's 2)")
+    parser.add_argument("--together", action="store_true", help="text: start both sides at once in each round")
     parser.add_argument("--small-only", action="store_true", help="update: only width 128 / 4 layers / context 64")
     args = parser.parse_args()
     run_all = args.section == "all"
@@ -547,7 +573,7 @@ def main() -> None:
         if run_all or args.section == "update":
             bench_update(work, args.rounds, args.updates, UPDATE_SHAPES[:1] if args.small_only else UPDATE_SHAPES)
         if run_all or args.section == "text":
-            bench_text(work, 1 if run_all else args.rounds, args.steps)
+            bench_text(work, 1 if run_all else args.rounds, args.steps, args.threads, args.together)
         if run_all or args.section == "memory":
             bench_memory(work, args.megabytes or 100)
 
