@@ -13,7 +13,8 @@ Sections (each prints ratios with their spread over interleaved, warmed-up round
   width 384 / 6 layers / context 256, batch 12, with 1 and 2 threads.
 - ``text``: ``minigpt-tui train --preset text`` against a nanoGPT-style bare loop, each a
   whole process (tokenization and evaluation included), on a generated ~1 MB English text,
-  same tokens and schedule: wall time ratio and final validation losses.
+  same tokens and schedule: wall time ratio, and both final models' validation loss computed
+  here on the same tokens (the whole validation split, tiled) from their saved weights.
 - ``memory``: peak resident memory of ``train --preset text`` on a generated 100 MB text
   against the size of its token array, and the start time of a second run (cache hit).
 
