@@ -513,7 +513,11 @@ async def test_compare_with_another_checkpoint(runs):
         prompt = app.screen
         assert isinstance(prompt, PathPromptScreen)
         assert [label for label, _ in prompt.choices] == ["tiny-a  step 2"]
-        assert prompt.query_one("#path-prompt-choices").has_focus  # arrows and enter choose
+        # The field has the keyboard (typed text goes there); down moves to the choices.
+        assert prompt.query_one("#path-prompt-input").has_focus
+        await pilot.press("down")
+        await pilot.pause()
+        assert prompt.query_one("#path-prompt-choices").has_focus
         await pilot.press("enter")
         await settle(pilot)
         expected = compare_checkpoints(runs / "tiny-a" / "checkpoints" / "step-000004",

@@ -32,6 +32,7 @@ from minigpt_tui.widgets.integrity_view import IntegrityView
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.run_tree import RunTree, TreeTarget
 from minigpt_tui.widgets.tensor_table import TensorTable, human_bytes
+from minigpt_tui.widgets.text_fields import is_text_field
 
 if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
@@ -89,9 +90,7 @@ class CheckpointsScreen(RunsBesideScreen):
         Binding("tab", "focus_next", "Focus next", show=False),
         Binding("shift+tab", "focus_previous", "Focus previous", show=False),
         Binding("v", "verify", "Verify", show=False),
-        Binding("e", "rename", "Rename", show=False),
-        Binding("d", "delete", "Delete", show=False),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("escape", "leave_field", "Leave the field", show=False),
         Binding("f5", "rescan", "Refresh", show=False),
         *(Binding(str(number), f"show_tab('{tab}')", tab.title(), show=False)
           for number, tab in enumerate(TABS, start=1)),
@@ -219,6 +218,14 @@ class CheckpointsScreen(RunsBesideScreen):
         self.query_one(CheckpointPanels).show_tab("tensors")
         self.query_one("#tensor-filter", Input).focus()
 
+    def action_leave_field(self) -> None:
+        """escape: clear the tensor filter, or leave any other text field for its panel's
+        table, where the screen's keys work again."""
+        if self.has_class("-filtering"):
+            self.action_clear_filter()
+        elif is_text_field(self.focused):
+            self.query_one(CheckpointPanels).focus_active_panel(text_field=False)
+
     def action_clear_filter(self) -> None:
         field = self.query_one("#tensor-filter", Input)
         if not self.has_class("-filtering"):
@@ -228,7 +235,14 @@ class CheckpointsScreen(RunsBesideScreen):
         self.query_one(TensorTable).focus()
 
     def action_show_tab(self, tab: str) -> None:
-        self.query_one(CheckpointPanels).show_tab(tab)
+        """Show a panel. A panel with a text field takes the keyboard, so what is typed next
+        goes into the field, never to the screen's keys."""
+        panels = self.query_one(CheckpointPanels)
+        panels.show_tab(tab)
+        if panels.active_panel_has_text_field():
+            if not self.has_class("-wide") and isinstance(self.focused, RunTree):
+                self._set_runs_aside(True)  # as leaving the tree from the keyboard does
+            self._focus_panels()
 
     # -- integrity ---------------------------------------------------------------------------------
     def action_verify(self) -> None:
@@ -316,10 +330,19 @@ class CheckpointsScreen(RunsBesideScreen):
     def _start_compare(self, other: Path) -> None:
         if self.opened is None:
             return
+        # Focus left in the panel the compare was asked from (the tokenizer's field) moves to
+        # the result; left there, it would bring that panel back when the dialog closes.
         self.query_one(CheckpointPanels).show_tab("compare")
         self.query_one(ComparisonView).compare(Path(self.opened.inspection.path), other, self.store.display)
 
     # -- rename and delete --------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("rename", "delete"):
+            # They act on the run under the tree's cursor: only with the tree focused, so a
+            # letter meant for a text field or another panel never renames or deletes a run.
+            return isinstance(self.focused, RunTree)
+        return super().check_action(action, parameters)
+
     def _run_under_cursor(self, action: str) -> RunListing | None:
         target = self.query_one(RunTree).highlighted_target
         if target is None:

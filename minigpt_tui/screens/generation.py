@@ -40,7 +40,7 @@ class GenerationScreen(Screen):
     HELP = GENERATION_HELP
     HELP_TITLE = "Generation"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
-    AUTO_FOCUS = "#candidates"  # the step keys work at once; tab reaches the form
+    AUTO_FOCUS = "#candidates"  # once a model is loaded the step keys work at once; tab reaches the form
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
 
     DEFAULT_CSS = """
@@ -57,7 +57,8 @@ class GenerationScreen(Screen):
     GenerationScreen #candidates, GenerationScreen #attention {
         border: round $primary 50%; border-title-color: $text; border-subtitle-color: $text-muted;
     }
-    GenerationScreen #decisions:focus, GenerationScreen #candidates:focus { border: round $primary; }
+    GenerationScreen #decisions:focus, GenerationScreen #candidates:focus,
+    GenerationScreen #attention:focus, GenerationScreen #insight:focus-within { border: round $primary; }
     GenerationScreen #attention { height: auto; max-height: 50%; }
     GenerationScreen.-short #attention { display: none; }
     GenerationScreen.-short.-show-attention #attention { display: block; height: 1fr; max-height: 100%; }
@@ -145,6 +146,8 @@ class GenerationScreen(Screen):
             spec, self._pending_model = self._pending_model, None
             self.load_model(spec)
         else:
+            # Nothing to step through yet: the form has the keyboard, enter loads the model.
+            self.query_one("#model", Input).focus()
             self._suggest_model()
 
     def on_screen_resume(self) -> None:

@@ -24,6 +24,7 @@ from minigpt_tui.widgets.metadata_panel import metadata_text
 from minigpt_tui.widgets.state_view import StateView
 from minigpt_tui.widgets.tensor_detail import TensorDetail
 from minigpt_tui.widgets.tensor_table import TensorTable
+from minigpt_tui.widgets.text_fields import is_text_field
 from minigpt_tui.widgets.tokenizer_panel import TokenizerPanel
 
 NO_TOKENIZER = "No tokenizer here: neither a minigpt-tui model file nor a folder with tokenizer.json."
@@ -98,13 +99,26 @@ class CheckpointPanels(Vertical):
         self.query_one(TokenizerPanel).show_unavailable("No model file open.")
 
     def show_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
+        """Show a panel; the keyboard, when it was in the panel hidden now, moves to it."""
+        tabbed = self.query_one(TabbedContent)
+        focused = self.screen.focused
+        in_a_pane = focused is not None and any(isinstance(node, TabPane) for node in focused.ancestors)
+        tabbed.active = tab
+        if in_a_pane and tabbed.active_pane not in focused.ancestors:
+            self.focus_active_panel()
 
-    def focus_active_panel(self) -> None:
-        """Focus the first focusable widget of the panel on show (the tensor table, a scroll view)."""
+    def focus_active_panel(self, *, text_field: bool = True) -> None:
+        """Focus the first focusable widget of the panel on show (the tokenizer's text field,
+        the tensor table, a scroll view); with ``text_field`` False, the first that is not a
+        text field (what escape leaves a field for)."""
         pane = self.query_one(TabbedContent).active_pane
-        target = next((w for w in pane.query("*") if w.can_focus and w.display), None) if pane else None
-        (target or self.query_one(TabbedContent).query_one(Tabs)).focus()
+        target = next((w for w in pane.query("*") if w.can_focus and w.display
+                       and (text_field or not is_text_field(w))), None) if pane else None
+        self.screen.set_focus(target or self.query_one(TabbedContent).query_one(Tabs))
+
+    def active_panel_has_text_field(self) -> bool:
+        pane = self.query_one(TabbedContent).active_pane
+        return pane is not None and any(is_text_field(w) for w in pane.query("*"))
 
     @on(TensorTable.EntryChosen)
     def _entry_chosen(self, message: TensorTable.EntryChosen) -> None:

@@ -33,7 +33,8 @@ class GenerationForm(Vertical):
             yield Input(placeholder="checkpoint, model.safetensors or RUN:latest / RUN:best",
                         compact=True, id="model")
             yield Label("prompt")
-            yield Input(placeholder="text the model continues", compact=True, id="prompt")
+            # Tabbing in keeps the prompt: what is typed next is added at its end.
+            yield Input(placeholder="text the model continues", compact=True, select_on_focus=False, id="prompt")
         with Horizontal(classes="form-row"):
             yield Label("rule")
             yield Select([("greedy", "greedy"), ("sample", "sample")], value="greedy", allow_blank=False,

@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.text import Text
 from textual import on, work
+from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Tree
 
@@ -55,6 +56,13 @@ class RunTree(Tree[TreeTarget]):
     DEFAULT_CSS = """
     RunTree { height: 1fr; }
     """
+
+    # Rename and delete are bound here, not on the screen: they act on the run under this
+    # tree's cursor, so only a key pressed while the tree has the keyboard reaches them.
+    BINDINGS = [
+        Binding("e", "screen.rename", "Rename", show=False),
+        Binding("d", "screen.delete", "Delete", show=False),
+    ]
 
     class Renamed(Message):
         """A run folder was renamed to ``target``."""
