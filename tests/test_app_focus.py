@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 from textual.keys import key_to_character
-from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, OptionList, Select, TabbedContent, TextArea
 
 from minigpt_tui.screens.checkpoints import CheckpointsScreen
@@ -102,15 +101,25 @@ async def test_rename_and_delete_need_the_runs_tree_focused(runs):
     assert tree_snapshot(runs) == before
 
 
-def printable_binding_keys(*nodes) -> set[str]:
-    """Every key bound (on these nodes) that types a character when a text field has it."""
-    keys: set[str] = set()
-    for node in nodes:
-        for binding in node._bindings.key_to_bindings:
-            character = key_to_character(binding)
-            if character is not None and character.isprintable() and binding not in ("space",):
-                keys.add(binding)
-    return keys
+def printable_binding_keys(*nodes) -> list[str]:
+    """Every key bound on these nodes that types a character when a text field has it."""
+    return sorted({key for node in nodes for key in node._bindings.key_to_bindings
+                   if (key_to_character(key) or "\n").isprintable()})
+
+
+async def assert_every_bound_key_is_typed(pilot, screen, field: Input, expected: set[str]) -> None:
+    """The screen's keys, the app's and those of every widget on the screen (the runs tree's
+    rename and delete, the tensor table's sort), pressed in ``field``, are text in it."""
+    field.value = ""
+    screen.set_focus(field)
+    await pilot.pause()
+    keys = printable_binding_keys(screen, pilot.app, *screen.query("*"))
+    assert expected <= set(keys)
+    await pilot.press(*keys)
+    await settle(pilot)
+    assert pilot.app.screen is screen, f"{field.id}: a key opened {pilot.app.screen}"
+    assert screen.focused is field
+    assert field.value == "".join(key_to_character(key) for key in keys)
 
 
 @run_async
@@ -119,32 +128,19 @@ async def test_no_letter_or_digit_key_acts_while_a_text_field_has_the_keyboard(r
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
         checkpoints = await open_screen(pilot, "c", CheckpointsScreen)
-        generation = None
-        for screen, field_id in ((checkpoints, "#tokenizer-try"), (checkpoints, "#tensor-filter"),
-                                 (None, "#prompt"), (None, "#model")):
-            if screen is None:
-                if generation is None:
-                    await pilot.press("escape")  # leave the checkpoints field
-                    await pilot.pause()
-                    generation = await open_screen(pilot, "g", GenerationScreen)
-                screen = generation
-            field = screen.query_one(field_id, Input)
-            if field_id == "#tensor-filter":
-                await pilot.press("escape", "slash")
-                await pilot.pause()
-            field.value = ""
-            screen.set_focus(field)
-            await pilot.pause()
-            # The screen's keys, the app's, and those of every widget on the screen (the
-            # runs tree's rename and delete, the tensor table's sort).
-            keys = sorted(printable_binding_keys(screen, app, *screen.query("*")))
-            expected = {"e", "d", "o", "m", "r", "8", "q", "t", "g"} if screen is checkpoints else {"n", "r", "f", "w", "c"}
-            assert expected <= set(keys)
-            await pilot.press(*keys)
-            await settle(pilot)
-            assert app.screen is screen, f"{field_id}: a key opened {app.screen}"
-            assert screen.focused is field
-            assert field.value == "".join(key_to_character(key) for key in keys)
+        checkpoint_keys = {"e", "d", "o", "m", "r", "8", "s", "q", "t", "g"}
+        await assert_every_bound_key_is_typed(pilot, checkpoints, checkpoints.query_one("#tokenizer-try", Input),
+                                              checkpoint_keys)
+        await pilot.press("slash")  # the tensor filter
+        await pilot.pause()
+        await assert_every_bound_key_is_typed(pilot, checkpoints, checkpoints.query_one("#tensor-filter", Input),
+                                              checkpoint_keys)
+        await pilot.press("escape")
+        await pilot.pause()
+        generation = await open_screen(pilot, "g", GenerationScreen)
+        for field_id in ("#model", "#prompt"):
+            await assert_every_bound_key_is_typed(pilot, generation, generation.query_one(field_id, Input),
+                                                  {"n", "r", "f", "w", "l", "x", "m", "c"})
     assert tree_snapshot(runs) == before
 
 
@@ -277,7 +273,7 @@ def look(widget) -> tuple:
     style, or those of an enclosing panel (a background tint alone is too faint to see)."""
     shown = []
     for node in [widget, *widget.ancestors]:
-        if isinstance(node, (ModalScreen, CheckpointsScreen, GenerationScreen)) or node is widget.screen:
+        if node is widget.screen:
             break
         styles = node.styles
         shown.append((tuple(styles.border), tuple(styles.outline), styles.background, styles.text_style))
