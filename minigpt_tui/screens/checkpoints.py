@@ -90,7 +90,7 @@ class CheckpointsScreen(RunsBesideScreen):
         Binding("tab", "focus_next", "Focus next", show=False),
         Binding("shift+tab", "focus_previous", "Focus previous", show=False),
         Binding("v", "verify", "Verify", show=False),
-        Binding("escape", "leave_field", "Leave the field", show=False),
+        Binding("escape", "leave_field", "Leave field"),
         Binding("f5", "rescan", "Refresh", show=False),
         *(Binding(str(number), f"show_tab('{tab}')", tab.title(), show=False)
           for number, tab in enumerate(TABS, start=1)),
@@ -337,6 +337,12 @@ class CheckpointsScreen(RunsBesideScreen):
 
     # -- rename and delete --------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "leave_field":  # in the key bar only while a field has the keyboard
+            return self.has_class("-filtering") or is_text_field(self.focused)
+        if action == "filter":
+            # A field types "/" itself; Textual does not know "slash" is a character, so the
+            # key bar would list it while a field has the keyboard.
+            return not is_text_field(self.focused)
         if action in ("rename", "delete"):
             # They act on the run under the tree's cursor: only with the tree focused, so a
             # letter meant for a text field or another panel never renames or deletes a run.

@@ -89,7 +89,7 @@ class GenerationScreen(Screen):
         Binding("left_curly_bracket", "pattern(0, -1)", "Head -", show=False),
         Binding("right_curly_bracket", "pattern(0, 1)", "Head +", show=False),
         Binding("m", "second_model", "2nd model", show=False),
-        Binding("escape", "leave_form", "To candidates", show=False),
+        Binding("escape", "leave_form", "Leave form"),
     ]
     PALETTE_COMMANDS = (
         ("Next decision", "Take one decision (n)", "step"),
@@ -280,6 +280,11 @@ class GenerationScreen(Screen):
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._update_view_hint)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "leave_form":  # in the key bar only while the form has the keyboard
+            return self.focused is not None and self.query_one(GenerationForm) in self.focused.ancestors
+        return True
 
     def action_leave_form(self) -> None:
         self.query_one(CandidateTable).focus()
