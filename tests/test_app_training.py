@@ -240,6 +240,31 @@ async def test_quit_asks_while_a_run_has_unsaved_updates(tmp_path):
 
 
 @run_async
+async def test_the_quit_dialog_counts_the_updates_made_while_it_is_open(tmp_path):
+    overrides = {"train": {"steps": 100_000, "eval_every": 0, "save_every": 0}}
+    app = make_app(tmp_path / "runs", overrides)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run.step >= 5)
+        await key(pilot, "q")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
+        dialog = app.screen
+        asked_at = dialog.unsaved_updates
+
+        def shown() -> str:
+            return str(dialog.query_one("#unsaved").render())
+
+        assert f"{asked_at} unsaved update" in shown()
+        # Training goes on behind the dialog; the count it shows follows the run's.
+        await wait_until(pilot, lambda: dialog.unsaved_updates >= asked_at + 20)
+        assert f"{dialog.unsaved_updates} unsaved updates" in shown()
+        await wait_until(pilot, lambda: abs(screen.unsaved_updates - dialog.unsaved_updates) <= 20)
+        await press_button(pilot, "#discard")
+        await wait_until(pilot, lambda: app.return_code is not None)
+
+
+@run_async
 async def test_save_and_quit_saves_the_last_update(tmp_path):
     overrides = {"train": {"steps": 100_000, "eval_every": 0, "save_every": 0}}
     app = make_app(tmp_path / "runs", overrides)

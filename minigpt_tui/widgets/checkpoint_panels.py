@@ -40,7 +40,10 @@ class CheckpointPanels(Vertical):
         self._display: Callable[[Path], str] = str
 
     def compose(self) -> ComposeResult:
-        yield Static(nothing_open(), id="ckpt-summary")
+        # A sharded folder lists every shard: the summary scrolls (with the mouse wheel; it
+        # takes no focus, so the keys stay with the panels) once it is taller than its box.
+        with VerticalScroll(id="ckpt-summary-box", can_focus=False):
+            yield Static(nothing_open(), id="ckpt-summary")
         yield Input(placeholder="filter tensors by name, dtype, group or file", compact=True, id="tensor-filter")
         with TabbedContent(id="panels", initial="tensors"):
             with TabPane("Tensors", id="tensors"):

@@ -31,6 +31,7 @@ class ResumePreview:
     reset_by_weights_only: tuple[str, ...]
     blockers: tuple[str, ...]
     notes: tuple[str, ...]
+    uses: tuple[str, ...] = ()  # for a file from another tool: what this tool can do with it
 
     @property
     def can_resume(self) -> bool:
@@ -38,6 +39,12 @@ class ResumePreview:
 
     @staticmethod
     def of(checkpoint: str, inspection: Inspection) -> ResumePreview:
+        from minigpt_tui.engine.session.file_uses import file_uses
+
+        foreign = file_uses(inspection)
+        if foreign is not None:  # its records are another tool's: nothing here is restored
+            return ResumePreview(checkpoint, None, None, (), (), (foreign.why_not_resumable,), (),
+                                 (*foreign.uses, foreign.convert))
         state = inspection.state
         step, steps = _int(state, "schedule", "step"), _int(state, "schedule", "steps")
         restored: list[str] = []

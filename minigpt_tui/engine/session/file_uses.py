@@ -1,0 +1,105 @@
+"""What an opened file from another tool is, and what this tool can do with it.
+
+A nanoGPT ``ckpt.pt``, a plain PyTorch state dict, a transformers folder or a safetensors
+file made elsewhere open for reading like our own checkpoints, but they cannot be resumed
+(their optimizer state, if any, is theirs) nor generated from until converted. The
+Checkpoints screen says so in its summary, on ``p`` (generate) and on ``r`` (resume), from
+the one :class:`FileUses` made here from an inspection's header records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+FOREIGN_KINDS = ("nanogpt", "torch-pickle", "hf-model", "safetensors")
+INSPECT_USES = (
+    "browse its tensors, shared tensors (aliases), records and metadata (tabs 1 to 5)",
+    "statistics and a histogram of any tensor (enter on a row of the tensor table)",
+    "compare it with another checkpoint or file, tensor by tensor (m)",
+)
+
+
+@dataclass(frozen=True)
+class FileUses:
+    """``what`` names the file in one sentence; ``uses`` are what works on it here;
+    ``convert`` says whether ``minigpt-tui convert`` makes a model of it."""
+
+    what: str
+    uses: tuple[str, ...]
+    convert: str
+
+    @property
+    def why_not_resumable(self) -> str:
+        return f"{self.what}; minigpt-tui resumes only its own checkpoint folders (model, training state, manifest)"
+
+    @property
+    def why_no_generation(self) -> str:
+        return f"{self.what}. Generation needs a minigpt-tui model file; {self.convert}"
+
+
+def _group(state: Any, name: str) -> dict[str, Any]:
+    values = state.get(name) if isinstance(state, dict) else None
+    return values if isinstance(values, dict) else {}
+
+
+def _count(value: Any, noun: str) -> str:
+    return f"{value} {noun}{'' if value == 1 else 's'}"
+
+
+def _nanogpt_family(state: Any) -> str:
+    args = _group(state, "model_args")
+    shape = [f"{_count(args[key], label)}" for key, label in (("n_layer", "layer"), ("n_head", "head"))
+             if isinstance(args.get(key), int)]
+    shape += [f"{label} {args[key]}" for key, label in (("n_embd", "width"), ("vocab_size", "vocabulary"),
+                                                        ("block_size", "context")) if isinstance(args.get(key), int)]
+    return "a GPT-2-style model" + (f" ({', '.join(shape)})" if shape else "")
+
+
+def _optimizer_text(state: Any) -> str:
+    """nanoGPT's optimizer state dict in words: which moments, for how many parameters."""
+    optimizer = _group(state, "optimizer")
+    if not optimizer:
+        return ""
+    parts = []
+    moments = [str(k) for k in optimizer.get("state_per_parameter") or []]
+    if moments:
+        parts.append(" and ".join([", ".join(moments[:-1]), moments[-1]] if len(moments) > 1 else moments))
+    counted = optimizer.get("parameters_with_state")
+    if isinstance(counted, int):
+        parts.append(f"for {_count(counted, 'parameter')}")
+    groups = optimizer.get("param_groups")
+    if isinstance(groups, int):
+        parts.append(f"in {_count(groups, 'group')}")
+    return "its own optimizer state" + (f" ({' '.join(parts)})" if parts else "")
+
+
+def file_uses(inspection: Any) -> FileUses | None:
+    """How a foreign file is described and used; None for minigpt-tui's own files and folders."""
+    kind = str(inspection.kind)
+    if kind not in FOREIGN_KINDS:
+        return None
+    tensors = _count(len(inspection.entries), "tensor")
+    state = inspection.state
+    no_convert = ("minigpt-tui convert reads transformers llama or gpt2 folders only, "
+                  "so this file cannot be converted")
+    if kind == "nanogpt":
+        optimizer = _optimizer_text(state)
+        what = (f"a nanoGPT checkpoint (a PyTorch pickle from another tool) of {_nanogpt_family(state)}: "
+                f"{tensors}" + (f" and {optimizer}, which this tool does not resume from" if optimizer else ""))
+        return FileUses(what, INSPECT_USES, no_convert)
+    if kind == "torch-pickle":
+        return FileUses(f"a PyTorch state dict from another tool: {tensors}", INSPECT_USES, no_convert)
+    if kind == "safetensors":
+        return FileUses(f"a safetensors file made by another tool: {tensors}", INSPECT_USES, no_convert)
+    model = _group(state, "model")
+    family = model.get("architecture") or model.get("model_type")
+    what = f"a transformers model folder ({family}): {tensors}" if isinstance(family, str) \
+        else f"a transformers model folder: {tensors}"
+    if model.get("convertible") is True:
+        convert = f"minigpt-tui convert --hf {inspection.path} --out FILE makes one of it"
+    elif isinstance(model.get("unsupported"), str):
+        convert = f"minigpt-tui convert refuses this folder: {model['unsupported']}"
+    else:
+        convert = "minigpt-tui convert --hf FOLDER --out FILE tells whether it converts"
+    return FileUses(what, INSPECT_USES, convert)
