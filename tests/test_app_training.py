@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from minigpt_tui.screens.help import HelpScreen
 from minigpt_tui.screens.new_run import NewRunScreen
 from minigpt_tui.screens.overlay import OverlayScreen
 from minigpt_tui.screens.training import TrainingScreen
-from minigpt_tui.widgets.loss_plot import LossPlot, bucket_means
+from minigpt_tui.widgets.loss_plot import LossPlot, bucket_means, whole_ticks
 from minigpt_tui.widgets.loss_table import BEST_MARK, EXTRA_MARK, LossTable
 from tests.app_support import run_async
 
@@ -544,6 +545,37 @@ def test_plot_buckets_keep_the_last_step_exact():
     shown = bucket_means(points, 100)
     assert len(shown) <= 100 and shown[-1][0] == 1000
     assert bucket_means(points[:10], 100) == points[:10]
+
+
+def test_whole_ticks_are_round_whole_numbers_within_the_range():
+    assert whole_ticks(1, 251, 6) == [50, 100, 150, 200, 250]
+    assert whole_ticks(1, 300, 4) == [100, 200, 300]
+    assert whole_ticks(47, 53, 6) == [48, 50, 52]
+    assert whole_ticks(1, 7, 2) == [1, 7]  # no round step fits twice: the ends
+    assert whole_ticks(5, 5, 4) == [5]
+
+
+@pytest.mark.parametrize("last_step", [3, 251, 4001])
+@run_async
+async def test_plot_x_labels_are_whole_update_counts(last_step):
+    class PlotApp(App):
+        def compose(self) -> ComposeResult:
+            yield LossPlot(max_redraws_per_second=1000.0)
+
+    app = PlotApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        plot = app.query_one(LossPlot)
+        for step in range(1, last_step + 1):
+            plot.add_update(step, 5.0 - step / last_step)
+        plot.add_evaluation(last_step, 4.0, 4.1)
+        plot.redraw()
+        await pilot.pause()
+        lines = [line.rstrip() for line in str(plot.render()).splitlines()]
+        axis = next(i for i, line in enumerate(lines) if "└" in line)
+        labels = lines[axis + 1].split()
+        assert len(labels) >= 2
+        assert all(re.fullmatch(r"\d+", label) for label in labels), labels
+        assert 1 <= int(labels[0]) and int(labels[-1]) <= last_step
 
 
 def test_the_app_modules_never_import_torch_and_the_first_frame_does_not_wait_for_it(tmp_path):
