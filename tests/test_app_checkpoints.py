@@ -26,7 +26,7 @@ from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
 from minigpt_tui.widgets.run_tree import RunTree
 from minigpt_tui.widgets.state_view import StateView
 from minigpt_tui.widgets.tensor_detail import TensorDetail
-from minigpt_tui.widgets.tensor_table import TensorTable, middle_truncate
+from minigpt_tui.widgets.tensor_table import TensorTable, left_truncate
 from minigpt_tui.widgets.tokenizer_panel import TokenizerPanel
 from tests.app_support import (
     record_notifications,
@@ -134,11 +134,11 @@ async def test_tensor_entries_sort_and_filter(runs):
         assert screen.query_one("#tensor-filter", Input).value == ""
 
 
-def test_long_names_are_cut_in_the_middle():
+def test_long_names_are_cut_from_the_left_keeping_the_end_that_differs():
     name = "optimizer.state.blocks.0.ffn.down_proj.weight.exp_avg_sq"
-    cut = middle_truncate(name, 28)
-    assert len(cut) == 28 and cut.startswith("optimizer.st") and cut.endswith("weight.exp_avg_sq"[-14:])
-    assert middle_truncate("short", 28) == "short"
+    cut = left_truncate(name, 28)
+    assert len(cut) == 28 and cut.startswith("…") and name.endswith(cut[1:])
+    assert left_truncate("short", 28) == "short"
 
 
 def column_widths(table, keys) -> int:

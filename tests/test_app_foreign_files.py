@@ -10,6 +10,7 @@ import pytest
 
 from minigpt_tui.screens.checkpoints import CheckpointsScreen
 from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
+from minigpt_tui.widgets.tensor_table import TensorTable
 from tests.app_support import make_app, record_notifications, run_async, settle, static_text
 from tests.foreign_support import nanogpt_ckpt, sharded_folder
 
@@ -91,3 +92,22 @@ async def test_a_sharded_folder_summary_shows_every_shard(tmp_path, size):
             assert name in seen, name
         if size == (120, 40):  # a large terminal shows them all at once
             assert box.max_scroll_y == 0
+
+
+@run_async
+async def test_beside_the_runs_tree_long_tensor_names_keep_the_end_that_tells_them_apart(tmp_path):
+    ckpt = nanogpt_ckpt(tmp_path / "ckpt.pt", layers=2)
+    app = make_app(tmp_path / "runs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_in_checkpoints(pilot, ckpt)
+        assert screen.query_one("#runs").display  # the runs tree is shown: the name column is narrow
+        table = screen.query_one(TensorTable)
+        cells = [str(table.get_row_at(row)[0]) for row in range(table.row_count)]
+        names = [entry.name for entry in table.shown]
+        assert any(len(name) > len(cell) for name, cell in zip(names, cells))  # some names are cut
+        for name, cell in zip(names, cells):
+            assert cell == name or (cell.startswith("…") and name.endswith(cell[1:])), (name, cell)
+        # Every row reads differently, layer 0 from layer 1 included.
+        assert len(set(cells)) == len(cells)
+        assert any("h.0.attn.c_attn.weight" in cell for cell in cells)
+        assert any("h.1.attn.c_attn.weight" in cell for cell in cells)

@@ -36,7 +36,8 @@ SORTABLE = tuple(key for _label, key in COLUMNS)
 # scrolled to (and Detail shows them all).
 KEY_COLUMNS = ("dtype", "shape", "elements", "bytes")
 # Optimizer entry names run past 50 characters: the name column takes the width the other
-# columns leave (never under MIN_NAME_WIDTH), cut in the middle; Detail shows the whole name.
+# columns leave (never under MIN_NAME_WIDTH), cut from the left so that the end that tells
+# rows apart (the layer number, the moment) stays; Detail shows the whole name.
 MIN_NAME_WIDTH = 30  # every model parameter name of ours fits
 CELL_PADDING = 2
 SCROLLBAR_WIDTH = 2
@@ -64,14 +65,13 @@ def file_label(file_name: str) -> str:
     return file_name.removesuffix(".safetensors")
 
 
-def middle_truncate(text: str, width: int | None) -> str:
-    """``text`` cut in the middle to ``width`` cells, keeping both ends (the end of an
-    optimizer entry's name says which moment it is)."""
+def left_truncate(text: str, width: int | None) -> str:
+    """``text`` cut from the left to ``width`` cells behind an ellipsis: names share their
+    start (``optimizer.state.model.transformer.``) and differ at the end (``h.0.`` against
+    ``h.1.``, ``exp_avg`` against ``exp_avg_sq``)."""
     if width is None or len(text) <= width:
         return text
-    head = (width - 1) // 2
-    tail = width - 1 - head
-    return text[:head] + "…" + text[len(text) - tail:]
+    return "…" + text[len(text) - width + 1:]
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,7 @@ class TensorTable(DataTable):
         self.clear()
         for index, entry in enumerate(shown):
             cells: list[Any] = [
-                plain_cell(middle_truncate(escape_controls(entry.name), self._name_width)),
+                plain_cell(left_truncate(escape_controls(entry.name), self._name_width)),
                 entry.dtype,
                 shape_text(entry.shape),
                 Text(f"{entry.elements:,}", justify="right"),
