@@ -142,7 +142,7 @@ def test_long_names_are_cut_from_the_left_keeping_the_end_that_differs():
 
 
 def column_widths(table, keys) -> int:
-    return sum(table.columns[key].get_render_width(table) for key in keys)
+    return sum(table.column_width(key) for key in keys)
 
 
 @run_async
@@ -180,11 +180,11 @@ async def test_below_150_columns_the_runs_panel_steps_aside_so_the_tensor_column
         # At 120 columns, aside, every column shows in full; from 150 the runs stay beside.
         await pilot.resize_terminal(120, 40)
         await settle(pilot)
-        assert column_widths(table, table.columns) <= table.scrollable_content_region.width
+        assert column_widths(table, table.column_keys) <= table.scrollable_content_region.width
         await pilot.resize_terminal(160, 40)
         await settle(pilot)
         assert tree.display and not screen.runs_aside
-        assert column_widths(table, table.columns) <= table.scrollable_content_region.width
+        assert column_widths(table, table.column_keys) <= table.scrollable_content_region.width
         assert " b " not in bar.render().plain
 
 

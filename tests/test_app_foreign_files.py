@@ -102,7 +102,7 @@ async def test_beside_the_runs_tree_long_tensor_names_keep_the_end_that_tells_th
         screen = await open_in_checkpoints(pilot, ckpt)
         assert screen.query_one("#runs").display  # the runs tree is shown: the name column is narrow
         table = screen.query_one(TensorTable)
-        cells = [str(table.get_row_at(row)[0]) for row in range(table.row_count)]
+        cells = [table.row_text(row)[0] for row in range(table.row_count)]
         names = [entry.name for entry in table.shown]
         assert any(len(name) > len(cell) for name, cell in zip(names, cells))  # some names are cut
         for name, cell in zip(names, cells):
