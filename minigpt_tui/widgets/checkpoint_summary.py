@@ -14,8 +14,8 @@ from minigpt_tui.widgets.tensor_table import human_bytes
 KIND_LABELS = {
     "checkpoint-dir": "checkpoint folder",
     "hf-model": "transformers model folder",
-    "torch-pickle": "PyTorch pickle (read with weights_only=True)",
-    "nanogpt": "nanoGPT checkpoint (PyTorch pickle, read with weights_only=True)",
+    "torch-pickle": "PyTorch pickle (loaded weights-only)",
+    "nanogpt": "nanoGPT checkpoint (PyTorch pickle, loaded weights-only)",
     "portable-model": "portable model file",
     "training-state": "training-state file",
     "safetensors": "safetensors file (not made by minigpt-tui)",

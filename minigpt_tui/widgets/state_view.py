@@ -39,6 +39,12 @@ MAX_LIST_ITEMS = 12
 
 
 def short_value(value: Any) -> str:
+    """A record's value as a person reads it: yes / no for a flag, – for a value not set,
+    JSON for lists and mappings, never a Python repr such as ``None`` or ``False``."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, list) and len(value) > MAX_LIST_ITEMS:
         head = ", ".join(short_value(v) for v in value[:MAX_LIST_ITEMS])
         text = f"[{head}, … {len(value) - MAX_LIST_ITEMS} more] ({len(value)} items)"
