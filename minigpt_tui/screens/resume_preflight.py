@@ -69,7 +69,7 @@ class ResumePreflightScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="preflight") as box:
             box.border_title = "Resume training?"
-            box.border_subtitle = "enter resumes · escape cancels"
+            box.border_subtitle = "enter resumes · escape cancels" if self.check.can_resume else "escape closes"
             with VerticalScroll(id="preflight-body"):
                 yield Static(preflight_renderable(self.check))
             with Horizontal(classes="buttons"):

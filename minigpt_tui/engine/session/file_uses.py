@@ -22,20 +22,22 @@ INSPECT_USES = (
 
 @dataclass(frozen=True)
 class FileUses:
-    """``what`` names the file in one sentence; ``uses`` are what works on it here;
-    ``convert`` says whether ``minigpt-tui convert`` makes a model of it."""
+    """``name`` says what the file is, ``contents`` what it holds; ``uses`` are what works
+    on it here; ``convert`` says whether ``minigpt-tui convert`` makes a model of it."""
 
-    what: str
+    name: str
+    contents: str
     uses: tuple[str, ...]
     convert: str
 
     @property
     def why_not_resumable(self) -> str:
-        return f"{self.what}; minigpt-tui resumes only its own checkpoint folders (model, training state, manifest)"
+        return (f"{self.name}: {self.contents}; minigpt-tui resumes only its own checkpoint folders "
+                "(model, training state, manifest)")
 
     @property
     def why_no_generation(self) -> str:
-        return f"{self.what}. Generation needs a minigpt-tui model file; {self.convert}"
+        return f"this is {self.name}; generation needs a minigpt-tui model file, and {self.convert}"
 
 
 def _group(state: Any, name: str) -> dict[str, Any]:
@@ -81,25 +83,23 @@ def file_uses(inspection: Any) -> FileUses | None:
         return None
     tensors = _count(len(inspection.entries), "tensor")
     state = inspection.state
-    no_convert = ("minigpt-tui convert reads transformers llama or gpt2 folders only, "
-                  "so this file cannot be converted")
+    no_convert = "it cannot be converted (minigpt-tui convert reads transformers llama and gpt2 folders)"
     if kind == "nanogpt":
         optimizer = _optimizer_text(state)
-        what = (f"a nanoGPT checkpoint (a PyTorch pickle from another tool) of {_nanogpt_family(state)}: "
-                f"{tensors}" + (f" and {optimizer}, which this tool does not resume from" if optimizer else ""))
-        return FileUses(what, INSPECT_USES, no_convert)
+        contents = tensors + (f" and {optimizer}, which this tool does not resume from" if optimizer else "")
+        return FileUses(f"a nanoGPT checkpoint (a PyTorch pickle from another tool) of {_nanogpt_family(state)}",
+                        contents, INSPECT_USES, no_convert)
     if kind == "torch-pickle":
-        return FileUses(f"a PyTorch state dict from another tool: {tensors}", INSPECT_USES, no_convert)
+        return FileUses("a PyTorch state dict from another tool", tensors, INSPECT_USES, no_convert)
     if kind == "safetensors":
-        return FileUses(f"a safetensors file made by another tool: {tensors}", INSPECT_USES, no_convert)
+        return FileUses("a safetensors file made by another tool", tensors, INSPECT_USES, no_convert)
     model = _group(state, "model")
     family = model.get("architecture") or model.get("model_type")
-    what = f"a transformers model folder ({family}): {tensors}" if isinstance(family, str) \
-        else f"a transformers model folder: {tensors}"
+    name = f"a transformers model folder ({family})" if isinstance(family, str) else "a transformers model folder"
     if model.get("convertible") is True:
         convert = f"minigpt-tui convert --hf {inspection.path} --out FILE makes one of it"
     elif isinstance(model.get("unsupported"), str):
         convert = f"minigpt-tui convert refuses this folder: {model['unsupported']}"
     else:
-        convert = "minigpt-tui convert --hf FOLDER --out FILE tells whether it converts"
-    return FileUses(what, INSPECT_USES, convert)
+        convert = "minigpt-tui convert --hf FOLDER --out FILE says whether it converts"
+    return FileUses(name, tensors, INSPECT_USES, convert)
