@@ -16,7 +16,7 @@ from textual_plotext import PlotextPlot
 from minigpt_tui.messages import LoadedCurve
 
 Point = tuple[int, float]
-TICK_SPACING = 12  # columns per x label: room for "100000" and a gap
+TICK_SPACING = 8  # columns per x label: room for "100000" and a gap
 
 
 def bucket_means(points: Sequence[Point], limit: int) -> list[Point]:
