@@ -10,7 +10,9 @@ from tests.foreign_support import many_tensors_file
 COUNT = 10_000
 
 
-async def open_many(pilot, path) -> TensorTable:
+async def open_many(pilot, tmp_path) -> TensorTable:
+    """The Checkpoints screen with a new file of COUNT tensors open."""
+    path = many_tensors_file(tmp_path / "many.safetensors", COUNT)
     await pilot.press("c")
     await settle(pilot)
     screen = pilot.app.screen
@@ -23,10 +25,9 @@ async def open_many(pilot, path) -> TensorTable:
 
 @run_async
 async def test_ten_thousand_tensors_draw_only_the_rows_in_view(tmp_path):
-    path = many_tensors_file(tmp_path / "many.safetensors", COUNT)
     app = make_app(tmp_path / "runs")
     async with app.run_test(size=(120, 40)) as pilot:
-        table = await open_many(pilot, path)
+        table = await open_many(pilot, tmp_path)
         drawn: list[int] = []
         row_strip = table._row_strip
 
@@ -50,10 +51,9 @@ async def test_ten_thousand_tensors_draw_only_the_rows_in_view(tmp_path):
 
 @run_async
 async def test_cursor_keys_sort_filter_and_choosing_a_row(tmp_path):
-    path = many_tensors_file(tmp_path / "many.safetensors", COUNT)
     app = make_app(tmp_path / "runs")
     async with app.run_test(size=(120, 40)) as pilot:
-        table = await open_many(pilot, path)
+        table = await open_many(pilot, tmp_path)
         table.focus()
         await pilot.press("down", "down", "pagedown")
         assert table.cursor_row == 2 + table.rows_in_view

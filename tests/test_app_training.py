@@ -218,16 +218,24 @@ async def test_a_run_paused_saved_quit_relaunched_and_resumed_equals_one_never_p
     assert_matches_reference(run_dir, digest)
 
 
+UNSAVED_RUN = {"train": {"steps": 100_000, "eval_every": 0, "save_every": 0}}  # never saves by itself
+
+
+async def quit_during_a_run(pilot, app: MiniGPTApp) -> TrainingScreen:  # type: ignore[no-untyped-def]
+    """Start a run that saves nothing by itself, let it make 5 updates, then press q."""
+    screen = training(app)
+    await key(pilot, "space")
+    await wait_until(pilot, lambda: screen.run.step >= 5)
+    await key(pilot, "q")
+    await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
+    return screen
+
+
 @run_async
 async def test_quit_asks_while_a_run_has_unsaved_updates(tmp_path):
-    overrides = {"train": {"steps": 100_000, "eval_every": 0, "save_every": 0}}
-    app = make_app(tmp_path / "runs", overrides)
+    app = make_app(tmp_path / "runs", UNSAVED_RUN)
     async with app.run_test(size=SIZE) as pilot:
-        screen = training(app)
-        await key(pilot, "space")
-        await wait_until(pilot, lambda: screen.run.step >= 5)
-        await key(pilot, "q")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
+        screen = await quit_during_a_run(pilot, app)
         await press_button(pilot, "#stay")
         await pilot.pause()
         assert app.screen is screen and screen.run.state == "running"
@@ -242,14 +250,9 @@ async def test_quit_asks_while_a_run_has_unsaved_updates(tmp_path):
 
 @run_async
 async def test_the_quit_dialog_counts_the_updates_made_while_it_is_open(tmp_path):
-    overrides = {"train": {"steps": 100_000, "eval_every": 0, "save_every": 0}}
-    app = make_app(tmp_path / "runs", overrides)
+    app = make_app(tmp_path / "runs", UNSAVED_RUN)
     async with app.run_test(size=SIZE) as pilot:
-        screen = training(app)
-        await key(pilot, "space")
-        await wait_until(pilot, lambda: screen.run.step >= 5)
-        await key(pilot, "q")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
+        screen = await quit_during_a_run(pilot, app)
         dialog = app.screen
         asked_at = dialog.unsaved_updates
 
@@ -267,14 +270,9 @@ async def test_the_quit_dialog_counts_the_updates_made_while_it_is_open(tmp_path
 
 @run_async
 async def test_save_and_quit_saves_the_last_update(tmp_path):
-    overrides = {"train": {"steps": 100_000, "eval_every": 0, "save_every": 0}}
-    app = make_app(tmp_path / "runs", overrides)
+    app = make_app(tmp_path / "runs", UNSAVED_RUN)
     async with app.run_test(size=SIZE) as pilot:
-        screen = training(app)
-        await key(pilot, "space")
-        await wait_until(pilot, lambda: screen.run.step >= 5)
-        await key(pilot, "q")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
+        screen = await quit_during_a_run(pilot, app)
         await press_button(pilot, "#save")
         await wait_until(pilot, lambda: app.return_code is not None)
         step, run_dir = screen.run.step, screen.run.run_dir
