@@ -21,6 +21,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Header, Input, Tree
 
+from minigpt_tui.engine.session.file_uses import file_uses
 from minigpt_tui.engine.session.run_store import RunListing, RunStore, model_file_of
 from minigpt_tui.messages import Inspected, InspectionFailed
 from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
@@ -255,8 +256,6 @@ class CheckpointsScreen(RunsBesideScreen):
 
     # -- generate ----------------------------------------------------------------------------------------
     def action_generate(self) -> None:
-        from minigpt_tui.engine.session.file_uses import file_uses
-
         model_file = self.model_file()
         if model_file is None:
             if self.opened is None:

@@ -9,6 +9,7 @@ from typing import Any
 from rich.text import Text
 
 from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.session.file_uses import file_uses
 from minigpt_tui.widgets.tensor_table import human_bytes
 
 KIND_LABELS = {
@@ -30,8 +31,6 @@ def summary_text(inspection: Any, display: Callable[[Path], str], *, wide: bool)
     """``display`` names a path for the user; ``wide`` adds header and data sizes. A file
     from another tool says what works on it; more than two files (shards) get a line of totals
     before one line per file."""
-    from minigpt_tui.engine.session.file_uses import file_uses
-
     out = Text()
     out.append(escape_controls(display(inspection.path)), style="bold")
     out.append(f"  {kind_label(inspection.kind)}", style="italic")
