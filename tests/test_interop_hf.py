@@ -25,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LM
 from conftest import cli_command, cli_env
 from minigpt_tui.engine.checkpoint.inspect import inspect_path
 from minigpt_tui.engine.checkpoint.portable import PortableModel, load_portable_model, save_portable_model
+from minigpt_tui.engine.checkpoint.state_groups import StateGroup
 from minigpt_tui.engine.config import load_config
 from minigpt_tui.engine.corpus import load_corpus
 from minigpt_tui.engine.errors import CheckpointError, TokenizerError
@@ -421,11 +422,11 @@ def test_inspect_a_sharded_transformers_folder(saved_by_transformers):
         assert len({e.file for e in inspection.entries}) == len(list(folder.glob("model-*.safetensors"))) > 1
         names = {e.name for e in inspection.entries}
         assert names == {n for n, _ in saved["llama"].named_parameters()}  # the tied head is not stored
-        totals = inspection.state["parameters"]
+        totals = inspection.state.get(StateGroup.PARAMETERS)
         assert totals["F64"]["scalars"] == sum(p.numel() for p in saved["llama"].parameters())
         assert totals["F64"]["tensors"] == len(names)
-        assert inspection.state["config"]["num_key_value_heads"] == 2
-        assert inspection.state["model"]["architecture"] == "LlamaForCausalLM"
+        assert inspection.state.get(StateGroup.CONFIG)["num_key_value_heads"] == 2
+        assert inspection.state.get(StateGroup.MODEL)["architecture"] == "LlamaForCausalLM"
         assert inspection.integrity.ok is True
         assert [(a["name"], a["target"]) for a in inspection.aliases] == [("lm_head.weight", "model.embed_tokens.weight")]
     json.dumps(inspection.to_json())
@@ -441,8 +442,8 @@ def test_inspect_shows_save_model_dropped_aliases(saved_by_transformers):
     assert {alias["name"], alias["target"]} == {"lm_head.weight", "transformer.wte.weight"}
     assert alias["target"] in {e.name for e in inspection.entries}
     assert alias["name"] not in {e.name for e in inspection.entries}
-    assert inspection.state["model"]["convertible"] is True
-    assert inspection.state["tokenizer"]["model"] == "BPE"
+    assert inspection.state.get(StateGroup.MODEL)["convertible"] is True
+    assert inspection.state.get(StateGroup.TOKENIZER)["model"] == "BPE"
 
 
 def test_inspect_reports_an_index_that_disagrees_with_its_shards(saved_by_transformers, tmp_path):
