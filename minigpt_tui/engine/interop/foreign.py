@@ -687,14 +687,17 @@ def inspect_torch_file(path: Path) -> Inspection:
     shared = {a["name"] for a in aliases if a["transform"] == "none"}
     distinct = [e for e in entries if e.name not in shared]
     state = _nanogpt_state(obj, records, distinct) if nanogpt else _plain_pickle_state(records, entries, distinct)
+    summary = FileSummary(path.name, path, kind, path.stat().st_size, 0, len(entries), sum(e.bytes for e in entries))
+    return Inspection(path, kind, tuple(entries), tuple(aliases), InspectionState.of(state),
+                      _pickle_metadata(path, obj), None, (summary,))
+
+
+def _pickle_metadata(path: Path, obj: Any) -> dict[str, Any]:
+    """How the pickle was opened and what its top level holds."""
     container = "torch-zip" if zipfile.is_zipfile(path) else "legacy-pickle"
-    size = path.stat().st_size
     top = list(obj) if isinstance(obj, dict) else [type(obj).__name__]
-    metadata = {"container": container, "loader": "torch.load(weights_only=True, map_location='cpu')",
-                "top_level": [str(k) for k in top]}
-    summary = FileSummary(path.name, path, kind, size, 0, len(entries), sum(e.bytes for e in entries))
-    return Inspection(path, kind, tuple(entries), tuple(aliases), InspectionState.of(state), metadata, None,
-                      (summary,))
+    return {"container": container, "loader": "torch.load(weights_only=True, map_location='cpu')",
+            "top_level": [str(k) for k in top]}
 
 
 def _plain(tensor: "torch.Tensor") -> "torch.Tensor":
