@@ -16,7 +16,8 @@ from minigpt_tui.engine.session.display import shorten
 # In reading order: what the model is, then everything that decides the next update.
 GROUP_MEANINGS: tuple[tuple[StateGroup, str], ...] = (
     (StateGroup.IDENTITIES, "SHA-256 identities that tie the files together: model, tokenizer, config, corpus"),
-    (StateGroup.COMPOSITION, "how the model is assembled: token-table encoder, decoder backbone, head tied to the table"),
+    (StateGroup.COMPOSITION,
+     "how the model is assembled: token-table encoder, decoder backbone, head tied to the table"),
     (StateGroup.MODEL_CONFIG, "the model's normalized settings (family, width, heads, layers, context…)"),
     (StateGroup.CONSTANTS, "numerical settings whose exact bits matter, also stored as the F64 'constants' tensor"),
     (StateGroup.TOKENIZER, "the tokenizer saved with the model (ours: byte-level BPE, merges in 'tokenizer.merges')"),

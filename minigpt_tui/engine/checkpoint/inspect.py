@@ -178,7 +178,7 @@ def _model_state(records: dict[str, Any]) -> InspectionState:
         },
         StateGroup.COMPOSITION: _object(records.get("composition")),
         StateGroup.MODEL_CONFIG: config,
-        StateGroup.CONSTANTS: {str(name): config.get(str(name)) for name in (layout if isinstance(layout, list) else [])},
+        StateGroup.CONSTANTS: {str(name): config.get(str(name)) for name in layout} if isinstance(layout, list) else {},
         StateGroup.TOKENIZER: tokenizer,
         StateGroup.SPECIAL_IDS: _object(records.get("special_ids")),
         StateGroup.PARAMETERS: _object(records.get("parameters")),
