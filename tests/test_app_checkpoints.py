@@ -15,6 +15,7 @@ import pytest
 from textual.widgets import Button, Input, Static, TabbedContent
 
 from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints, inspect_path, tensor_statistics
+from minigpt_tui.engine.checkpoint.state_groups import StateGroup
 from minigpt_tui.engine.config import load_config
 from minigpt_tui.engine.corpus import load_corpus
 from minigpt_tui.engine.session.resume_preview import ResumePreview
@@ -316,7 +317,7 @@ async def test_tokenizer_panel_lists_merges_and_splits_typed_text(runs):
         assert panel.tokenizer is not None
         tokenizer = panel.tokenizer
         assert len(tokenizer.merges) == 8
-        assert tokenizer.identity == inspect_path(runs / "tiny-a").state["identities"]["tokenizer"]
+        assert tokenizer.identity == inspect_path(runs / "tiny-a").state.get(StateGroup.IDENTITIES)["tokenizer"]
         merges_table = panel.query_one("#tokenizer-merges")
         assert merges_table.row_count == 8
         field = panel.query_one("#tokenizer-try", Input)

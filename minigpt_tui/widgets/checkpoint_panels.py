@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static, TabbedContent, TabPane, Tabs
 
+from minigpt_tui.engine.checkpoint.state_groups import InspectionState
 from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.run_store import tokenizer_source_of
 from minigpt_tui.widgets.alias_panel import aliases_renderable
@@ -94,7 +95,7 @@ class CheckpointPanels(Vertical):
         self.query_one(TensorTable).show_entries(())
         self.query_one(TensorDetail).clear_detail()
         self.query_one("#aliases-text", Static).update(aliases_renderable(()))
-        self.query_one(StateView).show_state({})
+        self.query_one(StateView).show_state(InspectionState())
         self.query_one("#metadata-text", Static).update("")
         self.query_one(IntegrityView).clear_integrity()
         self.query_one(ComparisonView).drop_pending()

@@ -9,8 +9,11 @@ the one :class:`FileUses` made here from an inspection's header records.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from minigpt_tui.engine.checkpoint.state_groups import InspectionState, StateGroup
 
 FOREIGN_KINDS = ("nanogpt", "torch-pickle", "hf-model", "safetensors")
 INSPECT_USES = (
@@ -40,17 +43,12 @@ class FileUses:
         return f"this is {self.name}; generation needs a minigpt-tui model file, and {self.convert}"
 
 
-def _group(state: Any, name: str) -> dict[str, Any]:
-    values = state.get(name) if isinstance(state, dict) else None
-    return values if isinstance(values, dict) else {}
-
-
 def _count(value: Any, noun: str) -> str:
     return f"{value} {noun}{'' if value == 1 else 's'}"
 
 
-def _nanogpt_family(state: Any) -> str:
-    args = _group(state, "model_args")
+def _nanogpt_family(state: InspectionState) -> str:
+    args = state.get(StateGroup.MODEL_ARGS)
     shape = [f"{_count(args[key], label)}" for key, label in (("n_layer", "layer"), ("n_head", "head"))
              if isinstance(args.get(key), int)]
     shape += [f"{label} {args[key]}" for key, label in (("n_embd", "width"), ("vocab_size", "vocabulary"),
@@ -58,9 +56,9 @@ def _nanogpt_family(state: Any) -> str:
     return "a GPT-2-style model" + (f" ({', '.join(shape)})" if shape else "")
 
 
-def _optimizer_text(state: Any) -> str:
+def _optimizer_text(state: InspectionState) -> str:
     """nanoGPT's optimizer state dict in words: which moments, for how many parameters."""
-    optimizer = _group(state, "optimizer")
+    optimizer: Mapping[str, Any] = state.get(StateGroup.OPTIMIZER)
     if not optimizer:
         return ""
     parts = []
@@ -93,7 +91,7 @@ def file_uses(inspection: Any) -> FileUses | None:
         return FileUses("a PyTorch state dict from another tool", tensors, INSPECT_USES, no_convert)
     if kind == "safetensors":
         return FileUses("a safetensors file made by another tool", tensors, INSPECT_USES, no_convert)
-    model = _group(state, "model")
+    model = state.get(StateGroup.MODEL)
     family = model.get("architecture") or model.get("model_type")
     name = f"a transformers model folder ({family})" if isinstance(family, str) else "a transformers model folder"
     if model.get("convertible") is True:
