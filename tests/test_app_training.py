@@ -576,6 +576,31 @@ async def test_plot_x_labels_are_whole_update_counts(last_step):
         assert 1 <= int(labels[0]) and int(labels[-1]) <= last_step
 
 
+@run_async
+async def test_a_plot_drawn_while_hidden_gets_the_labels_of_its_width_when_shown():
+    """While the table is shown the plot has no width; its last draw then has two labels, and
+    showing it must redraw for its real width (it showed 0 and 500 for 600 updates)."""
+    class PlotApp(App):
+        def compose(self) -> ComposeResult:
+            yield LossPlot(max_redraws_per_second=1000.0)
+
+    app = PlotApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        plot = app.query_one(LossPlot)
+        plot.display = False
+        await pilot.pause()
+        for step in range(1, 601):
+            plot.add_update(step, 5.0 - step / 600)
+        plot.add_evaluation(600, 4.0, 4.1)
+        plot.redraw()
+        plot.display = True
+        await pilot.pause()
+        await pilot.pause()
+        lines = [line.rstrip() for line in str(plot.render()).splitlines()]
+        axis = next(i for i, line in enumerate(lines) if "└" in line)
+        assert lines[axis + 1].split() == ["100", "200", "300", "400", "500", "600"]
+
+
 def test_the_app_modules_never_import_torch_and_the_first_frame_does_not_wait_for_it(tmp_path):
     code = (
         "import asyncio, sys\n"

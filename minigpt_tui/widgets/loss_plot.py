@@ -71,6 +71,11 @@ class LossPlot(PlotextPlot):
         super().on_mount()
         self.redraw()
 
+    def on_resize(self) -> None:
+        # The labels and the points kept depend on the width: a plot drawn while hidden (the
+        # table shown) had none, and would show two labels until the next update.
+        self.request_redraw()
+
     # -- data ----------------------------------------------------------------------------
     def reset(self) -> None:
         self.updates.clear()
