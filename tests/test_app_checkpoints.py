@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,14 @@ from tests.app_support import (
 )
 
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
+
+
+async def _until(pilot, condition, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait for what a key or click leads to, however busy the machine."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await pilot.pause(0.02)
 
 
 
@@ -446,19 +455,19 @@ async def test_delete_a_run_only_after_confirmation(runs):
         tree = screen.query_one(RunTree)
         tree.focus()
         await pilot.press("d")
-        await pilot.pause()
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmDeleteScreen))  # a loaded machine is slow
         dialog = app.screen
-        assert isinstance(dialog, ConfirmDeleteScreen)
         assert any("kB on disk" in str(label.render()) for label in dialog.query("Label"))
         await pilot.press("escape")  # keep
+        await _until(pilot, lambda: app.screen is screen)
         await settle(pilot)
         assert (runs / "tiny-a").is_dir()
         await pilot.press("d")
-        await pilot.pause()
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmDeleteScreen))
         await pilot.click("#delete")
+        await _until(pilot, lambda: [listing.name for listing in tree.listings] == ["tiny-empty"])
         await settle(pilot)
         assert not (runs / "tiny-a").exists() and (runs / "tiny-empty").is_dir()
-        assert [listing.name for listing in tree.listings] == ["tiny-empty"]
         assert screen.opened is None
 
 
