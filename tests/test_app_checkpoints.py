@@ -49,7 +49,7 @@ async def _until(pilot, condition, timeout: float = 20.0) -> None:  # type: igno
     """Wait for what a key or click leads to, however busy the machine."""
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
+        assert time.monotonic() < deadline, f"not reached: screen {pilot.app.screen!r}, focus {pilot.app.focused!r}"
         await pilot.pause(0.02)
 
 
