@@ -14,6 +14,8 @@ Sections (each prints ratios with their spread over interleaved, warmed-up round
   same tokens and schedule: wall time ratio and final validation losses.
 - ``memory``: peak resident memory of ``train --preset text`` on a generated 100 MB text
   against the size of its token array, and the start time of a second run (cache hit).
+- ``restart``: whole-process ``train --preset text --until 1`` on a generated 100 MB text,
+  first run and cache hit, against a cache hit on a 1 MB text, interleaved rounds.
 
 The texts are built at run time from text files already on this machine (documentation
 and licences shipped with installed Python packages); nothing is downloaded or committed.
@@ -23,6 +25,7 @@ and licences shipped with installed Python packages); nothing is downloaded or c
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py encode
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py text [--steps 2000] [--rounds 1]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py memory
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py restart [--rounds 5]
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -368,15 +372,21 @@ def bench_text(work: Path, rounds: int, steps: int) -> dict[str, object]:
 
 
 # -- memory -----------------------------------------------------------------------------------
-def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
-    corpus = work / "big.txt"
+def write_big_text(path: Path, megabytes: int) -> Path:
+    """A text of about ``megabytes`` MB: the generated English block, repeated."""
     block = english_text(4_000_000)
-    with corpus.open("w", encoding="utf-8") as out:
+    with path.open("w", encoding="utf-8") as out:
         written = 0
         while written < megabytes * 1_000_000:
             out.write(block)
             out.write("\n")
             written += len(block) + 1
+    return path
+
+
+def measured_train(work: Path, corpus: Path) -> dict[str, Any]:
+    """``train --preset text --corpus CORPUS --until 1 --json`` as a whole process: its wall
+    time (start to exit, so to the end of update 1 plus the final save), peak RSS and result."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), MINIGPT_TUI_RUNS_DIR=str(work / "runs"),
                MINIGPT_TUI_CACHE_DIR=str(work / "cache"))
     measure = (
@@ -386,14 +396,20 @@ def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
         "print(json.dumps({'rc': done.returncode, 'peak': peak, 'seconds': time.perf_counter() - start, "
         "'stdout': done.stdout, 'stderr': done.stderr[-400:]}))"
     )
+    command = [sys.executable, "-c", measure, sys.executable, "-m", "minigpt_tui", "train", "--preset", "text",
+               "--corpus", str(corpus), "--until", "1", "--json"]
+    out = json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
+    if out["rc"] != 0:
+        raise SystemExit(f"train --preset text on {corpus} failed: {out['stderr']}")
+    return {"peak": out["peak"], "seconds": out["seconds"], "result": json.loads(out["stdout"])}
+
+
+def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
+    corpus = write_big_text(work / "big.txt", megabytes)
     rows = []
     for label in ("first run (encodes, writes the cache)", "second run (cache hit)"):
-        command = [sys.executable, "-c", measure, sys.executable, "-m", "minigpt_tui", "train", "--preset", "text",
-                   "--corpus", str(corpus), "--until", "1", "--json"]
-        out = json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
-        if out["rc"] != 0:
-            raise SystemExit(f"memory run failed: {out['stderr']}")
-        result = json.loads(out["stdout"])
+        out = measured_train(work, corpus)
+        result = out["result"]
         tokens = result["data"]["train_tokens"] + result["data"]["validation_tokens"]
         array = tokens * 2
         rows.append({"label": label, "peak_bytes": out["peak"], "array_bytes": array, "seconds": out["seconds"]})
@@ -403,12 +419,46 @@ def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
     return {"rows": rows}
 
 
+# -- restart ----------------------------------------------------------------------------------
+def bench_restart(work: Path, rounds: int, megabytes: int) -> dict[str, object]:
+    """Whole-process ``train --preset text --until 1`` on a generated large text: the first
+    run (reads, splits, encodes, writes the cache) and the restart that finds it in the
+    cache, against the same restart on a 1 MB text (the start-up that does not depend on
+    the text's size: Python, torch, model, the step-0 evaluation, update 1, the save).
+    Interleaved rounds, each with an emptied cache."""
+    import shutil
+
+    big = write_big_text(work / "big.txt", megabytes)
+    small = write_big_text(work / "small.txt", 1)
+    measured_train(work, small)  # warm-up: the page cache holds Python, torch and both texts
+    times: dict[str, list[float]] = {"first": [], "restart": [], "small restart": []}
+    peaks: dict[str, list[float]] = {key: [] for key in times}
+    for r in range(rounds):
+        shutil.rmtree(work / "cache", ignore_errors=True)
+        shutil.rmtree(work / "runs", ignore_errors=True)
+        for key, corpus in (("first", big), ("restart", big), ("small restart", small)):
+            if key == "small restart":
+                measured_train(work, small)  # its own first run: fill the cache
+            out = measured_train(work, corpus)
+            times[key].append(out["seconds"])
+            peaks[key].append(out["peak"] / 1e9)
+        print(f"restart round {r + 1}: first {times['first'][-1]:.2f} s, restart {times['restart'][-1]:.2f} s, "
+              f"1 MB restart {times['small restart'][-1]:.2f} s", flush=True)
+    size = big.stat().st_size / 1e6
+    for key in times:
+        print(f"restart {size:.0f} MB text, {key}: whole process to the end of update 1 {spread(times[key])} s; "
+              f"peak RSS {spread(peaks[key])} GB", flush=True)
+    above = [a - b for a, b in zip(times["restart"], times["small restart"])]
+    print(f"restart on {size:.0f} MB minus restart on 1 MB (same round): {spread(above)} s", flush=True)
+    return {"seconds": times, "peak_gb": peaks}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", nargs="?", default="all", choices=["all", "update", "encode", "text", "memory"])
+    parser.add_argument("section", nargs="?", default="all", choices=["all", "update", "encode", "text", "memory", "restart"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--updates", type=int, default=20, help="updates per round (update)")
-    parser.add_argument("--megabytes", type=int, default=0, help="text size (encode: 20, memory: 100)")
+    parser.add_argument("--megabytes", type=int, default=0, help="text size (encode: 20, memory and restart: 100)")
     parser.add_argument("--merges", type=int, default=256, help="merges (encode)")
     parser.add_argument("--steps", type=int, default=2000, help="updates (text)")
     parser.add_argument("--small-only", action="store_true", help="update: only width 128 / 4 layers / context 64")
@@ -424,6 +474,8 @@ def main() -> None:
             bench_text(work, 1 if run_all else args.rounds, args.steps)
         if run_all or args.section == "memory":
             bench_memory(work, args.megabytes or 100)
+        if run_all or args.section == "restart":
+            bench_restart(work, args.rounds, args.megabytes or 100)
 
 
 if __name__ == "__main__":

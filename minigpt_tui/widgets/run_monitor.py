@@ -138,6 +138,7 @@ class RunMonitor:
         self._display_path = display_path
         self._load_history = load_history
         self._handlers: dict[type, Callable[[ActiveRun, Any, AppliedEvents], None]] = {
+            engine.Preparing: self._on_preparing,
             engine.UpdateDone: self._on_update_done,
             engine.EvaluationDone: self._on_evaluation_done,
             engine.ProbesScored: self._on_probes_scored,
@@ -231,6 +232,9 @@ class RunMonitor:
         return self._display_path(path)
 
     # -- one handler per event type ------------------------------------------------------
+    def _on_preparing(self, run: ActiveRun, event: engine.Preparing, applied: AppliedEvents) -> None:
+        self.widgets.progress.show_preparing(event.label, event.done, event.total)
+
     def _on_update_done(self, run: ActiveRun, event: engine.UpdateDone, applied: AppliedEvents) -> None:
         record = event.record
         applied.rows.append((record, None))

@@ -37,6 +37,7 @@ from minigpt_tui.engine.session.events import (
     FinishReason,
     report_failures,
     Paused,
+    PreparingReports,
     ProbesScored,
     Refused,
     Resumed,
@@ -75,7 +76,9 @@ class TrainingSession:
         start_paused: bool = False,
         stop_requested: Callable[[], bool] | None = None,
     ) -> None:
-        self._prepare: Callable[[], PreparedRun] = plan if callable(plan) else (lambda: prepare(plan))
+        self._prepare: Callable[[], PreparedRun] = (
+            plan if callable(plan) else (lambda: prepare(plan, progress=PreparingReports(self._sink)))
+        )
         self._sink = sink
         self._commands: queue.Queue[Command] = queue.Queue()
         self._paused = start_paused
