@@ -137,6 +137,26 @@ def test_a_stream_run_reports_its_preparation_in_order_before_the_summary(tmp_pa
         "training the tokenizer", "training the tokenizer", "reading the token cache", "reading the token cache"]
 
 
+def test_a_stop_sent_while_preparing_ends_the_session_with_nothing_written(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"paragraph {i} of a small text to encode\n\n" for i in range(300)), "utf-8")
+    config = load_config("mini", overrides={"corpus": {"mode": "stream", "source": str(text)}})
+    events: list = []
+
+    def sink(event) -> None:
+        events.append(event)
+        if isinstance(event, Preparing) and event.label == "encoding train":
+            session.send(Command.STOP)  # as the app does when the user stops or quits
+
+    session = TrainingSession(NewRun(config, tmp_path / "runs", "stopped"), sink)
+    finished = session.run()
+    assert finished.reason == "stopped" and finished.step == 0 and events[-1] == finished
+    assert not any(isinstance(e, (RunSummary, UpdateDone)) for e in events)
+    assert not (tmp_path / "runs").exists()
+    cache = tmp_path / "token-cache"
+    assert not cache.exists() or list(cache.iterdir()) == []
+
+
 def test_preparing_reports_are_throttled_but_keep_each_start_and_end():
     now = [0.0]
     seen: list = []

@@ -76,19 +76,29 @@ class Preparing:
     total: int
 
 
+class PreparationStopped(Exception):
+    """A stop asked for while the run was still preparing: raised at the next progress
+    report, before anything is written (the session ends as stopped at update 0)."""
+
+
 class PreparingReports:
     """The engine's progress callback as :class:`Preparing` events, at most ``per_second``
-    a second: the first report of each label and its completion always pass."""
+    a second: the first report of each label and its completion always pass. When
+    ``stopped()`` holds, the next report raises :class:`PreparationStopped`."""
 
     def __init__(self, sink: EventSink, *, per_second: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 stopped: Callable[[], bool] = lambda: False) -> None:
         self._sink = sink
         self._interval = 1.0 / per_second
         self._clock = clock
+        self._stopped = stopped
         self._label: str | None = None
         self._last = -1e9
 
     def __call__(self, label: str, done: int, total: int) -> None:
+        if self._stopped():
+            raise PreparationStopped(label)
         now = self._clock()
         if label == self._label and done < total and now - self._last < self._interval:
             return

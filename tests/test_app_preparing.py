@@ -1,0 +1,39 @@
+"""The Training screen while a new stream-mode run prepares: the progress line says what is
+being done (here: encoding, held until the test has seen it), then gives way to the run."""
+
+from __future__ import annotations
+
+import threading
+
+from minigpt_tui.engine import stream as stream_module
+from minigpt_tui.widgets.run_progress import RunProgress
+from tests.app_support import run_async
+from tests.test_app_training import SIZE, key, make_app, training, wait_until
+
+STREAM_RUN = {"corpus": {"mode": "stream", "source": "bundled:patterns.txt"},
+              "train": {"steps": 20, "eval_every": 10, "save_every": 0, "eval_batches": 2}}
+
+
+@run_async
+async def test_the_progress_line_shows_what_a_new_run_is_preparing(tmp_path, monkeypatch):
+    release = threading.Event()
+    encode = stream_module.encode_records
+
+    def held_encoding(texts, tokenizer, *, progress=None, label="encoding"):
+        if progress is not None:
+            progress(label, 0, len(texts))
+        release.wait(30)  # the worker thread waits here; the UI thread keeps drawing
+        return encode(texts, tokenizer, progress=progress, label=label)
+
+    monkeypatch.setattr(stream_module, "encode_records", held_encoding)
+    app = make_app(tmp_path / "runs", STREAM_RUN)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        line = screen.query_one("#progress", RunProgress)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: "encoding train" in line.render().plain)
+        assert screen.run.state == "starting" and "encoding train 0/" in line.render().plain
+        release.set()
+        await wait_until(pilot, lambda: screen.run.state == "finished")
+        assert "encoding" not in line.render().plain and "20/20" in line.render().plain
+        assert screen.run.events_seen.get("Preparing", 0) >= 2
