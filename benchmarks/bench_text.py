@@ -25,7 +25,7 @@ and licences shipped with installed Python packages); nothing is downloaded or c
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py encode
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py text [--steps 2000] [--rounds 1]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py memory
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py restart [--rounds 5]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py restart [--rounds 5] [--baseline OTHER-CHECKOUT]
 """
 
 from __future__ import annotations
@@ -384,24 +384,30 @@ def write_big_text(path: Path, megabytes: int) -> Path:
     return path
 
 
-def measured_train(work: Path, corpus: Path) -> dict[str, Any]:
+def measured_train(work: Path, corpus: Path, tree: Path = ROOT) -> dict[str, Any]:
     """``train --preset text --corpus CORPUS --until 1 --json`` as a whole process: its wall
-    time (start to exit, so to the end of update 1 plus the final save), peak RSS and result."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), MINIGPT_TUI_RUNS_DIR=str(work / "runs"),
-               MINIGPT_TUI_CACHE_DIR=str(work / "cache"))
+    time (start to exit, so to the end of update 1 plus the final save), the time until its
+    run folder was written (preparation done: corpus, tokens, model and optimizer ready, the
+    step-0 evaluation next), peak RSS and result. ``tree``: the source tree to run (another
+    checkout of the project as a baseline; each tree has its own cache)."""
+    cache = "cache" if tree == ROOT else f"cache-{tree.name}"
+    env = dict(os.environ, PYTHONPATH=str(tree), MINIGPT_TUI_RUNS_DIR=str(work / "runs"),
+               MINIGPT_TUI_CACHE_DIR=str(work / cache))
     measure = (
-        "import resource, subprocess, sys, time, json; start = time.perf_counter(); "
+        "import resource, subprocess, sys, time, json; wall = time.time(); start = time.perf_counter(); "
         "done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
         "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024; "
         "print(json.dumps({'rc': done.returncode, 'peak': peak, 'seconds': time.perf_counter() - start, "
-        "'stdout': done.stdout, 'stderr': done.stderr[-400:]}))"
+        "'wall': wall, 'stdout': done.stdout, 'stderr': done.stderr[-400:]}))"
     )
     command = [sys.executable, "-c", measure, sys.executable, "-m", "minigpt_tui", "train", "--preset", "text",
                "--corpus", str(corpus), "--until", "1", "--json"]
     out = json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
     if out["rc"] != 0:
         raise SystemExit(f"train --preset text on {corpus} failed: {out['stderr']}")
-    return {"peak": out["peak"], "seconds": out["seconds"], "result": json.loads(out["stdout"])}
+    result = json.loads(out["stdout"])
+    ready = (Path(result["run_dir"]) / "identities.json").stat().st_mtime - out["wall"]
+    return {"peak": out["peak"], "seconds": out["seconds"], "ready": ready, "result": result}
 
 
 def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
@@ -420,37 +426,50 @@ def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
 
 
 # -- restart ----------------------------------------------------------------------------------
-def bench_restart(work: Path, rounds: int, megabytes: int) -> dict[str, object]:
+def bench_restart(work: Path, rounds: int, megabytes: int, baseline: Path | None) -> dict[str, object]:
     """Whole-process ``train --preset text --until 1`` on a generated large text: the first
     run (reads, splits, encodes, writes the cache) and the restart that finds it in the
     cache, against the same restart on a 1 MB text (the start-up that does not depend on
-    the text's size: Python, torch, model, the step-0 evaluation, update 1, the save).
-    Interleaved rounds, each with an emptied cache."""
+    the text's size: Python, torch, model, the step-0 evaluation, update 1, the save), and
+    with ``baseline`` the same first run and restart from another checkout of the project.
+    Interleaved rounds, each with emptied caches."""
     import shutil
 
     big = write_big_text(work / "big.txt", megabytes)
     small = write_big_text(work / "small.txt", 1)
     measured_train(work, small)  # warm-up: the page cache holds Python, torch and both texts
-    times: dict[str, list[float]] = {"first": [], "restart": [], "small restart": []}
-    peaks: dict[str, list[float]] = {key: [] for key in times}
+    plan: list[tuple[str, Path, Path]] = [("first", big, ROOT), ("restart", big, ROOT), ("small restart", small, ROOT)]
+    if baseline is not None:
+        plan += [("baseline first", big, baseline), ("baseline restart", big, baseline)]
+    keys = [key for key, _, _ in plan]
+    times: dict[str, list[float]] = {key: [] for key in keys}
+    ready: dict[str, list[float]] = {key: [] for key in keys}
+    peaks: dict[str, list[float]] = {key: [] for key in keys}
     for r in range(rounds):
-        shutil.rmtree(work / "cache", ignore_errors=True)
+        for folder in work.glob("cache*"):
+            shutil.rmtree(folder, ignore_errors=True)
         shutil.rmtree(work / "runs", ignore_errors=True)
-        for key, corpus in (("first", big), ("restart", big), ("small restart", small)):
+        for key, corpus, tree in plan:
             if key == "small restart":
                 measured_train(work, small)  # its own first run: fill the cache
-            out = measured_train(work, corpus)
+            out = measured_train(work, corpus, tree)
             times[key].append(out["seconds"])
+            ready[key].append(out["ready"])
             peaks[key].append(out["peak"] / 1e9)
-        print(f"restart round {r + 1}: first {times['first'][-1]:.2f} s, restart {times['restart'][-1]:.2f} s, "
-              f"1 MB restart {times['small restart'][-1]:.2f} s", flush=True)
+        print(f"restart round {r + 1}: " + ", ".join(
+            f"{key} {times[key][-1]:.2f} s (ready at {ready[key][-1]:.2f} s)" for key in keys), flush=True)
     size = big.stat().st_size / 1e6
-    for key in times:
+    for key in keys:
         print(f"restart {size:.0f} MB text, {key}: whole process to the end of update 1 {spread(times[key])} s; "
-              f"peak RSS {spread(peaks[key])} GB", flush=True)
+              f"run folder written (preparation done) at {spread(ready[key])} s; peak RSS {spread(peaks[key])} GB",
+              flush=True)
     above = [a - b for a, b in zip(times["restart"], times["small restart"])]
-    print(f"restart on {size:.0f} MB minus restart on 1 MB (same round): {spread(above)} s", flush=True)
-    return {"seconds": times, "peak_gb": peaks}
+    print(f"restart on {size:.0f} MB minus restart on 1 MB (same round), whole process: {spread(above)} s", flush=True)
+    if baseline is not None:
+        for key in ("first", "restart"):
+            ratios = [a / b for a, b in zip(times[key], times[f"baseline {key}"])]
+            print(f"{key}: this tree / baseline {baseline}: {spread(ratios)}", flush=True)
+    return {"seconds": times, "ready_seconds": ready, "peak_gb": peaks}
 
 
 def main() -> None:
@@ -462,6 +481,7 @@ def main() -> None:
     parser.add_argument("--merges", type=int, default=256, help="merges (encode)")
     parser.add_argument("--steps", type=int, default=2000, help="updates (text)")
     parser.add_argument("--small-only", action="store_true", help="update: only width 128 / 4 layers / context 64")
+    parser.add_argument("--baseline", type=Path, help="restart: another checkout of the project to compare with")
     args = parser.parse_args()
     run_all = args.section == "all"
     with tempfile.TemporaryDirectory(prefix="bench-text-") as folder:
@@ -475,7 +495,7 @@ def main() -> None:
         if run_all or args.section == "memory":
             bench_memory(work, args.megabytes or 100)
         if run_all or args.section == "restart":
-            bench_restart(work, args.rounds, args.megabytes or 100)
+            bench_restart(work, args.rounds, args.megabytes or 100, args.baseline)
 
 
 if __name__ == "__main__":
