@@ -37,3 +37,33 @@ async def test_the_progress_line_shows_what_a_new_run_is_preparing(tmp_path, mon
         await wait_until(pilot, lambda: screen.run.state == "finished")
         assert "encoding" not in line.render().plain and "20/20" in line.render().plain
         assert screen.run.events_seen.get("Preparing", 0) >= 2
+
+
+@run_async
+async def test_stopping_while_a_run_prepares_ends_it_with_nothing_written(tmp_path, monkeypatch):
+    stopped = threading.Event()
+    encode = stream_module.encode_records
+
+    def slow_encoding(texts, tokenizer, *, progress=None, label="encoding"):
+        if progress is not None:
+            progress(label, 0, len(texts))
+            stopped.wait(30)
+            progress(label, 0, len(texts))  # the next report: a stop sent meanwhile ends the preparation
+        return encode(texts, tokenizer, progress=progress, label=label)
+
+    monkeypatch.setattr(stream_module, "encode_records", slow_encoding)
+    runs = tmp_path / "runs"
+    app = make_app(runs, STREAM_RUN)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        line = screen.query_one("#progress", RunProgress)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: "encoding train" in line.render().plain)
+        await key(pilot, "x")
+        stopped.set()
+        await wait_until(pilot, lambda: screen.run.state == "stopped")
+        assert "encoding" not in line.render().plain
+        assert screen.query_one("#events").entries[-1] == ("stopped", "while preparing; nothing was written")
+    assert not runs.exists() or not any(runs.iterdir())
+    cache = tmp_path / "token-cache"
+    assert not cache.exists() or not any(cache.iterdir())

@@ -302,11 +302,16 @@ class RunMonitor:
         run.state = "finished" if event.reason == engine.FinishReason.COMPLETED else "stopped"
         applied.state_changed = True
         run.final_digest = event.state_digest
+        self.widgets.progress.end_preparing()
         self.widgets.progress.run_clock.pause()
+        if not event.state_digest:  # stopped while preparing: no trainer was built
+            self.widgets.log.record(run.state, "while preparing; nothing was written")
+            return
         self.widgets.log.record(run.state, f"at update {event.step}; state digest {event.state_digest[:16]}…")
 
     def _on_failed(self, run: ActiveRun, event: engine.Failed, applied: AppliedEvents) -> None:
         run.state, applied.state_changed = "failed", True
+        self.widgets.progress.end_preparing()
         self.widgets.progress.run_clock.pause()
         self.show_failure(event.message)
 

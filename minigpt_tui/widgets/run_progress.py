@@ -111,6 +111,12 @@ class RunProgress(Widget):
         self.add_class(f"state-{state}")
         self.refresh_figures()
 
+    def end_preparing(self) -> None:
+        """The run stopped or failed before it started: no preparation is going on any more."""
+        if self.preparation is not None:
+            self.preparation = None
+            self.refresh_figures()
+
     def begin(self, step: int, steps: int) -> None:
         self.preparation = None
         self.steps, self.step = steps, step
