@@ -6,7 +6,10 @@ Every :class:`MiniGPTError` becomes one line on stderr and a non-zero exit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
+import os
 import sys
 
 # Each module registers its subcommands with ``register(subparsers)`` and imports the
@@ -48,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:  # torchrun ... -m minigpt_tui -- train ...: the separator may reach us
         argv = argv[1:]
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     args.argv = argv  # a launcher re-runs it in each process
     from minigpt_tui.engine.errors import MiniGPTError
 
@@ -59,13 +62,51 @@ def main(argv: list[str] | None = None) -> int:
     except MiniGPTError as err:
         from minigpt_tui.engine.printable import escape_controls
 
-        print(f"minigpt-tui: error: {escape_controls(err)}", file=sys.stderr)
+        line = f"minigpt-tui: error: {escape_controls(err)}"
+        print(line, file=sys.stderr)
+        _tell_launcher(line)
         return 1
     except KeyboardInterrupt:
         print("minigpt-tui: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 1
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse ``argv``. In a process group every rank parses the same line, so only rank 0
+    prints a usage error; every rank tells the launcher what it was."""
+    rank = os.environ.get("RANK")
+    if rank is None:
+        return parser.parse_args(argv)
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            return parser.parse_args(argv)
+    except SystemExit as exit_:
+        if exit_.code:
+            if rank == "0":
+                sys.stderr.write(said.getvalue())
+            lines = said.getvalue().strip().splitlines()
+            _tell_launcher(lines[-1] if lines else "minigpt-tui: error: bad arguments")
+        raise
+
+
+def _tell_launcher(line: str) -> None:
+    """Under ``torchrun``, write the error line where its failure report looks
+    (``TORCHELASTIC_ERROR_FILE``), so the report names the cause instead of pointing at
+    its own documentation."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    import json
+    import time
+
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            json.dump({"message": line, "timestamp": int(time.time())}, out)
+    except OSError:
+        pass  # the report is the launcher's; the line above was already printed
 
 
 def _open_app(args: argparse.Namespace) -> int:

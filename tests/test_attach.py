@@ -101,6 +101,11 @@ async def test_the_app_follows_and_steers_a_headless_run_in_another_process(tmp_
         async with app.run_test(size=(100, 30)) as pilot:
             screen = app.training_screen
             await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "running")
+            live = read_live(run_dir)
+            assert live is not None and live.parameter_scalars > 0 and live.parameter_tensors > 0
+            summary = screen.run.summary
+            assert summary is not None
+            assert (summary.parameter_tensors, summary.parameter_scalars) == (live.parameter_tensors, live.parameter_scalars)
             table = screen.query_one(LossTable)
             await wait_until(pilot, lambda: len(table.rows) >= 5)  # live rows from the metrics file
             seen = screen.run.step
@@ -144,3 +149,22 @@ def test_the_runs_tree_marks_live_runs(tmp_path):
     assert listings["live-run"].live and not listings["ended-run"].live
     assert "● live" in run_label(listings["live-run"]).plain
     assert "live" not in run_label(listings["ended-run"]).plain
+
+
+@run_async
+async def test_attached_to_a_long_finished_run_the_table_shows_its_newest_rows(tmp_path):
+    """The history arrives before the table's first layout: the view must still end on the
+    newest row (it stayed at the top of the kept rows, update 2511 of 3000)."""
+    runs = tmp_path / "runs"
+    done = subprocess.run(cli_command("train", "--preset", "mini", "--steps", "700", "--run", "long", "--json"),
+                          capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
+    assert done.returncode == 0, done.stderr
+    app = MiniGPTApp(LaunchSettings(runs_dir=runs, attach=runs / "long"), preload_engine=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = app.training_screen
+        await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "finished")
+        table = screen.query_one(LossTable)
+        await wait_until(pilot, lambda: len(table.rows) == table.max_rows)
+        await pilot.pause(0.3)
+        assert table.max_scroll_y > 0 and table.scroll_y == table.max_scroll_y
+        assert table.rows[-1].cells[0] == "eval 700"

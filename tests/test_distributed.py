@@ -243,3 +243,22 @@ def test_the_control_file_steers_every_rank_of_a_two_process_run(tmp_path):
         assert load_file(last / "training.safetensors")["ranks.world_size"].tolist() == [2]
     finally:
         end_process_group(launcher)
+
+
+@pytest.mark.slow
+def test_under_plain_torchrun_a_bad_line_is_said_once_and_names_the_cause_in_the_launchers_report(tmp_path):
+    """Every rank parses the same line: rank 0 alone prints the usage error, and each rank
+    writes its error where torchrun's failure report reads it (not "To enable traceback see")."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                "-m", "minigpt_tui"]
+    bad_flag = subprocess.run([*launcher, "train", "--preset", "tiny", "--no-such-flag"],
+                              capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
+    assert bad_flag.returncode != 0
+    said = [line for line in bad_flag.stderr.splitlines() if line.startswith("minigpt-tui: error:")]
+    assert said == ["minigpt-tui: error: unrecognized arguments: --no-such-flag"]
+    assert "traceback : minigpt-tui: error: unrecognized arguments: --no-such-flag" in bad_flag.stderr
+    bad_value = subprocess.run([*launcher, "train", "--preset", "tiny", "--steps", "-3"],
+                               capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
+    assert bad_value.returncode != 0
+    assert "traceback : minigpt-tui: error: train.steps must be at least 1" in bad_value.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -149,6 +149,14 @@ class LossTable(ScrollView, can_focus=True):
         self._strips: dict[int, Strip] = {}
         self._header: list[Strip] | None = None
         self.row_width = sum(c.width for c in COLUMNS) + GAP * len(COLUMNS)
+        # Whether the view stays on the newest row. Read from the scroll position only once
+        # the table has a size: rows that arrive before the first layout (an attached run's
+        # history) must not leave it at the top.
+        self._following = True
+
+    def on_resize(self) -> None:
+        if self._following:
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
 
     def on_mount(self) -> None:
         self._set_rows_height()
@@ -171,6 +179,7 @@ class LossTable(ScrollView, can_focus=True):
         self._best_step = None
         self._set_rows_height()
         self.scroll_to(0, 0, animate=False, immediate=True)
+        self._following = True
         self.refresh()
 
     def queue_records(self, items: list[tuple[Any, int | None]]) -> None:
@@ -197,7 +206,9 @@ class LossTable(ScrollView, can_focus=True):
         """Append rows for ``(record, best_step)`` pairs (``best_step`` is None for updates)."""
         if not items:
             return
-        following = self.scroll_y >= self.max_scroll_y - 0.5
+        if self.size.height:
+            self._following = self.scroll_y >= self.max_scroll_y - 0.5
+        following = self._following
         for record, best_step in items:
             self._serial += 1
             if hasattr(record, "train_loss"):

@@ -42,8 +42,9 @@ class RunSummaryView(Static):
 
     def show_run(self, summary: RunSummary) -> None:
         grid = self._grid()
-        title = Text.assemble((escape_controls(summary.run_name), "bold"), f" · preset {summary.preset} · ",
-                              f"{summary.parameter_scalars:,} parameters in {summary.parameter_tensors} tensors")
+        title = Text.assemble((escape_controls(summary.run_name), "bold"), f" · preset {summary.preset}")
+        if summary.parameter_scalars:  # an attached run's writer may not have said
+            title.append(f" · {summary.parameter_scalars:,} parameters in {summary.parameter_tensors} tensors")
         if summary.resumed_from is not None:
             title.append(f" · resumed at update {summary.start_step}", style="italic")
         grid.add_row("run", title)

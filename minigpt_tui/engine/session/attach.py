@@ -189,7 +189,8 @@ class RunFollower:
         live = read_live(self.run_dir)
         return RunSummary(
             run_name=self.run_dir.name, run_dir=self.run_dir, preset=config.preset,
-            parameter_tensors=0, parameter_scalars=0,
+            parameter_tensors=live.parameter_tensors if live is not None else 0,
+            parameter_scalars=live.parameter_scalars if live is not None else 0,
             corpus_source=str(corpus.get("source", config.corpus.source)), corpus_identity=str(corpus.get("identity", "")),
             train_records=int(corpus.get("train_records", 0) or 0),
             validation_records=int(corpus.get("validation_records", 0) or 0),

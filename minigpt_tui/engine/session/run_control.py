@@ -32,6 +32,7 @@ from minigpt_tui.engine.session.events import (
 
 CONTROL_FILE = "control.jsonl"
 LIVE_FILE = "live.json"
+PARAMETER_KEYS = ("parameter_tensors", "parameter_scalars")  # in live.json, from the writer
 COMMANDS = {command.value: command for command in Command}
 
 
@@ -91,6 +92,7 @@ class RunControl:
             self.control.offset = 0
         self.step = 0
         self.steps = 0
+        self.parameters: dict[str, int] = {}  # the model's counts, for whoever attaches
 
     def poll(self, report: Callable[[Any], None]) -> list[Command]:
         """Commands written since the last poll; each garbage line becomes a Refused event."""
@@ -111,6 +113,8 @@ class RunControl:
             state = None
             if isinstance(event, RunStarted):
                 self.step, self.steps, state = event.step, event.steps, "running"
+                self.parameters = {key: value for key, value in event.summary.items()
+                                   if key in PARAMETER_KEYS and isinstance(value, int)}
             elif isinstance(event, Paused):
                 self.step, state = event.step, "paused"
             elif isinstance(event, Resumed):
@@ -127,7 +131,8 @@ class RunControl:
 
     def write_live(self, state: str) -> None:
         record = {"state": state, "step": self.step, "steps": self.steps, "pid": os.getpid(),
-                  "host": socket.gethostname(), "listening": state in ("running", "paused"), "at": time.time()}
+                  "host": socket.gethostname(), "listening": state in ("running", "paused"), "at": time.time(),
+                  **self.parameters}
         target = self.run_dir / LIVE_FILE
         tmp = target.with_name(f".{LIVE_FILE}.{os.getpid()}.tmp")
         try:
@@ -145,6 +150,8 @@ class LiveState:
     step: int
     steps: int
     listening: bool
+    parameter_tensors: int = 0  # 0 when the writer did not say (written before it told)
+    parameter_scalars: int = 0
 
     @property
     def text(self) -> str:
@@ -163,7 +170,9 @@ def read_live(run_dir: Path) -> LiveState | None:
         return None
     if not listening and state in ("running", "paused"):
         state = "ended"
-    return LiveState(state, step, steps, listening)
+    counts = [data.get(key) for key in PARAMETER_KEYS]
+    tensors, scalars = (value if isinstance(value, int) and value >= 0 else 0 for value in counts)
+    return LiveState(state, step, steps, listening, tensors, scalars)
 
 
 def _writer_alive(run_dir: Path, live: dict[str, Any]) -> bool:
