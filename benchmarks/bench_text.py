@@ -388,7 +388,8 @@ def measured_train(work: Path, corpus: Path, tree: Path = ROOT) -> dict[str, Any
     """``train --preset text --corpus CORPUS --until 1 --json`` as a whole process: its wall
     time (start to exit, so to the end of update 1 plus the final save), the time until its
     run folder was written (preparation done: corpus, tokens, model and optimizer ready, the
-    step-0 evaluation next), peak RSS and result. ``tree``: the source tree to run (another
+    step-0 evaluation next), its CPU time (user + system, all threads: less sensitive than
+    wall time to other work on a shared machine), peak RSS and result. ``tree``: the source tree to run (another
     checkout of the project as a baseline; each tree has its own cache)."""
     cache = "cache" if tree == ROOT else f"cache-{tree.name}"
     env = dict(os.environ, PYTHONPATH=str(tree), MINIGPT_TUI_RUNS_DIR=str(work / "runs"),
@@ -396,9 +397,9 @@ def measured_train(work: Path, corpus: Path, tree: Path = ROOT) -> dict[str, Any
     measure = (
         "import resource, subprocess, sys, time, json; wall = time.time(); start = time.perf_counter(); "
         "done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024; "
+        "use = resource.getrusage(resource.RUSAGE_CHILDREN); peak = use.ru_maxrss * 1024; "
         "print(json.dumps({'rc': done.returncode, 'peak': peak, 'seconds': time.perf_counter() - start, "
-        "'wall': wall, 'stdout': done.stdout, 'stderr': done.stderr[-400:]}))"
+        "'cpu': use.ru_utime + use.ru_stime, 'wall': wall, 'stdout': done.stdout, 'stderr': done.stderr[-400:]}))"
     )
     command = [sys.executable, "-c", measure, sys.executable, "-m", "minigpt_tui", "train", "--preset", "text",
                "--corpus", str(corpus), "--until", "1", "--json"]
@@ -407,7 +408,7 @@ def measured_train(work: Path, corpus: Path, tree: Path = ROOT) -> dict[str, Any
         raise SystemExit(f"train --preset text on {corpus} failed: {out['stderr']}")
     result = json.loads(out["stdout"])
     ready = (Path(result["run_dir"]) / "identities.json").stat().st_mtime - out["wall"]
-    return {"peak": out["peak"], "seconds": out["seconds"], "ready": ready, "result": result}
+    return {"peak": out["peak"], "seconds": out["seconds"], "cpu": out["cpu"], "ready": ready, "result": result}
 
 
 def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
@@ -444,6 +445,7 @@ def bench_restart(work: Path, rounds: int, megabytes: int, baseline: Path | None
     keys = [key for key, _, _ in plan]
     times: dict[str, list[float]] = {key: [] for key in keys}
     ready: dict[str, list[float]] = {key: [] for key in keys}
+    cpu: dict[str, list[float]] = {key: [] for key in keys}
     peaks: dict[str, list[float]] = {key: [] for key in keys}
     for r in range(rounds):
         for folder in work.glob("cache*"):
@@ -455,21 +457,24 @@ def bench_restart(work: Path, rounds: int, megabytes: int, baseline: Path | None
             out = measured_train(work, corpus, tree)
             times[key].append(out["seconds"])
             ready[key].append(out["ready"])
+            cpu[key].append(out["cpu"])
             peaks[key].append(out["peak"] / 1e9)
         print(f"restart round {r + 1}: " + ", ".join(
             f"{key} {times[key][-1]:.2f} s (ready at {ready[key][-1]:.2f} s)" for key in keys), flush=True)
     size = big.stat().st_size / 1e6
     for key in keys:
         print(f"restart {size:.0f} MB text, {key}: whole process to the end of update 1 {spread(times[key])} s; "
-              f"run folder written (preparation done) at {spread(ready[key])} s; peak RSS {spread(peaks[key])} GB",
+              f"run folder written (preparation done) at {spread(ready[key])} s; CPU time {spread(cpu[key])} s; "
+              f"peak RSS {spread(peaks[key])} GB",
               flush=True)
     above = [a - b for a, b in zip(times["restart"], times["small restart"])]
     print(f"restart on {size:.0f} MB minus restart on 1 MB (same round), whole process: {spread(above)} s", flush=True)
     if baseline is not None:
         for key in ("first", "restart"):
-            ratios = [a / b for a, b in zip(times[key], times[f"baseline {key}"])]
-            print(f"{key}: this tree / baseline {baseline}: {spread(ratios)}", flush=True)
-    return {"seconds": times, "ready_seconds": ready, "peak_gb": peaks}
+            for name, figures in (("whole process", times), ("run folder written", ready), ("CPU time", cpu)):
+                ratios = [a / b for a, b in zip(figures[key], figures[f"baseline {key}"])]
+                print(f"{key}, {name}: this tree / baseline {baseline}: {spread(ratios)}", flush=True)
+    return {"seconds": times, "ready_seconds": ready, "cpu_seconds": cpu, "peak_gb": peaks}
 
 
 def main() -> None:
