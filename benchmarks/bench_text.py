@@ -411,6 +411,32 @@ def measured_train(work: Path, corpus: Path, tree: Path = ROOT) -> dict[str, Any
     return {"peak": out["peak"], "seconds": out["seconds"], "cpu": out["cpu"], "ready": ready, "result": result}
 
 
+PREPARATION = """
+import json, sys, time
+import torch
+from minigpt_tui.engine.corpus import load_corpus
+from minigpt_tui.engine.session.inputs import RunChoices
+from minigpt_tui.engine.trainer import TrainingSetup, apply_precision
+config = RunChoices("text", None, corpus=sys.argv[1]).resolve()
+apply_precision(config.train)
+wall, cpu = time.perf_counter(), time.process_time()
+setup = TrainingSetup.build(config, load_corpus(config.corpus))
+print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
+                  "identity": setup.corpus.identity, "tokens": setup.token_stream().tokens}))
+"""
+
+
+def measured_preparation(work: Path, corpus: Path, tree: Path = ROOT) -> dict[str, Any]:
+    """The corpus-dependent start-up alone, in a process that has imported torch: reading
+    the corpus and getting its token arrays (from the cache when it holds them)."""
+    cache = "cache" if tree == ROOT else f"cache-{tree.name}"
+    env = dict(os.environ, PYTHONPATH=str(tree), MINIGPT_TUI_CACHE_DIR=str(work / cache))
+    done = subprocess.run([sys.executable, "-c", PREPARATION, str(corpus)], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"preparation on {corpus} failed: {done.stderr[-400:]}")
+    return json.loads(done.stdout)
+
+
 def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
     corpus = write_big_text(work / "big.txt", megabytes)
     rows = []
@@ -447,6 +473,8 @@ def bench_restart(work: Path, rounds: int, megabytes: int, baseline: Path | None
     ready: dict[str, list[float]] = {key: [] for key in keys}
     cpu: dict[str, list[float]] = {key: [] for key in keys}
     peaks: dict[str, list[float]] = {key: [] for key in keys}
+    prepared: dict[str, list[float]] = {"restart preparation": [], "baseline restart preparation": []}
+    prepared_cpu: dict[str, list[float]] = {key: [] for key in prepared}
     for r in range(rounds):
         for folder in work.glob("cache*"):
             shutil.rmtree(folder, ignore_errors=True)
@@ -459,6 +487,13 @@ def bench_restart(work: Path, rounds: int, megabytes: int, baseline: Path | None
             ready[key].append(out["ready"])
             cpu[key].append(out["cpu"])
             peaks[key].append(out["peak"] / 1e9)
+        # The corpus-dependent part alone, both trees alternating, their caches now full.
+        for _ in range(3):
+            for key, tree in [("restart preparation", ROOT)] + ([("baseline restart preparation", baseline)]
+                                                                if baseline is not None else []):
+                out = measured_preparation(work, big, tree)
+                prepared[key].append(out["wall"])
+                prepared_cpu[key].append(out["cpu"])
         print(f"restart round {r + 1}: " + ", ".join(
             f"{key} {times[key][-1]:.2f} s (ready at {ready[key][-1]:.2f} s)" for key in keys), flush=True)
     size = big.stat().st_size / 1e6
@@ -467,6 +502,13 @@ def bench_restart(work: Path, rounds: int, megabytes: int, baseline: Path | None
               f"run folder written (preparation done) at {spread(ready[key])} s; CPU time {spread(cpu[key])} s; "
               f"peak RSS {spread(peaks[key])} GB",
               flush=True)
+    for key in prepared:
+        if prepared[key]:
+            print(f"{key} ({size:.0f} MB, corpus and token arrays only, torch already imported): "
+                  f"wall {spread(prepared[key])} s, CPU {spread(prepared_cpu[key])} s", flush=True)
+    if baseline is not None:
+        ratios = [a / b for a, b in zip(prepared["restart preparation"], prepared["baseline restart preparation"])]
+        print(f"restart preparation, this tree / baseline: {spread(ratios)}", flush=True)
     above = [a - b for a, b in zip(times["restart"], times["small restart"])]
     print(f"restart on {size:.0f} MB minus restart on 1 MB (same round), whole process: {spread(above)} s", flush=True)
     if baseline is not None:
@@ -474,7 +516,8 @@ def bench_restart(work: Path, rounds: int, megabytes: int, baseline: Path | None
             for name, figures in (("whole process", times), ("run folder written", ready), ("CPU time", cpu)):
                 ratios = [a / b for a, b in zip(figures[key], figures[f"baseline {key}"])]
                 print(f"{key}, {name}: this tree / baseline {baseline}: {spread(ratios)}", flush=True)
-    return {"seconds": times, "ready_seconds": ready, "cpu_seconds": cpu, "peak_gb": peaks}
+    return {"seconds": times, "ready_seconds": ready, "cpu_seconds": cpu, "peak_gb": peaks,
+            "preparation_seconds": prepared, "preparation_cpu_seconds": prepared_cpu}
 
 
 def main() -> None:
