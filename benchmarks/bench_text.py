@@ -403,7 +403,8 @@ def measured_train(work: Path, corpus: Path, tree: Path = ROOT) -> dict[str, Any
     )
     command = [sys.executable, "-c", measure, sys.executable, "-m", "minigpt_tui", "train", "--preset", "text",
                "--corpus", str(corpus), "--until", "1", "--json"]
-    out = json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
+    # In the tree's folder: Python puts the working folder first on the path, before PYTHONPATH.
+    out = json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True, cwd=tree).stdout)
     if out["rc"] != 0:
         raise SystemExit(f"train --preset text on {corpus} failed: {out['stderr']}")
     result = json.loads(out["stdout"])
@@ -421,8 +422,10 @@ config = RunChoices("text", None, corpus=sys.argv[1]).resolve()
 apply_precision(config.train)
 wall, cpu = time.perf_counter(), time.process_time()
 setup = TrainingSetup.build(config, load_corpus(config.corpus))
+import minigpt_tui
 print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
-                  "identity": setup.corpus.identity, "tokens": setup.token_stream().tokens}))
+                  "identity": setup.corpus.identity, "tokens": setup.token_stream().tokens,
+                  "tree": str(minigpt_tui.__file__)}))
 """
 
 
@@ -431,10 +434,14 @@ def measured_preparation(work: Path, corpus: Path, tree: Path = ROOT) -> dict[st
     the corpus and getting its token arrays (from the cache when it holds them)."""
     cache = "cache" if tree == ROOT else f"cache-{tree.name}"
     env = dict(os.environ, PYTHONPATH=str(tree), MINIGPT_TUI_CACHE_DIR=str(work / cache))
-    done = subprocess.run([sys.executable, "-c", PREPARATION, str(corpus)], env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", PREPARATION, str(corpus)], env=env, capture_output=True, text=True,
+                          cwd=tree)
     if done.returncode != 0:
         raise SystemExit(f"preparation on {corpus} failed: {done.stderr[-400:]}")
-    return json.loads(done.stdout)
+    out = json.loads(done.stdout)
+    if not out["tree"].startswith(str(tree)):
+        raise SystemExit(f"measured {out['tree']}, not the tree {tree}")
+    return out
 
 
 def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
