@@ -15,6 +15,7 @@ import pytest
 from textual.widgets import Button, Input, Static, TabbedContent
 
 from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints, inspect_path, tensor_statistics
+from minigpt_tui.engine.checkpoint.state_groups import StateGroup
 from minigpt_tui.engine.config import load_config
 from minigpt_tui.engine.corpus import load_corpus
 from minigpt_tui.engine.session.resume_preview import ResumePreview
@@ -26,7 +27,7 @@ from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
 from minigpt_tui.widgets.run_tree import RunTree
 from minigpt_tui.widgets.state_view import StateView
 from minigpt_tui.widgets.tensor_detail import TensorDetail
-from minigpt_tui.widgets.tensor_table import TensorTable, middle_truncate
+from minigpt_tui.widgets.tensor_table import TensorTable, left_truncate
 from minigpt_tui.widgets.tokenizer_panel import TokenizerPanel
 from tests.app_support import (
     record_notifications,
@@ -134,15 +135,15 @@ async def test_tensor_entries_sort_and_filter(runs):
         assert screen.query_one("#tensor-filter", Input).value == ""
 
 
-def test_long_names_are_cut_in_the_middle():
+def test_long_names_are_cut_from_the_left_keeping_the_end_that_differs():
     name = "optimizer.state.blocks.0.ffn.down_proj.weight.exp_avg_sq"
-    cut = middle_truncate(name, 28)
-    assert len(cut) == 28 and cut.startswith("optimizer.st") and cut.endswith("weight.exp_avg_sq"[-14:])
-    assert middle_truncate("short", 28) == "short"
+    cut = left_truncate(name, 28)
+    assert len(cut) == 28 and cut.startswith("…") and name.endswith(cut[1:])
+    assert left_truncate("short", 28) == "short"
 
 
 def column_widths(table, keys) -> int:
-    return sum(table.columns[key].get_render_width(table) for key in keys)
+    return sum(table.column_width(key) for key in keys)
 
 
 @run_async
@@ -180,11 +181,11 @@ async def test_below_150_columns_the_runs_panel_steps_aside_so_the_tensor_column
         # At 120 columns, aside, every column shows in full; from 150 the runs stay beside.
         await pilot.resize_terminal(120, 40)
         await settle(pilot)
-        assert column_widths(table, table.columns) <= table.scrollable_content_region.width
+        assert column_widths(table, table.column_keys) <= table.scrollable_content_region.width
         await pilot.resize_terminal(160, 40)
         await settle(pilot)
         assert tree.display and not screen.runs_aside
-        assert column_widths(table, table.columns) <= table.scrollable_content_region.width
+        assert column_widths(table, table.column_keys) <= table.scrollable_content_region.width
         assert " b " not in bar.render().plain
 
 
@@ -316,7 +317,7 @@ async def test_tokenizer_panel_lists_merges_and_splits_typed_text(runs):
         assert panel.tokenizer is not None
         tokenizer = panel.tokenizer
         assert len(tokenizer.merges) == 8
-        assert tokenizer.identity == inspect_path(runs / "tiny-a").state["identities"]["tokenizer"]
+        assert tokenizer.identity == inspect_path(runs / "tiny-a").state.get(StateGroup.IDENTITIES)["tokenizer"]
         merges_table = panel.query_one("#tokenizer-merges")
         assert merges_table.row_count == 8
         field = panel.query_one("#tokenizer-try", Input)

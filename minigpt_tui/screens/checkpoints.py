@@ -21,6 +21,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Header, Input, Tree
 
+from minigpt_tui.engine.session.file_uses import file_uses
 from minigpt_tui.engine.session.run_store import RunListing, RunStore, model_file_of
 from minigpt_tui.messages import Inspected, InspectionFailed
 from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
@@ -68,7 +69,8 @@ class CheckpointsScreen(RunsBesideScreen):
     CheckpointsScreen.-runs-aside #runs { display: none; }
     CheckpointsScreen.-wide.-runs-aside #runs { display: block; }
     CheckpointsScreen #ckpt-main { width: 1fr; height: 1fr; }
-    CheckpointsScreen #ckpt-summary { height: auto; max-height: 4; padding: 0 1; background: $boost; }
+    CheckpointsScreen #ckpt-summary-box { height: auto; max-height: 25%; background: $boost; }
+    CheckpointsScreen #ckpt-summary { height: auto; padding: 0 1; }
     CheckpointsScreen #tensor-filter { display: none; margin: 0 1; }
     CheckpointsScreen.-filtering #tensor-filter { display: block; }
     CheckpointsScreen TabbedContent { height: 1fr; }
@@ -256,9 +258,14 @@ class CheckpointsScreen(RunsBesideScreen):
     def action_generate(self) -> None:
         model_file = self.model_file()
         if model_file is None:
-            what = kind_label(self.opened.inspection.kind) if self.opened else ""
-            self.notify(f"generation needs a minigpt-tui model file or checkpoint; this is {what or 'nothing open'}",
-                        title="generate", severity="warning")
+            if self.opened is None:
+                reason = "nothing is open: choose a run or checkpoint on the left, or open a file with o"
+            else:
+                foreign = file_uses(self.opened.inspection)
+                reason = foreign.why_no_generation if foreign is not None else (
+                    f"generation needs a minigpt-tui model file or checkpoint; this is a "
+                    f"{kind_label(self.opened.inspection.kind)}")
+            self.notify(reason, title="generate", severity="warning")
             return
         self.mini_app.action_show_screen("generation")
         self.mini_app.main_screens["generation"].load_model(str(model_file))

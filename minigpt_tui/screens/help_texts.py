@@ -83,14 +83,18 @@ at the best validation step. *incomplete* marks a folder without a manifest (an 
 
 ## Summary line
 The path opened, what kind of thing it is (checkpoint folder; portable model file; training-state file;
-a safetensors file made by another tool), and per file its size, header size and number of tensors.
+a safetensors file made by another tool; a PyTorch pickle or nanoGPT `ckpt.pt`; a transformers model folder),
+and per file its size, header size and number of tensors; a folder of more than two files (shards) starts with
+their totals and scrolls. A file from another tool says so: browse, statistics and compare work on it, and
+`r` and `p` say why it does not resume or generate here and whether `minigpt-tui convert` makes a model of it.
 
 ## Tensors
 One row per tensor entry in the file headers: **name**; **dtype** (F64, F32, BF16, U64, U32, U8…);
 **shape** ([] is a scalar); **elements** (product of the shape); **bytes** (elements × dtype size);
 **offsets**, the entry's begin–end byte range within the file's data section (after the 8-byte length and the JSON header);
 **group**, what the entry is for (learned, constants, tokenizer; in a training state: optimizer, schedule,
-data_progress, randomness, loss_scaling, accumulation, update_policy, evaluation); **file** (its name without `.safetensors`), when a folder holds two files.
+data_progress, randomness, loss_scaling, accumulation, update_policy, evaluation); **file** (its name without `.safetensors`), when a folder holds two files. A name too long for its
+column keeps its end behind `…` (the layer number and the moment are at the end); Detail shows it whole.
 
 ## Detail
 The chosen tensor's header record, then statistics computed from its bytes: min, max, mean, population standard

@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static, TabbedContent, TabPane, Tabs
 
+from minigpt_tui.engine.checkpoint.state_groups import InspectionState
 from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.run_store import tokenizer_source_of
 from minigpt_tui.widgets.alias_panel import aliases_renderable
@@ -40,7 +41,10 @@ class CheckpointPanels(Vertical):
         self._display: Callable[[Path], str] = str
 
     def compose(self) -> ComposeResult:
-        yield Static(nothing_open(), id="ckpt-summary")
+        # A sharded folder lists every shard: the summary scrolls (with the mouse wheel; it
+        # takes no focus, so the keys stay with the panels) once it is taller than its box.
+        with VerticalScroll(id="ckpt-summary-box", can_focus=False):
+            yield Static(nothing_open(), id="ckpt-summary")
         yield Input(placeholder="filter tensors by name, dtype, group or file", compact=True, id="tensor-filter")
         with TabbedContent(id="panels", initial="tensors"):
             with TabPane("Tensors", id="tensors"):
@@ -91,7 +95,7 @@ class CheckpointPanels(Vertical):
         self.query_one(TensorTable).show_entries(())
         self.query_one(TensorDetail).clear_detail()
         self.query_one("#aliases-text", Static).update(aliases_renderable(()))
-        self.query_one(StateView).show_state({})
+        self.query_one(StateView).show_state(InspectionState())
         self.query_one("#metadata-text", Static).update("")
         self.query_one(IntegrityView).clear_integrity()
         self.query_one(ComparisonView).drop_pending()

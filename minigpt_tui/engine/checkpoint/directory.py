@@ -79,10 +79,16 @@ def checkpoint_name(step: int) -> str:
 # -- manifests ----------------------------------------------------------------------------------
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The parsed manifest of a checkpoint folder; a folder without one is incomplete."""
-    from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
+    path = _manifest_path(Path(folder))
+    data = _manifest_json(path)
+    _check_manifest(path, data)
+    return data
+
+
+def _manifest_path(folder: Path) -> Path:
+    """Where ``folder``'s manifest is, refusing what is not a finished checkpoint folder."""
     from minigpt_tui.engine.files import path_exists, require_regular_file
 
-    folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"not a checkpoint directory: {folder}")
     if _HIDDEN_WORK.match(folder.name) or folder.name.startswith("."):
@@ -93,14 +99,24 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not path_exists(path):
         raise CheckpointError(f"{folder}: incomplete checkpoint: it has no {MANIFEST} (the save did not finish)")
     require_regular_file(path, "a manifest")
+    return path
+
+
+def _manifest_json(path: Path) -> Any:
+    from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
+
     try:
         if path.stat().st_size > _MAX_MANIFEST_BYTES:
             raise CheckpointError(f"{path}: the manifest is larger than {_MAX_MANIFEST_BYTES} bytes: not ours")
-        data = load_json(path.read_bytes().decode("utf-8"), _MANIFEST_DEPTH)
+        return load_json(path.read_bytes().decode("utf-8"), _MANIFEST_DEPTH)
     except (UnicodeDecodeError, JSONRefused):
         raise CheckpointError(f"{path}: the manifest is damaged (not UTF-8 JSON)") from None
     except OSError as err:
         raise CheckpointError(f"cannot read {path}: {err.strerror or err}") from None
+
+
+def _check_manifest(path: Path, data: Any) -> None:
+    """Format, file records, step and optional fields, in that order; the first fault is named."""
     fmt = data.get("format") if isinstance(data, dict) else None
     if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
         raise CheckpointError(f"{path}: not a minigpt-tui checkpoint manifest")
@@ -110,21 +126,25 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not isinstance(files, dict) or not files:
         raise CheckpointError(f"{path}: the manifest lists no files")
     for name, record in files.items():
-        if (
-            not isinstance(record, dict)
-            or not _is_count(record.get("size"))
-            or not isinstance(record.get("sha256"), str)
-            or not _SHA256.match(record["sha256"])
-            or "/" in name
-            or name.startswith(".")
-        ):
+        if not _is_file_record(name, record):
             raise CheckpointError(f"{path}: the manifest record for '{name}' is malformed")
     if not _is_count(data.get("step")):
         raise CheckpointError(f"{path}: the manifest has no valid step")
     for key, valid in _MANIFEST_FIELDS.items():
         if key in data and not valid(data[key]):
             raise CheckpointError(f"{path}: the manifest field '{key}' is malformed ({type(data[key]).__name__})")
-    return data
+
+
+def _is_file_record(name: str, record: Any) -> bool:
+    """A file the manifest lists: a plain name in the folder, its size and SHA-256."""
+    return (
+        isinstance(record, dict)
+        and _is_count(record.get("size"))
+        and isinstance(record.get("sha256"), str)
+        and _SHA256.match(record["sha256"]) is not None
+        and "/" not in name
+        and not name.startswith(".")
+    )
 
 
 # A manifest is a few hundred bytes; the bound keeps a hostile one from costing memory.
