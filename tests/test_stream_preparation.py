@@ -67,7 +67,7 @@ def write_large_text(path, megabytes: int) -> None:
 
 def test_ctrl_c_while_encoding_stops_at_once_with_nothing_written(tmp_path):
     text = tmp_path / "large.txt"
-    write_large_text(text, 24)
+    write_large_text(text, 40)  # encoding lasts long enough for the signal to land in it
     leader, follower = pty.openpty()  # stderr on a terminal: the progress shows what is being done
     process = subprocess.Popen(
         cli_command("train", "--preset", "text", "--corpus", str(text), "--run", "interrupted"),
