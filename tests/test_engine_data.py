@@ -22,11 +22,11 @@ def test_corpus_identity_covers_text_and_split():
     texts = ["one", "two", "three", "four"]
     from minigpt_tui.engine.corpus import Corpus
 
-    a = Corpus(split_records(texts, 4), "x", 4)
-    b = Corpus(split_records(texts, 2), "x", 2)
-    c = Corpus(split_records(["one", "two", "three", "four!"], 4), "x", 4)
+    a = Corpus.of_texts(texts, "x", 4)
+    b = Corpus.of_texts(texts, "x", 2)
+    c = Corpus.of_texts(["one", "two", "three", "four!"], "x", 4)
     assert a.identity != b.identity != c.identity
-    assert a.identity == Corpus(split_records(list(texts), 4), "elsewhere", 4).identity
+    assert a.identity == Corpus.of_texts(list(texts), "elsewhere", 4).identity
 
 
 def test_records_are_lines_or_blank_line_paragraphs(tmp_path):

@@ -39,7 +39,7 @@ from minigpt_tui.engine.distributed import DataParallel, ShardedDocumentOrder, r
 from minigpt_tui.engine.errors import CaptureRefused, ConfigError, CorpusError
 from minigpt_tui.engine.model import DropoutKey, MiniGPT, count_parameters
 from minigpt_tui.engine.tensors import digest_tensors, update_digest
-from minigpt_tui.engine.stream import Progress, TokenStream, TokenWindows
+from minigpt_tui.engine.stream import TRAINING_TOKENIZER, Progress, TokenStream, TokenWindows
 from minigpt_tui.engine.tokenizer import BOS, ByteBPETokenizer
 
 
@@ -183,11 +183,14 @@ class TrainingSetup:
         """Train the tokenizer (unless given); in stream mode also encode the corpus, so
         that every corpus problem is found before anything is written."""
         if tokenizer is None:
-            if progress is not None and config.tokenizer.merges:
-                progress("training the tokenizer", 0, 1)
-            tokenizer = ByteBPETokenizer.train(
-                merge_training_records(corpus.train, config.tokenizer.train_bytes), config.tokenizer.merges
-            )
+            merges = config.tokenizer.merges
+            if progress is not None and merges:
+                progress(TRAINING_TOKENIZER, 0, 1)
+            # Without merges the records are not needed (a restart from the cache never reads them).
+            texts = merge_training_records(corpus.train, config.tokenizer.train_bytes) if merges else []
+            tokenizer = ByteBPETokenizer.train(texts, merges)
+            if progress is not None and merges:
+                progress(TRAINING_TOKENIZER, 1, 1)
         setup = TrainingSetup(config, corpus, tokenizer, progress=progress)
         if config.corpus.mode == "stream":
             setup.token_stream()
@@ -206,6 +209,7 @@ class TrainingSetup:
         """Both splits as token arrays: from the cache when an intact entry exists."""
         if self.stream is None:
             from minigpt_tui.engine.stream import check_stream, encode_records
+            from minigpt_tui.engine.source_index import SourceIndex
             from minigpt_tui.engine.token_cache import cached_stream
 
             corpus, tokenizer, context = self.corpus, self.tokenizer, self.config.model.context
@@ -217,12 +221,13 @@ class TrainingSetup:
                 )
 
             def check(stream: TokenStream) -> None:
-                check_stream(stream, context, corpus.source, has_validation=bool(corpus.validation))
+                check_stream(stream, context, corpus.source, has_validation=corpus.counts.validation_records > 0)
 
-            if self.progress is not None:
-                self.progress("reading the token cache", 0, 1)
-            self.stream = cached_stream(corpus.identity, tokenizer.identity, corpus.source, build, check)
-            check(self.stream)
+            stream = cached_stream(corpus.identity, tokenizer.identity, corpus.source, build, check,
+                                   progress=self.progress)
+            check(stream)
+            SourceIndex.at().remember(corpus)  # the next run on these bytes skips reading the records
+            self.stream = stream
         return self.stream
 
 

@@ -61,6 +61,7 @@ from minigpt_tui.engine.errors import CheckpointError, ResumeRefused
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.distributed import DataParallel
+    from minigpt_tui.engine.stream import Progress
     from minigpt_tui.engine.trainer import Trainer
 
 MANIFEST = "manifest.json"
@@ -613,13 +614,15 @@ def restore_trainer(
     parallel: "DataParallel | None" = None,
     allow_world_size_change: bool = False,
     device: str | None = None,
+    progress: "Progress | None" = None,
 ) -> "Trainer":
     """A trainer whose next update is bitwise the one the saved run would have done.
 
     ``parallel``: this process's rank among several (each rank restores its own streams);
     a world size other than the saved one is refused unless ``allow_world_size_change``.
     ``device``: run on this device instead of the saved config's (a changed device kind is
-    an environment change).
+    an environment change). ``progress`` hears about encoding and cache writing (stream
+    mode, when the token cache lacks the corpus).
 
     Refuses (ResumeRefused), before building anything mutable, a changed corpus,
     tokenizer, config or model identity, and in exact precision a changed environment
@@ -629,7 +632,7 @@ def restore_trainer(
     """
     try:
         return _restore_trainer(checkpoint_dir, allow_environment_change, corpus_path_override, policy_overrides,
-                                parallel, allow_world_size_change, device)
+                                parallel, allow_world_size_change, device, progress)
     except _MALFORMED as err:
         raise CheckpointError(f"{checkpoint_dir}: malformed checkpoint ({type(err).__name__}: {err})") from None
 
@@ -642,6 +645,7 @@ def _restore_trainer(
     parallel: "DataParallel | None" = None,
     allow_world_size_change: bool = False,
     device: str | None = None,
+    progress: "Progress | None" = None,
 ) -> "Trainer":
     import torch
 
@@ -680,7 +684,7 @@ def _restore_trainer(
             f"the corpus changed since saving ({config.corpus.source}: identity {corpus.identity[:12]}…, "
             f"saved {str(state.identities.get('corpus'))[:12]}…)"
         )
-    setup = TrainingSetup(config, corpus, loaded.model_file.tokenizer)
+    setup = TrainingSetup(config, corpus, loaded.model_file.tokenizer, progress=progress)
     trainer = Trainer(setup, parallel=parallel)
     loaded.model_file.copy_into(trainer.model)
     apply_training_state(trainer, state)  # each rank takes its own streams (state_parts.RanksPart)
