@@ -17,6 +17,7 @@ from textual import on, work
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Tree
+from textual.worker import get_current_worker
 
 from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.run_store import CheckpointListing, RunListing, RunStore
@@ -96,6 +97,10 @@ class RunTree(Tree[TreeTarget]):
         except OSError as err:
             self.app.call_from_thread(self._notify, f"cannot read the runs directory {runs_dir}: {err.strerror or err}",
                                       "runs")
+            return
+        # A newer scan started meanwhile (exclusive cancels this one, but a thread runs on):
+        # its listing must win, or a run deleted in between would come back.
+        if get_current_worker().is_cancelled:
             return
         self.post_message(RunsScanned(listings, select))
 
