@@ -17,6 +17,8 @@ Sections (each prints ratios with their spread over interleaved, warmed-up round
   here on the same tokens (the whole validation split, tiled) from their saved weights.
 - ``memory``: peak resident memory of ``train --preset text`` on a generated 100 MB text
   against the size of its token array, and the start time of a second run (cache hit).
+- ``restart``: whole-process ``train --preset text --until 1`` on a generated 100 MB text,
+  first run and cache hit, against a cache hit on a 1 MB text, interleaved rounds.
 
 The texts are built at run time from text files already on this machine (documentation
 and licences shipped with installed Python packages); nothing is downloaded or committed.
@@ -27,6 +29,7 @@ and licences shipped with installed Python packages); nothing is downloaded or c
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py merges [--merges 256] [--rounds 9]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py text [--steps 2000] [--rounds 1] [--threads 2] [--together]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py memory
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_text.py restart [--rounds 5] [--baseline OTHER-CHECKOUT]
 """
 
 from __future__ import annotations
@@ -513,32 +516,84 @@ def bench_text(work: Path, rounds: int, steps: int, threads: int = 2, together: 
 
 
 # -- memory -----------------------------------------------------------------------------------
-def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
-    corpus = work / "big.txt"
+def write_big_text(path: Path, megabytes: int) -> Path:
+    """A text of about ``megabytes`` MB: the generated English block, repeated."""
     block = english_text(4_000_000)
-    with corpus.open("w", encoding="utf-8") as out:
+    with path.open("w", encoding="utf-8") as out:
         written = 0
         while written < megabytes * 1_000_000:
             out.write(block)
             out.write("\n")
             written += len(block) + 1
-    env = dict(os.environ, PYTHONPATH=str(ROOT), MINIGPT_TUI_RUNS_DIR=str(work / "runs"),
-               MINIGPT_TUI_CACHE_DIR=str(work / "cache"))
+    return path
+
+
+def measured_train(work: Path, corpus: Path, tree: Path = ROOT) -> dict[str, Any]:
+    """``train --preset text --corpus CORPUS --until 1 --json`` as a whole process: its wall
+    time (start to exit, so to the end of update 1 plus the final save), the time until its
+    run folder was written (preparation done: corpus, tokens, model and optimizer ready, the
+    step-0 evaluation next), its CPU time (user + system, all threads: less sensitive than
+    wall time to other work on a shared machine), peak RSS and result. ``tree``: the source tree to run (another
+    checkout of the project as a baseline; each tree has its own cache)."""
+    cache = "cache" if tree == ROOT else f"cache-{tree.name}"
+    env = dict(os.environ, PYTHONPATH=str(tree), MINIGPT_TUI_RUNS_DIR=str(work / "runs"),
+               MINIGPT_TUI_CACHE_DIR=str(work / cache))
     measure = (
-        "import resource, subprocess, sys, time, json; start = time.perf_counter(); "
+        "import resource, subprocess, sys, time, json; wall = time.time(); start = time.perf_counter(); "
         "done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024; "
+        "use = resource.getrusage(resource.RUSAGE_CHILDREN); peak = use.ru_maxrss * 1024; "
         "print(json.dumps({'rc': done.returncode, 'peak': peak, 'seconds': time.perf_counter() - start, "
-        "'stdout': done.stdout, 'stderr': done.stderr[-400:]}))"
+        "'cpu': use.ru_utime + use.ru_stime, 'wall': wall, 'stdout': done.stdout, 'stderr': done.stderr[-400:]}))"
     )
+    command = [sys.executable, "-c", measure, sys.executable, "-m", "minigpt_tui", "train", "--preset", "text",
+               "--corpus", str(corpus), "--until", "1", "--json"]
+    # In the tree's folder: Python puts the working folder first on the path, before PYTHONPATH.
+    out = json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True, cwd=tree).stdout)
+    if out["rc"] != 0:
+        raise SystemExit(f"train --preset text on {corpus} failed: {out['stderr']}")
+    result = json.loads(out["stdout"])
+    ready = (Path(result["run_dir"]) / "identities.json").stat().st_mtime - out["wall"]
+    return {"peak": out["peak"], "seconds": out["seconds"], "cpu": out["cpu"], "ready": ready, "result": result}
+
+
+PREPARATION = """
+import json, sys, time
+import torch
+from minigpt_tui.engine.corpus import load_corpus
+from minigpt_tui.engine.session.inputs import RunChoices
+from minigpt_tui.engine.trainer import TrainingSetup, apply_precision
+config = RunChoices("text", None, corpus=sys.argv[1]).resolve()
+apply_precision(config.train)
+wall, cpu = time.perf_counter(), time.process_time()
+setup = TrainingSetup.build(config, load_corpus(config.corpus))
+import minigpt_tui
+print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
+                  "identity": setup.corpus.identity, "tokens": setup.token_stream().tokens,
+                  "tree": str(minigpt_tui.__file__)}))
+"""
+
+
+def measured_preparation(work: Path, corpus: Path, tree: Path = ROOT) -> dict[str, Any]:
+    """The corpus-dependent start-up alone, in a process that has imported torch: reading
+    the corpus and getting its token arrays (from the cache when it holds them)."""
+    cache = "cache" if tree == ROOT else f"cache-{tree.name}"
+    env = dict(os.environ, PYTHONPATH=str(tree), MINIGPT_TUI_CACHE_DIR=str(work / cache))
+    done = subprocess.run([sys.executable, "-c", PREPARATION, str(corpus)], env=env, capture_output=True, text=True,
+                          cwd=tree)
+    if done.returncode != 0:
+        raise SystemExit(f"preparation on {corpus} failed: {done.stderr[-400:]}")
+    out = json.loads(done.stdout)
+    if not out["tree"].startswith(str(tree)):
+        raise SystemExit(f"measured {out['tree']}, not the tree {tree}")
+    return out
+
+
+def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
+    corpus = write_big_text(work / "big.txt", megabytes)
     rows = []
     for label in ("first run (encodes, writes the cache)", "second run (cache hit)"):
-        command = [sys.executable, "-c", measure, sys.executable, "-m", "minigpt_tui", "train", "--preset", "text",
-                   "--corpus", str(corpus), "--until", "1", "--json"]
-        out = json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
-        if out["rc"] != 0:
-            raise SystemExit(f"memory run failed: {out['stderr']}")
-        result = json.loads(out["stdout"])
+        out = measured_train(work, corpus)
+        result = out["result"]
         tokens = result["data"]["train_tokens"] + result["data"]["validation_tokens"]
         array = tokens * 2
         rows.append({"label": label, "peak_bytes": out["peak"], "array_bytes": array, "seconds": out["seconds"]})
@@ -548,17 +603,87 @@ def bench_memory(work: Path, megabytes: int) -> dict[str, object]:
     return {"rows": rows}
 
 
+# -- restart ----------------------------------------------------------------------------------
+def bench_restart(work: Path, rounds: int, megabytes: int, baseline: Path | None) -> dict[str, object]:
+    """Whole-process ``train --preset text --until 1`` on a generated large text: the first
+    run (reads, splits, encodes, writes the cache) and the restart that finds it in the
+    cache, against the same restart on a 1 MB text (the start-up that does not depend on
+    the text's size: Python, torch, model, the step-0 evaluation, update 1, the save), and
+    with ``baseline`` the same first run and restart from another checkout of the project.
+    Interleaved rounds, each with emptied caches."""
+    import shutil
+
+    big = write_big_text(work / "big.txt", megabytes)
+    small = write_big_text(work / "small.txt", 1)
+    measured_train(work, small)  # warm-up: the page cache holds Python, torch and both texts
+    plan: list[tuple[str, Path, Path]] = [("first", big, ROOT), ("restart", big, ROOT), ("small restart", small, ROOT)]
+    if baseline is not None:
+        plan += [("baseline first", big, baseline), ("baseline restart", big, baseline)]
+    keys = [key for key, _, _ in plan]
+    times: dict[str, list[float]] = {key: [] for key in keys}
+    ready: dict[str, list[float]] = {key: [] for key in keys}
+    cpu: dict[str, list[float]] = {key: [] for key in keys}
+    peaks: dict[str, list[float]] = {key: [] for key in keys}
+    prepared: dict[str, list[float]] = {"restart preparation": [], "baseline restart preparation": []}
+    prepared_cpu: dict[str, list[float]] = {key: [] for key in prepared}
+    for r in range(rounds):
+        for folder in work.glob("cache*"):
+            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(work / "runs", ignore_errors=True)
+        for key, corpus, tree in plan:
+            if key == "small restart":
+                measured_train(work, small)  # its own first run: fill the cache
+            out = measured_train(work, corpus, tree)
+            times[key].append(out["seconds"])
+            ready[key].append(out["ready"])
+            cpu[key].append(out["cpu"])
+            peaks[key].append(out["peak"] / 1e9)
+        # The corpus-dependent part alone, both trees alternating, their caches now full.
+        for _ in range(3):
+            for key, tree in [("restart preparation", ROOT)] + ([("baseline restart preparation", baseline)]
+                                                                if baseline is not None else []):
+                out = measured_preparation(work, big, tree)
+                prepared[key].append(out["wall"])
+                prepared_cpu[key].append(out["cpu"])
+        print(f"restart round {r + 1}: " + ", ".join(
+            f"{key} {times[key][-1]:.2f} s (ready at {ready[key][-1]:.2f} s)" for key in keys), flush=True)
+    size = big.stat().st_size / 1e6
+    for key in keys:
+        print(f"restart {size:.0f} MB text, {key}: whole process to the end of update 1 {spread(times[key])} s; "
+              f"run folder written (preparation done) at {spread(ready[key])} s; CPU time {spread(cpu[key])} s; "
+              f"peak RSS {spread(peaks[key])} GB",
+              flush=True)
+    for key in prepared:
+        if prepared[key]:
+            print(f"{key} ({size:.0f} MB, corpus and token arrays only, torch already imported): "
+                  f"wall {spread(prepared[key])} s, CPU {spread(prepared_cpu[key])} s", flush=True)
+    if baseline is not None:
+        ratios = [a / b for a, b in zip(prepared["restart preparation"], prepared["baseline restart preparation"])]
+        print(f"restart preparation, this tree / baseline: {spread(ratios)}", flush=True)
+    above = [a - b for a, b in zip(times["restart"], times["small restart"])]
+    print(f"restart on {size:.0f} MB minus restart on 1 MB (same round), whole process: {spread(above)} s", flush=True)
+    if baseline is not None:
+        for key in ("first", "restart"):
+            for name, figures in (("whole process", times), ("run folder written", ready), ("CPU time", cpu)):
+                ratios = [a / b for a, b in zip(figures[key], figures[f"baseline {key}"])]
+                print(f"{key}, {name}: this tree / baseline {baseline}: {spread(ratios)}", flush=True)
+    return {"seconds": times, "ready_seconds": ready, "cpu_seconds": cpu, "peak_gb": peaks,
+            "preparation_seconds": prepared, "preparation_cpu_seconds": prepared_cpu}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", nargs="?", default="all", choices=["all", "update", "encode", "merges", "text", "memory"])
+    parser.add_argument("section", nargs="?", default="all",
+                        choices=["all", "update", "encode", "merges", "text", "memory", "restart"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--updates", type=int, default=20, help="updates per round (update)")
-    parser.add_argument("--megabytes", type=int, default=0, help="text size (encode: 20, memory: 100)")
+    parser.add_argument("--megabytes", type=int, default=0, help="text size (encode: 20, memory and restart: 100)")
     parser.add_argument("--merges", type=int, default=256, help="merges (encode, merges)")
     parser.add_argument("--steps", type=int, default=2000, help="updates (text)")
     parser.add_argument("--threads", type=int, default=2, help="text: threads of each side (the preset's 2)")
     parser.add_argument("--together", action="store_true", help="text: start both sides at once in each round")
     parser.add_argument("--small-only", action="store_true", help="update: only width 128 / 4 layers / context 64")
+    parser.add_argument("--baseline", type=Path, help="restart: another checkout of the project to compare with")
     args = parser.parse_args()
     run_all = args.section == "all"
     with tempfile.TemporaryDirectory(prefix="bench-text-") as folder:
@@ -577,6 +702,8 @@ def main() -> None:
             bench_text(work, 1 if run_all else args.rounds, args.steps, args.threads, args.together)
         if run_all or args.section == "memory":
             bench_memory(work, args.megabytes or 100)
+        if run_all or args.section == "restart":
+            bench_restart(work, args.rounds, args.megabytes or 100, args.baseline)
 
 
 if __name__ == "__main__":

@@ -63,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         from minigpt_tui.engine.printable import escape_controls
 
         line = f"minigpt-tui: error: {escape_controls(err)}"
-        print(line, file=sys.stderr)
+        # One write: ranks of a process group share stderr, and print's separate write of the
+        # newline let two ranks' lines run together.
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
         _tell_launcher(line)
         return 1
     except KeyboardInterrupt:

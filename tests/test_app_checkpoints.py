@@ -9,12 +9,14 @@ import json
 import re
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from textual.widgets import Button, Input, Static, TabbedContent
 
 from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints, inspect_path, tensor_statistics
+from minigpt_tui.engine.checkpoint.state_groups import StateGroup
 from minigpt_tui.engine.config import load_config
 from minigpt_tui.engine.corpus import load_corpus
 from minigpt_tui.engine.session.resume_preview import ResumePreview
@@ -26,7 +28,7 @@ from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
 from minigpt_tui.widgets.run_tree import RunTree
 from minigpt_tui.widgets.state_view import StateView
 from minigpt_tui.widgets.tensor_detail import TensorDetail
-from minigpt_tui.widgets.tensor_table import TensorTable, middle_truncate
+from minigpt_tui.widgets.tensor_table import TensorTable, left_truncate
 from minigpt_tui.widgets.tokenizer_panel import TokenizerPanel
 from tests.app_support import (
     record_notifications,
@@ -41,6 +43,14 @@ from tests.app_support import (
 )
 
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
+
+
+async def _until(pilot, condition, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait for what a key or click leads to, however busy the machine."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not reached: screen {pilot.app.screen!r}, focus {pilot.app.focused!r}"
+        await pilot.pause(0.02)
 
 
 
@@ -134,15 +144,15 @@ async def test_tensor_entries_sort_and_filter(runs):
         assert screen.query_one("#tensor-filter", Input).value == ""
 
 
-def test_long_names_are_cut_in_the_middle():
+def test_long_names_are_cut_from_the_left_keeping_the_end_that_differs():
     name = "optimizer.state.blocks.0.ffn.down_proj.weight.exp_avg_sq"
-    cut = middle_truncate(name, 28)
-    assert len(cut) == 28 and cut.startswith("optimizer.st") and cut.endswith("weight.exp_avg_sq"[-14:])
-    assert middle_truncate("short", 28) == "short"
+    cut = left_truncate(name, 28)
+    assert len(cut) == 28 and cut.startswith("…") and name.endswith(cut[1:])
+    assert left_truncate("short", 28) == "short"
 
 
 def column_widths(table, keys) -> int:
-    return sum(table.columns[key].get_render_width(table) for key in keys)
+    return sum(table.column_width(key) for key in keys)
 
 
 @run_async
@@ -180,11 +190,11 @@ async def test_below_150_columns_the_runs_panel_steps_aside_so_the_tensor_column
         # At 120 columns, aside, every column shows in full; from 150 the runs stay beside.
         await pilot.resize_terminal(120, 40)
         await settle(pilot)
-        assert column_widths(table, table.columns) <= table.scrollable_content_region.width
+        assert column_widths(table, table.column_keys) <= table.scrollable_content_region.width
         await pilot.resize_terminal(160, 40)
         await settle(pilot)
         assert tree.display and not screen.runs_aside
-        assert column_widths(table, table.columns) <= table.scrollable_content_region.width
+        assert column_widths(table, table.column_keys) <= table.scrollable_content_region.width
         assert " b " not in bar.render().plain
 
 
@@ -316,7 +326,7 @@ async def test_tokenizer_panel_lists_merges_and_splits_typed_text(runs):
         assert panel.tokenizer is not None
         tokenizer = panel.tokenizer
         assert len(tokenizer.merges) == 8
-        assert tokenizer.identity == inspect_path(runs / "tiny-a").state["identities"]["tokenizer"]
+        assert tokenizer.identity == inspect_path(runs / "tiny-a").state.get(StateGroup.IDENTITIES)["tokenizer"]
         merges_table = panel.query_one("#tokenizer-merges")
         assert merges_table.row_count == 8
         field = panel.query_one("#tokenizer-try", Input)
@@ -445,19 +455,19 @@ async def test_delete_a_run_only_after_confirmation(runs):
         tree = screen.query_one(RunTree)
         tree.focus()
         await pilot.press("d")
-        await pilot.pause()
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmDeleteScreen))  # a loaded machine is slow
         dialog = app.screen
-        assert isinstance(dialog, ConfirmDeleteScreen)
         assert any("kB on disk" in str(label.render()) for label in dialog.query("Label"))
         await pilot.press("escape")  # keep
+        await _until(pilot, lambda: app.screen is screen)
         await settle(pilot)
         assert (runs / "tiny-a").is_dir()
         await pilot.press("d")
-        await pilot.pause()
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmDeleteScreen))
         await pilot.click("#delete")
+        await _until(pilot, lambda: [listing.name for listing in tree.listings] == ["tiny-empty"])
         await settle(pilot)
         assert not (runs / "tiny-a").exists() and (runs / "tiny-empty").is_dir()
-        assert [listing.name for listing in tree.listings] == ["tiny-empty"]
         assert screen.opened is None
 
 
@@ -513,7 +523,11 @@ async def test_compare_with_another_checkpoint(runs):
         prompt = app.screen
         assert isinstance(prompt, PathPromptScreen)
         assert [label for label, _ in prompt.choices] == ["tiny-a  step 2"]
-        assert prompt.query_one("#path-prompt-choices").has_focus  # arrows and enter choose
+        # The field has the keyboard (typed text goes there); down moves to the choices.
+        assert prompt.query_one("#path-prompt-input").has_focus
+        await pilot.press("down")
+        await pilot.pause()
+        assert prompt.query_one("#path-prompt-choices").has_focus
         await pilot.press("enter")
         await settle(pilot)
         expected = compare_checkpoints(runs / "tiny-a" / "checkpoints" / "step-000004",

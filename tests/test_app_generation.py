@@ -14,6 +14,7 @@ import pytest
 from textual.widgets import Input, Select, Static
 
 from minigpt_tui.engine.checkpoint.portable import load_portable_model
+from minigpt_tui.engine.errors import GenerationError
 from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
 from minigpt_tui.engine.tokenizer import BOS
 from minigpt_tui.engine.session.generation import parse_settings
@@ -354,7 +355,8 @@ async def test_invalid_values_and_models_are_notified_and_change_nothing(runs):
         good = chosen_ids(screen)
         files = runs.parent / "files"
         cases = [
-            # (the bad value, who refuses it: loading the model, the form, or the engine's rule)
+            # (the bad value, who refuses it: loading the model, the form (a malformed number or
+            # one the rule refuses), or the start (a prompt that leaves no room in the context))
             ({"model": str(files / "garbage.safetensors")}, "load failed"),
             ({"model": str(files / "foreign.safetensors")}, "load failed"),
             ({"model": str(runs / "nowhere")}, "load failed"),
@@ -362,8 +364,10 @@ async def test_invalid_values_and_models_are_notified_and_change_nothing(runs):
             ({"model": "tiny-empty:latest"}, "load failed"),
             ({"budget": "many"}, "invalid value"),
             ({"rule": "sample", "temperature": "hot"}, "invalid value"),
-            ({"rule": "sample", "top_p": "2"}, "start failed"),
-            ({"rule": "sample", "temperature": "0"}, "start failed"),
+            ({"rule": "sample", "top_p": "2"}, "invalid value"),
+            ({"rule": "sample", "temperature": "0"}, "invalid value"),
+            ({"rule": "sample", "top_k": "0"}, "invalid value"),
+            ({"budget": "0"}, "invalid value"),
             ({"prompt": "a long prompt that cannot fit"}, "start failed"),  # context 8
         ]
         titles: list[str] = []
@@ -420,9 +424,11 @@ def test_the_form_parses_numbers_and_ignores_sampling_fields_under_greedy():
     assert parse_settings("hi", "greedy", "junk", "junk", "junk", "junk", "") == parse_settings(
         "hi", "greedy", "", "", "", "", "24")
     sample = parse_settings("hi", "sample", "0.5", "3", "0.9", "1_000", "10")
-    assert (sample.temperature, sample.top_k, sample.top_p, sample.seed, sample.budget) == (0.5, 3, 0.9, 1000, 10)
+    assert sample.rule == GenerationRule.sample(0.5, top_k=3, top_p=0.9, seed=1000, max_new_tokens=10)
     blank = parse_settings("", "sample", "", "", "", "", "")
-    assert (blank.top_k, blank.top_p) == (None, None)
+    assert blank.rule == GenerationRule.sample()
+    with pytest.raises(GenerationError, match="temperature must be a finite number above 0"):
+        parse_settings("hi", "sample", "0", "", "", "", "")
 
 
 

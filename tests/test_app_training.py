@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from minigpt_tui.screens.help import HelpScreen
 from minigpt_tui.screens.new_run import NewRunScreen
 from minigpt_tui.screens.overlay import OverlayScreen
 from minigpt_tui.screens.training import TrainingScreen
-from minigpt_tui.widgets.loss_plot import LossPlot, bucket_means
+from minigpt_tui.widgets.loss_plot import LossPlot, bucket_means, whole_ticks
 from minigpt_tui.widgets.loss_table import BEST_MARK, EXTRA_MARK, LossTable
 from tests.app_support import run_async
 
@@ -217,16 +218,24 @@ async def test_a_run_paused_saved_quit_relaunched_and_resumed_equals_one_never_p
     assert_matches_reference(run_dir, digest)
 
 
+UNSAVED_RUN = {"train": {"steps": 100_000, "eval_every": 0, "save_every": 0}}  # never saves by itself
+
+
+async def quit_during_a_run(pilot, app: MiniGPTApp) -> TrainingScreen:  # type: ignore[no-untyped-def]
+    """Start a run that saves nothing by itself, let it make 5 updates, then press q."""
+    screen = training(app)
+    await key(pilot, "space")
+    await wait_until(pilot, lambda: screen.run.step >= 5)
+    await key(pilot, "q")
+    await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
+    return screen
+
+
 @run_async
 async def test_quit_asks_while_a_run_has_unsaved_updates(tmp_path):
-    overrides = {"train": {"steps": 100_000, "eval_every": 0, "save_every": 0}}
-    app = make_app(tmp_path / "runs", overrides)
+    app = make_app(tmp_path / "runs", UNSAVED_RUN)
     async with app.run_test(size=SIZE) as pilot:
-        screen = training(app)
-        await key(pilot, "space")
-        await wait_until(pilot, lambda: screen.run.step >= 5)
-        await key(pilot, "q")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
+        screen = await quit_during_a_run(pilot, app)
         await press_button(pilot, "#stay")
         await pilot.pause()
         assert app.screen is screen and screen.run.state == "running"
@@ -240,15 +249,30 @@ async def test_quit_asks_while_a_run_has_unsaved_updates(tmp_path):
 
 
 @run_async
-async def test_save_and_quit_saves_the_last_update(tmp_path):
-    overrides = {"train": {"steps": 100_000, "eval_every": 0, "save_every": 0}}
-    app = make_app(tmp_path / "runs", overrides)
+async def test_the_quit_dialog_counts_the_updates_made_while_it_is_open(tmp_path):
+    app = make_app(tmp_path / "runs", UNSAVED_RUN)
     async with app.run_test(size=SIZE) as pilot:
-        screen = training(app)
-        await key(pilot, "space")
-        await wait_until(pilot, lambda: screen.run.step >= 5)
-        await key(pilot, "q")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
+        screen = await quit_during_a_run(pilot, app)
+        dialog = app.screen
+        asked_at = dialog.unsaved_updates
+
+        def shown() -> str:
+            return str(dialog.query_one("#unsaved").render())
+
+        assert f"{asked_at} unsaved update" in shown()
+        # Training goes on behind the dialog; the count it shows follows the run's.
+        await wait_until(pilot, lambda: dialog.unsaved_updates >= asked_at + 20)
+        assert f"{dialog.unsaved_updates} unsaved updates" in shown()
+        await wait_until(pilot, lambda: abs(screen.unsaved_updates - dialog.unsaved_updates) <= 20)
+        await press_button(pilot, "#discard")
+        await wait_until(pilot, lambda: app.return_code is not None)
+
+
+@run_async
+async def test_save_and_quit_saves_the_last_update(tmp_path):
+    app = make_app(tmp_path / "runs", UNSAVED_RUN)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await quit_during_a_run(pilot, app)
         await press_button(pilot, "#save")
         await wait_until(pilot, lambda: app.return_code is not None)
         step, run_dir = screen.run.step, screen.run.run_dir
@@ -384,7 +408,9 @@ async def test_keys_switch_screens_and_the_palette_lists_each_screen(tmp_path):
         await pilot.press("g")
         await pilot.pause()
         assert type(app.screen).__name__ == "GenerationScreen"
-        await pilot.press("t")
+        # Nothing loaded: the model field has the keyboard; escape leaves it for the screen's keys.
+        assert app.screen.focused is app.screen.query_one("#model")
+        await pilot.press("escape", "t")
         await pilot.pause()
         assert isinstance(app.screen, TrainingScreen)
         titles = [command.title for command in app.get_system_commands(app.screen)]
@@ -519,6 +545,62 @@ def test_plot_buckets_keep_the_last_step_exact():
     shown = bucket_means(points, 100)
     assert len(shown) <= 100 and shown[-1][0] == 1000
     assert bucket_means(points[:10], 100) == points[:10]
+
+
+def test_whole_ticks_are_round_whole_numbers_within_the_range():
+    assert whole_ticks(1, 251, 6) == [50, 100, 150, 200, 250]
+    assert whole_ticks(1, 300, 4) == [100, 200, 300]
+    assert whole_ticks(47, 53, 6) == [48, 50, 52]
+    assert whole_ticks(1, 7, 2) == [1, 7]  # no round step fits twice: the ends
+    assert whole_ticks(5, 5, 4) == [5]
+
+
+@pytest.mark.parametrize("last_step", [3, 251, 4001])
+@run_async
+async def test_plot_x_labels_are_whole_update_counts(last_step):
+    class PlotApp(App):
+        def compose(self) -> ComposeResult:
+            yield LossPlot(max_redraws_per_second=1000.0)
+
+    app = PlotApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        plot = app.query_one(LossPlot)
+        for step in range(1, last_step + 1):
+            plot.add_update(step, 5.0 - step / last_step)
+        plot.add_evaluation(last_step, 4.0, 4.1)
+        plot.redraw()
+        await pilot.pause()
+        lines = [line.rstrip() for line in str(plot.render()).splitlines()]
+        axis = next(i for i, line in enumerate(lines) if "└" in line)
+        labels = lines[axis + 1].split()
+        assert len(labels) >= 2
+        assert all(re.fullmatch(r"\d+", label) for label in labels), labels
+        assert 1 <= int(labels[0]) and int(labels[-1]) <= last_step
+
+
+@run_async
+async def test_a_plot_drawn_while_hidden_gets_the_labels_of_its_width_when_shown():
+    """While the table is shown the plot has no width; its last draw then has two labels, and
+    showing it must redraw for its real width (it showed 0 and 500 for 600 updates)."""
+    class PlotApp(App):
+        def compose(self) -> ComposeResult:
+            yield LossPlot(max_redraws_per_second=1000.0)
+
+    app = PlotApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        plot = app.query_one(LossPlot)
+        plot.display = False
+        await pilot.pause()
+        for step in range(1, 601):
+            plot.add_update(step, 5.0 - step / 600)
+        plot.add_evaluation(600, 4.0, 4.1)
+        plot.redraw()
+        plot.display = True
+        await pilot.pause()
+        await pilot.pause()
+        lines = [line.rstrip() for line in str(plot.render()).splitlines()]
+        axis = next(i for i, line in enumerate(lines) if "└" in line)
+        assert lines[axis + 1].split() == ["100", "200", "300", "400", "500", "600"]
 
 
 def test_the_app_modules_never_import_torch_and_the_first_frame_does_not_wait_for_it(tmp_path):

@@ -22,11 +22,11 @@ def test_corpus_identity_covers_text_and_split():
     texts = ["one", "two", "three", "four"]
     from minigpt_tui.engine.corpus import Corpus
 
-    a = Corpus(split_records(texts, 4), "x", 4)
-    b = Corpus(split_records(texts, 2), "x", 2)
-    c = Corpus(split_records(["one", "two", "three", "four!"], 4), "x", 4)
+    a = Corpus.of_texts(texts, "x", 4)
+    b = Corpus.of_texts(texts, "x", 2)
+    c = Corpus.of_texts(["one", "two", "three", "four!"], "x", 4)
     assert a.identity != b.identity != c.identity
-    assert a.identity == Corpus(split_records(list(texts), 4), "elsewhere", 4).identity
+    assert a.identity == Corpus.of_texts(list(texts), "elsewhere", 4).identity
 
 
 def test_records_are_lines_or_blank_line_paragraphs(tmp_path):
@@ -144,6 +144,36 @@ def test_config_overrides_are_validated_with_named_settings(tmp_path):
         load_config("mini", bad)
     with pytest.raises(ConfigError, match="unknown preset"):
         load_config("huge")
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[train]\nrecompute = 1", "train.recompute must be true or false, got 1"),
+        ("[train]\nsteps = true", "train.steps must be an integer, got True"),
+        ("[train]\nsteps = 2.0", "train.steps must be an integer, got 2.0"),
+        ("[train]\nlr = false", "train.lr must be a number, got False"),
+        ("[model]\nfamily = 3", "model.family must be a string, got 3"),
+        ("[train]\nbetas = [0.9]", "train.betas must be a list of two numbers, got [0.9]"),
+        ("[train]\nbetas = [0.9, 'x']", "train.betas must be a number, got 'x'"),
+        ("[train]\ndocument_order = 3", "train.document_order must be a list of integers, got 3"),
+        ("[train]\ndocument_order = [0, 1.5]", "train.document_order must be an integer, got 1.5"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_named_with_the_type_it_needs(tmp_path, toml, message):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(toml + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny", bad)
+    assert str(err.value) == message
+
+
+def test_settings_read_as_their_declared_types(tmp_path):
+    user = tmp_path / "user.toml"
+    user.write_text("[train]\nlr = 1\nbetas = [0, 0.5]\nrecompute = true\n")
+    train = load_config("tiny", user).train
+    assert (train.lr, train.betas, train.recompute) == (1.0, (0.0, 0.5), True)
+    assert type(train.lr) is float and all(type(b) is float for b in train.betas)
 
 
 def test_one_seed_derives_four_distinct_u64_streams():

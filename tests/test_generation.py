@@ -183,6 +183,35 @@ def test_invalid_rules_are_refused_with_one_line(values, message):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"kind": "beam", "temperature": 0.0}, "unknown rule 'beam' (choose greedy or sample)"),
+        ({"temperature": True}, "temperature must be a number, got True"),
+        ({"temperature": float("nan"), "top_k": 0}, "temperature must be a finite number above 0, got nan"),
+        ({"top_k": 2.0}, "top-k must be an integer of at least 1, got 2.0"),
+        ({"top_k": False}, "top-k must be an integer of at least 1, got False"),
+        ({"top_p": float("nan"), "max_new_tokens": 0}, "top-p must be in (0, 1], got nan"),
+        ({"max_new_tokens": True}, "the new-token budget must be at least 1, got True"),
+        ({"seed": 2**64}, f"the sampling seed must be an unsigned 64-bit integer, got {2**64}"),
+        ({"forbidden_ids": (5, -1, EOS)}, "forbidden id -1 is not a token id"),
+        ({"forbidden_ids": ("7",)}, "forbidden id '7' is not a token id"),
+        ({"forbidden_ids": [9, EOS]}, "EOS (id 1) cannot be forbidden: it is how a continuation ends"),
+    ],
+)
+def test_a_rule_reports_its_first_problem_in_declared_order(values, message):
+    with pytest.raises(GenerationError) as err:
+        GenerationRule(**values)
+    assert str(err.value) == message
+
+
+def test_a_rule_keeps_forbidden_ids_sorted_once_and_round_trips_through_json():
+    rule = GenerationRule.sample(0.5, top_k=3, seed=2**64 - 1, forbidden_ids=[9, 4, 9])
+    assert rule.forbidden_ids == (4, 9)
+    assert GenerationRule.from_json(json.loads(json.dumps(rule.to_json()))) == rule
+    assert rule.label == "sample t=0.5 k=3 seed=18446744073709551615"
+
+
 # -- the stepper on a model with known logits ---------------------------------------------
 def test_bos_is_never_chosen_even_with_the_highest_logit():
     model = constant_logits_model({BOS: 50.0, byte_id("x"): 10.0, byte_id("y"): 9.0})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from minigpt_tui.engine.errors import GenerationError
+from minigpt_tui.engine.generation_rule import GenerationRule
 from minigpt_tui.engine.session.generation import NO_MODEL, GenerationSession, GenerationSettings
 from minigpt_tui.engine.session.operations import Operation, OperationQueue, failure_reason
 
@@ -56,7 +57,7 @@ def test_prepare_loads_a_new_spec_and_restarts_only_when_settings_change(tmp_pat
     assert queue.prepare("", greedy) is None  # an empty model field keeps the model
     reset = queue.prepare("run:latest", greedy, force_reset=True)
     assert reset is not None and reset.what == "start"
-    sample = GenerationSettings("hi", "sample", seed=7)
+    sample = GenerationSettings("hi", GenerationRule.sample(seed=7))
     start = queue.prepare("run:latest", sample)
     assert start is not None and start.what == "start" and queue.settings_applied == sample
 

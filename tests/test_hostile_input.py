@@ -36,6 +36,7 @@ from minigpt_tui.engine.checkpoint.portable import (
     semantic_settings,
 )
 from minigpt_tui.engine.checkpoint.safetensors_io import InvalidSafetensors, load_file, read_header
+from minigpt_tui.engine.checkpoint.state_groups import StateGroup
 from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE
 from minigpt_tui.engine.config import ModelConfig, load_config
 from minigpt_tui.engine.corpus import load_corpus
@@ -325,9 +326,9 @@ def test_pickle_walks_are_bounded_and_say_what_was_cut(tmp_path):
     deep_view = inspect_path(tmp_path / "deep.pt")
     assert time.perf_counter() - start < 10
     assert len(shared_view.entries) == 1  # the one tensor, once
-    records = shared_view.state["records"]
+    records = shared_view.state.get(StateGroup.RECORDS)
     assert any("the same object as" in str(v) for v in records.values())
-    cut = deep_view.state["records"]["(not shown)"]
+    cut = deep_view.state.get(StateGroup.RECORDS)["(not shown)"]
     assert any(f"deeper than {WALK_DEPTH}" in note for note in cut)
     assert snapshot(tmp_path) == before
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from conftest import cli_command, cli_env
 from minigpt_tui.engine.checkpoint.inspect import inspect_path
+from minigpt_tui.engine.checkpoint.state_groups import StateGroup
 from minigpt_tui.engine.errors import CheckpointError
 from minigpt_tui.engine.interop import inspect_foreign
 from minigpt_tui.engine.interop.foreign import pickle_imports
@@ -66,15 +67,15 @@ def test_nanogpt_checkpoint_shows_tensors_aliases_and_records(tmp_path):
     assert (wte.dtype, wte.shape, wte.elements, wte.bytes, wte.group) == ("F32", (11, 4), 44, 176, "model")
     assert [(a["name"], a["target"], a["transform"]) for a in inspection.aliases] == [
         ("model.lm_head.weight", "model.transformer.wte.weight", "none")]
-    assert inspection.state["training"] == {"iter_num": 250, "best_val_loss": 1.8125}
-    assert inspection.state["model_args"]["block_size"] == 8
-    assert inspection.state["config"]["dataset"] == "shakespeare_char"
-    optimizer = inspection.state["optimizer"]
+    assert inspection.state.get(StateGroup.TRAINING) == {"iter_num": 250, "best_val_loss": 1.8125}
+    assert inspection.state.get(StateGroup.MODEL_ARGS)["block_size"] == 8
+    assert inspection.state.get(StateGroup.CONFIG)["dataset"] == "shakespeare_char"
+    optimizer = inspection.state.get(StateGroup.OPTIMIZER)
     assert optimizer["group 0"]["lr"] == 6e-4 and optimizer["group 0"]["betas"] == [0.9, 0.95]
     assert optimizer["state_per_parameter"] == ["exp_avg", "exp_avg_sq", "step"]
     # The state dict names the tied table twice; it is stored once and counted once.
-    assert inspection.state["parameters"]["F32"]["tensors"] == len(model.state_dict()) - 1
-    assert inspection.state["parameters"]["F32"]["scalars"] == sum(p.numel() for p in model.parameters())
+    assert inspection.state.get(StateGroup.PARAMETERS)["F32"]["tensors"] == len(model.state_dict()) - 1
+    assert inspection.state.get(StateGroup.PARAMETERS)["F32"]["scalars"] == sum(p.numel() for p in model.parameters())
     assert inspection.entry("best_val_loss").group == "training"
     json.dumps(inspection.to_json())
 
@@ -93,10 +94,10 @@ def test_plain_state_dict_with_shared_storage(tmp_path):
     assert set(aliases) == {"decoder.weight", "row"}
     assert aliases["decoder.weight"]["target"] == "encoder.weight" and aliases["decoder.weight"]["transform"] == "none"
     assert aliases["row"]["transform"] == "view" and aliases["row"]["storage_offset"] == 4
-    totals = inspection.state["parameters"]
+    totals = inspection.state.get(StateGroup.PARAMETERS)
     assert totals["F64"]["tensors"] == 2 and totals["F64"]["scalars"] == 12 + 4  # decoder.weight counted once
-    assert totals["F32"]["scalars"] == 1 and inspection.state["scalar_tensors"] == {"scale": 0.5}
-    assert inspection.state["records"] == {"epoch": 3}
+    assert totals["F32"]["scalars"] == 1 and inspection.state.get(StateGroup.SCALAR_TENSORS) == {"scale": 0.5}
+    assert inspection.state.get(StateGroup.RECORDS) == {"epoch": 3}
     assert totals["I64"]["scalars"] == 4 and totals["BF16"]["bytes"] == 8
     assert inspection.metadata["container"] == "torch-zip"
 
@@ -191,7 +192,7 @@ def test_routine_values_beside_tensors_open_and_show_as_records(tmp_path, kind):
     torch.save({"model": {"w": torch.arange(4.0)}, **_known_safe_values()[kind]}, path)
     inspection = inspect_path(path)
     assert [row.name for row in inspection.entries] == ["model.w"]
-    records = json.loads(json.dumps(inspection.state))  # JSON-ready
+    records = json.loads(json.dumps(inspection.state.to_json()))  # JSON-ready
     text = json.dumps(records)
     expected = {"numpy scalar": ["1.8125", "250"], "argparse.Namespace": ["shakespeare_char", "0.0006"],
                 "pathlib path": ["/tmp/out", "data/train.bin"]}[kind]

@@ -25,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LM
 from conftest import cli_command, cli_env
 from minigpt_tui.engine.checkpoint.inspect import inspect_path
 from minigpt_tui.engine.checkpoint.portable import PortableModel, load_portable_model, save_portable_model
+from minigpt_tui.engine.checkpoint.state_groups import StateGroup
 from minigpt_tui.engine.config import load_config
 from minigpt_tui.engine.corpus import load_corpus
 from minigpt_tui.engine.errors import CheckpointError, TokenizerError
@@ -219,6 +220,58 @@ def test_tokenizer_with_two_merges_of_the_same_bytes_is_refused(tmp_path):
     assert "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dup.safetensors", "runs"] or \
         sorted(p.name for p in tmp_path.iterdir()) == ["dup.safetensors"]
+
+
+def _two_merge_document() -> dict:
+    a, b, c = (ord(ch) + 2 for ch in "abc")
+    return hf_tokenizer.tokenizer_json(ByteBPETokenizer(((a, b), (258, c))))
+
+
+def _edited(edit) -> dict:
+    doc = _two_merge_document()
+    edit(doc, doc["model"])
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d, m: d.pop("model"), "not a tokenizer.json document (no model section)"),
+        (lambda d, m: m.update(type="WordPiece"), "WordPiece tokenizers are not supported; only byte-level BPE"),
+        (lambda d, m: m.update(byte_fallback=True),
+         "SentencePiece-style BPE (byte_fallback) is not supported; only byte-level BPE"),
+        (lambda d, m: d.update(pre_tokenizer=None),
+         "unsupported tokenizer: no ByteLevel pre-tokenizer; only whole-text ByteLevel BPE is supported"),
+        (lambda d, m: d.update(normalizer={"type": "NFC"}), "unsupported tokenizer: it normalizes text before encoding"),
+        (lambda d, m: m.update(dropout=0.1), "unsupported tokenizer: BPE dropout is set"),
+        (lambda d, m: m.update(ignore_merges=True), "unsupported tokenizer: BPE ignore_merges is set"),
+        (lambda d, m: m.update(vocab=[]), "the BPE model has no vocab map or merges list"),
+        (lambda d, m: m["vocab"].update(ab=2.5), "vocabulary id 2.5 is not a distinct integer"),
+        (lambda d, m: d.update(added_tokens=[]), "id 0 is not a special token; this layout needs BOS at 0"),
+        (lambda d, m: d["added_tokens"].append({"id": 300, "special": True}),
+         "unsupported tokenizer: extra added token at id 300"),
+        (lambda d, m: m["vocab"].update({"Ā": 3, "ā": 2}),
+         "unsupported vocabulary layout: id 2 is not byte 0 (bytes must hold ids 2..257 in byte order)"),
+        (lambda d, m: m.update(merges=[["a"], ["ab", "c"]]), "merge 0 is not a pair of strings"),
+        (lambda d, m: m.update(merges=["a b", "ab zz"]), "merge 1 names a string that is not in the vocabulary"),
+        (lambda d, m: m.update(merges=[["ab", "c"], ["a", "b"]]),
+         "unsupported vocabulary layout: merge 0 produces id 259, not 258 (merges must take ids 258, 259, ... in "
+         "rank order)"),
+        (lambda d, m: m["vocab"].update(extra=260),
+         "unsupported vocabulary layout: 261 entries for 2 special ids, 256 bytes and 2 merges"),
+    ],
+)
+def test_a_tokenizer_document_outside_our_layout_is_refused_naming_the_first_fault(edit, message):
+    with pytest.raises(TokenizerError) as err:
+        hf_tokenizer.tokenizer_from_json(_edited(edit), "t.json")
+    assert str(err.value) == f"t.json: {message}"
+
+
+def test_our_tokenizer_document_reads_back_with_either_merge_spelling():
+    doc = _two_merge_document()
+    assert hf_tokenizer.tokenizer_from_json(doc, "t.json").merges == ((99, 100), (258, 101))
+    doc["model"]["merges"] = ["a b", "ab c"]
+    assert hf_tokenizer.tokenizer_from_json(doc, "t.json").merges == ((99, 100), (258, 101))
 
 
 def test_export_refuses_a_gpt2_with_grouped_kv_heads_and_writes_nothing(tmp_path):
@@ -421,11 +474,11 @@ def test_inspect_a_sharded_transformers_folder(saved_by_transformers):
         assert len({e.file for e in inspection.entries}) == len(list(folder.glob("model-*.safetensors"))) > 1
         names = {e.name for e in inspection.entries}
         assert names == {n for n, _ in saved["llama"].named_parameters()}  # the tied head is not stored
-        totals = inspection.state["parameters"]
+        totals = inspection.state.get(StateGroup.PARAMETERS)
         assert totals["F64"]["scalars"] == sum(p.numel() for p in saved["llama"].parameters())
         assert totals["F64"]["tensors"] == len(names)
-        assert inspection.state["config"]["num_key_value_heads"] == 2
-        assert inspection.state["model"]["architecture"] == "LlamaForCausalLM"
+        assert inspection.state.get(StateGroup.CONFIG)["num_key_value_heads"] == 2
+        assert inspection.state.get(StateGroup.MODEL)["architecture"] == "LlamaForCausalLM"
         assert inspection.integrity.ok is True
         assert [(a["name"], a["target"]) for a in inspection.aliases] == [("lm_head.weight", "model.embed_tokens.weight")]
     json.dumps(inspection.to_json())
@@ -441,8 +494,8 @@ def test_inspect_shows_save_model_dropped_aliases(saved_by_transformers):
     assert {alias["name"], alias["target"]} == {"lm_head.weight", "transformer.wte.weight"}
     assert alias["target"] in {e.name for e in inspection.entries}
     assert alias["name"] not in {e.name for e in inspection.entries}
-    assert inspection.state["model"]["convertible"] is True
-    assert inspection.state["tokenizer"]["model"] == "BPE"
+    assert inspection.state.get(StateGroup.MODEL)["convertible"] is True
+    assert inspection.state.get(StateGroup.TOKENIZER)["model"] == "BPE"
 
 
 def test_inspect_reports_an_index_that_disagrees_with_its_shards(saved_by_transformers, tmp_path):
@@ -457,6 +510,16 @@ def test_inspect_reports_an_index_that_disagrees_with_its_shards(saved_by_transf
     with pytest.raises(CheckpointError, match="model.ghost.weight"):
         convert_hf(folder, tmp_path / "out.safetensors")
     assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_an_index_whose_metadata_is_not_an_object_is_read_for_its_weight_map(saved_by_transformers, tmp_path):
+    folder = _variant(saved_by_transformers["root"] / "llama", tmp_path / "odd-metadata")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["metadata"] = ["not", "an", "object"]
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    inspection = inspect_path(folder)
+    assert inspection.integrity.ok is True
+    assert inspection.state.get(StateGroup.INDEX)["metadata"] == ["not", "an", "object"]
 
 
 def test_export_run_best_of_a_trained_run(tmp_path):

@@ -16,6 +16,8 @@ from minigpt_tui.engine.session.events import (
     Command,
     EvaluationDone,
     Finished,
+    Preparing,
+    PreparingReports,
     RunSummary,
     Saved,
     UpdateDone,
@@ -105,11 +107,68 @@ def test_a_resume_continues_in_the_run_folder_only_when_it_is_a_run(tmp_path):
 def test_a_new_run_announces_its_summary_and_writes_its_identities(tmp_path):
     events: list = []
     TrainingSession(NewRun(load_config("tiny"), tmp_path / "runs", "named", until=1), events.append).run()
-    summary = events[0]
+    preparing = [e for e in events if isinstance(e, Preparing)]
+    assert events[: len(preparing)] == preparing  # preparation is reported before the summary
+    summary = events[len(preparing)]
     assert isinstance(summary, RunSummary) and summary.run_name == "named" and summary.start_step == 0
     identities = json.loads((tmp_path / "runs" / "named" / "identities.json").read_text())
     assert identities["tokenizer"]["identity"] == summary.tokenizer_identity
     assert identities["corpus"]["identity"] == summary.corpus_identity
+
+
+def test_a_stream_run_reports_its_preparation_in_order_before_the_summary(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"paragraph {i} of a small text to encode\n\n" for i in range(300)), "utf-8")
+    config = load_config("mini", overrides={"corpus": {"mode": "stream", "source": str(text)}})
+    events: list = []
+    TrainingSession(NewRun(config, tmp_path / "runs", "first", until=1), events.append).run()
+    first = [e for e in events if isinstance(e, Preparing)]
+    labels = list(dict.fromkeys(e.label for e in first))
+    assert labels == ["training the tokenizer", "reading the token cache", "encoding train",
+                      "encoding validation", "writing the token cache"]
+    assert all(0 <= e.done <= e.total for e in first)
+    for label in labels:  # each step reaches its end, never going back
+        done = [e.done for e in first if e.label == label]
+        assert done == sorted(done) and done[-1] == [e.total for e in first if e.label == label][-1]
+    assert isinstance(events[len(first)], RunSummary)
+    events.clear()
+    TrainingSession(NewRun(config, tmp_path / "runs", "second", until=1), events.append).run()
+    assert [e.label for e in events if isinstance(e, Preparing)] == [
+        "training the tokenizer", "training the tokenizer", "reading the token cache", "reading the token cache"]
+
+
+def test_a_stop_sent_while_preparing_ends_the_session_with_nothing_written(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"paragraph {i} of a small text to encode\n\n" for i in range(300)), "utf-8")
+    config = load_config("mini", overrides={"corpus": {"mode": "stream", "source": str(text)}})
+    events: list = []
+
+    def sink(event) -> None:
+        events.append(event)
+        if isinstance(event, Preparing) and event.label == "encoding train":
+            session.send(Command.STOP)  # as the app does when the user stops or quits
+
+    session = TrainingSession(NewRun(config, tmp_path / "runs", "stopped"), sink)
+    finished = session.run()
+    assert finished.reason == "stopped" and finished.step == 0 and events[-1] == finished
+    assert not any(isinstance(e, (RunSummary, UpdateDone)) for e in events)
+    assert not (tmp_path / "runs").exists()
+    cache = tmp_path / "token-cache"
+    assert not cache.exists() or list(cache.iterdir()) == []
+
+
+def test_preparing_reports_are_throttled_but_keep_each_start_and_end():
+    now = [0.0]
+    seen: list = []
+    report = PreparingReports(seen.append, per_second=10, clock=lambda: now[0])
+    for done in range(0, 101):
+        report("encoding train", done, 100)
+        now[0] += 0.01  # 100 reports a second
+    report("writing the token cache", 0, 3)
+    done = [e.done for e in seen[:-1]]
+    assert done[0] == 0 and done[-1] == 100 and 10 <= len(done) <= 12  # about 10 a second out of 100
+    assert all(later - earlier >= 9 for earlier, later in zip(done[:-2], done[1:-1]))
+    assert seen[-1] == Preparing("writing the token cache", 0, 3)
 
 
 def test_a_refused_start_leaves_nothing_on_disk(tmp_path):

@@ -29,11 +29,15 @@ def _jsonable(value: Any) -> Any:
 
 
 class StopFlag:
-    """Set by Ctrl+C or SIGTERM; the loop finishes the current update, then stops."""
+    """Set by Ctrl+C or SIGTERM; the loop finishes the current update, then stops. While
+    ``preparing`` (before the first update, when nothing is written yet) the signal
+    interrupts at once instead: the cache is written temp-then-rename and the run folder
+    comes last, so nothing is left half-written."""
 
     def __init__(self) -> None:
         self.requested = False
         self.signal_name = ""
+        self.preparing = False
 
     def __bool__(self) -> bool:
         return self.requested
@@ -44,7 +48,7 @@ def graceful_stop() -> Iterator[StopFlag]:
     flag = StopFlag()
 
     def handler(signum: int, _frame: Any) -> None:
-        if flag.requested:  # a second signal: the user insists
+        if flag.requested or flag.preparing:  # a second signal: the user insists
             raise KeyboardInterrupt
         flag.requested = True
         flag.signal_name = signal.Signals(signum).name

@@ -121,7 +121,8 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
 
     with graceful_stop() as stop, _progress(show_progress) as progress:
         recorder = RunRecorder(progress.advance)
-        sink = _announcing(recorder, progress, plan.until)
+        stop.preparing = True  # Ctrl+C before the first update interrupts at once, nothing written
+        sink = _announcing(recorder, progress, plan.until, stop)
         session = TrainingSession(plan, sink, stop_requested=lambda: bool(stop))
         finished = session.run()
     if session.write_failure is not None:  # the run stopped at that boundary and saved what it could
@@ -169,13 +170,17 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
     return result
 
 
-def _announcing(recorder: RunRecorder, progress: "_progress", until: int | None) -> Any:
-    """The recorder, with the progress bar (to ``until`` or the schedule's end) started once
-    the run's first step is known."""
-    from minigpt_tui.engine.session.events import RunStarted
+def _announcing(recorder: RunRecorder, progress: "_progress", until: int | None, stop: Any) -> Any:
+    """The recorder, with the preparation's progress shown while it lasts, and the progress
+    bar (to ``until`` or the schedule's end) started once the run's first step is known."""
+    from minigpt_tui.engine.session.events import Preparing, RunStarted
 
     def sink(event: Any) -> None:
+        if isinstance(event, Preparing):
+            progress.preparing(event.label, event.done, event.total)
+            return
         if isinstance(event, RunStarted):
+            stop.preparing = False  # from now on Ctrl+C finishes the current update, then stops
             progress.begin(event.step, until if until is not None else event.steps)
         recorder(event)
 
@@ -183,25 +188,51 @@ def _announcing(recorder: RunRecorder, progress: "_progress", until: int | None)
 
 
 class _progress:
-    """A rich progress bar with ETA on a terminal; silent otherwise."""
+    """Rich progress bars on a terminal (preparation steps, then training with ETA); silent
+    otherwise. ``console``: where to draw (default: stderr)."""
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
+    def __init__(self, enabled: bool, console: Any = None) -> None:
+        if console is None and enabled and sys.stderr.isatty():
+            from rich.console import Console
+
+            console = Console(stderr=True)
+        self.console = console
+        self.enabled = enabled and console is not None and console.is_terminal
         self.bar: Any = None
         self.task: Any = None
+        self.preparation: Any = None
+        self.steps: dict[str, Any] = {}  # preparation label -> its task
 
     def __enter__(self) -> "_progress":
         return self
 
-    def begin(self, start: int, total: int) -> None:
+    def preparing(self, label: str, done: int, total: int) -> None:
         if not self.enabled:
             return
-        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        if self.preparation is None:
+            self.preparation = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                        TimeElapsedColumn(), console=self.console, transient=True)
+            self.preparation.__enter__()
+        if label not in self.steps:
+            self.steps[label] = self.preparation.add_task(label, total=max(total, 1))
+        self.preparation.update(self.steps[label], completed=done, total=max(total, 1))
+
+    def _end_preparation(self, *exc: object) -> None:
+        if self.preparation is not None:
+            self.preparation.__exit__(*(exc or (None, None, None)))
+            self.preparation = None
+
+    def begin(self, start: int, total: int) -> None:
+        self._end_preparation()
+        if not self.enabled:
+            return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(),
-                            console=Console(stderr=True))
+                            console=self.console)
         self.bar.__enter__()
         self.task = self.bar.add_task("train", total=total, completed=start, loss="-")
 
@@ -210,6 +241,7 @@ class _progress:
             self.bar.update(self.task, completed=step, loss=f"{loss:.4f}")
 
     def __exit__(self, *exc: object) -> None:
+        self._end_preparation(*exc)
         if self.bar is not None:
             self.bar.__exit__(*exc)
 

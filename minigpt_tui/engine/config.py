@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -231,33 +232,56 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
 
 
+def _as_bool(where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    return value
+
+
+def _as_int(where: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where} must be an integer, got {value!r}")
+    return value
+
+
+def _as_float(where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where} must be a number, got {value!r}")
+    return float(value)
+
+
+def _as_str(where: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string, got {value!r}")
+    return value
+
+
+def _as_float_pair(where: str, value: Any) -> tuple[float, ...]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ConfigError(f"{where} must be a list of two numbers, got {value!r}")
+    return tuple(_as_float(where, v) for v in value)
+
+
+def _as_ints(where: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where} must be a list of integers, got {value!r}")
+    return tuple(_as_int(where, v) for v in value)
+
+
+# A setting's declared type, as its annotation spells it -> the check that reads a TOML value
+# as that type: a scalar by its name, a tuple by the start of its annotation.
+_SCALARS: dict[str, Callable[[str, Any], Any]] = {"bool": _as_bool, "int": _as_int, "float": _as_float, "str": _as_str}
+_TUPLES: tuple[tuple[str, Callable[[str, Any], Any]], ...] = (("tuple[float", _as_float_pair), ("tuple[int", _as_ints))
+
+
 def _coerce(section: str, name: str, kind: Any, value: Any) -> Any:
     where = f"{section}.{name}"
-    text = str(kind)
-    if kind is bool or text == "bool":
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return value
-    if kind is int or text == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
-        return value
-    if kind is float or text == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where} must be a number, got {value!r}")
-        return float(value)
-    if kind is str or text == "str":
-        if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
-        return value
-    if "tuple[float" in text:
-        if not isinstance(value, (list, tuple)) or len(value) != 2:
-            raise ConfigError(f"{where} must be a list of two numbers, got {value!r}")
-        return tuple(_coerce(section, name, float, v) for v in value)
-    if "tuple[int" in text:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} must be a list of integers, got {value!r}")
-        return tuple(_coerce(section, name, int, v) for v in value)
+    text = kind.__name__ if isinstance(kind, type) else str(kind)
+    if text in _SCALARS:
+        return _SCALARS[text](where, value)
+    for start, coerce in _TUPLES:
+        if start in text:
+            return coerce(where, value)
     raise ConfigError(f"{where}: unsupported setting type")  # pragma: no cover
 
 

@@ -1,9 +1,19 @@
-"""Corpus records, their deterministic train/validation split, and the corpus identity."""
+"""Corpus records, their deterministic train/validation split, and the corpus identity.
+
+A file or folder corpus in stream mode is first looked up in the source index
+(:mod:`minigpt_tui.engine.source_index`) by the SHA-256 of its bytes: when an intact index
+entry exists, the corpus's identity and record counts are known without decoding or
+splitting anything, and the records are read only if something asks for them (a records-mode
+trainer, merge training). A restart on a large text that the token cache already holds
+therefore costs one hash of the file, not one Python object per record.
+"""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -13,6 +23,8 @@ from minigpt_tui.engine.errors import CorpusError
 
 TRAIN = "train"
 VALIDATION = "validation"
+IDENTITY_SCHEME = b"minigpt-tui-corpus-v1\0"
+IDENTITY_CHUNK = 65_536  # records hashed per joined update: bounds the bytes held at once
 
 
 @dataclass(frozen=True)
@@ -23,44 +35,106 @@ class Record:
 
 
 @dataclass(frozen=True)
-class Corpus:
-    records: tuple[Record, ...]
-    source: str
+class CorpusCounts:
+    """What the rest of the product needs to know about a corpus without its records."""
+
+    identity: str
+    records: int
+    train_records: int
+    validation_records: int
+
+
+@dataclass(frozen=True)
+class SourceFingerprint:
+    """The SHA-256 of a file or folder corpus's bytes (each file length-prefixed, in
+    reading order) and the split rule applied to it: together they decide every record."""
+
+    digest: str
+    size: int
     val_every: int
 
-    @property
+
+@dataclass(frozen=True, eq=False)
+class Corpus:
+    """A corpus's records in source order, split by ``val_every``. The records come from
+    ``read`` on first use; ``known`` (from the source index) answers identity and counts
+    without them; ``fingerprint`` is set for file and folder corpora."""
+
+    source: str
+    val_every: int
+    read: Callable[[], list[str]] = field(repr=False)
+    known: CorpusCounts | None = None
+    fingerprint: SourceFingerprint | None = None
+
+    @staticmethod
+    def of_texts(texts: Sequence[str], source: str, val_every: int) -> Corpus:
+        held = list(texts)
+        return Corpus(source, val_every, lambda: held)
+
+    @cached_property
+    def texts(self) -> list[str]:
+        return self.read()
+
+    @cached_property
+    def records(self) -> tuple[Record, ...]:
+        return split_records(self.texts, self.val_every)
+
+    @cached_property
     def train(self) -> list[str]:
-        return [r.text for r in self.records if r.split == TRAIN]
+        kept = list(self.texts)
+        if self.val_every:
+            del kept[self.val_every - 1 :: self.val_every]
+        return kept
+
+    @cached_property
+    def validation(self) -> list[str]:
+        return self.texts[self.val_every - 1 :: self.val_every] if self.val_every else []
+
+    @cached_property  # every checkpoint save and load asks
+    def counts(self) -> CorpusCounts:
+        if self.known is not None:
+            return self.known
+        validation = len(self.texts) // self.val_every if self.val_every else 0
+        return CorpusCounts(corpus_identity(self.texts, self.val_every), len(self.texts),
+                            len(self.texts) - validation, validation)
 
     @property
-    def validation(self) -> list[str]:
-        return [r.text for r in self.records if r.split == VALIDATION]
-
-    @cached_property  # the records never change: every checkpoint save and load asks
     def identity(self) -> str:
-        """SHA-256 over each record's split and exact UTF-8 bytes, in order, length-prefixed."""
-        digest = hashlib.sha256(b"minigpt-tui-corpus-v1\0")
-        for record in self.records:
-            data = record.text.encode("utf-8")
-            digest.update(record.split.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
-        return digest.hexdigest()
+        return self.counts.identity
+
+    @property
+    def from_index(self) -> bool:
+        return self.known is not None
 
     def summary(self) -> dict[str, object]:
+        counts = self.counts
         return {
             "source": self.source,
-            "records": len(self.records),
-            "train_records": len(self.train),
-            "validation_records": len(self.validation),
+            "records": counts.records,
+            "train_records": counts.train_records,
+            "validation_records": counts.validation_records,
             "split_rule": (
                 f"record i (1-based) is validation when i % {self.val_every} == 0"
                 if self.val_every
                 else "no validation split"
             ),
-            "identity": self.identity,
+            "identity": counts.identity,
         }
 
 
-def split_records(texts: list[str], val_every: int) -> tuple[Record, ...]:
+def corpus_identity(texts: Sequence[str], val_every: int) -> str:
+    """SHA-256 over each record's split and exact UTF-8 bytes, in order, length-prefixed."""
+    digest = hashlib.sha256(IDENTITY_SCHEME)
+    tags = (TRAIN.encode() + b"\0", VALIDATION.encode() + b"\0")
+    for start in range(0, len(texts), IDENTITY_CHUNK):
+        parts: list[bytes] = []
+        for number, data in enumerate(map(str.encode, texts[start : start + IDENTITY_CHUNK]), start + 1):
+            parts += (tags[bool(val_every) and number % val_every == 0], len(data).to_bytes(8, "little"), data)
+        digest.update(b"".join(parts))
+    return digest.hexdigest()
+
+
+def split_records(texts: Sequence[str], val_every: int) -> tuple[Record, ...]:
     return tuple(
         Record(text, VALIDATION if val_every and (i + 1) % val_every == 0 else TRAIN, i)
         for i, text in enumerate(texts)
@@ -97,43 +171,112 @@ def _has_inner_blank(lines: list[str]) -> bool:
     return False
 
 
-def _read_text(path: Path) -> str:
+def _read_bytes(path: Path) -> bytes:
     from minigpt_tui.engine.files import require_regular_file
 
     require_regular_file(path, "a corpus file")  # a FIFO or /dev/zero would never end
     try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise CorpusError(f"corpus file {path} is not UTF-8 text (byte {err.start})") from None
+        return path.read_bytes()
     except OSError as err:
         raise CorpusError(f"cannot read corpus file {path}: {err.strerror or err}") from None
 
 
-def load_corpus(config: CorpusConfig) -> Corpus:
+def _decode(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CorpusError(f"corpus file {path} is not UTF-8 text (byte {err.start})") from None
+
+
+def _source_files(source: str) -> list[Path]:
+    """The files a path corpus reads, in order (a folder: its visible files by name)."""
+    from minigpt_tui.engine.files import path_exists, require_file_or_folder
+
+    path = Path(source).expanduser()
+    if not path_exists(path):
+        raise CorpusError(f"corpus not found: {path}")
+    require_file_or_folder(path, "a corpus file or folder")
+    if not path.is_dir():
+        return [path]
+    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise CorpusError(f"corpus folder {path} has no text files")
+    return files
+
+
+def source_fingerprint(contents: Sequence[bytes], val_every: int) -> SourceFingerprint:
+    digest = hashlib.sha256(b"minigpt-tui-source-v1\0")
+    for data in contents:
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)  # hashlib releases the GIL on large buffers
+    return SourceFingerprint(digest.hexdigest(), sum(map(len, contents)), val_every)
+
+
+def _records_of(files: Sequence[Path], contents: Sequence[bytes]) -> list[str]:
+    return [t for path, data in zip(files, contents) for t in parse_records(_decode(path, data))]
+
+
+def _checked(corpus: Corpus) -> Corpus:
+    if not corpus.texts:
+        raise CorpusError(f"corpus {corpus.source} has no records")
+    if not corpus.train:
+        raise CorpusError(f"corpus {corpus.source} has no training records")
+    return corpus
+
+
+def load_corpus(config: CorpusConfig, cache_dir: str | Path | None = None) -> Corpus:
+    """The corpus ``config`` names, checked. In stream mode a file or folder corpus whose
+    bytes the source index knows is returned without reading its records."""
     source = config.source
     if source.startswith("bundled:"):
         name = source.removeprefix("bundled:")
         asset = resources.files("minigpt_tui").joinpath(f"assets/corpus/{name}")
         if not asset.is_file():
             raise CorpusError(f"no bundled corpus named '{name}'")
-        texts = parse_records(asset.read_text("utf-8"))
-    else:
-        from minigpt_tui.engine.files import path_exists, require_file_or_folder
+        return _checked(Corpus.of_texts(parse_records(asset.read_text("utf-8")), source, config.val_every))
+    files = _source_files(source)
+    contents = [_read_bytes(path) for path in files]
+    fingerprint = None
+    if config.mode == "stream":  # records mode reads every record anyway: no index
+        from minigpt_tui.engine.source_index import SourceIndex
 
-        path = Path(source).expanduser()
-        if not path_exists(path):
-            raise CorpusError(f"corpus not found: {path}")
-        require_file_or_folder(path, "a corpus file or folder")
-        if path.is_dir():
-            files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-            if not files:
-                raise CorpusError(f"corpus folder {path} has no text files")
-            texts = [t for f in files for t in parse_records(_read_text(f))]
-        else:
-            texts = parse_records(_read_text(path))
-    if not texts:
-        raise CorpusError(f"corpus {source} has no records")
-    records = split_records(texts, config.val_every)
-    if not any(r.split == TRAIN for r in records):
-        raise CorpusError(f"corpus {source} has no training records")
-    return Corpus(records, source, config.val_every)
+        fingerprint = source_fingerprint(contents, config.val_every)
+        known = SourceIndex.at(cache_dir).lookup(fingerprint)
+        if known is not None:
+            del contents  # the records are read again only if something asks for them
+
+            def read_again() -> list[str]:
+                again = [_read_bytes(path) for path in files]
+                if source_fingerprint(again, config.val_every) != fingerprint:
+                    raise CorpusError(f"corpus {source} changed while it was in use; start again")
+                return _records_of(files, again)
+
+            return Corpus(source, config.val_every, read_again, known, fingerprint)
+    texts = _records_of(files, contents)
+    del contents
+    return _checked(Corpus(source, config.val_every, lambda: texts, fingerprint=fingerprint))
+
+
+class CorpusLoading:
+    """:func:`load_corpus` on a background thread, so reading and hashing a large file
+    overlap other start-up work (hashlib and file reads release the GIL). :meth:`result`
+    waits and returns the corpus or raises its error. The thread is a daemon: Ctrl+C in
+    the meantime never waits for it, and it writes nothing."""
+
+    def __init__(self, config: CorpusConfig) -> None:
+        self._outcome: list[Corpus | BaseException] = []
+        self._thread = threading.Thread(target=self._load, args=(config,), name="corpus-loading", daemon=True)
+        self._thread.start()
+
+    def _load(self, config: CorpusConfig) -> None:
+        try:
+            self._outcome.append(load_corpus(config))
+        except BaseException as err:  # handed to the caller of result()
+            self._outcome.append(err)
+
+    def result(self) -> Corpus:
+        self._thread.join()
+        outcome = self._outcome[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome

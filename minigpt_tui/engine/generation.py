@@ -10,6 +10,8 @@ API (the Generation screen and the ``generate``/``probes``/``infer`` commands us
 ``GenerationRule(kind="greedy"|"sample", temperature=1.0, top_k=None, top_p=None,
 seed=31415, max_new_tokens=24, forbidden_ids=())``
     A frozen, validated rule. Bad values raise :class:`GenerationError` with one line.
+    It lives in ``engine.generation_rule`` (no torch), so the session layer and the app's
+    form build the same record; this module re-exports it.
 
 ``DecisionStepper(model, tokenizer, prompt, rule, *, use_kv_cache=False, attention=False,
 top_n=10, model_identity=None, model_path=None)``
@@ -73,96 +75,15 @@ import torch
 from torch import Tensor
 
 from minigpt_tui.engine.errors import GenerationError
+from minigpt_tui.engine.generation_rule import GenerationRule  # defined torch-free; callers import it from here too
 from minigpt_tui.engine.model import KVCache, MiniGPT
 from minigpt_tui.engine.tokenizer import BOS, EOS, ByteBPETokenizer
 
-RULE_KINDS = ("greedy", "sample")
 STOP_REASONS = ("eos", "budget", "context")
-DEFAULT_SEED = 31415
-DEFAULT_BUDGET = 24
 TRACE_FORMAT = "minigpt-tui-generation-trace"
 PROBES_FORMAT = "minigpt-tui-probes"
 PROBE_RESULTS_FORMAT = "minigpt-tui-probe-results"
 FORMAT_VERSION = 1
-U64_MAX = 2**64 - 1
-
-
-# -- the rule ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class GenerationRule:
-    """How the next id is chosen from a logit vector, and how many ids may be generated."""
-
-    kind: str = "greedy"
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int = DEFAULT_SEED
-    max_new_tokens: int = DEFAULT_BUDGET
-    forbidden_ids: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.kind not in RULE_KINDS:
-            raise GenerationError(f"unknown rule '{self.kind}' (choose greedy or sample)")
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)):
-            raise GenerationError(f"temperature must be a number, got {self.temperature!r}")
-        if not math.isfinite(self.temperature) or self.temperature <= 0:
-            raise GenerationError(f"temperature must be a finite number above 0, got {self.temperature}")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
-                                       or self.top_k < 1):
-            raise GenerationError(f"top-k must be an integer of at least 1, got {self.top_k}")
-        if self.top_p is not None and (isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float))
-                                       or not 0 < self.top_p <= 1):
-            raise GenerationError(f"top-p must be in (0, 1], got {self.top_p}")
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) \
-                or self.max_new_tokens < 1:
-            raise GenerationError(f"the new-token budget must be at least 1, got {self.max_new_tokens}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= U64_MAX:
-            raise GenerationError(f"the sampling seed must be an unsigned 64-bit integer, got {self.seed}")
-        forbidden = tuple(self.forbidden_ids)
-        for token_id in forbidden:
-            if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
-                raise GenerationError(f"forbidden id {token_id!r} is not a token id")
-        if EOS in forbidden:
-            # EOS is what lets a continuation end; forbidding it would hide every EOS stop.
-            raise GenerationError("EOS (id 1) cannot be forbidden: it is how a continuation ends")
-        object.__setattr__(self, "forbidden_ids", tuple(sorted(set(forbidden))))
-
-    @staticmethod
-    def greedy(max_new_tokens: int = DEFAULT_BUDGET, forbidden_ids: Sequence[int] = ()) -> "GenerationRule":
-        return GenerationRule("greedy", max_new_tokens=max_new_tokens, forbidden_ids=tuple(forbidden_ids))
-
-    @staticmethod
-    def sample(temperature: float = 1.0, *, top_k: int | None = None, top_p: float | None = None,
-               seed: int = DEFAULT_SEED, max_new_tokens: int = DEFAULT_BUDGET,
-               forbidden_ids: Sequence[int] = ()) -> "GenerationRule":
-        return GenerationRule("sample", temperature, top_k, top_p, seed, max_new_tokens, tuple(forbidden_ids))
-
-    @property
-    def label(self) -> str:
-        """A short human name: ``greedy`` or ``sample t=0.7 k=5 p=0.9 seed=31415``."""
-        if self.kind == "greedy":
-            return "greedy"
-        parts = [f"sample t={self.temperature:g}"]
-        if self.top_k is not None:
-            parts.append(f"k={self.top_k}")
-        if self.top_p is not None:
-            parts.append(f"p={self.top_p:g}")
-        parts.append(f"seed={self.seed}")
-        return " ".join(parts)
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["forbidden_ids"] = list(self.forbidden_ids)
-        data["label"] = self.label
-        return data
-
-    @staticmethod
-    def from_json(data: dict[str, Any]) -> "GenerationRule":
-        names = ("kind", "temperature", "top_k", "top_p", "seed", "max_new_tokens", "forbidden_ids")
-        values = {k: data[k] for k in names if k in data}
-        if "forbidden_ids" in values:
-            values["forbidden_ids"] = tuple(values["forbidden_ids"])
-        return GenerationRule(**values)
 
 
 # -- the rules as functions of a logit vector ---------------------------------------------

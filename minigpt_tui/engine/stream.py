@@ -22,8 +22,10 @@ from minigpt_tui.engine.batches import Batch, Example
 from minigpt_tui.engine.errors import CorpusError
 from minigpt_tui.engine.tokenizer import BOS, BYTE_OFFSET, EOS, ByteBPETokenizer
 
-# (what is being done, units done, units in all); units are records.
+# (what is being done, units done, units in all): records while encoding, steps otherwise.
 Progress = Callable[[str, int, int], None]
+TRAINING_TOKENIZER = "training the tokenizer"
+READING_CACHE = "reading the token cache"
 ENCODE_CHUNK = 4096  # records per fast-encoder call: bounds the Python ints alive at once
 
 

@@ -39,7 +39,7 @@ from minigpt_tui.engine.distributed import DataParallel, ShardedDocumentOrder, r
 from minigpt_tui.engine.errors import CaptureRefused, ConfigError, CorpusError
 from minigpt_tui.engine.model import DropoutKey, MiniGPT, count_parameters
 from minigpt_tui.engine.tensors import digest_tensors, update_digest
-from minigpt_tui.engine.stream import Progress, TokenStream, TokenWindows
+from minigpt_tui.engine.stream import TRAINING_TOKENIZER, Progress, TokenStream, TokenWindows
 from minigpt_tui.engine.tokenizer import BOS, ByteBPETokenizer
 
 
@@ -183,11 +183,14 @@ class TrainingSetup:
         """Train the tokenizer (unless given); in stream mode also encode the corpus, so
         that every corpus problem is found before anything is written."""
         if tokenizer is None:
-            if progress is not None and config.tokenizer.merges:
-                progress("training the tokenizer", 0, 1)
-            tokenizer = ByteBPETokenizer.train(
-                merge_training_records(corpus.train, config.tokenizer.train_bytes), config.tokenizer.merges
-            )
+            merges = config.tokenizer.merges
+            if progress is not None and merges:
+                progress(TRAINING_TOKENIZER, 0, 1)
+            # Without merges the records are not needed (a restart from the cache never reads them).
+            texts = merge_training_records(corpus.train, config.tokenizer.train_bytes) if merges else []
+            tokenizer = ByteBPETokenizer.train(texts, merges)
+            if progress is not None and merges:
+                progress(TRAINING_TOKENIZER, 1, 1)
         setup = TrainingSetup(config, corpus, tokenizer, progress=progress)
         if config.corpus.mode == "stream":
             setup.token_stream()
@@ -206,6 +209,7 @@ class TrainingSetup:
         """Both splits as token arrays: from the cache when an intact entry exists."""
         if self.stream is None:
             from minigpt_tui.engine.stream import check_stream, encode_records
+            from minigpt_tui.engine.source_index import SourceIndex
             from minigpt_tui.engine.token_cache import cached_stream
 
             corpus, tokenizer, context = self.corpus, self.tokenizer, self.config.model.context
@@ -217,12 +221,13 @@ class TrainingSetup:
                 )
 
             def check(stream: TokenStream) -> None:
-                check_stream(stream, context, corpus.source, has_validation=bool(corpus.validation))
+                check_stream(stream, context, corpus.source, has_validation=corpus.counts.validation_records > 0)
 
-            if self.progress is not None:
-                self.progress("reading the token cache", 0, 1)
-            self.stream = cached_stream(corpus.identity, tokenizer.identity, corpus.source, build, check)
-            check(self.stream)
+            stream = cached_stream(corpus.identity, tokenizer.identity, corpus.source, build, check,
+                                   progress=self.progress)
+            check(stream)
+            SourceIndex.at().remember(corpus)  # the next run on these bytes skips reading the records
+            self.stream = stream
         return self.stream
 
 
@@ -389,7 +394,6 @@ class Trainer:
             raise ConfigError(f"all {self.config.train.steps} scheduled updates are complete")
         started = time.perf_counter()
         train = self.config.train
-        model = self.model
         step = self.step + 1
         lr = scheduled_lr(train, step)
         for group in self.optimizer.param_groups:
@@ -402,47 +406,10 @@ class Trainer:
         total_valid = parallel.sum_int(sum(b.valid_targets for b in batches), self.device)
         weight = (self.scaler.scale * parallel.world_size) / total_valid
         scale = self.scaler.scale
-        model.train()
-        loss_sum = 0.0
-        tokens = 0
-        with torch.enable_grad():
-            for number, batch in enumerate(batches, start=1):
-                self.pending_microbatches += 1
-                key = DropoutKey(self.dropout_seed, self.dropout_counter) if model.config.dropout > 0 else None
-                with parallel.accumulating(self.forward_module, last=number == len(batches)):
-                    with autocast_for(train.precision, self.device):
-                        out = self.forward_module(batch.inputs.to(self.device), dropout=key, recompute=train.recompute)
-                    # Advanced here, outside any recomputed region: recomputation reuses the key.
-                    self.dropout_counter += out.consumed
-                    # The loss in the weights' dtype (mixed precisions: float32 over bf16/fp16 logits).
-                    summed = target_loss_sum(out.logits.to(self.dtype), batch.targets.to(self.device))
-                    loss_sum += float(summed.detach())
-                    (summed * weight).backward()
-                tokens += batch.inputs.numel()
+        loss_sum, tokens = self._accumulate_gradients(batches, weight)
         loss_sum = parallel.sum_float(loss_sum, self.device)
-        data_progress = self.batches.progress()
-        if parallel.distributed:
-            views = parallel.gather((indices, data_progress))
-            indices = [microbatch for rank_indices, _ in views for microbatch in rank_indices]
-            data_progress = {"ranks": [progress for _, progress in views]}
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        finite = True
-        if self.scaler.enabled:
-            for p in params:
-                if p.grad is not None:
-                    p.grad.div_(scale)
-            finite = all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None)
-        grads = [p.grad for p in params if p.grad is not None]
-        total_norm = torch.nn.utils.get_total_norm(grads, foreach=True)
-        if train.clip > 0:
-            torch.nn.utils.clip_grads_with_norm_(params, train.clip, total_norm, foreach=True)
-        grad_norm = float(total_norm)
-        if finite:  # the averaged gradients are the same on every rank: so is this decision
-            self.optimizer.step()
-            self.step = step
-        self.scaler.update(finite)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.pending_microbatches = 0
+        indices, data_progress = self._gathered_progress(indices)
+        finite, grad_norm = self._apply_gradients(scale, step)
         monitoring = self._monitoring_sample()
         seconds = time.perf_counter() - started
         return UpdateRecord(
@@ -461,6 +428,63 @@ class Trainer:
             seconds=seconds,
             tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
         )
+
+    def _accumulate_gradients(self, batches: list[Any], weight: float) -> tuple[float, int]:
+        """Forward and backward over each microbatch in order, gradients summed in place;
+        returns this rank's summed loss and its token count."""
+        train = self.config.train
+        model = self.model
+        parallel = self.parallel
+        model.train()
+        loss_sum = 0.0
+        tokens = 0
+        with torch.enable_grad():
+            for number, batch in enumerate(batches, start=1):
+                self.pending_microbatches += 1
+                key = DropoutKey(self.dropout_seed, self.dropout_counter) if model.config.dropout > 0 else None
+                with parallel.accumulating(self.forward_module, last=number == len(batches)):
+                    with autocast_for(train.precision, self.device):
+                        out = self.forward_module(batch.inputs.to(self.device), dropout=key, recompute=train.recompute)
+                    # Advanced here, outside any recomputed region: recomputation reuses the key.
+                    self.dropout_counter += out.consumed
+                    # The loss in the weights' dtype (mixed precisions: float32 over bf16/fp16 logits).
+                    summed = target_loss_sum(out.logits.to(self.dtype), batch.targets.to(self.device))
+                    loss_sum += float(summed.detach())
+                    (summed * weight).backward()
+                tokens += batch.inputs.numel()
+        return loss_sum, tokens
+
+    def _gathered_progress(self, indices: list[Any]) -> tuple[list[Any], Any]:
+        """This update's batch and data position; with several ranks, every rank's."""
+        data_progress = self.batches.progress()
+        if self.parallel.distributed:
+            views = self.parallel.gather((indices, data_progress))
+            indices = [microbatch for rank_indices, _ in views for microbatch in rank_indices]
+            data_progress = {"ranks": [progress for _, progress in views]}
+        return indices, data_progress
+
+    def _apply_gradients(self, scale: float, step: int) -> tuple[bool, float]:
+        """Unscale, check, clip and apply the summed gradients (skipped when not finite),
+        then let the loss scaler react; returns (applied, gradient norm before clipping)."""
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        finite = True
+        if self.scaler.enabled:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.div_(scale)
+            finite = all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None)
+        grads = [p.grad for p in params if p.grad is not None]
+        total_norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+        if self.config.train.clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(params, self.config.train.clip, total_norm, foreach=True)
+        grad_norm = float(total_norm)
+        if finite:  # the averaged gradients are the same on every rank: so is this decision
+            self.optimizer.step()
+            self.step = step
+        self.scaler.update(finite)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.pending_microbatches = 0
+        return finite, grad_norm
 
     @torch.no_grad()
     def _monitoring_sample(self) -> list[int]:

@@ -21,6 +21,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Header, Input, Tree
 
+from minigpt_tui.engine.session.file_uses import file_uses
 from minigpt_tui.engine.session.run_store import RunListing, RunStore, model_file_of
 from minigpt_tui.messages import Inspected, InspectionFailed
 from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
@@ -32,6 +33,7 @@ from minigpt_tui.widgets.integrity_view import IntegrityView
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.run_tree import RunTree, TreeTarget
 from minigpt_tui.widgets.tensor_table import TensorTable, human_bytes
+from minigpt_tui.widgets.text_fields import is_text_field
 
 if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
@@ -68,7 +70,8 @@ class CheckpointsScreen(RunsBesideScreen):
     CheckpointsScreen.-runs-aside #runs { display: none; }
     CheckpointsScreen.-wide.-runs-aside #runs { display: block; }
     CheckpointsScreen #ckpt-main { width: 1fr; height: 1fr; }
-    CheckpointsScreen #ckpt-summary { height: auto; max-height: 4; padding: 0 1; background: $boost; }
+    CheckpointsScreen #ckpt-summary-box { height: auto; max-height: 25%; background: $boost; }
+    CheckpointsScreen #ckpt-summary { height: auto; padding: 0 1; }
     CheckpointsScreen #tensor-filter { display: none; margin: 0 1; }
     CheckpointsScreen.-filtering #tensor-filter { display: block; }
     CheckpointsScreen TabbedContent { height: 1fr; }
@@ -89,9 +92,7 @@ class CheckpointsScreen(RunsBesideScreen):
         Binding("tab", "focus_next", "Focus next", show=False),
         Binding("shift+tab", "focus_previous", "Focus previous", show=False),
         Binding("v", "verify", "Verify", show=False),
-        Binding("e", "rename", "Rename", show=False),
-        Binding("d", "delete", "Delete", show=False),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("escape", "leave_field", "Leave field"),
         Binding("f5", "rescan", "Refresh", show=False),
         *(Binding(str(number), f"show_tab('{tab}')", tab.title(), show=False)
           for number, tab in enumerate(TABS, start=1)),
@@ -219,6 +220,14 @@ class CheckpointsScreen(RunsBesideScreen):
         self.query_one(CheckpointPanels).show_tab("tensors")
         self.query_one("#tensor-filter", Input).focus()
 
+    def action_leave_field(self) -> None:
+        """escape: clear the tensor filter, or leave any other text field for its panel's
+        table, where the screen's keys work again."""
+        if self.has_class("-filtering"):
+            self.action_clear_filter()
+        elif is_text_field(self.focused):
+            self.query_one(CheckpointPanels).focus_active_panel(text_field=False)
+
     def action_clear_filter(self) -> None:
         field = self.query_one("#tensor-filter", Input)
         if not self.has_class("-filtering"):
@@ -228,7 +237,14 @@ class CheckpointsScreen(RunsBesideScreen):
         self.query_one(TensorTable).focus()
 
     def action_show_tab(self, tab: str) -> None:
-        self.query_one(CheckpointPanels).show_tab(tab)
+        """Show a panel. A panel with a text field takes the keyboard, so what is typed next
+        goes into the field, never to the screen's keys."""
+        panels = self.query_one(CheckpointPanels)
+        panels.show_tab(tab)
+        if panels.active_panel_has_text_field():
+            if not self.has_class("-wide") and isinstance(self.focused, RunTree):
+                self._set_runs_aside(True)  # as leaving the tree from the keyboard does
+            self._focus_panels()
 
     # -- integrity ---------------------------------------------------------------------------------
     def action_verify(self) -> None:
@@ -256,9 +272,14 @@ class CheckpointsScreen(RunsBesideScreen):
     def action_generate(self) -> None:
         model_file = self.model_file()
         if model_file is None:
-            what = kind_label(self.opened.inspection.kind) if self.opened else ""
-            self.notify(f"generation needs a minigpt-tui model file or checkpoint; this is {what or 'nothing open'}",
-                        title="generate", severity="warning")
+            if self.opened is None:
+                reason = "nothing is open: choose a run or checkpoint on the left, or open a file with o"
+            else:
+                foreign = file_uses(self.opened.inspection)
+                reason = foreign.why_no_generation if foreign is not None else (
+                    f"generation needs a minigpt-tui model file or checkpoint; this is a "
+                    f"{kind_label(self.opened.inspection.kind)}")
+            self.notify(reason, title="generate", severity="warning")
             return
         self.mini_app.action_show_screen("generation")
         self.mini_app.main_screens["generation"].load_model(str(model_file))
@@ -316,10 +337,25 @@ class CheckpointsScreen(RunsBesideScreen):
     def _start_compare(self, other: Path) -> None:
         if self.opened is None:
             return
+        # Focus left in the panel the compare was asked from (the tokenizer's field) moves to
+        # the result; left there, it would bring that panel back when the dialog closes.
         self.query_one(CheckpointPanels).show_tab("compare")
         self.query_one(ComparisonView).compare(Path(self.opened.inspection.path), other, self.store.display)
 
     # -- rename and delete --------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "leave_field":  # in the key bar only while a field has the keyboard
+            return self.has_class("-filtering") or is_text_field(self.focused)
+        if action == "filter":
+            # A field types "/" itself; Textual does not know "slash" is a character, so the
+            # key bar would list it while a field has the keyboard.
+            return not is_text_field(self.focused)
+        if action in ("rename", "delete"):
+            # They act on the run under the tree's cursor: only with the tree focused, so a
+            # letter meant for a text field or another panel never renames or deletes a run.
+            return isinstance(self.focused, RunTree)
+        return super().check_action(action, parameters)
+
     def _run_under_cursor(self, action: str) -> RunListing | None:
         target = self.query_one(RunTree).highlighted_target
         if target is None:

@@ -1,4 +1,5 @@
-"""Asked before quitting while a run is active and has updates not yet saved."""
+"""Asked before quitting while a run is active and has updates not yet saved. Training goes
+on behind the dialog: the Training screen keeps its count current (:meth:`show_unsaved`)."""
 
 from __future__ import annotations
 
@@ -18,17 +19,34 @@ class ConfirmQuitScreen(ModalScreen[str | None]):
     def __init__(self, unsaved_updates: int) -> None:
         super().__init__()
         self.unsaved_updates = unsaved_updates
+        self.run_active = True
+
+    @staticmethod
+    def unsaved_text(unsaved_updates: int, active: bool) -> str:
+        if not active:
+            return "The run has ended; nothing more will be trained."
+        if not unsaved_updates:
+            return "A run is active; every update so far is saved."
+        plural = "s" if unsaved_updates != 1 else ""
+        return f"A run is active with {unsaved_updates} unsaved update{plural}."
 
     def compose(self) -> ComposeResult:
-        plural = "s" if self.unsaved_updates != 1 else ""
         with Vertical(id="confirm-quit") as box:
             box.border_title = "Quit?"
-            yield Label(f"A run is active with {self.unsaved_updates} unsaved update{plural}.")
+            yield Label(self.unsaved_text(self.unsaved_updates, self.run_active), id="unsaved")
             yield Label("Save stops the run at the next update and saves a checkpoint first.")
             with Horizontal(classes="buttons"):
                 yield Button("Save and quit", id="save", variant="primary")
                 yield Button("Quit without saving", id="discard", variant="error")
                 yield Button("Stay", id="stay")
+
+    def show_unsaved(self, unsaved_updates: int, *, active: bool) -> None:
+        """The run behind the dialog moved on: say how many updates are unsaved now."""
+        if (unsaved_updates, active) == (self.unsaved_updates, self.run_active):
+            return
+        self.unsaved_updates, self.run_active = unsaved_updates, active
+        if self.is_mounted:
+            self.query_one("#unsaved", Label).update(self.unsaved_text(unsaved_updates, active))
 
     def on_mount(self) -> None:
         self.query_one("#save", Button).focus()

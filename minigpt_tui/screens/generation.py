@@ -40,7 +40,7 @@ class GenerationScreen(Screen):
     HELP = GENERATION_HELP
     HELP_TITLE = "Generation"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
-    AUTO_FOCUS = "#candidates"  # the step keys work at once; tab reaches the form
+    AUTO_FOCUS = "#candidates"  # once a model is loaded the step keys work at once; tab reaches the form
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
 
     DEFAULT_CSS = """
@@ -57,7 +57,8 @@ class GenerationScreen(Screen):
     GenerationScreen #candidates, GenerationScreen #attention {
         border: round $primary 50%; border-title-color: $text; border-subtitle-color: $text-muted;
     }
-    GenerationScreen #decisions:focus, GenerationScreen #candidates:focus { border: round $primary; }
+    GenerationScreen #decisions:focus, GenerationScreen #candidates:focus,
+    GenerationScreen #attention:focus, GenerationScreen #insight:focus-within { border: round $primary; }
     GenerationScreen #attention { height: auto; max-height: 50%; }
     GenerationScreen.-short #attention { display: none; }
     GenerationScreen.-short.-show-attention #attention { display: block; height: 1fr; max-height: 100%; }
@@ -88,7 +89,7 @@ class GenerationScreen(Screen):
         Binding("left_curly_bracket", "pattern(0, -1)", "Head -", show=False),
         Binding("right_curly_bracket", "pattern(0, 1)", "Head +", show=False),
         Binding("m", "second_model", "2nd model", show=False),
-        Binding("escape", "leave_form", "To candidates", show=False),
+        Binding("escape", "leave_form", "Leave form"),
     ]
     PALETTE_COMMANDS = (
         ("Next decision", "Take one decision (n)", "step"),
@@ -145,6 +146,8 @@ class GenerationScreen(Screen):
             spec, self._pending_model = self._pending_model, None
             self.load_model(spec)
         else:
+            # Nothing to step through yet: the form has the keyboard, enter loads the model.
+            self.query_one("#model", Input).focus()
             self._suggest_model()
 
     def on_screen_resume(self) -> None:
@@ -277,6 +280,11 @@ class GenerationScreen(Screen):
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._update_view_hint)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "leave_form":  # in the key bar only while the form has the keyboard
+            return self.focused is not None and self.query_one(GenerationForm) in self.focused.ancestors
+        return True
 
     def action_leave_form(self) -> None:
         self.query_one(CandidateTable).focus()

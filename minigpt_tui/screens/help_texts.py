@@ -65,15 +65,16 @@ the statistics of one tensor, on a worker thread.
 | `enter` / click | in the tree: open that run (its latest checkpoint) or checkpoint; in Tensors: statistics of that tensor |
 | `o` | open any file or folder by path: a safetensors file from any tool, a checkpoint folder, a run folder |
 | `/` | filter the tensor entries (name, dtype, group or file contain the text); `escape` clears it |
+| `escape` | in a text field: leave it for the panel's table, so the keys below work again |
 | `s` / `S` | in Tensors: sort by the next column / reverse the order (or click a column header) |
-| `1`–`8` | show a panel: Tensors, Detail, Aliases, State, Metadata, Integrity, Tokenizer, Compare |
+| `1`–`8` | show a panel: Tensors, Detail, Aliases, State, Metadata, Integrity, Tokenizer, Compare (the Tokenizer panel takes the keyboard in its field) |
 | `b` | below 150 columns: hide the runs panel so the panels take the whole width, or show it again. Leaving the tree with `tab` / `shift+tab`, or filtering with `/`, hides it too; focusing the tree shows it |
 | `v` | verify: hash every file against the manifest (reads the files) |
 | `p` | generate with this model: the Generation screen opens with it loaded |
 | `r` | resume training from this checkpoint, after a preflight list (what is restored, what a weights-only start would reset) |
 | `m` | compare with another checkpoint: changed tensors and differing state records |
-| `e` | rename the run under the cursor |
-| `d` | delete the run under the cursor (asks first) |
+| `e` | in the runs tree: rename the run under the cursor |
+| `d` | in the runs tree: delete the run under the cursor (asks first) |
 | `f5` | read the runs directory again |
 
 ## Runs tree
@@ -83,14 +84,18 @@ at the best validation step. *incomplete* marks a folder without a manifest (an 
 
 ## Summary line
 The path opened, what kind of thing it is (checkpoint folder; portable model file; training-state file;
-a safetensors file made by another tool), and per file its size, header size and number of tensors.
+a safetensors file made by another tool; a PyTorch pickle or nanoGPT `ckpt.pt`; a transformers model folder),
+and per file its size, header size and number of tensors; a folder of more than two files (shards) starts with
+their totals and scrolls. A file from another tool says so: browse, statistics and compare work on it, and
+`r` and `p` say why it does not resume or generate here and whether `minigpt-tui convert` makes a model of it.
 
 ## Tensors
 One row per tensor entry in the file headers: **name**; **dtype** (F64, F32, BF16, U64, U32, U8…);
 **shape** ([] is a scalar); **elements** (product of the shape); **bytes** (elements × dtype size);
 **offsets**, the entry's begin–end byte range within the file's data section (after the 8-byte length and the JSON header);
 **group**, what the entry is for (learned, constants, tokenizer; in a training state: optimizer, schedule,
-data_progress, randomness, loss_scaling, accumulation, update_policy, evaluation); **file** (its name without `.safetensors`), when a folder holds two files.
+data_progress, randomness, loss_scaling, accumulation, update_policy, evaluation); **file** (its name without `.safetensors`), when a folder holds two files. A name too long for its
+column keeps its end behind `…` (the layer number and the moment are at the end); Detail shows it whole.
 
 ## Detail
 The chosen tensor's header record, then statistics computed from its bytes: min, max, mean, population standard
@@ -119,8 +124,8 @@ its SHA-256 matches. A single file has no manifest.
 ## Tokenizer
 The byte-level BPE tokenizer saved in a model file: ids 0 and 1 are BOS and EOS, 2–257 the 256 bytes, and one id per
 merge from 258 in rank order. Each merge row shows its **rank**, the new **id**, the **left** and **right** ids it joins
-(with their pieces) and the merged **piece**. Type into the field to see the pieces and ids of any text
-(spaces show as ·, newlines as ↵).
+(with their pieces) and the merged **piece**. The field takes the keyboard when the panel opens: type to see the pieces and ids of any text
+(spaces show as ·, newlines as ↵); `escape` leaves it.
 
 ## Compare
 Against another checkpoint: each tensor's status (same bytes, changed with its largest absolute difference,
@@ -153,6 +158,7 @@ chosen id.
 | `x` | contributions to the selected decision's logit (and to the highlighted candidate's) |
 | `h` | one head's whole attention pattern over the prefix; `[` `]` change the block, `{` `}` the head |
 | `m` | compare every decision with a second model (same tokenizer; `none` removes it) |
+| `tab` / `shift+tab` | move through the form (model, prompt, rule, sampling settings, budget) and the tables; the prompt keeps its text when you tab into it |
 | `escape` | leave the form for the candidate table |
 
 ## Form

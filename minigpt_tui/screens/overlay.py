@@ -17,7 +17,8 @@ class OverlayScreen(ModalScreen[Path | None]):
     """Dismisses with a run directory or metrics file, :attr:`REMOVE`, or None."""
 
     REMOVE = Path("\0remove-overlay")
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel"),
+                Binding("down,up", "to_choices", "Choices", show=False)]
 
     def __init__(self, runs_dir: Path, current_run: Path | None, has_overlay: bool) -> None:
         super().__init__()
@@ -36,26 +37,35 @@ class OverlayScreen(ModalScreen[Path | None]):
         options += [Option(run.name, id=str(run.path)) for run in runs]
         with Vertical(id="overlay-picker") as box:
             box.border_title = "Overlay a run's curves"
-            box.border_subtitle = "enter chooses · escape cancels"
+            box.border_subtitle = "↓ runs · enter chooses · escape cancels"
             if not runs:
                 yield Label(f"No other runs with metrics in {self.runs_dir}", classes="dim")
             yield OptionList(*options, id="overlay-runs")
             yield Input(placeholder="or a run folder / metrics.jsonl path", id="overlay-path")
 
     def on_mount(self) -> None:
+        self.query_one(Input).focus()  # down (or up) moves to the runs; enter on an empty field takes the highlighted one
+
+    def action_to_choices(self) -> None:
         options = self.query_one(OptionList)
-        (options if options.option_count else self.query_one(Input)).focus()
+        if options.option_count:
+            options.focus()
 
     @on(OptionList.OptionSelected)
     def _chosen(self, event: OptionList.OptionSelected) -> None:
-        option_id = event.option.id or ""
+        self._choose(event.option.id or "")
+
+    def _choose(self, option_id: str) -> None:
         self.dismiss(self.REMOVE if option_id == "\0remove" else Path(option_id))
 
     @on(Input.Submitted)
     def _typed(self, event: Input.Submitted) -> None:
         text = event.value.strip()
+        options = self.query_one(OptionList)
         if text:
             self.dismiss(Path(text).expanduser())
+        elif options.option_count:
+            self._choose(options.get_option_at_index(options.highlighted or 0).id or "")
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -1,6 +1,7 @@
 """A small dialog that asks for one line of text: a path to open, a run's new name, the
 checkpoint to compare with, where to save a trace. Optional choices are listed above the
-field; choosing one fills it in."""
+field. The field has the keyboard when the dialog opens; down (or up) moves to the choices,
+and enter on an empty field takes the highlighted choice."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ class PathPromptScreen(ModalScreen[str | None]):
     PathPromptScreen .dim { color: $text-muted; width: 100%; }  /* a long prompt wraps, never cut */
     """
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel"),
+                Binding("down,up", "to_choices", "Choices", show=False)]
 
     def __init__(self, title: str, prompt: str, *, value: str = "", placeholder: str = "",
                  choices: Sequence[tuple[str, str]] = ()) -> None:
@@ -43,7 +45,8 @@ class PathPromptScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="path-prompt") as box:
             box.border_title = self.title_text
-            box.border_subtitle = "enter accepts · escape cancels"
+            box.border_subtitle = ("↓ choices · enter accepts · escape cancels" if self.choices
+                                 else "enter accepts · escape cancels")
             yield Label(self.prompt, classes="dim")
             if self.choices:
                 yield OptionList(*(Option(label, id=str(index)) for index, (label, _value) in enumerate(self.choices)),
@@ -54,10 +57,11 @@ class PathPromptScreen(ModalScreen[str | None]):
         field = self.query_one(Input)
         field.cursor_blink = False
         field.cursor_position = len(field.value)
+        field.focus()
+
+    def action_to_choices(self) -> None:
         if self.choices:
-            self.query_one(OptionList).focus()  # arrows and enter choose; tab reaches the field
-        else:
-            field.focus()
+            self.query_one(OptionList).focus()
 
     @on(OptionList.OptionSelected)
     def _chosen(self, event: OptionList.OptionSelected) -> None:
@@ -67,6 +71,10 @@ class PathPromptScreen(ModalScreen[str | None]):
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
         text = event.value.strip()
+        if not text and self.choices:
+            highlighted = self.query_one(OptionList).highlighted
+            self.dismiss(self.choices[highlighted or 0][1])
+            return
         if not text:
             self.notify("type something first, or press escape", severity="warning")
             return

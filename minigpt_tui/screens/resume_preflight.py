@@ -33,10 +33,14 @@ def preflight_renderable(check: ResumePreview) -> Group:
     parts: list[Any] = [Text(check.checkpoint, style="bold")]
     if check.blockers:
         parts += _section("Cannot resume:", "✗", check.blockers, "red")
-    parts += _section("Resuming restores, so the next update is the one the run would have made:", "✓",
-                      check.restored)
-    parts += _section("A weights-only start (train --init-from) would instead reset:", "↺",
-                      check.reset_by_weights_only)
+    if check.restored:
+        parts += _section("Resuming restores, so the next update is the one the run would have made:", "✓",
+                          check.restored)
+    if check.reset_by_weights_only:
+        parts += _section("A weights-only start (train --init-from) would instead reset:", "↺",
+                          check.reset_by_weights_only)
+    if check.uses:
+        parts += _section("What you can do with it here:", "•", check.uses)
     if check.notes:
         parts += _section("Notes:", "•", check.notes, "dim")
     return Group(*parts)
@@ -65,7 +69,7 @@ class ResumePreflightScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="preflight") as box:
             box.border_title = "Resume training?"
-            box.border_subtitle = "enter resumes · escape cancels"
+            box.border_subtitle = "enter resumes · escape cancels" if self.check.can_resume else "escape closes"
             with VerticalScroll(id="preflight-body"):
                 yield Static(preflight_renderable(self.check))
             with Horizontal(classes="buttons"):

@@ -25,6 +25,7 @@ from minigpt_tui.engine.session.events import Command
 from minigpt_tui.engine.session.history import export_csv, load_curve, load_history
 from minigpt_tui.engine.session.plans import NewRun, ResumeRun, RunPlan, saved_run_config
 from minigpt_tui.engine.session.run_store import RunStore
+from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
 from minigpt_tui.screens.help_texts import TRAINING_HELP
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.probes_table import ProbesTable
@@ -327,8 +328,15 @@ class TrainingScreen(Screen):
         if not events or self.run is None:
             return
         applied = self.monitor.apply(self.run, events)
+        self._show_unsaved_in_quit_dialog()
         if applied.state_changed and not self.run.active:
             self._maybe_exit()
+
+    def _show_unsaved_in_quit_dialog(self) -> None:
+        """A quit dialog asked over this run shows the count as it is now, not as it was."""
+        for screen in self.app.screen_stack:
+            if isinstance(screen, ConfirmQuitScreen):
+                screen.show_unsaved(self.unsaved_updates, active=self.has_active_run)
 
     def _show_state(self) -> None:
         state = self.run.state if self.run else "idle"

@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static, TabbedContent, TabPane, Tabs
 
+from minigpt_tui.engine.checkpoint.state_groups import InspectionState
 from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.run_store import tokenizer_source_of
 from minigpt_tui.widgets.alias_panel import aliases_renderable
@@ -24,6 +25,7 @@ from minigpt_tui.widgets.metadata_panel import metadata_text
 from minigpt_tui.widgets.state_view import StateView
 from minigpt_tui.widgets.tensor_detail import TensorDetail
 from minigpt_tui.widgets.tensor_table import TensorTable
+from minigpt_tui.widgets.text_fields import is_text_field
 from minigpt_tui.widgets.tokenizer_panel import TokenizerPanel
 
 NO_TOKENIZER = "No tokenizer here: neither a minigpt-tui model file nor a folder with tokenizer.json."
@@ -40,7 +42,10 @@ class CheckpointPanels(Vertical):
         self._display: Callable[[Path], str] = str
 
     def compose(self) -> ComposeResult:
-        yield Static(nothing_open(), id="ckpt-summary")
+        # A sharded folder lists every shard: the summary scrolls (with the mouse wheel; it
+        # takes no focus, so the keys stay with the panels) once it is taller than its box.
+        with VerticalScroll(id="ckpt-summary-box", can_focus=False):
+            yield Static(nothing_open(), id="ckpt-summary")
         yield Input(placeholder="filter tensors by name, dtype, group or file", compact=True, id="tensor-filter")
         with TabbedContent(id="panels", initial="tensors"):
             with TabPane("Tensors", id="tensors"):
@@ -91,20 +96,33 @@ class CheckpointPanels(Vertical):
         self.query_one(TensorTable).show_entries(())
         self.query_one(TensorDetail).clear_detail()
         self.query_one("#aliases-text", Static).update(aliases_renderable(()))
-        self.query_one(StateView).show_state({})
+        self.query_one(StateView).show_state(InspectionState())
         self.query_one("#metadata-text", Static).update("")
         self.query_one(IntegrityView).clear_integrity()
         self.query_one(ComparisonView).drop_pending()
         self.query_one(TokenizerPanel).show_unavailable("No model file open.")
 
     def show_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
+        """Show a panel; the keyboard, when it was in the panel hidden now, moves to it."""
+        tabbed = self.query_one(TabbedContent)
+        focused = self.screen.focused
+        in_a_pane = focused is not None and any(isinstance(node, TabPane) for node in focused.ancestors)
+        tabbed.active = tab
+        if in_a_pane and tabbed.active_pane not in focused.ancestors:
+            self.focus_active_panel()
 
-    def focus_active_panel(self) -> None:
-        """Focus the first focusable widget of the panel on show (the tensor table, a scroll view)."""
+    def focus_active_panel(self, *, text_field: bool = True) -> None:
+        """Focus the first focusable widget of the panel on show (the tokenizer's text field,
+        the tensor table, a scroll view); with ``text_field`` False, the first that is not a
+        text field (what escape leaves a field for)."""
         pane = self.query_one(TabbedContent).active_pane
-        target = next((w for w in pane.query("*") if w.can_focus and w.display), None) if pane else None
-        (target or self.query_one(TabbedContent).query_one(Tabs)).focus()
+        target = next((w for w in pane.query("*") if w.can_focus and w.display
+                       and (text_field or not is_text_field(w))), None) if pane else None
+        self.screen.set_focus(target or self.query_one(TabbedContent).query_one(Tabs))
+
+    def active_panel_has_text_field(self) -> bool:
+        pane = self.query_one(TabbedContent).active_pane
+        return pane is not None and any(is_text_field(w) for w in pane.query("*"))
 
     @on(TensorTable.EntryChosen)
     def _entry_chosen(self, message: TensorTable.EntryChosen) -> None:

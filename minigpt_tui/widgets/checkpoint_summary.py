@@ -9,12 +9,14 @@ from typing import Any
 from rich.text import Text
 
 from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.session.file_uses import file_uses
 from minigpt_tui.widgets.tensor_table import human_bytes
 
 KIND_LABELS = {
     "checkpoint-dir": "checkpoint folder",
     "hf-model": "transformers model folder",
-    "torch-pickle": "PyTorch pickle (read with weights_only=True)",
+    "torch-pickle": "PyTorch pickle (loaded weights-only)",
+    "nanogpt": "nanoGPT checkpoint (PyTorch pickle, loaded weights-only)",
     "portable-model": "portable model file",
     "training-state": "training-state file",
     "safetensors": "safetensors file (not made by minigpt-tui)",
@@ -26,13 +28,22 @@ def kind_label(kind: str) -> str:
 
 
 def summary_text(inspection: Any, display: Callable[[Path], str], *, wide: bool) -> Text:
-    """``display`` names a path for the user; ``wide`` adds header and data sizes."""
+    """``display`` names a path for the user; ``wide`` adds header and data sizes. A file
+    from another tool says what works on it; more than two files (shards) get a line of totals
+    before one line per file."""
     out = Text()
     out.append(escape_controls(display(inspection.path)), style="bold")
     out.append(f"  {kind_label(inspection.kind)}", style="italic")
-    for summary in inspection.files:
+    files = inspection.files
+    if len(files) > 2:  # shards: the totals stay in view when the list scrolls
+        out.append(f"\n{len(files)} files: ", style="bold")
+        out.append(f"{human_bytes(sum(f.size for f in files))}, {sum(f.tensors for f in files)} tensors")
+    for summary in files:
         out.append(f"\n{escape_controls(summary.name)}: ", style="bold")
         out.append(f"{human_bytes(summary.size)}, {summary.tensors} tensors")
-        if wide:
+        if wide and summary.header_bytes:  # a pickle has no header to size
             out.append(f", header {human_bytes(summary.header_bytes)}, data {human_bytes(summary.data_bytes)}")
+    if file_uses(inspection) is not None:
+        out.append("\nmade by another tool: browse, statistics (enter) and compare (m) work; "
+                   "r and p say why it does not resume or generate", style="dim")
     return out

@@ -8,7 +8,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, Select
 
-from minigpt_tui.engine.session.generation import DEFAULT_BUDGET, DEFAULT_SEED, GenerationSettings, parse_settings
+from minigpt_tui.engine.generation_rule import DEFAULT_BUDGET, DEFAULT_SEED
+from minigpt_tui.engine.session.generation import GenerationSettings, parse_settings
 
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
 
@@ -33,7 +34,8 @@ class GenerationForm(Vertical):
             yield Input(placeholder="checkpoint, model.safetensors or RUN:latest / RUN:best",
                         compact=True, id="model")
             yield Label("prompt")
-            yield Input(placeholder="text the model continues", compact=True, id="prompt")
+            # Tabbing in keeps the prompt: what is typed next is added at its end.
+            yield Input(placeholder="text the model continues", compact=True, select_on_focus=False, id="prompt")
         with Horizontal(classes="form-row"):
             yield Label("rule")
             yield Select([("greedy", "greedy"), ("sample", "sample")], value="greedy", allow_blank=False,
@@ -58,7 +60,8 @@ class GenerationForm(Vertical):
         return self.text("model").strip()
 
     def settings(self) -> GenerationSettings:
-        """The form as settings; a malformed number raises the engine's GenerationError."""
+        """The form as settings; a malformed number or a value the rule refuses raises the
+        engine's GenerationError."""
         return parse_settings(self.text("prompt"), str(self.query_one("#rule", Select).value),
                               self.text("temperature"), self.text("top_k"), self.text("top_p"),
                               self.text("seed"), self.text("budget"))

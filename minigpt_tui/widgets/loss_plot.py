@@ -16,6 +16,7 @@ from textual_plotext import PlotextPlot
 from minigpt_tui.messages import LoadedCurve
 
 Point = tuple[int, float]
+TICK_SPACING = 8  # columns per x label: room for "100000" and a gap
 
 
 def bucket_means(points: Sequence[Point], limit: int) -> list[Point]:
@@ -28,6 +29,22 @@ def bucket_means(points: Sequence[Point], limit: int) -> list[Point]:
         chunk = points[start:start + size]
         out.append((chunk[-1][0], sum(v for _, v in chunk) / len(chunk)))
     return out
+
+
+def whole_ticks(low: int, high: int, most: int) -> list[int]:
+    """At most ``most`` whole-number ticks between ``low`` and ``high``, a round step apart
+    (1, 2 or 5 times a power of ten): updates are counted, so a label never reads 50.2."""
+    if high <= low:
+        return [low]
+    step = 1
+    while True:
+        for factor in (1, 2, 5):
+            candidate = step * factor
+            first = -(-low // candidate) * candidate
+            ticks = list(range(first, high + 1, candidate))
+            if len(ticks) <= max(most, 2):
+                return ticks if len(ticks) >= 2 else [low, high]
+        step *= 10
 
 
 class LossPlot(PlotextPlot):
@@ -53,6 +70,11 @@ class LossPlot(PlotextPlot):
     def on_mount(self) -> None:
         super().on_mount()
         self.redraw()
+
+    def on_resize(self) -> None:
+        # The labels and the points kept depend on the width: a plot drawn while hidden (the
+        # table shown) had none, and would show two labels until the next update.
+        self.request_redraw()
 
     # -- data ----------------------------------------------------------------------------
     def reset(self) -> None:
@@ -119,7 +141,20 @@ class LossPlot(PlotextPlot):
             name, points = self.probe
             self._line(points, f"p({name})", "red", limit, yside="right")
             self.plt.ylim(0, 1, yside="right")
+        drawn = [series for series in self._series() if series]
+        if drawn:  # every series is in update order: its ends are its range
+            low, high = min(s[0][0] for s in drawn), max(s[-1][0] for s in drawn)
+            ticks = whole_ticks(low, high, max(2, self.size.width // TICK_SPACING))
+            plt.xticks(ticks, [str(t) for t in ticks])
         self.refresh()
+
+    def _series(self) -> list[Sequence[Point]]:
+        series: list[Sequence[Point]] = [self.updates, self.train, self.validation]
+        if self.overlay is not None:
+            series += [self.overlay.updates, self.overlay.train, self.overlay.validation]
+        if self.probe is not None:
+            series.append(self.probe[1])
+        return series
 
     def render(self) -> Text:
         """Rebuilding the figure is costly; a repaint with the same data, size and theme

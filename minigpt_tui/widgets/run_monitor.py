@@ -138,6 +138,7 @@ class RunMonitor:
         self._display_path = display_path
         self._load_history = load_history
         self._handlers: dict[type, Callable[[ActiveRun, Any, AppliedEvents], None]] = {
+            engine.Preparing: self._on_preparing,
             engine.UpdateDone: self._on_update_done,
             engine.EvaluationDone: self._on_evaluation_done,
             engine.ProbesScored: self._on_probes_scored,
@@ -231,6 +232,9 @@ class RunMonitor:
         return self._display_path(path)
 
     # -- one handler per event type ------------------------------------------------------
+    def _on_preparing(self, run: ActiveRun, event: engine.Preparing, applied: AppliedEvents) -> None:
+        self.widgets.progress.show_preparing(event.label, event.done, event.total)
+
     def _on_update_done(self, run: ActiveRun, event: engine.UpdateDone, applied: AppliedEvents) -> None:
         record = event.record
         applied.rows.append((record, None))
@@ -298,11 +302,16 @@ class RunMonitor:
         run.state = "finished" if event.reason == engine.FinishReason.COMPLETED else "stopped"
         applied.state_changed = True
         run.final_digest = event.state_digest
+        self.widgets.progress.end_preparing()
         self.widgets.progress.run_clock.pause()
+        if not event.state_digest:  # stopped while preparing: no trainer was built
+            self.widgets.log.record(run.state, "while preparing; nothing was written")
+            return
         self.widgets.log.record(run.state, f"at update {event.step}; state digest {event.state_digest[:16]}…")
 
     def _on_failed(self, run: ActiveRun, event: engine.Failed, applied: AppliedEvents) -> None:
         run.state, applied.state_changed = "failed", True
+        self.widgets.progress.end_preparing()
         self.widgets.progress.run_clock.pause()
         self.show_failure(event.message)
 

@@ -91,12 +91,19 @@ class RunProgress(Widget):
         self.step = 0
         self.state = "idle"
         self.figures = ""
+        self.preparation: tuple[str, int, int] | None = None  # (label, done, total) before the run starts
 
     def show_pending(self, steps: int) -> None:
         self.steps, self.step = steps, 0
+        self.preparation = None
         self.run_clock = RunClock(self.run_clock._clock)
         self.figures = f"0/{steps}"
         self.refresh()
+
+    def show_preparing(self, label: str, done: int, total: int) -> None:
+        """Work before the first update (tokenizer training, encoding, cache writing)."""
+        self.preparation = (label, done, total)
+        self.refresh_figures()
 
     def set_state(self, state: str) -> None:
         self.remove_class(f"state-{self.state}")
@@ -104,7 +111,14 @@ class RunProgress(Widget):
         self.add_class(f"state-{state}")
         self.refresh_figures()
 
+    def end_preparing(self) -> None:
+        """The run stopped or failed before it started: no preparation is going on any more."""
+        if self.preparation is not None:
+            self.preparation = None
+            self.refresh_figures()
+
     def begin(self, step: int, steps: int) -> None:
+        self.preparation = None
         self.steps, self.step = steps, step
         self.run_clock.start(step)
         self.refresh_figures()
@@ -118,6 +132,9 @@ class RunProgress(Widget):
         self.refresh()
 
     def _figures(self) -> str:
+        if self.preparation is not None:
+            label, done, total = self.preparation
+            return f"{label} {done:,}/{total:,}"
         if not self.steps:
             return ""
         parts = [f"{self.step}/{self.steps}"]
@@ -133,8 +150,14 @@ class RunProgress(Widget):
             parts.append(f"{rate:,.1f} upd/s")
         return " · ".join(parts)
 
+    def _fraction(self) -> float:
+        if self.preparation is not None:
+            _, done, total = self.preparation
+            return min(1.0, done / total) if total else 0.0
+        return min(1.0, self.step / self.steps) if self.steps else 0.0
+
     def render(self) -> Text:
-        fraction = min(1.0, self.step / self.steps) if self.steps else 0.0
+        fraction = self._fraction()
         spare = self.size.width - self.STATE_WIDTH - len(self.figures) - 8
         width = max(8, min(self.BAR_WIDTH, spare))
         done = int(round(fraction * width))

@@ -14,8 +14,10 @@ from typing import Any
 
 from rich.text import Text
 from textual import on, work
+from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Tree
+from textual.worker import get_current_worker
 
 from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.run_store import CheckpointListing, RunListing, RunStore
@@ -56,6 +58,13 @@ class RunTree(Tree[TreeTarget]):
     RunTree { height: 1fr; }
     """
 
+    # Rename and delete are bound here, not on the screen: they act on the run under this
+    # tree's cursor, so only a key pressed while the tree has the keyboard reaches them.
+    BINDINGS = [
+        Binding("e", "screen.rename", "Rename", show=False),
+        Binding("d", "screen.delete", "Delete", show=False),
+    ]
+
     class Renamed(Message):
         """A run folder was renamed to ``target``."""
 
@@ -88,6 +97,10 @@ class RunTree(Tree[TreeTarget]):
         except OSError as err:
             self.app.call_from_thread(self._notify, f"cannot read the runs directory {runs_dir}: {err.strerror or err}",
                                       "runs")
+            return
+        # A newer scan started meanwhile (exclusive cancels this one, but a thread runs on):
+        # its listing must win, or a run deleted in between would come back.
+        if get_current_worker().is_cancelled:
             return
         self.post_message(RunsScanned(listings, select))
 

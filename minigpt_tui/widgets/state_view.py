@@ -3,25 +3,27 @@ the group is for, its records beneath (nested records as sub-branches)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.text import Text
 from textual.widgets import Tree
 
-from minigpt_tui.engine.checkpoint.state_groups import StateGroup
+from minigpt_tui.engine.checkpoint.state_groups import InspectionState, StateGroup, StateRecords
 from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.display import shorten
 
 # In reading order: what the model is, then everything that decides the next update.
-GROUP_MEANINGS: tuple[tuple[str, str], ...] = (
-    ("identities", "SHA-256 identities that tie the files together: model, tokenizer, config, corpus"),
-    ("composition", "how the model is assembled: token-table encoder, decoder backbone, head tied to the table"),
-    ("model_config", "the model's normalized settings (family, width, heads, layers, context…)"),
-    ("constants", "numerical settings whose exact bits matter, also stored as the F64 'constants' tensor"),
-    ("tokenizer", "the tokenizer saved with the model (ours: byte-level BPE, merges in 'tokenizer.merges')"),
-    ("special_ids", "ids with fixed meaning: BOS, EOS, where the 256 bytes and the merges start"),
-    ("parameters", "learned tensors and scalars (the tied table counted once) and their dtype"),
-    ("provenance", "where the weights came from: run and update"),
+GROUP_MEANINGS: tuple[tuple[StateGroup, str], ...] = (
+    (StateGroup.IDENTITIES, "SHA-256 identities that tie the files together: model, tokenizer, config, corpus"),
+    (StateGroup.COMPOSITION,
+     "how the model is assembled: token-table encoder, decoder backbone, head tied to the table"),
+    (StateGroup.MODEL_CONFIG, "the model's normalized settings (family, width, heads, layers, context…)"),
+    (StateGroup.CONSTANTS, "numerical settings whose exact bits matter, also stored as the F64 'constants' tensor"),
+    (StateGroup.TOKENIZER, "the tokenizer saved with the model (ours: byte-level BPE, merges in 'tokenizer.merges')"),
+    (StateGroup.SPECIAL_IDS, "ids with fixed meaning: BOS, EOS, where the 256 bytes and the merges start"),
+    (StateGroup.PARAMETERS, "learned tensors and scalars (the tied table counted once) and their dtype"),
+    (StateGroup.PROVENANCE, "where the weights came from: run and update"),
     (StateGroup.SCHEDULE, "learning-rate schedule and how far along it the run is"),
     (StateGroup.OPTIMIZER, "AdamW: per-parameter moments (exp_avg, exp_avg_sq) and step; hyperparameters per group"),
     (StateGroup.DATA_PROGRESS, "where the data stream stands: order, cursor and epoch, or the sampler; the next batch"),
@@ -30,15 +32,21 @@ GROUP_MEANINGS: tuple[tuple[str, str], ...] = (
     (StateGroup.ACCUMULATION, "batch size, microbatches per update and microbatches pending (0 at a boundary)"),
     (StateGroup.UPDATE_POLICY, "gradient clipping and activation recomputation"),
     (StateGroup.EVALUATION, "the evaluation curve so far and the best validation step"),
-    ("envelope", "the environment the state was saved in; exact resume refuses a different one"),
-    ("continuation", "whether this history may still promise bit-for-bit continuation, and why not"),
+    (StateGroup.ENVELOPE, "the environment the state was saved in; exact resume refuses a different one"),
+    (StateGroup.CONTINUATION, "whether this history may still promise bit-for-bit continuation, and why not"),
 )
-MEANINGS = dict(GROUP_MEANINGS)
+MEANINGS: dict[str, str] = dict(GROUP_MEANINGS)
 MAX_VALUE_CHARACTERS = 160
 MAX_LIST_ITEMS = 12
 
 
 def short_value(value: Any) -> str:
+    """A record's value as a person reads it: yes / no for a flag, – for a value not set,
+    JSON for lists and mappings, never a Python repr such as ``None`` or ``False``."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, list) and len(value) > MAX_LIST_ITEMS:
         head = ", ".join(short_value(v) for v in value[:MAX_LIST_ITEMS])
         text = f"[{head}, … {len(value) - MAX_LIST_ITEMS} more] ({len(value)} items)"
@@ -58,9 +66,10 @@ def _compact(value: Any) -> str:
         return repr(value)
 
 
-def ordered_groups(state: dict[str, dict[str, Any]]) -> list[str]:
-    known = [name for name, _ in GROUP_MEANINGS if name in state]
-    return known + sorted(name for name in state if name not in MEANINGS)
+def ordered_groups(state: InspectionState) -> list[StateRecords]:
+    """The groups in reading order: those with a meaning first, then the rest by name."""
+    known = [group for name, _ in GROUP_MEANINGS for group in state if group.group == name]
+    return known + sorted((group for group in state if group.group not in MEANINGS), key=lambda g: str(g.group))
 
 
 class StateView(Tree[None]):
@@ -73,21 +82,21 @@ class StateView(Tree[None]):
         self.show_root = False
         self.guide_depth = 2
 
-    def show_state(self, state: dict[str, dict[str, Any]]) -> None:
+    def show_state(self, state: InspectionState) -> None:
         self.clear()
         if not state:
             self.root.add_leaf(Text("this file holds no state records (only tensors)", style="dim italic"))
             return
         for group in ordered_groups(state):
-            label = Text(group, style="bold")
-            meaning = MEANINGS.get(group)
+            label = Text(str(group.group), style="bold")
+            meaning = MEANINGS.get(group.group)
             if meaning:
                 label.append(f" — {meaning}", style="dim")
             node = self.root.add(label, expand=True)
-            self._add_records(node, state[group])
+            self._add_records(node, group.records)
 
     def _add_records(self, node: Any, records: Any) -> None:
-        if not isinstance(records, dict):
+        if not isinstance(records, Mapping):
             node.add_leaf(Text(short_value(records)))
             return
         if not records:

@@ -61,6 +61,7 @@ from minigpt_tui.engine.errors import CheckpointError, ResumeRefused
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.distributed import DataParallel
+    from minigpt_tui.engine.stream import Progress
     from minigpt_tui.engine.trainer import Trainer
 
 MANIFEST = "manifest.json"
@@ -78,10 +79,16 @@ def checkpoint_name(step: int) -> str:
 # -- manifests ----------------------------------------------------------------------------------
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The parsed manifest of a checkpoint folder; a folder without one is incomplete."""
-    from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
+    path = _manifest_path(Path(folder))
+    data = _manifest_json(path)
+    _check_manifest(path, data)
+    return data
+
+
+def _manifest_path(folder: Path) -> Path:
+    """Where ``folder``'s manifest is, refusing what is not a finished checkpoint folder."""
     from minigpt_tui.engine.files import path_exists, require_regular_file
 
-    folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"not a checkpoint directory: {folder}")
     if _HIDDEN_WORK.match(folder.name) or folder.name.startswith("."):
@@ -92,14 +99,24 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not path_exists(path):
         raise CheckpointError(f"{folder}: incomplete checkpoint: it has no {MANIFEST} (the save did not finish)")
     require_regular_file(path, "a manifest")
+    return path
+
+
+def _manifest_json(path: Path) -> Any:
+    from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
+
     try:
         if path.stat().st_size > _MAX_MANIFEST_BYTES:
             raise CheckpointError(f"{path}: the manifest is larger than {_MAX_MANIFEST_BYTES} bytes: not ours")
-        data = load_json(path.read_bytes().decode("utf-8"), _MANIFEST_DEPTH)
+        return load_json(path.read_bytes().decode("utf-8"), _MANIFEST_DEPTH)
     except (UnicodeDecodeError, JSONRefused):
         raise CheckpointError(f"{path}: the manifest is damaged (not UTF-8 JSON)") from None
     except OSError as err:
         raise CheckpointError(f"cannot read {path}: {err.strerror or err}") from None
+
+
+def _check_manifest(path: Path, data: Any) -> None:
+    """Format, file records, step and optional fields, in that order; the first fault is named."""
     fmt = data.get("format") if isinstance(data, dict) else None
     if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
         raise CheckpointError(f"{path}: not a minigpt-tui checkpoint manifest")
@@ -109,21 +126,25 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not isinstance(files, dict) or not files:
         raise CheckpointError(f"{path}: the manifest lists no files")
     for name, record in files.items():
-        if (
-            not isinstance(record, dict)
-            or not _is_count(record.get("size"))
-            or not isinstance(record.get("sha256"), str)
-            or not _SHA256.match(record["sha256"])
-            or "/" in name
-            or name.startswith(".")
-        ):
+        if not _is_file_record(name, record):
             raise CheckpointError(f"{path}: the manifest record for '{name}' is malformed")
     if not _is_count(data.get("step")):
         raise CheckpointError(f"{path}: the manifest has no valid step")
     for key, valid in _MANIFEST_FIELDS.items():
         if key in data and not valid(data[key]):
             raise CheckpointError(f"{path}: the manifest field '{key}' is malformed ({type(data[key]).__name__})")
-    return data
+
+
+def _is_file_record(name: str, record: Any) -> bool:
+    """A file the manifest lists: a plain name in the folder, its size and SHA-256."""
+    return (
+        isinstance(record, dict)
+        and _is_count(record.get("size"))
+        and isinstance(record.get("sha256"), str)
+        and _SHA256.match(record["sha256"]) is not None
+        and "/" not in name
+        and not name.startswith(".")
+    )
 
 
 # A manifest is a few hundred bytes; the bound keeps a hostile one from costing memory.
@@ -593,13 +614,15 @@ def restore_trainer(
     parallel: "DataParallel | None" = None,
     allow_world_size_change: bool = False,
     device: str | None = None,
+    progress: "Progress | None" = None,
 ) -> "Trainer":
     """A trainer whose next update is bitwise the one the saved run would have done.
 
     ``parallel``: this process's rank among several (each rank restores its own streams);
     a world size other than the saved one is refused unless ``allow_world_size_change``.
     ``device``: run on this device instead of the saved config's (a changed device kind is
-    an environment change).
+    an environment change). ``progress`` hears about encoding and cache writing (stream
+    mode, when the token cache lacks the corpus).
 
     Refuses (ResumeRefused), before building anything mutable, a changed corpus,
     tokenizer, config or model identity, and in exact precision a changed environment
@@ -609,7 +632,7 @@ def restore_trainer(
     """
     try:
         return _restore_trainer(checkpoint_dir, allow_environment_change, corpus_path_override, policy_overrides,
-                                parallel, allow_world_size_change, device)
+                                parallel, allow_world_size_change, device, progress)
     except _MALFORMED as err:
         raise CheckpointError(f"{checkpoint_dir}: malformed checkpoint ({type(err).__name__}: {err})") from None
 
@@ -622,6 +645,7 @@ def _restore_trainer(
     parallel: "DataParallel | None" = None,
     allow_world_size_change: bool = False,
     device: str | None = None,
+    progress: "Progress | None" = None,
 ) -> "Trainer":
     import torch
 
@@ -660,7 +684,7 @@ def _restore_trainer(
             f"the corpus changed since saving ({config.corpus.source}: identity {corpus.identity[:12]}…, "
             f"saved {str(state.identities.get('corpus'))[:12]}…)"
         )
-    setup = TrainingSetup(config, corpus, loaded.model_file.tokenizer)
+    setup = TrainingSetup(config, corpus, loaded.model_file.tokenizer, progress=progress)
     trainer = Trainer(setup, parallel=parallel)
     loaded.model_file.copy_into(trainer.model)
     apply_training_state(trainer, state)  # each rank takes its own streams (state_parts.RanksPart)

@@ -27,7 +27,7 @@ from minigpt_tui.engine.checkpoint.safetensors_io import (
     read_tensor,
 )
 from minigpt_tui.engine.checkpoint.training_state import FORMAT_NAME as STATE_FORMAT
-from minigpt_tui.engine.checkpoint.state_groups import group_of
+from minigpt_tui.engine.checkpoint.state_groups import InspectionState, StateGroup, group_of
 from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE
 from minigpt_tui.engine.errors import CheckpointError
 
@@ -104,7 +104,7 @@ class Inspection:
     kind: InspectionKind
     entries: tuple[EntryRecord, ...]
     aliases: tuple[dict[str, Any], ...]
-    state: dict[str, dict[str, Any]]
+    state: InspectionState
     metadata: dict[str, Any]  # raw metadata: a file's str->str map; a folder's per file
     integrity: Integrity | None
     files: tuple[FileSummary, ...] = field(default_factory=tuple)
@@ -122,7 +122,7 @@ class Inspection:
             "files": [f.to_json() for f in self.files],
             "entries": [e.to_json() for e in self.entries],
             "aliases": list(self.aliases),
-            "state": self.state,
+            "state": self.state.to_json(),
             "metadata": self.metadata,
             "integrity": self.integrity.to_json() if self.integrity is not None else None,
         }
@@ -167,35 +167,35 @@ def _entry_group(kind: InspectionKind, name: str) -> str:
     return "tensors"
 
 
-def _model_state(records: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _model_state(records: dict[str, Any]) -> InspectionState:
     config = _object(records.get("model_config"))
     layout = _object(records.get("constants")).get("layout")
     tokenizer = _object(records.get("tokenizer"))
-    return {
-        "identities": {
+    return InspectionState.of({
+        StateGroup.IDENTITIES: {
             "model": _object(records.get("identity")).get("model"),
             "tokenizer": tokenizer.get("identity"),
         },
-        "composition": _object(records.get("composition")),
-        "model_config": config,
-        "constants": {str(name): config.get(str(name)) for name in (layout if isinstance(layout, list) else [])},
-        "tokenizer": tokenizer,
-        "special_ids": _object(records.get("special_ids")),
-        "parameters": _object(records.get("parameters")),
-        "provenance": _object(records.get("provenance")),
-    }
+        StateGroup.COMPOSITION: _object(records.get("composition")),
+        StateGroup.MODEL_CONFIG: config,
+        StateGroup.CONSTANTS: {str(name): config.get(str(name)) for name in layout} if isinstance(layout, list) else {},
+        StateGroup.TOKENIZER: tokenizer,
+        StateGroup.SPECIAL_IDS: _object(records.get("special_ids")),
+        StateGroup.PARAMETERS: _object(records.get("parameters")),
+        StateGroup.PROVENANCE: _object(records.get("provenance")),
+    })
 
 
-def _training_state(records: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _training_state(records: dict[str, Any]) -> InspectionState:
     state: dict[str, dict[str, Any]] = {}
     saved = records.get("records")
     if isinstance(saved, dict):
         for group, values in saved.items():
             state[group] = dict(values) if isinstance(values, dict) else {"value": values}
-    state["identities"] = dict(_object(records.get("identities")))
-    state["envelope"] = dict(_object(records.get("envelope")))
-    state["continuation"] = dict(_object(records.get("continuation")))
-    return state
+    state[StateGroup.IDENTITIES] = dict(_object(records.get("identities")))
+    state[StateGroup.ENVELOPE] = dict(_object(records.get("envelope")))
+    state[StateGroup.CONTINUATION] = dict(_object(records.get("continuation")))
+    return InspectionState.of(state)
 
 
 def _aliases(records: dict[str, Any]) -> tuple[dict[str, Any], ...]:
@@ -257,14 +257,14 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
         elif kind == TRAINING_STATE:
             state = _training_state(records)
         else:
-            state = {}
+            state = InspectionState()
         return Inspection(
             path, kind, tuple(entries), aliases, state, dict(header.metadata), None, (_summary(path, path.name, kind, header),)
         )
     folder = _folder_for(path)
     entries: list[EntryRecord] = []
     metadata: dict[str, Any] = {}
-    state: dict[str, dict[str, Any]] = {}
+    state = InspectionState()
     aliases: tuple[dict[str, Any], ...] = ()
     files = []
     for name in (MODEL_FILE, TRAINING_FILE):
@@ -277,11 +277,9 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
         files.append(_summary(file_path, name, kind, header))
         if kind == PORTABLE_MODEL:
             aliases = _aliases(records)
-            for group, values in _model_state(records).items():
-                state.setdefault(group, {}).update(values)
+            state = state.merged(_model_state(records))
         elif kind == TRAINING_STATE:
-            for group, values in _training_state(records).items():
-                state.setdefault(group, {}).update(values)
+            state = state.merged(_training_state(records))
     if not files:
         raise CheckpointError(f"{folder} holds neither {MODEL_FILE} nor {TRAINING_FILE}")
     integrity = verify_checkpoint(folder, hashes=verify_hashes)
@@ -492,8 +490,8 @@ def compare_checkpoints(a: Path | str, b: Path | str) -> dict[str, Any]:
         tensors.append(row)
     fa: dict[str, Any] = {}
     fb: dict[str, Any] = {}
-    _flatten("", first.state, fa)
-    _flatten("", second.state, fb)
+    _flatten("", first.state.to_json(), fa)
+    _flatten("", second.state.to_json(), fb)
     differences = []
     for key in sorted(set(fa) | set(fb)):
         if fa.get(key) != fb.get(key):

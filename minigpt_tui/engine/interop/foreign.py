@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from minigpt_tui.engine.checkpoint.integrity import Integrity, IntegrityScope
 from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection, InspectionKind, TensorRead
 from minigpt_tui.engine.checkpoint.safetensors_io import Header, opening_errors, read_header, read_tensor
+from minigpt_tui.engine.checkpoint.state_groups import InspectionState, StateGroup
 from minigpt_tui.engine.errors import CheckpointError
 from minigpt_tui.engine.interop import hf_layout, hf_tokenizer
 from minigpt_tui.engine.interop.hf_export import CONFIG_FILE, GENERATION_CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
@@ -55,6 +56,8 @@ PICKLE_KINDS = (TORCH_PICKLE, NANOGPT)
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 MANIFEST = "manifest.json"
 NANOGPT_RECORDS = ("iter_num", "best_val_loss", "model_args", "config")
+NANOGPT_PROGRESS = ("iter_num", "best_val_loss")
+NANOGPT_TOP_LEVEL = ("model", "optimizer", *NANOGPT_RECORDS)  # what a nanoGPT state shows in its own groups
 # Tables a config's tie_word_embeddings points the head at, by common architecture.
 TABLE_CANDIDATES = (
     "model.embed_tokens.weight",
@@ -330,7 +333,7 @@ def inspect_hf_folder(path: Path) -> Inspection:
     config = folder.config
     architectures = config.get("architectures") or [None]
     state: dict[str, dict[str, Any]] = {
-        "model": {
+        StateGroup.MODEL: {
             "architecture": architectures[0],
             "model_type": config.get("model_type"),
             "tied_embeddings": config.get("tie_word_embeddings"),
@@ -338,20 +341,20 @@ def inspect_hf_folder(path: Path) -> Inspection:
             "shards": len(folder.shards),
             **_convertible(folder),
         },
-        "parameters": _dtype_totals([(e.dtype, e.elements, e.bytes) for e in entries]),
-        "config": _jsonable(config),
+        StateGroup.PARAMETERS: _dtype_totals([(e.dtype, e.elements, e.bytes) for e in entries]),
+        StateGroup.CONFIG: _jsonable(config),
     }
     generation = path / GENERATION_CONFIG_FILE
     if generation.is_file():
         try:
-            state["generation_config"] = _jsonable(read_json_file(generation, "generation config"))
+            state[StateGroup.GENERATION_CONFIG] = _jsonable(read_json_file(generation, "generation config"))
         except CheckpointError as err:
-            state["generation_config"] = {"error": str(err)}
+            state[StateGroup.GENERATION_CONFIG] = {"error": str(err)}
     tokenizer = _tokenizer_summary(path)
     if tokenizer:
-        state["tokenizer"] = tokenizer
+        state[StateGroup.TOKENIZER] = tokenizer
     if folder.index is not None:
-        state["index"] = {
+        state[StateGroup.INDEX] = {
             "file": INDEX_FILE,
             "metadata": _jsonable(folder.index.get("metadata") or {}),
             "tensors_listed": len(folder.index.get("weight_map") or {}),
@@ -359,14 +362,13 @@ def inspect_hf_folder(path: Path) -> Inspection:
         }
         metadata[INDEX_FILE] = _jsonable(folder.index.get("metadata") or {})
     integrity = Integrity(IntegrityScope.INDEX, "headers and index", tuple(folder.problems))
-    return Inspection(path, HF_MODEL, tuple(entries), tuple(_hf_aliases(folder)), state, metadata, integrity,
-                      tuple(files))
+    return Inspection(path, HF_MODEL, tuple(entries), tuple(_hf_aliases(folder)), InspectionState.of(state), metadata,
+                      integrity, tuple(files))
 
 
 def _with_hf_config(inspection: Inspection, folder: Path) -> Inspection:
     config = read_json_file(folder / CONFIG_FILE, "config.json")
-    state = dict(inspection.state)
-    state["config"] = _jsonable(config)
+    state = inspection.state.with_group(StateGroup.CONFIG, _jsonable(config))
     return Inspection(folder, HF_MODEL, inspection.entries, inspection.aliases, state, inspection.metadata,
                       inspection.integrity, inspection.files)
 
@@ -499,33 +501,43 @@ def _walk(walk: _Walk, value: Any, prefix: str, group: str, depth: int) -> None:
     import torch
 
     if isinstance(value, torch.Tensor):
-        if walk.budget.spend(prefix):
-            walk.tensors.append(_Found(prefix, value, group))
-            if value.numel() == 1 and not value.is_complex():
-                walk.records[prefix] = _jsonable(value.item())
+        _walk_tensor(walk, value, prefix, group)
         return
     if isinstance(value, argparse.Namespace):
         value = vars(value)
-    if isinstance(value, (dict, list, tuple)):
-        first = walk.seen.get(id(value))
-        if first is not None:
-            walk.records[prefix or "value"] = f"(the same object as '{first or 'the top level'}')"
-            return
-        walk.seen[id(value)] = prefix
-        walk.keep.append(value)
-        if walk.budget.too_deep(depth, prefix) or not walk.budget.spend(prefix):
-            return
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                name = f"{prefix}.{key}" if prefix else str(key)
-                _walk(walk, inner, name, group or str(key), depth + 1)
-            return
-        if any(_holds_tensor(walk, v, depth + 1) for v in value):
-            for index, inner in enumerate(value):
-                name = f"{prefix}.{index}" if prefix else str(index)
-                _walk(walk, inner, name, group or str(index), depth + 1)
-            return
+    if isinstance(value, (dict, list, tuple)) and _walk_container(walk, value, prefix, group, depth):
+        return
     walk.records[prefix or "value"] = _jsonable(value, walk.budget, depth, prefix)
+
+
+def _walk_tensor(walk: _Walk, tensor: "torch.Tensor", prefix: str, group: str) -> None:
+    if walk.budget.spend(prefix):
+        walk.tensors.append(_Found(prefix, tensor, group))
+        if tensor.numel() == 1 and not tensor.is_complex():
+            walk.records[prefix] = _jsonable(tensor.item())
+
+
+def _walk_container(walk: _Walk, value: dict[Any, Any] | list[Any] | tuple[Any, ...], prefix: str, group: str,
+                    depth: int) -> bool:
+    """Walk a dict, or a list or tuple that holds a tensor; False when ``value`` is a
+    sequence without tensors, to be kept whole as one record."""
+    first = walk.seen.get(id(value))
+    if first is not None:
+        walk.records[prefix or "value"] = f"(the same object as '{first or 'the top level'}')"
+        return True
+    walk.seen[id(value)] = prefix
+    walk.keep.append(value)
+    if walk.budget.too_deep(depth, prefix) or not walk.budget.spend(prefix):
+        return True
+    if isinstance(value, dict):
+        items: Any = ((str(key), inner) for key, inner in value.items())
+    elif any(_holds_tensor(walk, v, depth + 1) for v in value):
+        items = ((str(index), inner) for index, inner in enumerate(value))
+    else:
+        return False
+    for key, inner in items:
+        _walk(walk, inner, f"{prefix}.{key}" if prefix else key, group or key, depth + 1)
+    return True
 
 
 def _holds_tensor(walk: _Walk, value: Any, depth: int) -> bool:
@@ -607,6 +619,60 @@ def _optimizer_state(optimizer: Any) -> dict[str, Any]:
     return out
 
 
+def _pickle_entry_group(item: _Found, nanogpt: bool) -> str:
+    if item.group and item.name != item.group:
+        return item.group  # inside a top-level record: "model", "optimizer", ...
+    return StateGroup.TRAINING if nanogpt else _group(item.name)
+
+
+def _pickle_entries(path: Path, found: list[_Found], nanogpt: bool) -> list[EntryRecord]:
+    entries = []
+    for item in found:
+        tensor = item.tensor
+        nbytes = tensor.numel() * tensor.element_size()
+        begin = tensor.storage_offset() * tensor.element_size()
+        entries.append(EntryRecord(path.name, item.name, _dtype_label(tensor), tuple(tensor.shape), tensor.numel(),
+                                   nbytes, begin, begin + nbytes, _pickle_entry_group(item, nanogpt)))
+    return entries
+
+
+def _totals_of(entries: list[EntryRecord]) -> dict[str, Any]:
+    return _dtype_totals([(e.dtype, e.elements, e.bytes) for e in entries])
+
+
+def _nanogpt_state(obj: dict[str, Any], records: dict[str, Any], distinct: list[EntryRecord]) -> dict[str, Any]:
+    """A nanoGPT checkpoint's records by meaning: progress, model arguments, its config,
+    the optimizer's groups, the model's totals, then whatever else it holds."""
+    state: dict[str, Any] = {
+        StateGroup.TRAINING: {k: records.get(k, _jsonable(obj.get(k))) for k in NANOGPT_PROGRESS if k in obj},
+    }
+    for key in (StateGroup.MODEL_ARGS, StateGroup.CONFIG):
+        if key in obj:
+            state[key] = _jsonable(obj[key]) if isinstance(obj[key], dict) else {"value": _jsonable(obj[key])}
+    if "optimizer" in obj:
+        state[StateGroup.OPTIMIZER] = _optimizer_state(obj["optimizer"])
+    state[StateGroup.PARAMETERS] = _totals_of([e for e in distinct if e.group == "model"])
+    others = {k: v for k, v in records.items() if k.split(".")[0] not in NANOGPT_TOP_LEVEL}
+    if others:
+        state[StateGroup.RECORDS] = others
+    return state
+
+
+def _plain_pickle_state(records: dict[str, Any], entries: list[EntryRecord],
+                        distinct: list[EntryRecord]) -> dict[str, Any]:
+    """A plain state dict's totals, its records that are not tensors, and the values of its
+    one-element tensors."""
+    state: dict[str, Any] = {StateGroup.PARAMETERS: _totals_of(distinct)}
+    tensor_names = {e.name for e in entries}
+    others = {k: v for k, v in records.items() if k not in tensor_names}
+    if others:
+        state[StateGroup.RECORDS] = others
+    values = {k: v for k, v in records.items() if k in tensor_names}
+    if values:
+        state[StateGroup.SCALAR_TENSORS] = values
+    return state
+
+
 def inspect_torch_file(path: Path) -> Inspection:
     """A PyTorch pickle loaded weights-only: its tensors, shared storages and other records."""
     obj = load_torch_pickle(path)
@@ -615,51 +681,23 @@ def inspect_torch_file(path: Path) -> Inspection:
     nanogpt = _is_nanogpt(obj)
     _walk_object(obj, found, records)
     kind = NANOGPT if nanogpt else TORCH_PICKLE
-    entries = []
-    for item in found:
-        tensor = item.tensor
-        nbytes = tensor.numel() * tensor.element_size()
-        begin = tensor.storage_offset() * tensor.element_size()
-        if item.group and item.name != item.group:
-            group = item.group  # inside a top-level record: "model", "optimizer", ...
-        else:
-            group = "training" if nanogpt else _group(item.name)
-        entries.append(EntryRecord(path.name, item.name, _dtype_label(tensor), tuple(tensor.shape), tensor.numel(),
-                                   nbytes, begin, begin + nbytes, group))
+    entries = _pickle_entries(path, found, nanogpt)
     aliases = _storage_aliases(found)
     # A tensor stored once counts once in the totals, however many names it has.
     shared = {a["name"] for a in aliases if a["transform"] == "none"}
     distinct = [e for e in entries if e.name not in shared]
-    state: dict[str, dict[str, Any]] = {}
-    if nanogpt:
-        state["training"] = {k: records.get(k, _jsonable(obj.get(k))) for k in ("iter_num", "best_val_loss") if k in obj}
-        for key in ("model_args", "config"):
-            if key in obj:
-                state[key] = _jsonable(obj[key]) if isinstance(obj[key], dict) else {"value": _jsonable(obj[key])}
-        if "optimizer" in obj:
-            state["optimizer"] = _optimizer_state(obj["optimizer"])
-        model_entries = [e for e in distinct if e.group == "model"]
-        state["parameters"] = _dtype_totals([(e.dtype, e.elements, e.bytes) for e in model_entries])
-        others = {k: v for k, v in records.items()
-                  if k.split(".")[0] not in ("model", "optimizer", "model_args", "config", "iter_num", "best_val_loss")}
-        if others:
-            state["records"] = others
-    else:
-        state["parameters"] = _dtype_totals([(e.dtype, e.elements, e.bytes) for e in distinct])
-        tensor_names = {e.name for e in entries}
-        others = {k: v for k, v in records.items() if k not in tensor_names}
-        if others:
-            state["records"] = others
-        values = {k: v for k, v in records.items() if k in tensor_names}
-        if values:
-            state["scalar_tensors"] = values
+    state = _nanogpt_state(obj, records, distinct) if nanogpt else _plain_pickle_state(records, entries, distinct)
+    summary = FileSummary(path.name, path, kind, path.stat().st_size, 0, len(entries), sum(e.bytes for e in entries))
+    return Inspection(path, kind, tuple(entries), tuple(aliases), InspectionState.of(state),
+                      _pickle_metadata(path, obj), None, (summary,))
+
+
+def _pickle_metadata(path: Path, obj: Any) -> dict[str, Any]:
+    """How the pickle was opened and what its top level holds."""
     container = "torch-zip" if zipfile.is_zipfile(path) else "legacy-pickle"
-    size = path.stat().st_size
     top = list(obj) if isinstance(obj, dict) else [type(obj).__name__]
-    metadata = {"container": container, "loader": "torch.load(weights_only=True, map_location='cpu')",
-                "top_level": [str(k) for k in top]}
-    summary = FileSummary(path.name, path, kind, size, 0, len(entries), sum(e.bytes for e in entries))
-    return Inspection(path, kind, tuple(entries), tuple(aliases), state, metadata, None, (summary,))
+    return {"container": container, "loader": "torch.load(weights_only=True, map_location='cpu')",
+            "top_level": [str(k) for k in top]}
 
 
 def _plain(tensor: "torch.Tensor") -> "torch.Tensor":

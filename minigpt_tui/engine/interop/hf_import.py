@@ -80,23 +80,36 @@ def read_hf_folder(path: Path | str, *, strict: bool = True) -> HFFolder:
     config = read_json_file(path / CONFIG_FILE, "config.json: not a transformers model folder")
     if not isinstance(config, dict):
         raise CheckpointError(f"{path / CONFIG_FILE}: not a JSON object")
-    index = None
+    index, weight_map, names = _weight_files(path)
+    headers, locations = _shard_headers(path, names)
     problems: list[str] = []
+    if weight_map is not None:
+        problems = _index_problems(index, weight_map, headers, locations)
+        if strict and problems:
+            raise CheckpointError(f"{path / INDEX_FILE}: {problems[0]}")
+    return HFFolder(path, config, tuple(path / n for n in names), headers, locations, index, tuple(problems))
+
+
+def _weight_files(path: Path) -> tuple[Any, dict[str, Any] | None, list[str]]:
+    """The index (None without one), its weight map and the shard files to read."""
     if (path / INDEX_FILE).is_file():
         index_path = path / INDEX_FILE
         index = read_json_file(index_path, "index")
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index_path}: no weight_map")
-        names = sorted({shard_name(index_path, v) for v in weight_map.values()})
-    elif (path / WEIGHTS_FILE).is_file():
-        weight_map = None
-        names = [WEIGHTS_FILE]
-    else:
-        held = next((name for name in PICKLED_WEIGHTS if (path / name).is_file()), None)
-        if held:
-            raise CheckpointError(f"{path}: the weights are pickled ({held}); only safetensors folders are supported")
-        raise CheckpointError(f"{path}: no {WEIGHTS_FILE} and no {INDEX_FILE}")
+        return index, weight_map, sorted({shard_name(index_path, v) for v in weight_map.values()})
+    if (path / WEIGHTS_FILE).is_file():
+        return None, None, [WEIGHTS_FILE]
+    held = next((name for name in PICKLED_WEIGHTS if (path / name).is_file()), None)
+    if held:
+        raise CheckpointError(f"{path}: the weights are pickled ({held}); only safetensors folders are supported")
+    raise CheckpointError(f"{path}: no {WEIGHTS_FILE} and no {INDEX_FILE}")
+
+
+def _shard_headers(path: Path, names: list[str]) -> tuple[dict[str, Header], dict[str, str]]:
+    """Each shard's validated header, and which shard holds each tensor (a tensor in two
+    shards is refused)."""
     headers: dict[str, Header] = {}
     locations: dict[str, str] = {}
     for name in names:
@@ -109,20 +122,26 @@ def read_hf_folder(path: Path | str, *, strict: bool = True) -> HFFolder:
             if entry.name in locations:
                 raise CheckpointError(f"{path}: tensor '{entry.name}' is in both {locations[entry.name]} and {name}")
             locations[entry.name] = name
-    if weight_map is not None:
-        for tensor, shard in weight_map.items():
-            if locations.get(tensor) != shard:
-                problems.append(f"the index puts '{tensor}' in {shard}, which does not hold it")
-        for tensor, shard in locations.items():
-            if tensor not in weight_map:
-                problems.append(f"{shard} holds '{tensor}', which the index does not list")
-        declared = (index.get("metadata") or {}).get("total_size") if isinstance(index, dict) else None
-        held_bytes = sum(e.nbytes for h in headers.values() for e in h.entries)
-        if isinstance(declared, int) and declared != held_bytes:
-            problems.append(f"the index declares total_size {declared}, the shards hold {held_bytes} bytes")
-        if strict and problems:
-            raise CheckpointError(f"{path / INDEX_FILE}: {problems[0]}")
-    return HFFolder(path, config, tuple(path / n for n in names), headers, locations, index, tuple(problems))
+    return headers, locations
+
+
+def _index_problems(index: Any, weight_map: dict[str, Any], headers: dict[str, Header],
+                    locations: dict[str, str]) -> list[str]:
+    """Where the index and the shards disagree: misplaced or unlisted tensors, total size."""
+    problems = [f"the index puts '{tensor}' in {shard}, which does not hold it"
+                for tensor, shard in weight_map.items() if locations.get(tensor) != shard]
+    problems += [f"{shard} holds '{tensor}', which the index does not list"
+                 for tensor, shard in locations.items() if tensor not in weight_map]
+    declared = _declared_total_size(index)
+    held_bytes = sum(e.nbytes for h in headers.values() for e in h.entries)
+    if isinstance(declared, int) and declared != held_bytes:
+        problems.append(f"the index declares total_size {declared}, the shards hold {held_bytes} bytes")
+    return problems
+
+
+def _declared_total_size(index: Any) -> Any:
+    metadata = index.get("metadata") if isinstance(index, dict) else None
+    return metadata.get("total_size") if isinstance(metadata, dict) else None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import gives back the same bits.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.errors import CheckpointError, ConfigError
@@ -173,63 +173,86 @@ def model_config_from_hf(hf: dict[str, Any], where: str) -> "ModelConfig":
         "gelu_approximation": saved.get("gelu_approximation", defaults.gelu_approximation),
         "rope_base": saved.get("rope_base", defaults.rope_base),
     }
-
-    def unsupported(what: str) -> CheckpointError:
-        return CheckpointError(f"{where}: unsupported {ARCHITECTURES[family]} setting: {what}")
-
-    if family == "llama":
-        heads = _int(hf, "num_attention_heads", where)
-        width = _int(hf, "hidden_size", where)
-        kv_heads = hf.get("num_key_value_heads") or heads
-        head_dim = hf.get("head_dim") or width // heads
-        if head_dim * heads != width:
-            raise unsupported(f"head_dim {head_dim} × {heads} heads is not hidden_size {width}")
-        if hf.get("hidden_act", "silu") != "silu":
-            raise unsupported(f"hidden_act {hf.get('hidden_act')!r} (only silu)")
-        if hf.get("attention_bias") or hf.get("mlp_bias"):
-            raise unsupported("attention or MLP biases")
-        rope = hf.get("rope_parameters") or {}
-        scaling = hf.get("rope_scaling")
-        rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
-        if scaling or rope_type != "default":
-            kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else rope_type
-            raise unsupported(f"RoPE scaling {kind!r}")
-        theta = rope.get("rope_theta") if isinstance(rope, dict) else None
-        theta = theta if theta is not None else hf.get("rope_theta", 10000.0)
-        values.update(
-            width=width,
-            heads=heads,
-            kv_heads=kv_heads,
-            ffn=_int(hf, "intermediate_size", where),
-            layers=_int(hf, "num_hidden_layers", where),
-            context=_int(hf, "max_position_embeddings", where),
-            rope_base=float(theta),
-            norm_eps=_float(hf, "rms_norm_eps", 1e-6),
-        )
-    else:
-        width = _int(hf, "n_embd", where)
-        heads = _int(hf, "n_head", where)
-        activation = hf.get("activation_function", "gelu_new")
-        if activation not in GELU_FROM_HF:
-            raise unsupported(f"activation_function {activation!r} (only gelu_new, gelu_pytorch_tanh, gelu)")
-        if not hf.get("scale_attn_weights", True) or hf.get("scale_attn_by_inverse_layer_idx"):
-            raise unsupported("attention scaling other than 1/sqrt(head_dim)")
-        if hf.get("add_cross_attention"):
-            raise unsupported("cross-attention")
-        values.update(
-            width=width,
-            heads=heads,
-            kv_heads=heads,
-            ffn=hf.get("n_inner") or 4 * width,
-            layers=_int(hf, "n_layer", where),
-            context=_int(hf, "n_positions", where),
-            norm_eps=_float(hf, "layer_norm_epsilon", 1e-5),
-            gelu_approximation=GELU_FROM_HF[activation],
-        )
+    values.update(_FAMILY_SETTINGS[family](hf, _Refusal(where, ARCHITECTURES[family])))
     try:
         return RunConfig.from_dict({"preset": "converted", "model": values}).model
     except ConfigError as err:
         raise CheckpointError(f"{where}: the model's settings are not valid here: {err}") from None
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """Names what a config asks for that our model does not compute."""
+
+    where: str
+    architecture: str
+
+    def unsupported(self, what: str) -> CheckpointError:
+        return CheckpointError(f"{self.where}: unsupported {self.architecture} setting: {what}")
+
+
+def _llama_rope_base(hf: dict[str, Any], refusal: _Refusal) -> float:
+    """RoPE's base (plain RoPE only), from rope_parameters (newer transformers) or rope_theta."""
+    rope = hf.get("rope_parameters") or {}
+    scaling = hf.get("rope_scaling")
+    rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+    if scaling or rope_type != "default":
+        kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else rope_type
+        raise refusal.unsupported(f"RoPE scaling {kind!r}")
+    theta = rope.get("rope_theta") if isinstance(rope, dict) else None
+    return float(theta if theta is not None else hf.get("rope_theta", 10000.0))
+
+
+def _llama_settings(hf: dict[str, Any], refusal: _Refusal) -> dict[str, Any]:
+    where = refusal.where
+    heads = _int(hf, "num_attention_heads", where)
+    width = _int(hf, "hidden_size", where)
+    kv_heads = hf.get("num_key_value_heads") or heads
+    head_dim = hf.get("head_dim") or width // heads
+    if head_dim * heads != width:
+        raise refusal.unsupported(f"head_dim {head_dim} × {heads} heads is not hidden_size {width}")
+    if hf.get("hidden_act", "silu") != "silu":
+        raise refusal.unsupported(f"hidden_act {hf.get('hidden_act')!r} (only silu)")
+    if hf.get("attention_bias") or hf.get("mlp_bias"):
+        raise refusal.unsupported("attention or MLP biases")
+    rope_base = _llama_rope_base(hf, refusal)
+    return {
+        "width": width,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "ffn": _int(hf, "intermediate_size", where),
+        "layers": _int(hf, "num_hidden_layers", where),
+        "context": _int(hf, "max_position_embeddings", where),
+        "rope_base": rope_base,
+        "norm_eps": _float(hf, "rms_norm_eps", 1e-6),
+    }
+
+
+def _gpt2_settings(hf: dict[str, Any], refusal: _Refusal) -> dict[str, Any]:
+    where = refusal.where
+    width = _int(hf, "n_embd", where)
+    heads = _int(hf, "n_head", where)
+    activation = hf.get("activation_function", "gelu_new")
+    if activation not in GELU_FROM_HF:
+        raise refusal.unsupported(f"activation_function {activation!r} (only gelu_new, gelu_pytorch_tanh, gelu)")
+    if not hf.get("scale_attn_weights", True) or hf.get("scale_attn_by_inverse_layer_idx"):
+        raise refusal.unsupported("attention scaling other than 1/sqrt(head_dim)")
+    if hf.get("add_cross_attention"):
+        raise refusal.unsupported("cross-attention")
+    return {
+        "width": width,
+        "heads": heads,
+        "kv_heads": heads,
+        "ffn": hf.get("n_inner") or 4 * width,
+        "layers": _int(hf, "n_layer", where),
+        "context": _int(hf, "n_positions", where),
+        "norm_eps": _float(hf, "layer_norm_epsilon", 1e-5),
+        "gelu_approximation": GELU_FROM_HF[activation],
+    }
+
+
+# What each family's config.json says about the shape and numerics of the model.
+_FAMILY_SETTINGS = {"llama": _llama_settings, "gpt2": _gpt2_settings}
 
 
 # -- tensors --------------------------------------------------------------------------------

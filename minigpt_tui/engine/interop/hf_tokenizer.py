@@ -179,6 +179,29 @@ def tokenizer_from_json(data: Any, source: Path | str) -> ByteBPETokenizer:
     """Our tokenizer from a ``tokenizer.json`` of the layout above; anything else is
     refused with one line naming what is unsupported."""
     where = str(source)
+    model = _bpe_model(data, where)
+    _require_whole_text_byte_level(data, model, where)
+    vocab = model.get("vocab")
+    merges = model.get("merges")
+    if not isinstance(vocab, dict) or not isinstance(merges, list):
+        raise TokenizerError(f"{where}: the BPE model has no vocab map or merges list")
+    by_id = _vocabulary_by_id(vocab, where)
+    _require_special_ids(data, where)
+    _require_byte_ids(by_id, where)
+    pairs = _merge_pairs(merges, by_id, where)
+    if len(by_id) != FIRST_MERGE_ID + len(pairs) or max(by_id) != len(by_id) - 1:
+        raise TokenizerError(
+            f"{where}: unsupported vocabulary layout: {len(by_id)} entries for 2 special ids, 256 bytes "
+            f"and {len(pairs)} merges"
+        )
+    try:
+        return ByteBPETokenizer(tuple(pairs))
+    except TokenizerError as err:
+        raise TokenizerError(f"{where}: {err}") from None
+
+
+def _bpe_model(data: Any, where: str) -> dict[str, Any]:
+    """The document's model section, when it is a byte-level BPE model."""
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise TokenizerError(f"{where}: not a tokenizer.json document (no model section)")
     model = data["model"]
@@ -189,25 +212,32 @@ def tokenizer_from_json(data: Any, source: Path | str) -> ByteBPETokenizer:
         raise TokenizerError(f"{where}: {kind} tokenizers are not supported; only byte-level BPE")
     if model.get("byte_fallback"):
         raise TokenizerError(f"{where}: SentencePiece-style BPE (byte_fallback) is not supported; only byte-level BPE")
+    return model
+
+
+def _require_whole_text_byte_level(data: dict[str, Any], model: dict[str, Any], where: str) -> None:
+    """The text reaches the merges as it is: one ByteLevel word, no normalizer, no BPE options."""
     problem = _pre_tokenizer_problem(data.get("pre_tokenizer"))
     if problem:
         raise TokenizerError(f"{where}: unsupported tokenizer: {problem}; only whole-text ByteLevel BPE is supported")
     if data.get("normalizer") is not None:
         raise TokenizerError(f"{where}: unsupported tokenizer: it normalizes text before encoding")
-    for option in ("continuing_subword_prefix", "end_of_word_suffix", "dropout"):
+    for option in ("continuing_subword_prefix", "end_of_word_suffix", "dropout", "ignore_merges"):
         if model.get(option):
             raise TokenizerError(f"{where}: unsupported tokenizer: BPE {option} is set")
-    if model.get("ignore_merges"):
-        raise TokenizerError(f"{where}: unsupported tokenizer: BPE ignore_merges is set")
-    vocab = model.get("vocab")
-    merges = model.get("merges")
-    if not isinstance(vocab, dict) or not isinstance(merges, list):
-        raise TokenizerError(f"{where}: the BPE model has no vocab map or merges list")
+
+
+def _vocabulary_by_id(vocab: dict[str, Any], where: str) -> dict[int, str]:
     by_id: dict[int, str] = {}
     for text, token_id in vocab.items():
         if not isinstance(token_id, int) or token_id in by_id:
             raise TokenizerError(f"{where}: vocabulary id {token_id!r} is not a distinct integer")
         by_id[token_id] = text
+    return by_id
+
+
+def _require_special_ids(data: dict[str, Any], where: str) -> None:
+    """BOS and EOS are added special tokens at their ids, and there is no other added token."""
     specials = {t.get("id"): t for t in data.get("added_tokens") or [] if isinstance(t, dict)}
     for token_id, label in ((BOS, "BOS"), (EOS, "EOS")):
         added = specials.get(token_id)
@@ -216,6 +246,9 @@ def tokenizer_from_json(data: Any, source: Path | str) -> ByteBPETokenizer:
     extra_specials = sorted(i for i in specials if i not in (BOS, EOS))
     if extra_specials:
         raise TokenizerError(f"{where}: unsupported tokenizer: extra added token at id {extra_specials[0]}")
+
+
+def _require_byte_ids(by_id: dict[int, str], where: str) -> None:
     table = byte_to_unicode()
     for byte in range(256):
         if by_id.get(byte + BYTE_OFFSET) != table[byte]:
@@ -223,13 +256,21 @@ def tokenizer_from_json(data: Any, source: Path | str) -> ByteBPETokenizer:
                 f"{where}: unsupported vocabulary layout: id {byte + BYTE_OFFSET} is not byte {byte} "
                 "(bytes must hold ids 2..257 in byte order)"
             )
+
+
+def _merge_parts(merge: Any) -> list[Any]:
+    """A merge as its two strings: ``"a b"`` (older files) or ``["a", "b"]``."""
+    if isinstance(merge, str):
+        return merge.split(" ")
+    return list(merge) if isinstance(merge, list) else []
+
+
+def _merge_pairs(merges: list[Any], by_id: dict[int, str], where: str) -> list[tuple[int, int]]:
+    """The merges as id pairs, each producing the next id in rank order."""
     ids = {text: token_id for token_id, text in by_id.items()}
     pairs: list[tuple[int, int]] = []
     for rank, merge in enumerate(merges):
-        if isinstance(merge, str):
-            parts = merge.split(" ")
-        else:
-            parts = list(merge) if isinstance(merge, list) else []
+        parts = _merge_parts(merge)
         if len(parts) != 2 or not all(isinstance(p, str) for p in parts):
             raise TokenizerError(f"{where}: merge {rank} is not a pair of strings")
         left, right = parts
@@ -242,15 +283,7 @@ def tokenizer_from_json(data: Any, source: Path | str) -> ByteBPETokenizer:
                 f"not {FIRST_MERGE_ID + rank} (merges must take ids 258, 259, ... in rank order)"
             )
         pairs.append((ids[left], ids[right]))
-    if len(by_id) != FIRST_MERGE_ID + len(pairs) or max(by_id) != len(by_id) - 1:
-        raise TokenizerError(
-            f"{where}: unsupported vocabulary layout: {len(by_id)} entries for 2 special ids, 256 bytes "
-            f"and {len(pairs)} merges"
-        )
-    try:
-        return ByteBPETokenizer(tuple(pairs))
-    except TokenizerError as err:
-        raise TokenizerError(f"{where}: {err}") from None
+    return pairs
 
 
 def read_tokenizer_json(path: Path) -> ByteBPETokenizer:

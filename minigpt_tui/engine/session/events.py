@@ -7,6 +7,7 @@ an enum that travels through a queue and takes effect at the next update boundar
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,46 @@ class RunSummary:
     train_tokens: int = 0  # stream mode: tokens in each split's array
     validation_tokens: int = 0
     evaluation_rule: str = ""
+
+
+@dataclass(frozen=True)
+class Preparing:
+    """Long work before the run starts (tokenizer training, encoding, writing the token
+    cache): ``done`` of ``total`` units of ``label``, sent before :class:`RunSummary`."""
+
+    label: str
+    done: int
+    total: int
+
+
+class PreparationStopped(Exception):
+    """A stop asked for while the run was still preparing: raised at the next progress
+    report, before anything is written (the session ends as stopped at update 0)."""
+
+
+class PreparingReports:
+    """The engine's progress callback as :class:`Preparing` events, at most ``per_second``
+    a second: the first report of each label and its completion always pass. When
+    ``stopped()`` holds, the next report raises :class:`PreparationStopped`."""
+
+    def __init__(self, sink: EventSink, *, per_second: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 stopped: Callable[[], bool] = lambda: False) -> None:
+        self._sink = sink
+        self._interval = 1.0 / per_second
+        self._clock = clock
+        self._stopped = stopped
+        self._label: str | None = None
+        self._last = -1e9
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if self._stopped():
+            raise PreparationStopped(label)
+        now = self._clock()
+        if label == self._label and done < total and now - self._last < self._interval:
+            return
+        self._label, self._last = label, now
+        self._sink(Preparing(label, min(done, total), total))
 
 
 @dataclass(frozen=True)
@@ -138,7 +179,7 @@ class Failed:
     message: str
 
 
-Event = RunSummary | RunStarted | UpdateDone | EvaluationDone | ProbesScored | Paused | Resumed | Saved | Refused | Finished | Failed
+Event = Preparing | RunSummary | RunStarted | UpdateDone | EvaluationDone | ProbesScored | Paused | Resumed | Saved | Refused | Finished | Failed
 EventSink = Callable[[Any], None]
 
 

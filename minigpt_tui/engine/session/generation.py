@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.engine.errors import GenerationError
+from minigpt_tui.engine.generation_rule import DEFAULT_BUDGET, DEFAULT_SEED, GenerationRule
 from minigpt_tui.engine.session.inputs import parse_number
 from minigpt_tui.engine.session.insight import InsightView, SecondOpinionView, insight_view
 
 TOP_CANDIDATES = 16
 MAX_INELIGIBLE_ROWS = 8
-DEFAULT_SEED = 31415  # engine.generation.DEFAULT_SEED (that module imports torch)
-DEFAULT_BUDGET = 24
 NO_MODEL = "no model loaded: type a checkpoint, model file or RUN:latest and press enter"
 
 
@@ -90,13 +89,10 @@ class StepperView:
 # -- the form's settings ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class GenerationSettings:
+    """What the form asks for: a prompt and the rule to continue it with."""
+
     prompt: str
-    kind: str = "greedy"
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int = DEFAULT_SEED
-    budget: int = DEFAULT_BUDGET
+    rule: GenerationRule = field(default_factory=GenerationRule)
 
 
 def _number(what: str, text: str, kind: type, default: Any) -> Any:
@@ -106,22 +102,19 @@ def _number(what: str, text: str, kind: type, default: Any) -> Any:
 
 def parse_settings(prompt: str, kind: str, temperature: str, top_k: str, top_p: str, seed: str,
                    budget: str) -> GenerationSettings:
-    """The form as typed into settings; a malformed number raises GenerationError. Ranges are
-    checked by the engine's rule when the stepper is built."""
-    if kind not in ("greedy", "sample"):
-        raise GenerationError(f"unknown rule '{kind}' (choose greedy or sample)")
+    """The form as typed into settings; a malformed number or a value the rule refuses raises
+    GenerationError. The sampling fields are ignored under greedy."""
     budget_value = _number("budget", budget, int, DEFAULT_BUDGET)
-    if kind == "greedy":
-        return GenerationSettings(prompt, "greedy", budget=budget_value)
-    return GenerationSettings(
-        prompt,
-        "sample",
-        temperature=_number("temperature", temperature, float, 1.0),
+    if kind != "sample":
+        return GenerationSettings(prompt, GenerationRule(kind, max_new_tokens=budget_value))  # greedy, or refused
+    rule = GenerationRule.sample(
+        _number("temperature", temperature, float, 1.0),
         top_k=_number("top-k", top_k, int, None),
         top_p=_number("top-p", top_p, float, None),
         seed=_number("seed", seed, int, DEFAULT_SEED),
-        budget=budget_value,
+        max_new_tokens=budget_value,
     )
+    return GenerationSettings(prompt, rule)
 
 
 # -- typed views of decisions (worker thread) -------------------------------------------------
@@ -242,16 +235,11 @@ class GenerationSession:
         self.load_second(None)  # it was compared with the previous model
 
     def configure(self, settings: GenerationSettings) -> None:
-        from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
+        from minigpt_tui.engine.generation import DecisionStepper
 
         if self.portable is None:
             raise GenerationError(NO_MODEL)
-        if settings.kind == "greedy":
-            rule = GenerationRule.greedy(settings.budget)
-        else:
-            rule = GenerationRule.sample(settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
-                                         seed=settings.seed, max_new_tokens=settings.budget)
-        self.stepper = DecisionStepper.from_portable(self.portable, settings.prompt, rule, attention=True,
+        self.stepper = DecisionStepper.from_portable(self.portable, settings.prompt, settings.rule, attention=True,
                                                      top_n=TOP_CANDIDATES)
         self.settings = settings
         self._views.clear()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from minigpt_tui.engine.session.events import RunSummary
 
 if TYPE_CHECKING:
+    from minigpt_tui.engine.stream import Progress
     from minigpt_tui.engine.checkpoint.directory import Checkpointer
     from minigpt_tui.engine.checkpoint.portable import PortableModel
     from minigpt_tui.engine.config import RunConfig
@@ -115,10 +116,12 @@ def _placed(trainer: Trainer, run: RunDirectory | None) -> dict[str, Any]:
     return {"checkpointer": WriterCheckpointer(parallel, inner), "agreement": CommandAgreement(parallel, trainer.device)}
 
 
-def prepare(plan: RunPlan) -> PreparedRun:
+def prepare(plan: RunPlan, progress: Progress | None = None) -> PreparedRun:
+    """The plan's trainer and run folder; ``progress`` hears about long preparation work
+    (tokenizer training, encoding, cache writing)."""
     # A bad probes file is refused before anything is built or written.
     probes = _run_probes(plan)
-    prepared = _prepare_resume(plan) if isinstance(plan, ResumeRun) else _prepare_new(plan)
+    prepared = _prepare_resume(plan, progress) if isinstance(plan, ResumeRun) else _prepare_new(plan, progress)
     prepared.probes = probes
     return prepared
 
@@ -129,21 +132,25 @@ def _run_probes(plan: RunPlan) -> ProbeSet | None:
     return load_probes(plan.probes) if plan.score_probes else None
 
 
-def _prepare_new(plan: NewRun) -> PreparedRun:
-    from minigpt_tui.engine.corpus import load_corpus
+def _prepare_new(plan: NewRun, progress: Progress | None = None) -> PreparedRun:
+    from minigpt_tui.engine.corpus import CorpusLoading
     from minigpt_tui.engine.errors import ConfigError
-    from minigpt_tui.engine.runs import RunDirectory, RunLock
-    from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
 
     config = plan.config
     if plan.until is not None and not 1 <= plan.until <= config.train.steps:
         raise ConfigError(f"--until must be between 1 and {config.train.steps}")
+    # Reading and hashing the corpus run while torch and the trainer are imported.
+    loading = CorpusLoading(config.corpus)
+    from minigpt_tui.engine.runs import RunDirectory, RunLock
+    from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
+
     portable = _warm_start_model(plan.init_from, plan.runs_dir, config) if plan.init_from else None
     if portable is not None:
         config = config.replace(tokenizer={"merges": len(portable.tokenizer.merges)})
     apply_precision(config.train)
-    corpus = load_corpus(config.corpus)
-    setup = TrainingSetup.build(config, corpus, portable.tokenizer if portable is not None else None)
+    corpus = loading.result()
+    setup = TrainingSetup.build(config, corpus, portable.tokenizer if portable is not None else None,
+                                progress=progress)
     initial = {n: p.detach() for n, p in portable.model.named_parameters()} if portable is not None else None
     trainer = Trainer(setup, initial_weights=initial, parallel=plan.parallel)
     files: dict[str, Any] = {"config.json": config.to_dict(), "identities.json": identities(setup)}
@@ -176,7 +183,7 @@ def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableM
     return portable
 
 
-def _prepare_resume(plan: ResumeRun) -> PreparedRun:
+def _prepare_resume(plan: ResumeRun, progress: Progress | None = None) -> PreparedRun:
     from minigpt_tui.engine.runs import owning_run
 
     folder = Path(plan.checkpoint)
@@ -186,14 +193,15 @@ def _prepare_resume(plan: ResumeRun) -> PreparedRun:
     writer = plan.parallel is None or plan.parallel.world.is_writer
     lock = run.lock() if run is not None and writer else None
     try:
-        return _restore_into(plan, folder, run, lock)
+        return _restore_into(plan, folder, run, lock, progress)
     except BaseException:
         if lock is not None:
             lock.release()
         raise
 
 
-def _restore_into(plan: ResumeRun, folder: Path, run: RunDirectory | None, lock: RunLock | None) -> PreparedRun:
+def _restore_into(plan: ResumeRun, folder: Path, run: RunDirectory | None, lock: RunLock | None,
+                  progress: Progress | None = None) -> PreparedRun:
     from minigpt_tui.engine.checkpoint.directory import restore_trainer
     from minigpt_tui.engine.errors import ConfigError, ResumeRefused
     from minigpt_tui.engine.runs import RunDirectory
@@ -202,7 +210,7 @@ def _restore_into(plan: ResumeRun, folder: Path, run: RunDirectory | None, lock:
     trainer = restore_trainer(folder, allow_environment_change=plan.allow_environment_change,
                               corpus_path_override=plan.corpus, policy_overrides=dict(plan.policy or {}) or None,
                               parallel=plan.parallel, allow_world_size_change=plan.allow_world_size_change,
-                              device=plan.device)
+                              device=plan.device, progress=progress)
     steps = trainer.config.train.steps
     if trainer.finished:
         raise ConfigError(
@@ -262,8 +270,8 @@ def summarize(trainer: Trainer, run: RunDirectory | None, resumed_from: Path | N
         parameter_scalars=scalars,
         corpus_source=corpus.source,
         corpus_identity=corpus.identity,
-        train_records=len(corpus.train),
-        validation_records=len(corpus.validation),
+        train_records=corpus.counts.train_records,
+        validation_records=corpus.counts.validation_records,
         tokenizer_identity=trainer.tokenizer.identity,
         vocab_size=trainer.tokenizer.vocab_size,
         merges=len(trainer.tokenizer.merges),

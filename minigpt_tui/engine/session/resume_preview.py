@@ -12,13 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.checkpoint.state_groups import StateGroup
+from minigpt_tui.engine.checkpoint.state_groups import InspectionState, StateGroup
 from minigpt_tui.engine.session.display import shorten
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.checkpoint.inspect import Inspection
 
-State = dict[str, dict[str, Any]]
 HISTORY_RESET = "the history starts anew: a weights-only start is a new run, not a continuation"
 
 
@@ -31,6 +30,7 @@ class ResumePreview:
     reset_by_weights_only: tuple[str, ...]
     blockers: tuple[str, ...]
     notes: tuple[str, ...]
+    uses: tuple[str, ...] = ()  # for a file from another tool: what this tool can do with it
 
     @property
     def can_resume(self) -> bool:
@@ -38,8 +38,14 @@ class ResumePreview:
 
     @staticmethod
     def of(checkpoint: str, inspection: Inspection) -> ResumePreview:
+        from minigpt_tui.engine.session.file_uses import file_uses
+
+        foreign = file_uses(inspection)
+        if foreign is not None:  # its records are another tool's: nothing here is restored
+            return ResumePreview(checkpoint, None, None, (), (), (foreign.why_not_resumable,), (),
+                                 (*foreign.uses, foreign.convert))
         state = inspection.state
-        step, steps = _int(state, "schedule", "step"), _int(state, "schedule", "steps")
+        step, steps = state.integer(StateGroup.SCHEDULE, "step"), state.integer(StateGroup.SCHEDULE, "steps")
         restored: list[str] = []
         reset: list[str] = []
         for describe in DESCRIBERS:
@@ -54,16 +60,6 @@ class ResumePreview:
 def short(value: Any, limit: int = 48) -> str:
     """``value`` as text, cut with an ellipsis at ``limit`` characters."""
     return shorten(str(value), limit)
-
-
-def _group(state: State, group: str) -> dict[str, Any]:
-    values = state.get(group) or {}
-    return values if isinstance(values, dict) else {}
-
-
-def _int(state: State, group: str, key: str) -> int | None:
-    value = _group(state, group).get(key)
-    return value if isinstance(value, int) else None
 
 
 def _blockers(inspection: Inspection, step: int | None, steps: int | None) -> list[str]:
@@ -83,13 +79,13 @@ def _blockers(inspection: Inspection, step: int | None, steps: int | None) -> li
     return blockers
 
 
-def _notes(state: State) -> list[str]:
+def _notes(state: InspectionState) -> list[str]:
     notes = []
-    continuation = _group(state, "continuation")
+    continuation = state.get(StateGroup.CONTINUATION)
     if continuation and not continuation.get("bitwise_promised", True):
         notes.append("this history no longer promises bit-for-bit continuation: "
                      + "; ".join(continuation.get("notes") or []))
-    envelope = _group(state, "envelope")
+    envelope = state.get(StateGroup.ENVELOPE)
     if envelope.get("precision") == "exact":
         notes.append(f"exact precision: the resume is refused if Python, torch or the platform differ from "
                      f"the saved ones (torch {envelope.get('torch')}, Python {envelope.get('python')})")
@@ -100,15 +96,15 @@ def _notes(state: State) -> list[str]:
 Lines = tuple[list[str], list[str]]  # (restored, reset by a weights-only start)
 
 
-def _weights(state: State) -> Lines:
-    params = _group(state, "parameters")
+def _weights(state: InspectionState) -> Lines:
+    params = state.get(StateGroup.PARAMETERS)
     if params and isinstance(params.get("scalars"), int):
         return [f"weights: {params.get('tensors')} tensors, {params['scalars']:,} scalars ({params.get('dtype')})"], []
     return ["weights: every learned tensor"], []
 
 
-def _optimizer(state: State) -> Lines:
-    optimizer = _group(state, StateGroup.OPTIMIZER)
+def _optimizer(state: InspectionState) -> Lines:
+    optimizer = state.get(StateGroup.OPTIMIZER)
     if not optimizer:
         return [], []
     keys = ", ".join(optimizer.get("state_keys") or [])
@@ -117,18 +113,18 @@ def _optimizer(state: State) -> Lines:
             ["optimizer moments go back to zero and its step to 0 (the first updates are bias-corrected again)"])
 
 
-def _schedule(state: State) -> Lines:
+def _schedule(state: InspectionState) -> Lines:
     if StateGroup.SCHEDULE not in state:
         return [], []
-    schedule = _group(state, StateGroup.SCHEDULE)
+    schedule = state.get(StateGroup.SCHEDULE)
     next_lr = schedule.get("next_lr")
     return ([f"schedule: {schedule.get('kind')} at update {schedule.get('step')} of {schedule.get('steps')}"
              + (f"; next lr {next_lr:g}" if isinstance(next_lr, (int, float)) else "")],
             [f"the learning-rate schedule restarts at update 1 (warmup {schedule.get('warmup')} again)"])
 
 
-def _data(state: State) -> Lines:
-    data = _group(state, StateGroup.DATA_PROGRESS)
+def _data(state: InspectionState) -> Lines:
+    data = state.get(StateGroup.DATA_PROGRESS)
     if not data:
         return [], []
     policy = data.get("policy")
@@ -140,8 +136,8 @@ def _data(state: State) -> Lines:
             ["the data stream starts again from its seed: examples already seen are drawn again"])
 
 
-def _randomness(state: State) -> Lines:
-    randomness = _group(state, StateGroup.RANDOMNESS)
+def _randomness(state: InspectionState) -> Lines:
+    randomness = state.get(StateGroup.RANDOMNESS)
     if not randomness:
         return [], []
     return ([f"random streams: dropout seed {randomness.get('dropout_seed')} at counter "
@@ -149,8 +145,8 @@ def _randomness(state: State) -> Lines:
             ["dropout masks and monitoring samples restart from their seeds"])
 
 
-def _loss_scaling(state: State) -> Lines:
-    scaler = _group(state, StateGroup.LOSS_SCALING)
+def _loss_scaling(state: InspectionState) -> Lines:
+    scaler = state.get(StateGroup.LOSS_SCALING)
     if not scaler:
         return [], []
     if not scaler.get("enabled"):
@@ -159,16 +155,16 @@ def _loss_scaling(state: State) -> Lines:
              "updates since the last change"], ["the loss scale returns to its initial value"])
 
 
-def _accumulation(state: State) -> Lines:
-    accumulation = _group(state, StateGroup.ACCUMULATION)
+def _accumulation(state: InspectionState) -> Lines:
+    accumulation = state.get(StateGroup.ACCUMULATION)
     if not accumulation:
         return [], []
     return [f"accumulation: batch {accumulation.get('batch_size')} × "
             f"{accumulation.get('microbatches')} microbatches per update"], []
 
 
-def _evaluation(state: State) -> Lines:
-    evaluation = _group(state, StateGroup.EVALUATION)
+def _evaluation(state: InspectionState) -> Lines:
+    evaluation = state.get(StateGroup.EVALUATION)
     if not evaluation:
         return [], []
     best = evaluation.get("best_step")
@@ -176,6 +172,6 @@ def _evaluation(state: State) -> Lines:
              f"{best if best is not None else 'none yet'}"], ["the evaluation curve and best step start empty"])
 
 
-DESCRIBERS: tuple[Callable[[State], Lines], ...] = (
+DESCRIBERS: tuple[Callable[[InspectionState], Lines], ...] = (
     _weights, _optimizer, _schedule, _data, _randomness, _loss_scaling, _accumulation, _evaluation,
 )

@@ -37,6 +37,8 @@ from minigpt_tui.engine.session.events import (
     FinishReason,
     report_failures,
     Paused,
+    PreparationStopped,
+    PreparingReports,
     ProbesScored,
     Refused,
     Resumed,
@@ -75,12 +77,14 @@ class TrainingSession:
         start_paused: bool = False,
         stop_requested: Callable[[], bool] | None = None,
     ) -> None:
-        self._prepare: Callable[[], PreparedRun] = plan if callable(plan) else (lambda: prepare(plan))
+        self._prepare: Callable[[], PreparedRun] = plan if callable(plan) else (
+            lambda: prepare(plan, progress=PreparingReports(self._sink, stopped=self._stop_before_start)))
         self._sink = sink
         self._commands: queue.Queue[Command] = queue.Queue()
         self._paused = start_paused
         self._stop_requested = stop_requested or (lambda: False)
         self._discarding = threading.Event()
+        self._stop_sent = threading.Event()  # a stop sent: preparation ends at its next report
         self._control: RunControl | None = None  # the run folder's control file, on its writer
         self.prepared: PreparedRun | None = None
         self.unsaved_updates = 0
@@ -99,7 +103,12 @@ class TrainingSession:
 
     # -- any thread ---------------------------------------------------------------------
     def send(self, command: Command) -> None:
+        if command is Command.STOP:
+            self._stop_sent.set()
         self._commands.put(command)
+
+    def _stop_before_start(self) -> bool:
+        return self._stop_sent.is_set() or self._stop_requested()
 
     def discard_saves(self) -> None:
         """Refuse every save from now on (quitting without saving); takes effect at once."""
@@ -111,7 +120,12 @@ class TrainingSession:
         report_failures(self.run, self._sink)
 
     def run(self) -> Finished:
-        prepared = self._prepare()
+        try:
+            prepared = self._prepare()
+        except PreparationStopped:  # nothing was written: no run folder, no cache entry
+            finished = Finished(0, FinishReason.STOPPED, "")
+            self._sink(finished)
+            return finished
         self.prepared = prepared
         if prepared.run is not None:  # followed through live.json, steered through control.jsonl
             from minigpt_tui.engine.session.run_control import RunControl
