@@ -105,3 +105,26 @@ def test_train_and_inspect_commands_show_the_probes(tmp_path):
     missing = cli("train", "--preset", "mini", "--steps", "2", "--runs-dir", str(runs), "--probes", "nope.json")
     assert missing.returncode == 1 and "not found: nope.json" in missing.stderr
     assert sorted(p.name for p in runs.iterdir()) == ["p"]
+
+
+def test_a_run_on_your_own_text_scores_the_bundled_probes_only_when_asked(tmp_path):
+    """The bundled probes ask about the bundled texts: on your own corpus none are scored by
+    default, a given file still is, and a bundled corpus keeps them."""
+    from minigpt_tui.engine.generation import load_probes
+
+    own = tmp_path / "own.txt"
+    own.write_text("".join(f"Line {i} of a text about rivers and hills.\n" for i in range(60)))
+    config = load_config("mini").replace(train={"steps": 6, "eval_every": 3, "save_every": 0},
+                                         corpus={"source": str(own)})
+    events, _ = run_plan(NewRun(config, tmp_path / "runs", "own"))
+    assert any(isinstance(e, EvaluationDone) for e in events)
+    assert not [e for e in events if isinstance(e, ProbesScored)]
+    bundled = load_probes(None).source
+    assert bundled == "bundled:probes.json"
+    given = tmp_path / "given.json"
+    given.write_text(json.dumps({"format": "minigpt-tui-probes", "version": 1,
+                                 "probes": [{"name": "rivers", "prompt": "Line 3 of a text about", "expected": " rivers"}]}))
+    events, _ = run_plan(NewRun(config, tmp_path / "runs", "own-given", probes=str(given)))
+    assert [e.source for e in events if isinstance(e, ProbesScored)] == [str(given)] * 3
+    events, _ = run_plan(mini_plan(tmp_path / "runs", "bundled"))
+    assert {e.source for e in events if isinstance(e, ProbesScored)} == {bundled}

@@ -38,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probes", metavar="FILE",
-                        help="score this probes file after every scheduled evaluation (default: the bundled probes)")
+                        help="score this probes file after every scheduled evaluation (default: the bundled "
+                             "probes on a bundled corpus, none on your own text)")
     parser.add_argument("--no-probes", action="store_true", help="score no probes during the run")
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.session.events import RunSummary
+from minigpt_tui.engine.session.inputs import BUNDLED_PREFIX
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.stream import Progress
@@ -43,7 +44,7 @@ class NewRun:
     name: str | None = None
     until: int | None = None
     init_from: str | None = None
-    probes: str | None = None  # a probes file; None: the bundled probes
+    probes: str | None = None  # a probes file; None: the bundled probes on a bundled corpus, else none
     score_probes: bool = True  # score the probes after every scheduled evaluation
     parallel: DataParallel | None = None  # this process's rank when several train together
 
@@ -122,6 +123,8 @@ def prepare(plan: RunPlan, progress: Progress | None = None) -> PreparedRun:
     # A bad probes file is refused before anything is built or written.
     probes = _run_probes(plan)
     prepared = _prepare_resume(plan, progress) if isinstance(plan, ResumeRun) else _prepare_new(plan, progress)
+    if plan.probes is None and not prepared.trainer.config.corpus.source.startswith(BUNDLED_PREFIX):
+        probes = None  # the bundled probes ask about the bundled texts: nothing to learn from your own
     prepared.probes = probes
     return prepared
 
