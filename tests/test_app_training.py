@@ -555,13 +555,22 @@ def test_whole_ticks_are_round_whole_numbers_within_the_range():
     assert whole_ticks(5, 5, 4) == [5]
 
 
+class PlotApp(App):
+    """A loss plot alone, redrawn whenever asked."""
+
+    def compose(self) -> ComposeResult:
+        yield LossPlot(max_redraws_per_second=1000.0)
+
+
+def x_labels(plot: LossPlot) -> list[str]:
+    lines = [line.rstrip() for line in str(plot.render()).splitlines()]
+    axis = next(i for i, line in enumerate(lines) if "└" in line)
+    return lines[axis + 1].split()
+
+
 @pytest.mark.parametrize("last_step", [3, 251, 4001])
 @run_async
 async def test_plot_x_labels_are_whole_update_counts(last_step):
-    class PlotApp(App):
-        def compose(self) -> ComposeResult:
-            yield LossPlot(max_redraws_per_second=1000.0)
-
     app = PlotApp()
     async with app.run_test(size=(80, 20)) as pilot:
         plot = app.query_one(LossPlot)
@@ -570,9 +579,7 @@ async def test_plot_x_labels_are_whole_update_counts(last_step):
         plot.add_evaluation(last_step, 4.0, 4.1)
         plot.redraw()
         await pilot.pause()
-        lines = [line.rstrip() for line in str(plot.render()).splitlines()]
-        axis = next(i for i, line in enumerate(lines) if "└" in line)
-        labels = lines[axis + 1].split()
+        labels = x_labels(plot)
         assert len(labels) >= 2
         assert all(re.fullmatch(r"\d+", label) for label in labels), labels
         assert 1 <= int(labels[0]) and int(labels[-1]) <= last_step
@@ -582,10 +589,6 @@ async def test_plot_x_labels_are_whole_update_counts(last_step):
 async def test_a_plot_drawn_while_hidden_gets_the_labels_of_its_width_when_shown():
     """While the table is shown the plot has no width; its last draw then has two labels, and
     showing it must redraw for its real width (it showed 0 and 500 for 600 updates)."""
-    class PlotApp(App):
-        def compose(self) -> ComposeResult:
-            yield LossPlot(max_redraws_per_second=1000.0)
-
     app = PlotApp()
     async with app.run_test(size=(80, 20)) as pilot:
         plot = app.query_one(LossPlot)
@@ -598,9 +601,7 @@ async def test_a_plot_drawn_while_hidden_gets_the_labels_of_its_width_when_shown
         plot.display = True
         await pilot.pause()
         await pilot.pause()
-        lines = [line.rstrip() for line in str(plot.render()).splitlines()]
-        axis = next(i for i, line in enumerate(lines) if "└" in line)
-        assert lines[axis + 1].split() == ["100", "200", "300", "400", "500", "600"]
+        assert x_labels(plot) == ["100", "200", "300", "400", "500", "600"]
 
 
 def test_the_app_modules_never_import_torch_and_the_first_frame_does_not_wait_for_it(tmp_path):
