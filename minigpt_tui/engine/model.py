@@ -95,6 +95,21 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(config.width, config.kv_heads * hd, bias=bias, dtype=dtype)
         self.o_proj = nn.Linear(config.heads * hd, config.width, bias=bias, dtype=dtype)
 
+    def _project(self, x: Tensor, need_weights: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values. Training in fast precision without attention weights
+        computes them as one matrix product over the three weights side by side (one kernel
+        forward and backward instead of three); otherwise each projection is called as its
+        own module, so the exact path stays bit for bit and hooks on the projections see
+        every call."""
+        if not (self.fused and self.training and not need_weights):
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight for p in projections])
+        bias = torch.cat([p.bias for p in projections]) if self.q_proj.bias is not None else None
+        sizes = [p.out_features for p in projections]
+        q, k, v = F.linear(x, weight, bias).split(sizes, dim=-1)
+        return q, k, v
+
     def forward(
         self,
         x: Tensor,
@@ -109,9 +124,10 @@ class Attention(nn.Module):
         c = self.config
         b, t, _ = x.shape
         hd = c.head_dim
-        q = self.q_proj(x).view(b, t, c.heads, hd).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, c.kv_heads, hd).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, c.kv_heads, hd).transpose(1, 2)
+        q, k, v = self._project(x, need_weights)
+        q = q.view(b, t, c.heads, hd).transpose(1, 2)
+        k = k.view(b, t, c.kv_heads, hd).transpose(1, 2)
+        v = v.view(b, t, c.kv_heads, hd).transpose(1, 2)
         if rope is not None:
             cos, sin = rope
             q = q * cos + rotate_half(q) * sin
