@@ -468,6 +468,7 @@ async def test_delete_a_run_only_after_confirmation(runs):
         await _until(pilot, lambda: [listing.name for listing in tree.listings] == ["tiny-empty"])
         await settle(pilot)
         assert not (runs / "tiny-a").exists() and (runs / "tiny-empty").is_dir()
+        assert str(tree.border_subtitle).startswith("1 run · ")  # not "1 runs"
         assert screen.opened is None
 
 

@@ -107,7 +107,9 @@ class RunTree(Tree[TreeTarget]):
     @on(RunsScanned)
     def _scanned(self, message: RunsScanned) -> None:
         message.stop()
-        self.border_subtitle = f"{len(message.listings)} runs · {human_bytes(sum(r.disk_bytes for r in message.listings))}"
+        count = len(message.listings)
+        runs = "1 run" if count == 1 else f"{count} runs"
+        self.border_subtitle = f"{runs} · {human_bytes(sum(r.disk_bytes for r in message.listings))}"
         self.show_runs(message.listings, message.select)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
