@@ -22,17 +22,17 @@ from textual.containers import Horizontal
 from textual.widgets import Header, Input, Tree
 
 from minigpt_tui.engine.session.file_uses import file_uses
-from minigpt_tui.engine.session.run_store import RunListing, RunStore, model_file_of
+from minigpt_tui.engine.session.run_store import RunStore, model_file_of
 from minigpt_tui.messages import Inspected, InspectionFailed
 from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
-from minigpt_tui.screens.runs_beside import RunsBesideScreen
+from minigpt_tui.screens.run_actions import RunActionsScreen
 from minigpt_tui.widgets.checkpoint_panels import CheckpointPanels
 from minigpt_tui.widgets.checkpoint_summary import kind_label
 from minigpt_tui.widgets.comparison_view import ComparisonView
 from minigpt_tui.widgets.integrity_view import IntegrityView
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.run_tree import RunTree, TreeTarget
-from minigpt_tui.widgets.tensor_table import TensorTable, human_bytes
+from minigpt_tui.widgets.tensor_table import TensorTable
 from minigpt_tui.widgets.text_fields import is_text_field
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class Opened:
     inspection: Any
 
 
-class CheckpointsScreen(RunsBesideScreen):
+class CheckpointsScreen(RunActionsScreen):
     HELP = CHECKPOINTS_HELP
     HELP_TITLE = "Checkpoints"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (ROOMY_RUNS_FROM, "-medium"), (RUNS_BESIDE_FROM, "-wide")]
@@ -342,7 +342,7 @@ class CheckpointsScreen(RunsBesideScreen):
         self.query_one(CheckpointPanels).show_tab("compare")
         self.query_one(ComparisonView).compare(Path(self.opened.inspection.path), other, self.store.display)
 
-    # -- rename and delete --------------------------------------------------------------------------------
+    # -- keys ---------------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "leave_field":  # in the key bar only while a field has the keyboard
             return self.has_class("-filtering") or is_text_field(self.focused)
@@ -350,77 +350,7 @@ class CheckpointsScreen(RunsBesideScreen):
             # A field types "/" itself; Textual does not know "slash" is a character, so the
             # key bar would list it while a field has the keyboard.
             return not is_text_field(self.focused)
-        if action in ("rename", "delete"):
-            # They act on the run under the tree's cursor: only with the tree focused, so a
-            # letter meant for a text field or another panel never renames or deletes a run.
-            return isinstance(self.focused, RunTree)
         return super().check_action(action, parameters)
-
-    def _run_under_cursor(self, action: str) -> RunListing | None:
-        target = self.query_one(RunTree).highlighted_target
-        if target is None:
-            self.notify(f"move the cursor to a run in the tree to {action} it", title=action, severity="warning")
-            return None
-        return target.run
-
-    def _refuse_active(self, run: RunListing, action: str) -> bool:
-        training = self.mini_app.training_screen
-        active = getattr(training, "run", None) if training is not None else None
-        if active is not None and getattr(active, "active", False) and active.run_dir is not None \
-                and Path(active.run_dir) == run.path:
-            self.notify(f"{run.name} is training now: stop it first", title=action, severity="warning")
-            return True
-        return False
-
-    def action_rename(self) -> None:
-        from minigpt_tui.screens.path_prompt import PathPromptScreen
-
-        run = self._run_under_cursor("rename")
-        if run is None or self._refuse_active(run, "rename"):
-            return
-
-        def chosen(text: str | None) -> None:
-            if text and text != run.name:
-                self.query_one(RunTree).rename_run(self.store, run, text)
-
-        self.app.push_screen(PathPromptScreen("Rename run", f"New name for {run.name} (letters, digits, . _ -):",
-                                              value=run.name), chosen)
-
-    @on(RunTree.Renamed)
-    def _renamed(self, message: RunTree.Renamed) -> None:
-        run, target = message.run, message.target
-        self.notify(f"{run.name} → {target.name}", title="renamed")
-        opened = self._opened_inside(run)
-        if opened is not None:
-            self.open_path(target / opened.relative_to(run.path), loud=False)
-        self.rescan(select=target)
-
-    def action_delete(self) -> None:
-        from minigpt_tui.screens.confirm_delete import ConfirmDeleteScreen
-
-        run = self._run_under_cursor("delete")
-        if run is None or self._refuse_active(run, "delete"):
-            return
-        details = [f"folder {run.path}", f"{run.complete_checkpoints} checkpoints, {human_bytes(run.disk_bytes)} on disk"]
-
-        def decided(delete: bool | None) -> None:
-            if delete:
-                self.query_one(RunTree).delete_run(self.store, run)
-
-        self.app.push_screen(ConfirmDeleteScreen(f"run {run.name}", details), decided)
-
-    @on(RunTree.Deleted)
-    def _deleted(self, message: RunTree.Deleted) -> None:
-        run = message.run
-        self.notify(f"{run.name} ({human_bytes(run.disk_bytes)} freed)", title="deleted")
-        if self._opened_inside(run) is not None:
-            self._clear_panels()
-        self.rescan()
-
-    def _opened_inside(self, run: RunListing) -> Path | None:
-        """The path open now if it is ``run``'s folder or inside it."""
-        opened = Path(self.opened.inspection.path) if self.opened is not None else None
-        return opened if opened is not None and (opened == run.path or run.path in opened.parents) else None
 
     def _clear_panels(self) -> None:
         self.opened = None

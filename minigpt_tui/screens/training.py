@@ -15,18 +15,17 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.screen import Screen
 from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
-from minigpt_tui.messages import CurveLoaded, EngineEventsReady, HistoryLoaded, RunFeed
+from minigpt_tui.messages import EngineEventsReady
 from minigpt_tui.engine.errors import MiniGPTError
 from minigpt_tui.engine.session.events import Command
-from minigpt_tui.engine.session.history import export_csv, load_curve, load_history
 from minigpt_tui.engine.session.plans import NewRun, ResumeRun, RunPlan, saved_run_config
 from minigpt_tui.engine.session.run_store import RunStore
 from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
 from minigpt_tui.screens.help_texts import TRAINING_HELP
+from minigpt_tui.screens.run_files import RunFilesScreen
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.probes_table import ProbesTable
 from minigpt_tui.widgets.run_monitor import ACTIVE_STATES, ActiveRun, DrainPacer, RunMonitor, RunWidgets
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
 IDLE_RUN_KEYS = {"s": "save", "e": "evaluate", "x": "stop"}  # dimmed while no run is active; pressed, they say why
 
 
-class TrainingScreen(Screen):
+class TrainingScreen(RunFilesScreen):
     HELP = TRAINING_HELP
     HELP_TITLE = "Training"
     WIDE_FROM = 120
@@ -367,39 +366,3 @@ class TrainingScreen(Screen):
     def _maybe_exit(self) -> None:
         if self._exit_after_run and (self.run is None or not self.run.active):
             self.app.exit()
-
-    # -- overlay and export (file work off the UI thread) --------------------------------
-    @work(thread=True, exit_on_error=False, group="files")
-    def _load_overlay(self, path: Path) -> None:
-        try:
-            curve = load_curve(path)
-        except MiniGPTError as err:
-            self.app.call_from_thread(self.notify, str(err), title="overlay", severity="error", markup=False)
-            return
-        self.post_message(CurveLoaded(curve))
-
-    @work(thread=True, exit_on_error=False, group="files")
-    def _load_history(self, feed: RunFeed, run_dir: Path, until_step: int) -> None:
-        try:
-            history = load_history(run_dir, until_step)
-        except MiniGPTError:
-            return  # no readable metrics: the run shows what it does from here on
-        self.post_message(HistoryLoaded(feed, history))
-
-    @on(HistoryLoaded)
-    def _history_loaded(self, message: HistoryLoaded) -> None:
-        if self.run is not None and message.feed is self.run.feed:
-            self.monitor.show_history(message.history)
-
-    @on(CurveLoaded)
-    def _curve_loaded(self, message: CurveLoaded) -> None:
-        self.monitor.show_overlay(message.curve)
-
-    @work(thread=True, exit_on_error=False, group="files")
-    def _export(self, run_dir: Path) -> None:
-        try:
-            target = export_csv(run_dir)
-        except (MiniGPTError, OSError) as err:
-            self.app.call_from_thread(self.notify, str(err), title="export failed", severity="error", markup=False)
-            return
-        self.app.call_from_thread(self.monitor.show_export, target)

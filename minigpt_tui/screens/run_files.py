@@ -1,0 +1,58 @@
+"""The Training screen's file work, off the UI thread: loading another run's curve to
+overlay, a resumed or attached run's history, and exporting a run's metrics as CSV. Results
+come back as messages the screen's run monitor shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.screen import Screen
+
+from minigpt_tui.engine.errors import MiniGPTError
+from minigpt_tui.engine.session.history import export_csv, load_curve, load_history
+from minigpt_tui.messages import CurveLoaded, HistoryLoaded, RunFeed
+from minigpt_tui.widgets.run_monitor import RunMonitor
+
+
+class RunFilesScreen(Screen):
+    """A screen with a ``monitor`` (RunMonitor) and the ``run`` it shows (or None)."""
+
+    monitor: RunMonitor
+    run: Any
+
+    @work(thread=True, exit_on_error=False, group="files")
+    def _load_overlay(self, path: Path) -> None:
+        try:
+            curve = load_curve(path)
+        except MiniGPTError as err:
+            self.app.call_from_thread(self.notify, str(err), title="overlay", severity="error", markup=False)
+            return
+        self.post_message(CurveLoaded(curve))
+
+    @work(thread=True, exit_on_error=False, group="files")
+    def _load_history(self, feed: RunFeed, run_dir: Path, until_step: int) -> None:
+        try:
+            history = load_history(run_dir, until_step)
+        except MiniGPTError:
+            return  # no readable metrics: the run shows what it does from here on
+        self.post_message(HistoryLoaded(feed, history))
+
+    @on(HistoryLoaded)
+    def _history_loaded(self, message: HistoryLoaded) -> None:
+        if self.run is not None and message.feed is self.run.feed:
+            self.monitor.show_history(message.history)
+
+    @on(CurveLoaded)
+    def _curve_loaded(self, message: CurveLoaded) -> None:
+        self.monitor.show_overlay(message.curve)
+
+    @work(thread=True, exit_on_error=False, group="files")
+    def _export(self, run_dir: Path) -> None:
+        try:
+            target = export_csv(run_dir)
+        except (MiniGPTError, OSError) as err:
+            self.app.call_from_thread(self.notify, str(err), title="export failed", severity="error", markup=False)
+            return
+        self.app.call_from_thread(self.monitor.show_export, target)
