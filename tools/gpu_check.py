@@ -36,15 +36,19 @@ def _cli(*args: str, env: dict[str, str]) -> dict[str, Any]:
     return json.loads(done.stdout)
 
 
+def _updates(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's update records, from its metrics file."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, filter(str.strip, lines)) if r.get("kind") == "update"]
+
+
 def _update_seconds(run_dir: Path) -> list[float]:
-    """Seconds of each update after the first (its warm-up), from the run's metrics."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [float(r["seconds"]) for r in records if r.get("kind") == "update" and r["step"] > 1]
+    """Seconds of each update after the first (its warm-up)."""
+    return [float(r["seconds"]) for r in _updates(run_dir) if r["step"] > 1]
 
 
 def _batch_losses(run_dir: Path, after: int) -> dict[int, float]:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return {r["step"]: float(r["loss"]) for r in records if r.get("kind") == "update" and r["step"] > after}
+    return {r["step"]: float(r["loss"]) for r in _updates(run_dir) if r["step"] > after}
 
 
 def _logits(checkpoint: Path, device: str) -> Any:
