@@ -670,3 +670,24 @@ async def test_a_run_that_fails_to_open_quietly_shows_why_in_the_summary(runs):
         assert app.is_running and screen.opened is None
         assert "model.safetensors" in static_text(screen, "#ckpt-summary")
         assert not [m for m, s in seen if s == "error"]  # a cursor move is quiet: no notification
+
+
+@run_async
+async def test_the_tokenizer_summary_of_a_byte_level_tokenizer_says_no_merges():
+    """A byte-level tokenizer (the text preset's) has no merge ids: no "(258–257)" range."""
+    from textual.app import App, ComposeResult
+
+    class PanelApp(App):
+        def compose(self) -> ComposeResult:
+            yield TokenizerPanel()
+
+    app = PanelApp()
+    async with app.run_test(size=(120, 20)) as pilot:
+        panel = app.query_one(TokenizerPanel)
+        panel.show_tokenizer(ByteBPETokenizer.train(["abab abab"], 0))
+        await pilot.pause()
+        text = static_text(panel, "#tokenizer-summary")
+        assert "258 ids = 2 specials (0 <bos>, 1 <eos>) + 256 bytes (2–257) + no merges" in text
+        panel.show_tokenizer(ByteBPETokenizer.train(["abab abab"], 1))
+        await pilot.pause()
+        assert "+ 1 merge (258–258)" in static_text(panel, "#tokenizer-summary")

@@ -90,8 +90,9 @@ class TokenizerPanel(Vertical):
         merges = tokenizer.merges
         summary = Text()
         summary.append("byte-level BPE: ", style="bold")
-        summary.append(f"{tokenizer.vocab_size} ids = 2 specials (0 <bos>, 1 <eos>) + 256 bytes (2–257) "
-                       f"+ {len(merges)} merges (258–{257 + len(merges)})")
+        count = len(merges)
+        learned = f"{count} merge{'' if count == 1 else 's'} (258–{257 + count})" if count else "no merges"
+        summary.append(f"{tokenizer.vocab_size} ids = 2 specials (0 <bos>, 1 <eos>) + 256 bytes (2–257) + {learned}")
         summary.append(f"\nidentity {tokenizer.identity}", style="dim")
         if note:
             summary.append(f"\n{note}", style="yellow")
