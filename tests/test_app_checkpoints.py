@@ -691,3 +691,11 @@ async def test_the_tokenizer_summary_of_a_byte_level_tokenizer_says_no_merges():
         panel.show_tokenizer(ByteBPETokenizer.train(["abab abab"], 1))
         await pilot.pause()
         assert "+ 1 merge (258–258)" in static_text(panel, "#tokenizer-summary")
+
+
+def test_counts_in_the_resume_preview_agree_in_number():
+    from minigpt_tui.engine.session.display import counted
+
+    assert [counted(1, "point"), counted(13, "point")] == ["1 point", "13 points"]
+    assert [counted(1, "microbatch", "microbatches"), counted(2, "microbatch", "microbatches")] == [
+        "1 microbatch", "2 microbatches"]

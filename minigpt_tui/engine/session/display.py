@@ -9,3 +9,9 @@ ELLIPSIS = "…"
 def shorten(text: str, width: int) -> str:
     """``text`` when it fits in ``width`` characters, else its start and an ellipsis."""
     return text if len(text) <= width else text[: width - 1] + ELLIPSIS
+
+
+def counted(value: object, noun: str, plural: str | None = None) -> str:
+    """``value`` and ``noun``, the noun plural unless the value is 1: "1 point", "13 points"
+    (``plural`` where adding an s is wrong)."""
+    return f"{value} {noun if value == 1 else plural or noun + 's'}"

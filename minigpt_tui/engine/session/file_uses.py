@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from minigpt_tui.engine.session.display import counted
 from minigpt_tui.engine.checkpoint.state_groups import InspectionState, StateGroup
 
 FOREIGN_KINDS = ("nanogpt", "torch-pickle", "hf-model", "safetensors")
@@ -43,13 +44,9 @@ class FileUses:
         return f"this is {self.name}; generation needs a minigpt-tui model file, and {self.convert}"
 
 
-def _count(value: Any, noun: str) -> str:
-    return f"{value} {noun}{'' if value == 1 else 's'}"
-
-
 def _nanogpt_family(state: InspectionState) -> str:
     args = state.get(StateGroup.MODEL_ARGS)
-    shape = [f"{_count(args[key], label)}" for key, label in (("n_layer", "layer"), ("n_head", "head"))
+    shape = [f"{counted(args[key], label)}" for key, label in (("n_layer", "layer"), ("n_head", "head"))
              if isinstance(args.get(key), int)]
     shape += [f"{label} {args[key]}" for key, label in (("n_embd", "width"), ("vocab_size", "vocabulary"),
                                                         ("block_size", "context")) if isinstance(args.get(key), int)]
@@ -65,12 +62,12 @@ def _optimizer_text(state: InspectionState) -> str:
     moments = [str(k) for k in optimizer.get("state_per_parameter") or []]
     if moments:
         parts.append(" and ".join([", ".join(moments[:-1]), moments[-1]] if len(moments) > 1 else moments))
-    counted = optimizer.get("parameters_with_state")
-    if isinstance(counted, int):
-        parts.append(f"for {_count(counted, 'parameter')}")
+    with_state = optimizer.get("parameters_with_state")
+    if isinstance(with_state, int):
+        parts.append(f"for {counted(with_state, 'parameter')}")
     groups = optimizer.get("param_groups")
     if isinstance(groups, int):
-        parts.append(f"in {_count(groups, 'group')}")
+        parts.append(f"in {counted(groups, 'group')}")
     return "its own optimizer state" + (f" ({' '.join(parts)})" if parts else "")
 
 
@@ -79,7 +76,7 @@ def file_uses(inspection: Any) -> FileUses | None:
     kind = str(inspection.kind)
     if kind not in FOREIGN_KINDS:
         return None
-    tensors = _count(len(inspection.entries), "tensor")
+    tensors = counted(len(inspection.entries), "tensor")
     state = inspection.state
     no_convert = "it cannot be converted (minigpt-tui convert reads transformers llama and gpt2 folders)"
     if kind == "nanogpt":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.checkpoint.state_groups import InspectionState, StateGroup
-from minigpt_tui.engine.session.display import shorten
+from minigpt_tui.engine.session.display import counted, shorten
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.checkpoint.inspect import Inspection
@@ -160,7 +160,7 @@ def _accumulation(state: InspectionState) -> Lines:
     if not accumulation:
         return [], []
     return [f"accumulation: batch {accumulation.get('batch_size')} × "
-            f"{accumulation.get('microbatches')} microbatches per update"], []
+            f"{counted(accumulation.get('microbatches'), 'microbatch', 'microbatches')} per update"], []
 
 
 def _evaluation(state: InspectionState) -> Lines:
@@ -168,7 +168,7 @@ def _evaluation(state: InspectionState) -> Lines:
     if not evaluation:
         return [], []
     best = evaluation.get("best_step")
-    return ([f"evaluation curve: {evaluation.get('points')} points, best step "
+    return ([f"evaluation curve: {counted(evaluation.get('points'), 'point')}, best step "
              f"{best if best is not None else 'none yet'}"], ["the evaluation curve and best step start empty"])
 
 
