@@ -112,8 +112,10 @@ def test_the_real_app_pauses_resumes_and_stops_a_run_in_a_terminal(tmp_path):
         pane.keys("x")
         screen = pane.wait_for(lambda t: re.search(r"stopped +at update \d+", t) is not None, "the stop")
         stopped_at = int(re.search(r"stopped +at update (\d+)", screen).group(1))
-        # The stop saves unless its step is saved already (an interval or best save).
-        assert stopped_at > paused_at and re.search(rf"update {stopped_at} \((stop|interval|best|interval\+best)\)", screen)
+        assert stopped_at > paused_at
+        # The stop saves unless its step is saved already (an interval or best save); the
+        # event log shows three lines at this size, so an evaluation at that step can push
+        # the save out of sight: the disk says what was saved.
         run_dir = next(runs.iterdir())
         checkpoints = sorted(p.name for p in run_dir.joinpath("checkpoints").iterdir())
         assert checkpoints[-1] == f"step-{stopped_at:06d}"
