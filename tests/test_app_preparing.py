@@ -8,7 +8,7 @@ import threading
 
 from minigpt_tui.engine import stream as stream_module
 from minigpt_tui.widgets.run_progress import RunProgress
-from tests.app_support import run_async
+from tests.app_support import run_async, static_text
 from tests.test_app_training import SIZE, key, make_app, training, wait_until
 
 STREAM_RUN = {"corpus": {"mode": "stream", "source": "bundled:patterns.txt"},
@@ -69,3 +69,14 @@ async def test_stopping_while_a_run_prepares_ends_it_with_nothing_written(tmp_pa
     assert not runs.exists() or not any(runs.iterdir())
     cache = tmp_path / "token-cache"
     assert not cache.exists() or not any(cache.iterdir())
+
+
+@run_async
+async def test_the_summary_names_a_byte_level_tokenizer_without_merges(tmp_path):
+    app = make_app(tmp_path / "runs", {**STREAM_RUN, "tokenizer": {"merges": 0}})
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run.state == "finished")
+        text = static_text(screen, "#summary")
+        assert "bytes · no merges · vocab 258" in text and "0 merges" not in text

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -38,6 +39,7 @@ from minigpt_tui.engine.devices import choose_device
 from minigpt_tui.engine.distributed import DataParallel, ShardedDocumentOrder, rank_seed
 from minigpt_tui.engine.errors import CaptureRefused, ConfigError, CorpusError
 from minigpt_tui.engine.model import DropoutKey, MiniGPT, count_parameters
+from minigpt_tui.engine.optimizer import AdamW
 from minigpt_tui.engine.tensors import digest_tensors, update_digest
 from minigpt_tui.engine.stream import TRAINING_TOKENIZER, Progress, TokenStream, TokenWindows
 from minigpt_tui.engine.tokenizer import BOS, ByteBPETokenizer
@@ -72,11 +74,23 @@ def apply_precision(train: TrainConfig) -> None:
     """Process-wide numeric settings. In ``exact``: one thread, deterministic algorithms."""
     if train.precision == "exact":
         torch.set_num_threads(1)
-        torch.use_deterministic_algorithms(True)
+        _deterministic_algorithms(True)
     else:
         torch.set_num_threads(train.threads)
-        if torch.are_deterministic_algorithms_enabled():  # the call itself imports the compiler (~1 s)
-            torch.use_deterministic_algorithms(False)
+        if torch.are_deterministic_algorithms_enabled():
+            _deterministic_algorithms(False)
+
+
+def _deterministic_algorithms(mode: bool) -> None:
+    """``torch.use_deterministic_algorithms(mode)`` without loading torch's compiler: the
+    public call imports it (about a second) only to copy the flag into the compiler's
+    config, and this project never compiles. Once the compiler is loaded anyway, or where
+    torch has no such switch, the public call runs."""
+    switch = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if switch is None or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode)
+    else:
+        switch(mode, warn_only=False)
 
 
 def scheduled_lr(train: TrainConfig, step: int) -> float:
@@ -291,7 +305,7 @@ class Trainer:
         # Exact precision keeps the reference per-parameter loop; fast precision takes the
         # fused kernel (one pass over each parameter's moments).
         kernel = {"fused": True} if train.precision == "fast" else {"foreach": False}
-        self.optimizer = torch.optim.AdamW(groups, lr=scheduled_lr(train, 1), betas=train.betas, eps=train.eps, **kernel)
+        self.optimizer = AdamW(groups, lr=scheduled_lr(train, 1), betas=train.betas, eps=train.eps, **kernel)
         if train.batch_policy == "replacement":
             self.batches: ReplacementSampler | DocumentOrder = ReplacementSampler(
                 len(self.train_examples), rank_seed(config.seeds.data, rank)

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.session.display import counted
 from minigpt_tui.messages import RunSummary
 from minigpt_tui.widgets.pieces import plain_cell
 
@@ -57,7 +58,7 @@ class RunSummaryView(Static):
             escape_controls(summary.corpus_source), counts, (short_identity(summary.corpus_identity), "cyan"),
         ))
         grid.add_row("tokenizer", Text.assemble(
-            f"byte BPE · {summary.merges} merges · vocab {summary.vocab_size} · id ",
+            f"{merges_text(summary.merges)} · vocab {summary.vocab_size} · id ",
             (short_identity(summary.tokenizer_identity), "cyan"),
         ))
         self.update(grid)
@@ -69,3 +70,8 @@ class RunSummaryView(Static):
         grid.add_column(style="dim", no_wrap=True, min_width=9)
         grid.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
         return grid
+
+
+def merges_text(merges: int) -> str:
+    """What the tokenizer is, in a few words: "byte BPE · 32 merges", "bytes · no merges"."""
+    return "bytes · no merges" if merges == 0 else f"byte BPE · {counted(merges, 'merge')}"
