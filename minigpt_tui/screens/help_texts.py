@@ -86,7 +86,7 @@ at the best validation step. *incomplete* marks a folder without a manifest (an 
 The path opened, what kind of thing it is (checkpoint folder; portable model file; training-state file;
 a safetensors file made by another tool; a PyTorch pickle or nanoGPT `ckpt.pt`; a transformers model folder),
 and per file its size, header size and number of tensors; a folder of more than two files (shards) starts with
-their totals and scrolls. A file from another tool says so: browse, statistics and compare work on it, and
+their totals and scrolls: while it is taller than its box, Tab reaches it and the arrow keys scroll it. A file from another tool says so: browse, statistics and compare work on it, and
 `r` and `p` say why it does not resume or generate here and whether `minigpt-tui convert` makes a model of it.
 
 ## Tensors

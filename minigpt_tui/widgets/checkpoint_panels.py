@@ -42,8 +42,8 @@ class CheckpointPanels(Vertical):
         self._display: Callable[[Path], str] = str
 
     def compose(self) -> ComposeResult:
-        # A sharded folder lists every shard: the summary scrolls (with the mouse wheel; it
-        # takes no focus, so the keys stay with the panels) once it is taller than its box.
+        # A sharded folder lists every shard: the summary scrolls once it is taller than its
+        # box, and only then takes a place in the Tab order (the arrow keys scroll it).
         with VerticalScroll(id="ckpt-summary-box", can_focus=False):
             yield Static(nothing_open(), id="ckpt-summary")
         yield Input(placeholder="filter tensors by name, dtype, group or file", compact=True, id="tensor-filter")
@@ -71,7 +71,7 @@ class CheckpointPanels(Vertical):
         """Fill every panel from ``inspection``; ``display`` shows a path, ``wide`` adds sizes
         to the summary."""
         self.inspection, self._display = inspection, display
-        self.query_one("#ckpt-summary", Static).update(summary_text(inspection, display, wide=wide))
+        self._show_summary(summary_text(inspection, display, wide=wide))
         self.query_one(TensorTable).show_entries(inspection.entries)
         self.query_one(TensorDetail).clear_detail()
         self.query_one("#aliases-text", Static).update(aliases_renderable(inspection.aliases))
@@ -87,12 +87,12 @@ class CheckpointPanels(Vertical):
 
     def show_open_failure(self, reason: str) -> None:
         """Why a path did not open, in the summary, while nothing else is shown."""
-        self.query_one("#ckpt-summary", Static).update(Text(escape_controls(reason), style="red"))
+        self._show_summary(Text(escape_controls(reason), style="red"))
 
     def clear_panels(self) -> None:
         """Back to nothing open; results of workers still running are dropped when they come."""
         self.inspection = None
-        self.query_one("#ckpt-summary", Static).update(nothing_open())
+        self._show_summary(nothing_open())
         self.query_one(TensorTable).show_entries(())
         self.query_one(TensorDetail).clear_detail()
         self.query_one("#aliases-text", Static).update(aliases_renderable(()))
@@ -101,6 +101,20 @@ class CheckpointPanels(Vertical):
         self.query_one(IntegrityView).clear_integrity()
         self.query_one(ComparisonView).drop_pending()
         self.query_one(TokenizerPanel).show_unavailable("No model file open.")
+
+    def _show_summary(self, text: Any) -> None:
+        self.query_one("#ckpt-summary", Static).update(text)
+        self.call_after_refresh(self.summary_fits)
+
+    def summary_fits(self) -> None:
+        """Let the summary take focus while it is taller than its box, and only then."""
+        box = self.query_one("#ckpt-summary-box", VerticalScroll)
+        box.can_focus = box.max_scroll_y > 0
+        if not box.can_focus and box.has_focus:
+            self.focus_active_panel(text_field=False)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.summary_fits)
 
     def show_tab(self, tab: str) -> None:
         """Show a panel; the keyboard, when it was in the panel hidden now, moves to it."""

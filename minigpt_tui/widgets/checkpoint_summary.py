@@ -9,6 +9,7 @@ from typing import Any
 from rich.text import Text
 
 from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.session.display import counted
 from minigpt_tui.engine.session.file_uses import file_uses
 from minigpt_tui.widgets.tensor_table import human_bytes
 
@@ -35,12 +36,12 @@ def summary_text(inspection: Any, display: Callable[[Path], str], *, wide: bool)
     out.append(escape_controls(display(inspection.path)), style="bold")
     out.append(f"  {kind_label(inspection.kind)}", style="italic")
     files = inspection.files
-    if len(files) > 2:  # shards: the totals stay in view when the list scrolls
+    if len(files) > 2:  # shards: their totals come first
         out.append(f"\n{len(files)} files: ", style="bold")
-        out.append(f"{human_bytes(sum(f.size for f in files))}, {sum(f.tensors for f in files)} tensors")
+        out.append(f"{human_bytes(sum(f.size for f in files))}, {counted(sum(f.tensors for f in files), 'tensor')}")
     for summary in files:
         out.append(f"\n{escape_controls(summary.name)}: ", style="bold")
-        out.append(f"{human_bytes(summary.size)}, {summary.tensors} tensors")
+        out.append(f"{human_bytes(summary.size)}, {counted(summary.tensors, 'tensor')}")
         if wide and summary.header_bytes:  # a pickle has no header to size
             out.append(f", header {human_bytes(summary.header_bytes)}, data {human_bytes(summary.data_bytes)}")
     if file_uses(inspection) is not None:
