@@ -265,7 +265,10 @@ def test_a_stop_signal_finishes_the_update_saves_and_exits_cleanly(tmp_path, sig
     step = result["step"]
     assert 8 <= step < 20000
     latest = list_checkpoints(runs / "r" / "checkpoints")[-1]
-    assert latest.step == step and latest.reason == "stop"
+    assert latest.step == step
+    # The stop saves unless its step is saved already: a signal that arrives while update N's
+    # evaluation and best or interval save run (mini: every 50 and 100 updates) stops at N.
+    assert latest.reason == "stop" or (step % 50 == 0 and set(latest.reason.split("+")) <= {"best", "interval"}), latest
     restored = restore_trainer(latest.path)
     assert restored.state_digest() == result["state_digest"]
 
