@@ -296,10 +296,20 @@ def _freeze_inside_a_save(process: subprocess.Popen, checkpoints: Path, timeout:
     def saving() -> bool:
         return any(name.startswith(".") for name in os.listdir(checkpoints))
 
+    def stopped() -> bool:
+        """SIGSTOP is delivered asynchronously: the process may run on (on another core) for
+        a moment after the signal is sent, and finish the save that was seen."""
+        stat = Path(f"/proc/{process.pid}/stat")
+        if not stat.exists():  # no /proc: trust the signal
+            return True
+        return stat.read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if saving():
             process.send_signal(signal.SIGSTOP)
+            while not stopped() and time.monotonic() < deadline:
+                time.sleep(0.001)
             if saving():
                 return
             process.send_signal(signal.SIGCONT)
