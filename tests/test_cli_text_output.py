@@ -1,0 +1,54 @@
+"""The human-readable output of the subcommands reads as words and numbers: no Python repr
+(a dict, True/False/None) reaches the terminal, help texts speak about the product, and a
+wrong file names what it is."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from minigpt_tui.cli import build_parser, main
+
+FIXTURE = Path(__file__).parent / "fixtures" / "tiny-format1" / "step-000002"
+PYTHON_REPR = re.compile(r"(?<![=\w])(None|True|False)\b|\{'|\(\)")
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_inspect_verify_says_what_was_verified_in_words(capsys):
+    code, out, _ = run_cli(capsys, "inspect", str(FIXTURE), "--verify")
+    assert code == 0
+    verified = [line for line in out.splitlines() if line.startswith("verified:")]
+    assert len(verified) == 1
+    assert verified[0].startswith("verified: ok; model identity ")
+    assert verified[0].endswith("; step 2")
+    assert not PYTHON_REPR.search(verified[0])
+
+
+def test_inspect_verify_of_a_model_file_names_the_tied_head(capsys):
+    code, out, _ = run_cli(capsys, "inspect", str(FIXTURE / "model.safetensors"), "--verify")
+    assert code == 0
+    verified = next(line for line in out.splitlines() if line.startswith("verified:"))
+    assert verified.endswith("; tied head yes")
+
+
+def test_infer_prints_no_python_booleans(capsys):
+    code, out, _ = run_cli(capsys, "infer", "--model", str(FIXTURE), "--prompt", "ab", "--tokens", "2")
+    assert code == 0
+    assert "tied_alias: yes" in out.splitlines()
+    assert not [line for line in out.splitlines() if PYTHON_REPR.search(line)]
+
+
+def test_no_subcommand_help_speaks_of_development_references():
+    parser = build_parser()
+    texts = [parser.format_help()]
+    subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    texts += [sub.format_help() for sub in subparsers.choices.values()]
+    texts += [choice.help or "" for choice in subparsers._choices_actions]
+    assert not [t for t in texts if re.search(r"\bseed \d{3}\b", t)]
