@@ -52,3 +52,22 @@ def test_no_subcommand_help_speaks_of_development_references():
     texts += [sub.format_help() for sub in subparsers.choices.values()]
     texts += [choice.help or "" for choice in subparsers._choices_actions]
     assert not [t for t in texts if re.search(r"\bseed \d{3}\b", t)]
+
+
+def test_a_training_state_given_as_a_model_says_where_the_model_is(capsys):
+    code, _, err = run_cli(capsys, "generate", "--model", str(FIXTURE / "training.safetensors"), "--prompt", "a")
+    assert code == 1
+    assert err.strip().endswith(
+        "not a minigpt-tui model file (it is a checkpoint's training state: give the model.safetensors "
+        "beside it, or the checkpoint folder)")
+    assert "{" not in err
+
+
+@pytest.mark.parametrize("name", ["other-tool/model", "x"])
+def test_a_foreign_format_record_is_named_not_printed_as_a_dict(tmp_path, name):
+    from minigpt_tui.engine.checkpoint.portable import read_model_records
+    from minigpt_tui.engine.errors import CheckpointError
+
+    with pytest.raises(CheckpointError) as err:
+        read_model_records(tmp_path / "m.safetensors", {"format": f'{{"name": "{name}", "version": 1}}'})
+    assert str(err.value) == f"{tmp_path / 'm.safetensors'}: not a minigpt-tui model file (its format is '{name}')"
