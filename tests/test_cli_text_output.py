@@ -71,3 +71,24 @@ def test_a_foreign_format_record_is_named_not_printed_as_a_dict(tmp_path, name):
     with pytest.raises(CheckpointError) as err:
         read_model_records(tmp_path / "m.safetensors", {"format": f'{{"name": "{name}", "version": 1}}'})
     assert str(err.value) == f"{tmp_path / 'm.safetensors'}: not a minigpt-tui model file (its format is '{name}')"
+
+
+def test_train_summary_at_80_columns_shows_the_whole_digest_and_no_evaluation_for_tiny(capsys, monkeypatch, tmp_path):
+    import json
+
+    monkeypatch.setenv("COLUMNS", "80")
+    runs = str(tmp_path / "runs")
+    code, out, _ = run_cli(capsys, "train", "--preset", "tiny", "--run", "a", "--runs-dir", runs, "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["evaluation_rule"] == "none scheduled (train.eval_every = 0)"
+    code, out, _ = run_cli(capsys, "train", "--preset", "tiny", "--run", "b", "--runs-dir", runs)
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= 80
+    folded = "".join(line.split("│")[2].strip() for line in out.splitlines()
+                     if line.count("│") == 3 and line.split("│")[1].strip() in ("state digest", ""))
+    assert result["state_digest"] in folded
+    assert "…" not in out
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines() if line.count("│") == 3}
+    assert rows["evaluation"] == "none scheduled (train.eval_every = 0)"
+    assert rows["best step"] == "none (no evaluation yet)"
