@@ -548,6 +548,35 @@ async def test_compare_with_another_checkpoint(runs):
         assert app.is_running
 
 
+@run_async
+async def test_open_and_compare_take_run_names_as_the_command_line_does(runs):
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        seen = record_notifications(app)
+        screen = await open_checkpoints(pilot)
+        await open_by_path(pilot, Path("tiny-a:2"))
+        await _until(pilot, lambda: screen.opened is not None
+                     and Path(screen.opened.inspection.path).name == "step-000002")
+        await pilot.press("m")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "tiny-a:latest"
+        await pilot.press("enter")
+        await settle(pilot)
+        expected = compare_checkpoints(runs / "tiny-a" / "checkpoints" / "step-000002",
+                                       runs / "tiny-a" / "checkpoints" / "step-000004")
+        differing = sum(1 for t in expected["tensors"] if t["status"] != "same")
+        await _until(pilot, lambda: f"{differing} tensors differ" in static_text(screen, "#compare-text"))
+        # A name that is neither a path nor a run is refused naming both, and changes nothing.
+        await pilot.press("m")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "no-such-run:3"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert ("no checkpoint 'no-such-run:3': no such path, and no run named 'no-such-run' in "
+                f"{runs}", "error") in seen
+        assert Path(screen.opened.inspection.path).name == "step-000002"
+
+
 def test_screens_and_widgets_do_not_import_torch():
     import subprocess
     import sys
