@@ -334,3 +334,24 @@ async def test_the_focused_widget_always_looks_focused(runs, size):
         await open_screen(pilot, "g", GenerationScreen)
         checked += await assert_focus_visible(pilot, "generation")
         assert checked >= 40
+
+
+@run_async
+async def test_the_arrow_keys_move_between_a_confirmation_s_buttons(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for dialog, order in ((ConfirmQuitScreen(2), ["save", "discard", "stay"]),
+                              (ConfirmDeleteScreen("run tiny-a", ["folder"]), ["keep", "delete"])):
+            app.push_screen(dialog)
+            await settle(pilot)
+            seen = [dialog.focused.id]
+            for _ in order[1:]:
+                await pilot.press("right")
+                await pilot.pause()
+                seen.append(dialog.focused.id)
+            assert seen == order
+            await pilot.press("left")
+            await pilot.pause()
+            assert dialog.focused.id == order[-2]
+            dialog.dismiss(None)
+            await settle(pilot)
