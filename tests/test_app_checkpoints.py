@@ -473,6 +473,21 @@ async def test_delete_a_run_only_after_confirmation(runs):
 
 
 @run_async
+async def test_the_delete_question_counts_one_checkpoint_in_the_singular(runs):
+    shutil.rmtree(runs / "tiny-a" / "checkpoints" / "step-000002")
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        screen.query_one(RunTree).focus()
+        await pilot.press("d")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmDeleteScreen))
+        labels = [str(label.render()) for label in app.screen.query("Label")]
+        assert any(label.startswith("1 checkpoint, ") for label in labels), labels
+        await pilot.press("right", "enter")  # the arrow reaches the Delete button
+        await _until(pilot, lambda: not (runs / "tiny-a").exists())
+
+
+@run_async
 async def test_generate_with_this_model_opens_the_generation_screen_with_it_loaded(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -509,6 +524,7 @@ def test_preflight_lists_what_resume_restores_and_a_warm_start_resets(saved):
     finished = inspect_path(folder.parent / "step-000004")
     done = ResumePreview.of("tiny-a/step-4", finished)
     assert not done.can_resume and "completed its schedule" in done.blockers[0]
+    assert "loss scaling: scale 16.0, 1 finite update since the last change" in done.restored
     single = inspect_path(folder / "model.safetensors")
     assert not ResumePreview.of("m", single).can_resume
 
