@@ -92,3 +92,14 @@ def test_train_summary_at_80_columns_shows_the_whole_digest_and_no_evaluation_fo
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines() if line.count("│") == 3}
     assert rows["evaluation"] == "none scheduled (train.eval_every = 0)"
     assert rows["best step"] == "none (no evaluation yet)"
+
+
+def test_steps_shorter_than_the_preset_s_warmup_names_both_and_the_way_out(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "train", "--preset", "text", "--steps", "20", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1 and out == ""
+    assert err.strip() == (
+        "minigpt-tui: error: train.warmup (100 updates) is longer than train.steps (20): train at least 100 "
+        "updates, or set a shorter warmup ([train] warmup = N in a --config file)")
+    assert not (tmp_path / "runs").exists()
+    code, _, err = run_cli(capsys, "train", "--preset", "tiny", "--steps", "-3")
+    assert code == 1 and err.strip() == "minigpt-tui: error: train.steps must be at least 1, got -3"
