@@ -473,6 +473,21 @@ async def test_delete_a_run_only_after_confirmation(runs):
 
 
 @run_async
+async def test_the_delete_question_counts_one_checkpoint_in_the_singular(runs):
+    shutil.rmtree(runs / "tiny-a" / "checkpoints" / "step-000002")
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        screen.query_one(RunTree).focus()
+        await pilot.press("d")
+        await _until(pilot, lambda: isinstance(app.screen, ConfirmDeleteScreen))
+        labels = [str(label.render()) for label in app.screen.query("Label")]
+        assert any(label.startswith("1 checkpoint, ") for label in labels), labels
+        await pilot.press("right", "enter")  # the arrow reaches the Delete button
+        await _until(pilot, lambda: not (runs / "tiny-a").exists())
+
+
+@run_async
 async def test_generate_with_this_model_opens_the_generation_screen_with_it_loaded(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
@@ -509,6 +524,7 @@ def test_preflight_lists_what_resume_restores_and_a_warm_start_resets(saved):
     finished = inspect_path(folder.parent / "step-000004")
     done = ResumePreview.of("tiny-a/step-4", finished)
     assert not done.can_resume and "completed its schedule" in done.blockers[0]
+    assert "loss scaling: scale 16.0, 1 finite update since the last change" in done.restored
     single = inspect_path(folder / "model.safetensors")
     assert not ResumePreview.of("m", single).can_resume
 
@@ -546,6 +562,35 @@ async def test_compare_with_another_checkpoint(runs):
         await settle(pilot)
         assert any(s == "error" for _, s in seen)
         assert app.is_running
+
+
+@run_async
+async def test_open_and_compare_take_run_names_as_the_command_line_does(runs):
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        seen = record_notifications(app)
+        screen = await open_checkpoints(pilot)
+        await open_by_path(pilot, Path("tiny-a:2"))
+        await _until(pilot, lambda: screen.opened is not None
+                     and Path(screen.opened.inspection.path).name == "step-000002")
+        await pilot.press("m")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "tiny-a:latest"
+        await pilot.press("enter")
+        await settle(pilot)
+        expected = compare_checkpoints(runs / "tiny-a" / "checkpoints" / "step-000002",
+                                       runs / "tiny-a" / "checkpoints" / "step-000004")
+        differing = sum(1 for t in expected["tensors"] if t["status"] != "same")
+        await _until(pilot, lambda: f"{differing} tensors differ" in static_text(screen, "#compare-text"))
+        # A name that is neither a path nor a run is refused naming both, and changes nothing.
+        await pilot.press("m")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "no-such-run:3"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert ("no checkpoint 'no-such-run:3': no such path, and no run named 'no-such-run' in "
+                f"{runs}", "error") in seen
+        assert Path(screen.opened.inspection.path).name == "step-000002"
 
 
 def test_screens_and_widgets_do_not_import_torch():

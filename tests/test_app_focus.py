@@ -357,3 +357,24 @@ async def test_a_tab_typed_right_after_opening_the_new_run_form_moves_on_from_th
         await pilot.press("7")
         assert form.query_one("#steps", Input).value == "7"
         assert form.query_one("#corpus", Input).value == ""
+
+
+@run_async
+async def test_the_arrow_keys_move_between_a_confirmation_s_buttons(runs):
+    app = make_app(runs)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for dialog, order in ((ConfirmQuitScreen(2), ["save", "discard", "stay"]),
+                              (ConfirmDeleteScreen("run tiny-a", ["folder"]), ["keep", "delete"])):
+            app.push_screen(dialog)
+            await settle(pilot)
+            seen = [dialog.focused.id]
+            for _ in order[1:]:
+                await pilot.press("right")
+                await pilot.pause()
+                seen.append(dialog.focused.id)
+            assert seen == order
+            await pilot.press("left")
+            await pilot.pause()
+            assert dialog.focused.id == order[-2]
+            dialog.dismiss(None)
+            await settle(pilot)

@@ -147,3 +147,21 @@ def test_a_second_opinion_on_each_decision_of_a_stepper():
     merged = ByteBPETokenizer.train(["abababab cdcdcd"], 3)
     with pytest.raises(GenerationError, match="different tokenizers"):
         check_same_tokenizer(portable(a), portable(b, merged))
+
+
+def test_the_contrast_table_at_80_columns_cuts_no_number(model_files, capsys, monkeypatch):
+    from minigpt_tui.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    args = ["contrast", "--model", str(model_files["a"]), "--model", str(model_files["b"]), "--prompt", PROMPT,
+            "--max-new-tokens", "6"]
+    assert main([*args, "--json"]) == 0
+    positions = json.loads(capsys.readouterr().out)["positions"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert not [line for line in lines if "…" in line]
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines
+            if line.startswith("│") and line.split("│")[1].strip()]
+    assert [row[3] for row in rows] == [f"{p['kl']:.4g}" for p in positions]
+    assert [row[7:] for row in rows] == [[f"{p['probability_a']:.3g}", f"{p['probability_b']:.3g}"] for p in positions]

@@ -174,12 +174,9 @@ def _print_probes(record: dict[str, Any]) -> None:
 
 
 def _inspect_target(spec: str, runs_dir: Path) -> Path:
-    from minigpt_tui.engine.files import path_exists
+    from minigpt_tui.engine.runs import checkpoint_target
 
-    path = Path(spec).expanduser()
-    if len(spec) <= 4096 and path_exists(path):
-        return path
-    return _resolve(spec, runs_dir)
+    return checkpoint_target(spec, runs_dir)
 
 
 def _verify_fully(path: Path, kind: str) -> dict[str, Any]:

@@ -70,13 +70,18 @@ def print_contrast(result: Any, specs: list[str]) -> None:
     console.print(Text(f"A {escape_controls(specs[0])}\nB {escape_controls(specs[1])}"))
     source = "A's choices · " + result.rule.label if result.path_source == "a" else "the given continuation"
     table = Table(title=f"contrast · path: {source}")
-    for name in ("step", "id", "piece", "KL(A||B)", "top-1", "rank A", "rank B", "p A", "p B"):
-        table.add_column(name, justify="left" if name == "piece" else "right")
+    # Numbers are never wrapped or cut: at 80 columns the piece column gives way (it wraps),
+    # and four significant digits keep the nine columns within the width.
+    for name in ("step", "id", "piece", "KL(A‖B)", "top-1", "rank A", "rank B", "p A", "p B"):
+        if name == "piece":
+            table.add_column(name, justify="left", min_width=6, overflow="fold")
+        else:
+            table.add_column(name, justify="right", no_wrap=True)
     most = result.most_changed
     for p in result.positions:
         agree = "same" if p.top1_agree else f"{p.top1_a}≠{p.top1_b}"
-        table.add_row(str(p.step), str(p.id), Text(shown(p.piece)), f"{p.kl:.6g}", agree, str(p.rank_a),
-                      str(p.rank_b), f"{p.probability_a:.4g}", f"{p.probability_b:.4g}",
+        table.add_row(str(p.step), str(p.id), Text(shown(p.piece)), f"{p.kl:.4g}", agree, str(p.rank_a),
+                      str(p.rank_b), f"{p.probability_a:.3g}", f"{p.probability_b:.3g}",
                       style="bold" if p.step == most else "")
     console.print(table)
     console.print(Text(f"top-1 agreement {result.agreement:.1%} · mean KL {result.mean_kl:.6g} nats · "

@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     probes.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     probes.set_defaults(handler=run_probes_command)
 
-    infer = subparsers.add_parser("infer", help="greedy CPU inference from a portable model (seed 000)")
+    infer = subparsers.add_parser("infer", help="the greedy continuation of a prompt as one record (ids, bytes, stop reason)")
     infer.add_argument("--model", required=True, help=MODEL_HELP)
     infer.add_argument("--prompt", required=True, help="prompt text")
     infer.add_argument("--tokens", default="3", metavar="N", help="new-token budget (default 3)")
@@ -309,9 +309,9 @@ def run_infer(args: argparse.Namespace) -> int:
         console = Console()
         from minigpt_tui.engine.printable import escape_controls
 
-        for key in ("model_path", "model_id", "prompt_ids", "generated_ids", "generated_bytes", "stop_reason",
-                    "tied_alias"):
+        for key in ("model_path", "model_id", "prompt_ids", "generated_ids", "generated_bytes", "stop_reason"):
             console.print(Text(escape_controls(f"{key}: {result[key]}")))
+        console.print(Text(f"tied_alias: {'yes' if result['tied_alias'] else 'no'}"))
         shown = out["display"] if out["valid_utf8"] else f"{out['display']} (display only: invalid UTF-8)"
         console.print(Text(f"text: {_shown(shown)}"))
     return 0

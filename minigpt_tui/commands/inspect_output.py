@@ -108,9 +108,20 @@ def _integrity(console: Any, result: dict[str, Any]) -> None:
                         f"{checked}"))
 
 
+_VERIFIED_LABELS = {"model_identity": "model identity", "step": "step", "tied_alias": "tied head",
+                    "sha256": "SHA-256"}
+
+
 def _verified(console: Any, result: dict[str, Any]) -> None:
-    if "verified" in result:
-        console.print(_text(f"verified: {result['verified']}"))
+    verified = result.get("verified")
+    if verified is None:
+        return
+    parts = ["ok" if verified.get("ok") else "PROBLEM"]
+    for key, label in _VERIFIED_LABELS.items():
+        if key in verified:
+            value = verified[key]
+            parts.append(f"{label} {('yes' if value else 'no') if isinstance(value, bool) else value}")
+    console.print(_text("verified: " + "; ".join(parts)))
 
 
 def _statistics(console: Any, result: dict[str, Any]) -> None:

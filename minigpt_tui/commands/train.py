@@ -152,7 +152,8 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "progress": trainer.progress(),
         "corpus_identity": trainer.setup.corpus.identity,
         "data": trainer.data_summary(),
-        "evaluation_rule": trainer.evaluation_rule,
+        "evaluation_rule": (trainer.evaluation_rule if trainer.config.train.eval_every
+                            else "none scheduled (train.eval_every = 0)"),
         "tokenizer_identity": trainer.tokenizer.identity,
         "checkpoints": [path for path in recorder.saved if Path(path).exists()],  # retention deleted the rest
         "run_dir": str(prepared.run.path),
@@ -256,8 +257,8 @@ def print_summary(result: dict[str, Any]) -> None:
 
     console = Console()
     table = Table(title=Text(escape_controls(f"run {result['run_dir']}")))
-    table.add_column("record")
-    table.add_column("value")
+    table.add_column("record", no_wrap=True)
+    table.add_column("value", overflow="fold")  # a digest is compared whole: folded, never cut
     table.add_row("preset", result["preset"])
     table.add_row("parameters", f"{result['parameter_scalars']} in {result['parameter_tensors']} tensors")
     data = result["data"]
@@ -277,7 +278,11 @@ def print_summary(result: dict[str, Any]) -> None:
         last = result["probes"][-1]
         table.add_row("probes", f"step {last['step']}: {last['matched']} of {len(last['probes'])} match "
                       f"({last['source']})")
-    table.add_row("best step", "none yet" if result["best_step"] is None else str(result["best_step"]))
+    if result["best_step"] is not None:
+        best = str(result["best_step"])
+    else:
+        best = "none yet" if result["evaluations"] else "none (no evaluation yet)"
+    table.add_row("best step", best)
     table.add_row("state digest", result["state_digest"])
     for path in result["checkpoints"]:
         table.add_row("checkpoint", Text(escape_controls(path)))

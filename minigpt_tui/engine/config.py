@@ -329,14 +329,19 @@ def validate(config: RunConfig) -> None:
     for name in ("init", "data", "dropout", "sampling", "evaluation"):
         value = getattr(s, name)
         need(0 <= value <= U64_MAX, f"seeds.{name} must be an unsigned 64-bit integer")
-    need(t.steps >= 1, "train.steps must be at least 1")
+    need(t.steps >= 1, f"train.steps must be at least 1, got {t.steps}")
     need(t.batch_policy in BATCH_POLICIES, f"train.batch_policy must be one of {BATCH_POLICIES}")
     need(t.batch_size >= 1, "train.batch_size must be at least 1")
     need(t.microbatches >= 1, "train.microbatches must be at least 1")
     need(t.schedule in SCHEDULES, f"train.schedule must be one of {SCHEDULES}")
     need(t.lr > 0, "train.lr must be positive")
     need(t.final_lr >= 0, "train.final_lr must be 0 or more")
-    need(0 <= t.warmup <= t.steps, "train.warmup must be between 0 and train.steps")
+    need(0 <= t.warmup, f"train.warmup must be 0 or more, got {t.warmup}")
+    need(
+        t.warmup <= t.steps,
+        f"train.warmup ({t.warmup} updates) is longer than train.steps ({t.steps}): train at least "
+        f"{t.warmup} updates, or set a shorter warmup ([train] warmup = N in a --config file)",
+    )
     need(all(0 <= b < 1 for b in t.betas), "train.betas must be in [0, 1)")
     need(t.eps > 0, "train.eps must be positive")
     need(t.weight_decay >= 0, "train.weight_decay must be 0 or more")

@@ -301,6 +301,15 @@ def disk_use(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def checkpoint_target(spec: str, runs_dir: Path) -> Path:
+    """What a typed path or ``RUN``/``RUN:latest|best|STEP`` names, for inspection: an
+    existing path as it is (a file of any kind, a folder), else the run's checkpoint."""
+    path = Path(spec).expanduser()
+    if len(spec) <= 4096 and path_exists(path):
+        return path
+    return resolve_checkpoint(spec, runs_dir)
+
+
 def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
     """A checkpoint folder from ``RUN:latest``, ``RUN:best``, ``RUN:STEP``, a run name (its
     latest), a run folder, a checkpoint folder, or a file inside one."""

@@ -256,16 +256,29 @@ class CheckpointsScreen(RunActionsScreen):
         self.query_one(IntegrityView).verify(Path(self.opened.inspection.path))
 
     # -- open by path ---------------------------------------------------------------------------------
+    def _typed_target(self, text: str | None, title: str) -> Path | None:
+        """What a dialog's text names: a path, or RUN / RUN:latest|best|STEP as on the command line."""
+        from minigpt_tui.engine.errors import MiniGPTError
+
+        if not text:
+            return None
+        try:
+            return self.store.target(text)
+        except MiniGPTError as err:
+            self.notify(str(err), title=title, severity="error", markup=False)
+            return None
+
     def action_open_path(self) -> None:
         from minigpt_tui.screens.path_prompt import PathPromptScreen
 
         def chosen(text: str | None) -> None:
-            if text:
-                self.open_path(Path(text), loud=True)
+            target = self._typed_target(text, "cannot open")
+            if target is not None:
+                self.open_path(target, loud=True)
 
         self.app.push_screen(PathPromptScreen(
             "Open", "A safetensors file (from any tool), a PyTorch .pt/.bin file, a transformers model "
-            "folder, a checkpoint folder or a run folder:",
+            "folder, a checkpoint folder, a run folder, or RUN:latest / RUN:best / RUN:STEP:",
             placeholder="path/to/model.safetensors"), chosen)
 
     # -- generate ----------------------------------------------------------------------------------------
@@ -327,12 +340,13 @@ class CheckpointsScreen(RunActionsScreen):
         choices = self.query_one(RunTree).checkpoint_choices(leaving_out=current)
 
         def chosen(text: str | None) -> None:
-            if text:
-                self._start_compare(Path(text).expanduser())
+            target = self._typed_target(text, "cannot compare")
+            if target is not None:
+                self._start_compare(target)
 
         self.app.push_screen(PathPromptScreen(
             "Compare with", f"Compare {self.store.display(current)} with (choose or type a path):",
-            placeholder="checkpoint folder or safetensors file", choices=choices), chosen)
+            placeholder="checkpoint folder, safetensors file or RUN:STEP", choices=choices), chosen)
 
     def _start_compare(self, other: Path) -> None:
         if self.opened is None:

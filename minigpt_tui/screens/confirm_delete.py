@@ -23,7 +23,9 @@ class ConfirmDeleteScreen(ModalScreen[bool]):
     ConfirmDeleteScreen Button { margin-right: 1; }
     """
 
-    BINDINGS = [Binding("escape", "keep", "Keep")]
+    BINDINGS = [Binding("escape", "keep", "Keep"),
+                # The buttons stand in a row: the arrow keys move between them, as tab does.
+                Binding("left", "app.focus_previous", show=False), Binding("right", "app.focus_next", show=False)]
 
     def __init__(self, what: str, details: list[str]) -> None:
         super().__init__()

@@ -14,7 +14,9 @@ from textual.widgets import Button, Label
 class ConfirmQuitScreen(ModalScreen[str | None]):
     """Dismisses with "save", "discard" or None (stay)."""
 
-    BINDINGS = [Binding("escape", "stay", "Stay")]
+    BINDINGS = [Binding("escape", "stay", "Stay"),
+                # The buttons stand in a row: the arrow keys move between them, as tab does.
+                Binding("left", "app.focus_previous", show=False), Binding("right", "app.focus_next", show=False)]
 
     def __init__(self, unsaved_updates: int) -> None:
         super().__init__()

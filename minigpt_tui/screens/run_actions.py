@@ -10,6 +10,7 @@ from typing import Any
 
 from textual import on
 
+from minigpt_tui.engine.session.display import counted
 from minigpt_tui.engine.session.run_store import RunListing, RunStore
 from minigpt_tui.screens.runs_beside import RunsBesideScreen
 from minigpt_tui.widgets.run_tree import RunTree
@@ -84,7 +85,7 @@ class RunActionsScreen(RunsBesideScreen):
         run = self._run_under_cursor("delete")
         if run is None or self._refuse_active(run, "delete"):
             return
-        details = [f"folder {run.path}", f"{run.complete_checkpoints} checkpoints, {human_bytes(run.disk_bytes)} on disk"]
+        details = [f"folder {run.path}", f"{counted(run.complete_checkpoints, 'checkpoint')}, {human_bytes(run.disk_bytes)} on disk"]
 
         def decided(delete: bool | None) -> None:
             if delete:

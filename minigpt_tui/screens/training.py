@@ -143,7 +143,8 @@ class TrainingScreen(RunFilesScreen):
             return
         assert self.run is not None
         self.run.requested_saves += 1  # a refusal of this save is notified, not only logged
-        self._command(Command.SAVE, "saving at the next update boundary")
+        paused = self.run.state == "paused"  # a paused run is at a boundary already: at once
+        self._command(Command.SAVE, "saving now" if paused else "saving at the next update boundary")
 
     def action_evaluate(self) -> None:
         if self._require_active("evaluate"):
@@ -153,7 +154,8 @@ class TrainingScreen(RunFilesScreen):
         if not self._require_active("stop"):
             return
         assert self.run is not None
-        self._command(Command.STOP, "stopping at the next complete update")
+        paused = self.run.state == "paused"
+        self._command(Command.STOP, "stopping now" if paused else "stopping at the next complete update")
         self.run.state = "stopping"
         self._show_state()
 

@@ -22,6 +22,9 @@ def format_duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+ENDED_STATES = ("finished", "stopped", "failed")
+
+
 class RunClock:
     """Seconds spent running and updates made meanwhile, for the rate and the ETA."""
 
@@ -140,7 +143,7 @@ class RunProgress(Widget):
         parts = [f"{self.step}/{self.steps}"]
         if self.run_clock._first_step is None:
             return parts[0]
-        if self.state == "finished" or self.step >= self.steps:
+        if self.state in ENDED_STATES or self.step >= self.steps:  # nothing more to wait for
             parts.append(f"in {format_duration(self.run_clock.running_seconds)}")
         else:
             eta = self.run_clock.eta(self.steps)

@@ -315,13 +315,26 @@ def save_backbone(model: "MiniGPT", path: Path | str, *, progress: ProgressHook 
 _RECORDS = ("format", "composition", "model_config", "constants", "tokenizer", "special_ids", "aliases", "parameters", "identity")
 
 
+def _format_named(fmt: Any) -> str:
+    """What a format record that is not a model file's says, in words: our training state
+    points at the model file beside it."""
+    from minigpt_tui.engine.checkpoint.training_state import FORMAT_NAME as TRAINING_STATE_FORMAT
+
+    name = fmt.get("name") if isinstance(fmt, dict) else fmt  # safetensors.torch writes "pt"
+    if name == TRAINING_STATE_FORMAT:
+        return "it is a checkpoint's training state: give the model.safetensors beside it, or the checkpoint folder"
+    if isinstance(name, str):
+        return f"its format is '{escape_controls(name)[:80]}'"
+    return "its format record is not one this program writes"
+
+
 def read_model_records(path: Path, metadata: dict[str, str] | Any) -> dict[str, Any]:
     """The parsed metadata records of a portable model file, format checked."""
     if "format" not in metadata:
         raise CheckpointError(f"{path}: not a minigpt-tui model file (its metadata has no format record)")
     fmt = _json_or_text(path, metadata["format"])
     if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
-        raise CheckpointError(f"{path}: not a minigpt-tui model file (format {escape_controls(repr(fmt))[:80]})")
+        raise CheckpointError(f"{path}: not a minigpt-tui model file ({_format_named(fmt)})")
     records = {key: parse_record(path, key, text) for key, text in metadata.items()}
     if fmt.get("version") != FORMAT_VERSION:
         raise CheckpointError(

@@ -151,8 +151,9 @@ def _loss_scaling(state: InspectionState) -> Lines:
         return [], []
     if not scaler.get("enabled"):
         return ["loss scaling: off"], []
-    return ([f"loss scaling: scale {scaler.get('scale')}, {scaler.get('finite_updates')} finite "
-             "updates since the last change"], ["the loss scale returns to its initial value"])
+    finite = counted(scaler.get("finite_updates"), "finite update")
+    return ([f"loss scaling: scale {scaler.get('scale')}, {finite} since the last change"],
+            ["the loss scale returns to its initial value"])
 
 
 def _accumulation(state: InspectionState) -> Lines:

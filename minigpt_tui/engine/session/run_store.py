@@ -102,6 +102,12 @@ class RunStore:
 
         return resolve_checkpoint(spec, self.root)
 
+    def target(self, spec: str) -> Path:
+        """A typed path as it is when it exists, else ``RUN``, ``RUN:latest|best|STEP``."""
+        from minigpt_tui.engine.runs import checkpoint_target
+
+        return checkpoint_target(spec, self.root)
+
     def is_run_folder(self, path: Path) -> bool:
         """A folder directly inside the runs directory holding a run's config."""
         return path.parent.resolve() == self.root.resolve() and (path / "config.json").is_file()

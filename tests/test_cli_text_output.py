@@ -1,0 +1,105 @@
+"""The human-readable output of the subcommands reads as words and numbers: no Python repr
+(a dict, True/False/None) reaches the terminal, help texts speak about the product, and a
+wrong file names what it is."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from minigpt_tui.cli import build_parser, main
+
+FIXTURE = Path(__file__).parent / "fixtures" / "tiny-format1" / "step-000002"
+PYTHON_REPR = re.compile(r"(?<![=\w])(None|True|False)\b|\{'|\(\)")
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_inspect_verify_says_what_was_verified_in_words(capsys):
+    code, out, _ = run_cli(capsys, "inspect", str(FIXTURE), "--verify")
+    assert code == 0
+    verified = [line for line in out.splitlines() if line.startswith("verified:")]
+    assert len(verified) == 1
+    assert verified[0].startswith("verified: ok; model identity ")
+    assert verified[0].endswith("; step 2")
+    assert not PYTHON_REPR.search(verified[0])
+
+
+def test_inspect_verify_of_a_model_file_names_the_tied_head(capsys):
+    code, out, _ = run_cli(capsys, "inspect", str(FIXTURE / "model.safetensors"), "--verify")
+    assert code == 0
+    verified = next(line for line in out.splitlines() if line.startswith("verified:"))
+    assert verified.endswith("; tied head yes")
+
+
+def test_infer_prints_no_python_booleans(capsys):
+    code, out, _ = run_cli(capsys, "infer", "--model", str(FIXTURE), "--prompt", "ab", "--tokens", "2")
+    assert code == 0
+    assert "tied_alias: yes" in out.splitlines()
+    assert not [line for line in out.splitlines() if PYTHON_REPR.search(line)]
+
+
+def test_no_subcommand_help_speaks_of_development_references():
+    parser = build_parser()
+    texts = [parser.format_help()]
+    subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    texts += [sub.format_help() for sub in subparsers.choices.values()]
+    texts += [choice.help or "" for choice in subparsers._choices_actions]
+    assert not [t for t in texts if re.search(r"\bseed \d{3}\b", t)]
+
+
+def test_a_training_state_given_as_a_model_says_where_the_model_is(capsys):
+    code, _, err = run_cli(capsys, "generate", "--model", str(FIXTURE / "training.safetensors"), "--prompt", "a")
+    assert code == 1
+    assert err.strip().endswith(
+        "not a minigpt-tui model file (it is a checkpoint's training state: give the model.safetensors "
+        "beside it, or the checkpoint folder)")
+    assert "{" not in err
+
+
+@pytest.mark.parametrize("name", ["other-tool/model", "x"])
+def test_a_foreign_format_record_is_named_not_printed_as_a_dict(tmp_path, name):
+    from minigpt_tui.engine.checkpoint.portable import read_model_records
+    from minigpt_tui.engine.errors import CheckpointError
+
+    with pytest.raises(CheckpointError) as err:
+        read_model_records(tmp_path / "m.safetensors", {"format": f'{{"name": "{name}", "version": 1}}'})
+    assert str(err.value) == f"{tmp_path / 'm.safetensors'}: not a minigpt-tui model file (its format is '{name}')"
+
+
+def test_train_summary_at_80_columns_shows_the_whole_digest_and_no_evaluation_for_tiny(capsys, monkeypatch, tmp_path):
+    import json
+
+    monkeypatch.setenv("COLUMNS", "80")
+    runs = str(tmp_path / "runs")
+    code, out, _ = run_cli(capsys, "train", "--preset", "tiny", "--run", "a", "--runs-dir", runs, "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["evaluation_rule"] == "none scheduled (train.eval_every = 0)"
+    code, out, _ = run_cli(capsys, "train", "--preset", "tiny", "--run", "b", "--runs-dir", runs)
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= 80
+    folded = "".join(line.split("│")[2].strip() for line in out.splitlines()
+                     if line.count("│") == 3 and line.split("│")[1].strip() in ("state digest", ""))
+    assert result["state_digest"] in folded
+    assert "…" not in out
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines() if line.count("│") == 3}
+    assert rows["evaluation"] == "none scheduled (train.eval_every = 0)"
+    assert rows["best step"] == "none (no evaluation yet)"
+
+
+def test_steps_shorter_than_the_preset_s_warmup_names_both_and_the_way_out(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "train", "--preset", "text", "--steps", "20", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1 and out == ""
+    assert err.strip() == (
+        "minigpt-tui: error: train.warmup (100 updates) is longer than train.steps (20): train at least 100 "
+        "updates, or set a shorter warmup ([train] warmup = N in a --config file)")
+    assert not (tmp_path / "runs").exists()
+    code, _, err = run_cli(capsys, "train", "--preset", "tiny", "--steps", "-3")
+    assert code == 1 and err.strip() == "minigpt-tui: error: train.steps must be at least 1, got -3"
