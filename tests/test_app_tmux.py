@@ -37,6 +37,11 @@ class TmuxPane:
     def text(self) -> str:
         return subprocess.run([*self.tmux, "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
 
+    def styled_text(self) -> str:
+        """The pane with its colours (escape sequences): what shows which field is focused."""
+        return subprocess.run([*self.tmux, "capture-pane", "-e", "-p", "-t", self.name],
+                              capture_output=True, text=True).stdout
+
     def keys(self, *keys: str) -> None:
         subprocess.run([*self.tmux, "send-keys", "-t", self.name, *keys], check=True)
 
@@ -106,7 +111,17 @@ def test_the_real_app_pauses_resumes_and_stops_a_run_in_a_terminal(tmp_path):
         pane.wait_for(lambda t: "next run" in t, "the first frame")
         pane.keys("n")
         pane.wait_for(lambda t: "enter or ctrl+s starts" in t, "the new-run form")
-        pane.keys("Tab")  # from the corpus field to the updates field
+        # Tab from the corpus field to the updates field, and type only once the updates field
+        # looks focused: keys typed ahead reach the field focused when they arrive, and a
+        # tab's move can come after them.
+        updates_field = lambda: next(line for line in pane.styled_text().splitlines() if "updates" in line  # noqa: E731
+                                     and "│" in line)
+        unfocused = updates_field()
+        pane.keys("Tab")
+        deadline = time.monotonic() + 60
+        while updates_field() == unfocused and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert updates_field() != unfocused, "the updates field never looked focused"
         pane.keys(str(LONG_RUN))
         pane.wait_for(lambda t: re.search(rf"updates +{LONG_RUN}\b", t) is not None, "the typed update count")
         pane.keys("Enter")
