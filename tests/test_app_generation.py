@@ -188,6 +188,16 @@ async def test_force_takes_the_highlighted_candidate_and_continues_from_there(ru
         await settle(pilot)
         assert any(s == "error" for _, s in seen)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["trace.json", "runs", "files"])
+        # An existing trace is kept; the refusal offers no command-line option the app lacks.
+        before = target_file.read_bytes()
+        await pilot.press("w")
+        await pilot.pause()
+        app.screen.query_one(Input).value = str(target_file)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert (f"{target_file} already exists: choose a new path", "error") in seen
+        assert not [m for m, _ in seen if "--force" in m]
+        assert target_file.read_bytes() == before
 
 
 @run_async
