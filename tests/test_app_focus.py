@@ -337,6 +337,29 @@ async def test_the_focused_widget_always_looks_focused(runs, size):
 
 
 @run_async
+async def test_a_tab_typed_right_after_opening_the_new_run_form_moves_on_from_the_corpus_field(tmp_path):
+    """A terminal delivers keys typed ahead back to back: a tab sent with the key that opens
+    the form moves from the corpus field (the form's first focus) to the updates field; it
+    was undone when the first focus was set after it."""
+    from textual import events
+
+    from tests.test_app_training import make_app as make_training_app
+
+    app = make_training_app(tmp_path / "runs", preset="tiny")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.post_message(events.Key("n", "n"))
+        app.post_message(events.Key("tab", None))
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, NewRunScreen)
+        assert form.focused is form.query_one("#steps", Input)
+        await pilot.press("7")
+        assert form.query_one("#steps", Input).value == "7"
+        assert form.query_one("#corpus", Input).value == ""
+
+
+@run_async
 async def test_the_arrow_keys_move_between_a_confirmation_s_buttons(runs):
     app = make_app(runs)
     async with app.run_test(size=(80, 24)) as pilot:

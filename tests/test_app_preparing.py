@@ -62,6 +62,9 @@ async def test_stopping_while_a_run_prepares_ends_it_with_nothing_written(tmp_pa
         screen = training(app)
         line = await start_and_see_encoding(pilot, screen)
         await key(pilot, "x")
+        # The stop must have been sent before the encoding goes on (a slow machine may not
+        # have handled the key yet): the screen says "stopping" once it has.
+        await wait_until(pilot, lambda: screen.run.state == "stopping")
         release.set()
         await wait_until(pilot, lambda: screen.run.state == "stopped")
         assert "encoding" not in line.render().plain

@@ -88,13 +88,29 @@ def _progress(text: str, steps: int) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def _run_line(text: str, steps: int) -> tuple[str, int] | None:
+    """The progress line's state and update count, e.g. ("paused", 382)."""
+    found = re.search(rf"^ (\w+) .*?\b(\d+)/{steps}\b", text, re.MULTILINE)
+    return (found.group(1), int(found.group(2))) if found else None
+
+
+# Long enough that no pause, resume or stop can arrive after the run's end, however slow the
+# machine (mini makes a few hundred updates a second: the preset's 600 last about two).
+LONG_RUN = 100_000
+
+
 def test_the_real_app_pauses_resumes_and_stops_a_run_in_a_terminal(tmp_path):
     runs = tmp_path / "runs"
     pane = TmuxPane([str(SCRIPT), "--runs-dir", str(runs), "--preset", "mini"], {"TERM": "xterm-256color"})
     try:
         pane.wait_for(lambda t: "next run" in t, "the first frame")
-        pane.keys("Space")
-        pane.wait_for(lambda t: (_progress(t, 600) or 0) >= 1, "the first update", timeout=120)
+        pane.keys("n")
+        pane.wait_for(lambda t: "enter or ctrl+s starts" in t, "the new-run form")
+        pane.keys("Tab")  # from the corpus field to the updates field
+        pane.keys(str(LONG_RUN))
+        pane.wait_for(lambda t: re.search(rf"updates +{LONG_RUN}\b", t) is not None, "the typed update count")
+        pane.keys("Enter")
+        pane.wait_for(lambda t: (_progress(t, LONG_RUN) or 0) >= 1, "the first update", timeout=120)
         pane.keys("Space")
         screen = pane.wait_for(lambda t: re.search(r"paused +after update \d+", t) is not None, "the pause")
         paused_at = int(re.search(r"paused +after update (\d+)", screen).group(1))
@@ -104,11 +120,14 @@ def test_the_real_app_pauses_resumes_and_stops_a_run_in_a_terminal(tmp_path):
         while not saved_at_pause() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert saved_at_pause(), f"no checkpoint at the paused step {paused_at}"
+        pane.wait_for(lambda t: _run_line(t, LONG_RUN) == ("paused", paused_at), "the progress line to say paused")
         time.sleep(1.0)  # a paused run makes no update
-        assert _progress(pane.text(), 600) == paused_at
+        assert _run_line(pane.text(), LONG_RUN) == ("paused", paused_at)
         pane.keys("Space")
-        pane.wait_for(lambda t: f"at update {paused_at}" in t and "resumed" in t, "the resume")
-        pane.wait_for(lambda t: (_progress(t, 600) or 0) > paused_at, "an update after the resume")
+        # The progress line says the run goes on (the event log's "resumed" line may already
+        # have been pushed out of its three visible lines by evaluations and saves).
+        pane.wait_for(lambda t: (state := _run_line(t, LONG_RUN)) is not None and state[0] == "running"
+                      and state[1] > paused_at, "an update after the resume")
         pane.keys("x")
         screen = pane.wait_for(lambda t: re.search(r"stopped +at update \d+", t) is not None, "the stop")
         stopped_at = int(re.search(r"stopped +at update (\d+)", screen).group(1))
@@ -117,11 +136,13 @@ def test_the_real_app_pauses_resumes_and_stops_a_run_in_a_terminal(tmp_path):
         # event log shows three lines at this size, so an evaluation at that step can push
         # the save out of sight: the disk says what was saved.
         run_dir = next(runs.iterdir())
+        config = json.loads(run_dir.joinpath("config.json").read_text())
+        assert config["train"]["steps"] == LONG_RUN  # the form's value was used
         checkpoints = sorted(p.name for p in run_dir.joinpath("checkpoints").iterdir())
         assert checkpoints[-1] == f"step-{stopped_at:06d}"
         # The pause's checkpoint stays until retention has kept as many newer ones (a loaded
         # machine may pass an interval save or two before the stop lands).
-        keep_last = json.loads(run_dir.joinpath("config.json").read_text())["train"]["keep_last"]
+        keep_last = config["train"]["keep_last"]
         newer = [name for name in checkpoints if name > f"step-{paused_at:06d}"]
         assert f"step-{paused_at:06d}" in checkpoints or len(newer) >= keep_last, checkpoints
         pane.keys("q")

@@ -227,7 +227,8 @@ async def quit_during_a_run(pilot, app: MiniGPTApp) -> TrainingScreen:  # type: 
     await key(pilot, "space")
     await wait_until(pilot, lambda: screen.run.step >= 5)
     await key(pilot, "q")
-    await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
+    # Pushed is not yet composed: wait until the dialog's labels and buttons are there.
+    await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen) and app.screen.is_mounted)
     return screen
 
 
@@ -266,6 +267,24 @@ async def test_the_quit_dialog_counts_the_updates_made_while_it_is_open(tmp_path
         await wait_until(pilot, lambda: abs(screen.unsaved_updates - dialog.unsaved_updates) <= 20)
         await press_button(pilot, "#discard")
         await wait_until(pilot, lambda: app.return_code is not None)
+
+
+@run_async
+async def test_a_count_given_while_the_quit_dialog_mounts_is_the_one_it_shows():
+    """The Training screen passes the count on at each refresh, also between the dialog's
+    compose and the end of its mount: the label must not keep the count it was composed with."""
+
+    class CountedWhileMounting(ConfirmQuitScreen):
+        def on_mount(self) -> None:
+            super().on_mount()
+            self.show_unsaved(9, active=True)
+
+    app = App()
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = CountedWhileMounting(5)
+        await app.push_screen(dialog)
+        await pilot.pause()
+        assert "with 9 unsaved updates" in str(dialog.query_one("#unsaved").render())
 
 
 @run_async

@@ -265,7 +265,10 @@ def test_a_stop_signal_finishes_the_update_saves_and_exits_cleanly(tmp_path, sig
     step = result["step"]
     assert 8 <= step < 20000
     latest = list_checkpoints(runs / "r" / "checkpoints")[-1]
-    assert latest.step == step and latest.reason == "stop"
+    assert latest.step == step
+    # The stop saves unless its step is saved already: a signal that arrives while update N's
+    # evaluation and best or interval save run (mini: every 50 and 100 updates) stops at N.
+    assert latest.reason == "stop" or (step % 50 == 0 and set(latest.reason.split("+")) <= {"best", "interval"}), latest
     restored = restore_trainer(latest.path)
     assert restored.state_digest() == result["state_digest"]
 
@@ -293,10 +296,20 @@ def _freeze_inside_a_save(process: subprocess.Popen, checkpoints: Path, timeout:
     def saving() -> bool:
         return any(name.startswith(".") for name in os.listdir(checkpoints))
 
+    def stopped() -> bool:
+        """SIGSTOP is delivered asynchronously: the process may run on (on another core) for
+        a moment after the signal is sent, and finish the save that was seen."""
+        stat = Path(f"/proc/{process.pid}/stat")
+        if not stat.exists():  # no /proc: trust the signal
+            return True
+        return stat.read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if saving():
             process.send_signal(signal.SIGSTOP)
+            while not stopped() and time.monotonic() < deadline:
+                time.sleep(0.001)
             if saving():
                 return
             process.send_signal(signal.SIGCONT)

@@ -203,6 +203,19 @@ def test_more_processes_than_training_examples_is_refused(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def last_update(metrics: Path) -> int:
+    """The step of the last update record in a run's metrics.jsonl (0 before any)."""
+    steps = [0]
+    for line in metrics.read_text().splitlines() if metrics.exists() else []:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line still being written
+            continue
+        if record.get("kind") == "update":
+            steps.append(record["step"])
+    return max(steps)
+
+
 @pytest.mark.slow
 def test_the_control_file_steers_every_rank_of_a_two_process_run(tmp_path):
     from minigpt_tui.engine.session.events import Command
@@ -226,13 +239,16 @@ def test_the_control_file_steers_every_rank_of_a_two_process_run(tmp_path):
     try:
         metrics = run_dir / "metrics.jsonl"
         # Pause after an update has been written, so the pause has something to save.
-        wait(lambda: state() == "running" and metrics.exists() and '"kind": "update"' in metrics.read_text())
+        wait(lambda: state() == "running" and last_update(metrics) > 0)
         send_command(run_dir, Command.PAUSE)
         wait(lambda: state() == "paused")
         paused = read_live(run_dir).step  # type: ignore[union-attr]
         assert (run_dir / "checkpoints" / f"step-{paused:06d}").is_dir()  # a pause saves
         send_command(run_dir, Command.RESUME)
         wait(lambda: state() == "running")
+        # Stop after an update past the pause: a pause between an update and its evaluation
+        # resumes with that evaluation, and a stop landing right after it ends at the paused step.
+        wait(lambda: last_update(metrics) > paused)
         send_command(run_dir, Command.STOP)
         out, err = launcher.communicate(timeout=90)
         assert launcher.returncode == 0, err

@@ -121,13 +121,16 @@ def test_mini_evaluates_complete_splits_at_scheduled_steps_and_picks_the_first_m
     assert trainer.best_step == best.step
 
 
-def run_session(trainer_factory, script) -> tuple[list, list]:
+def run_session(trainer_factory, script, hold=lambda event: None) -> tuple[list, list]:
+    """Run a session on a thread while ``script`` drives it from this one; ``hold`` sees
+    each event on the session's thread before the session goes on."""
     events: list = []
     lock = threading.Lock()
 
     def sink(event):
         with lock:
             events.append(event)
+        hold(event)
 
     controller = TrainingSession.for_trainer(trainer_factory, sink)
     thread = threading.Thread(target=controller.run_reporting_failures)
@@ -141,21 +144,30 @@ def run_session(trainer_factory, script) -> tuple[list, list]:
 def test_pause_evaluate_and_resume_in_process_equal_never_pausing():
     plain_events, plain = run_session(lambda: make_trainer("mini", steps=60), lambda c, e: None)
 
+    pause_sent = threading.Event()
+
+    def hold_after_update_7(event):
+        """The session waits after update 7 until the pause is sent: it lands mid-run
+        however late this thread sees the update (60 updates last a fraction of a second)."""
+        if isinstance(event, UpdateDone) and event.record.step == 7:
+            pause_sent.wait(30)
+
     def script(controller, events):
         assert wait_for(lambda: any(isinstance(x, UpdateDone) and x.record.step >= 7 for x in events), 30)
         controller.send(Command.PAUSE)
+        pause_sent.set()
         assert wait_for(lambda: any(isinstance(x, Paused) for x in events), 30)
         controller.send(Command.EVALUATE)
         controller.send(Command.EVALUATE)
         controller.send(Command.RESUME)
 
-    paused_events, paused = run_session(lambda: make_trainer("mini", steps=60), script)
+    paused_events, paused = run_session(lambda: make_trainer("mini", steps=60), script, hold_after_update_7)
     plain_updates = [x.record.exact_fields() for x in plain_events if isinstance(x, UpdateDone)]
     paused_updates = [x.record.exact_fields() for x in paused_events if isinstance(x, UpdateDone)]
     assert len(plain_updates) == 60
     assert paused_updates == plain_updates
     extra = [x.record for x in paused_events if isinstance(x, EvaluationDone) and x.record.extra]
-    assert len(extra) == 2
+    assert len(extra) == 2 and [x.step for x in paused_events if isinstance(x, Paused)] == [7]
     assert plain_events[-1] == paused_events[-1]  # Finished with the same digest
     assert isinstance(plain_events[-1], Finished)
     assert paused.trainer.best_step == plain.trainer.best_step

@@ -47,8 +47,10 @@ class ConfirmQuitScreen(ModalScreen[str | None]):
         if (unsaved_updates, active) == (self.unsaved_updates, self.run_active):
             return
         self.unsaved_updates, self.run_active = unsaved_updates, active
-        if self.is_mounted:
-            self.query_one("#unsaved", Label).update(self.unsaved_text(unsaved_updates, active))
+        # Once composed, whether mounted yet or not: a count given while the dialog mounts
+        # must not leave the label with the count it was composed with.
+        for label in self.query("#unsaved").results(Label):
+            label.update(self.unsaved_text(unsaved_updates, active))
 
     def on_mount(self) -> None:
         self.query_one("#save", Button).focus()

@@ -73,6 +73,9 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
     """Dismisses with a :class:`NewRunRequest`, or None when cancelled."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "start", "Start")]
+    # Focused as the form is composed, before any key typed ahead is handled (a focus set in
+    # on_mount comes later: a tab typed with the key that opened the form went elsewhere).
+    AUTO_FOCUS = "#corpus"
 
     def __init__(self, current: Any, runs_dir: Path) -> None:
         super().__init__()
@@ -109,9 +112,6 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
             with Horizontal(classes="buttons"):
                 yield Button("Start", id="start", variant="primary", compact=True)
                 yield Button("Cancel", id="cancel", compact=True)
-
-    def on_mount(self) -> None:
-        self.query_one("#corpus", Input).focus()
 
     @on(Select.Changed, "#preset")
     def _preset_changed(self, event: Select.Changed) -> None:
