@@ -103,3 +103,18 @@ def test_steps_shorter_than_the_preset_s_warmup_names_both_and_the_way_out(capsy
     assert not (tmp_path / "runs").exists()
     code, _, err = run_cli(capsys, "train", "--preset", "tiny", "--steps", "-3")
     assert code == 1 and err.strip() == "minigpt-tui: error: train.steps must be at least 1, got -3"
+
+
+def test_verify_writes_learning_rates_as_numbers_not_float_reprs(capsys):
+    from minigpt_tui.commands.checkpoints import print_verify
+
+    print_verify({
+        "saved_after": 2, "resumed_until": 4, "processes": 1, "preset": "tiny",
+        "comparisons": [{"name": "final state digest", "equal": True}],
+        "warm_start": {"first_update": {"lr": 0.001, "batch": [[2], [0]]},
+                       "resumed_first_update": {"lr": 0.0003250000000000001, "batch": [[0], [1]]},
+                       "note": "a weights-only warm start is a new training history"},
+    })
+    out = capsys.readouterr().out
+    assert "warm start: first update lr 0.001 batch [[2], [0]]; resumed: lr 0.000325 batch [[0], [1]]" in out
+    assert "  true   final state digest" in out.splitlines()
