@@ -118,3 +118,21 @@ def test_verify_writes_learning_rates_as_numbers_not_float_reprs(capsys):
     out = capsys.readouterr().out
     assert "warm start: first update lr 0.001 batch [[2], [0]]; resumed: lr 0.000325 batch [[0], [1]]" in out
     assert "  true   final state digest" in out.splitlines()
+
+
+def test_a_transformers_folder_given_as_a_checkpoint_says_what_it_is_and_how_to_convert_it(capsys, tmp_path):
+    folder = tmp_path / "hf-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    code, _, err = run_cli(capsys, "generate", "--model", str(folder), "--prompt", "a")
+    assert code == 1
+    assert err.strip() == (
+        f"minigpt-tui: error: {folder} is a transformers model folder, not a checkpoint: inspect shows it, and "
+        f"'minigpt-tui convert --hf {folder} --out model.safetensors' makes a model file of it")
+    code, _, err = run_cli(capsys, "resume", "--checkpoint", str(folder))
+    assert code == 1 and "is a transformers model folder" in err
+    # A folder that is neither keeps the plain refusal.
+    (folder / "model.safetensors").unlink()
+    code, _, err = run_cli(capsys, "generate", "--model", str(folder), "--prompt", "a")
+    assert err.strip() == f"minigpt-tui: error: {folder} holds no complete checkpoint"
