@@ -136,3 +136,21 @@ def test_a_transformers_folder_given_as_a_checkpoint_says_what_it_is_and_how_to_
     (folder / "model.safetensors").unlink()
     code, _, err = run_cli(capsys, "generate", "--model", str(folder), "--prompt", "a")
     assert err.strip() == f"minigpt-tui: error: {folder} holds no complete checkpoint"
+
+
+def test_generate_at_80_columns_cuts_no_header_and_no_runner_up(capsys, monkeypatch):
+    import json
+
+    monkeypatch.setenv("COLUMNS", "80")
+    args = ["generate", "--model", str(FIXTURE), "--prompt", "ab", "--max-new-tokens", "3"]
+    assert main([*args, "--json"]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "…" not in out and "runner-ups" in out
+    cells = [line.split("│")[8].strip() for line in out.splitlines() if line.count("│") == 9]
+    for decision in trace["decisions"]:
+        for runner_up in decision["alternatives"]:
+            if runner_up["id"] != decision["chosen"]["id"]:
+                assert any(cell.endswith(f"{runner_up['raw_probability']:.4f}") for cell in cells), runner_up
