@@ -92,6 +92,10 @@ def test_train_summary_at_80_columns_shows_the_whole_digest_and_no_evaluation_fo
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines() if line.count("│") == 3}
     assert rows["evaluation"] == "none scheduled (train.eval_every = 0)"
     assert rows["best step"] == "none (no evaluation yet)"
+    # Which text was read, and the sizes written as the app writes them.
+    assert result["corpus_source"] == "bundled:tiny.txt"
+    assert rows["corpus"] == "bundled:tiny.txt: 3 train + 0 validation examples"
+    assert rows["parameters"] == "1,572 in 29 tensors"
 
 
 def test_steps_shorter_than_the_preset_s_warmup_names_both_and_the_way_out(capsys, tmp_path):
