@@ -158,3 +158,19 @@ def test_generate_at_80_columns_cuts_no_header_and_no_runner_up(capsys, monkeypa
         for runner_up in decision["alternatives"]:
             if runner_up["id"] != decision["chosen"]["id"]:
                 assert any(cell.endswith(f"{runner_up['raw_probability']:.4f}") for cell in cells), runner_up
+
+
+def test_a_step_the_run_has_no_checkpoint_at_lists_the_steps_it_has(capsys, tmp_path):
+    runs = tmp_path / "runs"
+    assert main(["train", "--preset", "tiny", "--until", "2", "--run", "r", "--runs-dir", str(runs), "--json"]) == 0
+    capsys.readouterr()
+    code, _, err = run_cli(capsys, "inspect", "r:3", "--runs-dir", str(runs))
+    assert code == 1
+    assert err.strip() == "minigpt-tui: error: run 'r' has no complete checkpoint at step 3 (its checkpoints: 2)"
+
+
+def test_many_checkpoints_are_listed_by_their_ends():
+    from minigpt_tui.engine.runs import _steps_held
+
+    assert _steps_held([]) == "it has none"
+    assert _steps_held(list(range(100, 1100, 100))) == "its checkpoints: 100, 200, 300, …, 1000 (10 in all)"

@@ -301,6 +301,16 @@ def disk_use(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def _steps_held(steps: list[int]) -> str:
+    """The steps a run has checkpoints at, for a refusal: all of a few, the ends of many."""
+    if not steps:
+        return "it has none"
+    if len(steps) <= 8:
+        return "its checkpoints: " + ", ".join(str(step) for step in steps)
+    shown = ", ".join(str(step) for step in steps[:3])
+    return f"its checkpoints: {shown}, …, {steps[-1]} ({len(steps)} in all)"
+
+
 def _is_transformers_folder(path: Path) -> bool:
     """A folder as transformers saves a model: config.json beside the weights, no run's checkpoints."""
     weights = ("model.safetensors", "model.safetensors.index.json")
@@ -366,9 +376,11 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
     step_text = which.removeprefix("step-")
     if re.fullmatch(r"[0-9]{1,18}", step_text):
         wanted = checkpoints / checkpoint_name(int(step_text))
-        if any(info.path == wanted for info in list_checkpoints(checkpoints)):
+        listed = list_checkpoints(checkpoints)
+        if any(info.path == wanted for info in listed):
             return wanted
-        raise CheckpointError(f"run '{run}' has no complete checkpoint at step {int(step_text)}")
+        raise CheckpointError(f"run '{run}' has no complete checkpoint at step {int(step_text)} "
+                              f"({_steps_held([info.step for info in listed if info.complete])})")
     raise CheckpointError(f"'{which}' is not latest, best or a step number (in '{spec}')")
 
 
