@@ -509,6 +509,8 @@ async def test_a_second_model_adds_its_probability_and_kl_to_each_decision(runs,
         screen = await open_generation(pilot)
         await keys(pilot, "r")
         await keys(pilot, "m")
+        # The empty field says what it takes, as the other path prompts do.
+        assert "RUN:STEP" in pilot.app.screen.query_one(Input).placeholder
         pilot.app.screen.query_one(Input).value = "tiny-a:latest"
         await keys(pilot, "enter")
         listed = screen.query_one(DecisionList)
