@@ -188,6 +188,16 @@ async def test_force_takes_the_highlighted_candidate_and_continues_from_there(ru
         await settle(pilot)
         assert any(s == "error" for _, s in seen)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["trace.json", "runs", "files"])
+        # An existing trace is kept; the refusal offers no command-line option the app lacks.
+        before = target_file.read_bytes()
+        await pilot.press("w")
+        await pilot.pause()
+        app.screen.query_one(Input).value = str(target_file)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert (f"{target_file} already exists: choose a new path", "error") in seen
+        assert not [m for m, _ in seen if "--force" in m]
+        assert target_file.read_bytes() == before
 
 
 @run_async
@@ -499,6 +509,8 @@ async def test_a_second_model_adds_its_probability_and_kl_to_each_decision(runs,
         screen = await open_generation(pilot)
         await keys(pilot, "r")
         await keys(pilot, "m")
+        # The empty field says what it takes, as the other path prompts do.
+        assert "RUN:STEP" in pilot.app.screen.query_one(Input).placeholder
         pilot.app.screen.query_one(Input).value = "tiny-a:latest"
         await keys(pilot, "enter")
         listed = screen.query_one(DecisionList)

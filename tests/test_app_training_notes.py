@@ -1,7 +1,10 @@
-"""What the Training screen says when a key is pressed on a paused run: a paused run is at
-an update boundary already, so a save or a stop happens at once and the note says so."""
+"""What the Training screen says and where the keyboard goes: a paused run is at an update
+boundary already, so a save or a stop happens at once and the note says so; a resumed run
+says so within 80 columns; a refused value in the new-run form takes the keyboard to its field."""
 
 from __future__ import annotations
+
+import pytest
 
 from tests.app_support import record_notifications, run_async
 from tests.test_app_training import SIZE, UNSAVED_RUN, key, make_app, training, wait_until
@@ -28,3 +31,52 @@ async def test_save_and_stop_on_a_paused_run_say_now(tmp_path):
         await wait_until(pilot, lambda: screen.run.state == "stopped")
         assert screen.run.step == paused_at
         assert not [m for m, _ in seen[before:] if "next update boundary" in m or "next complete update" in m]
+
+
+@run_async
+async def test_a_resumed_run_says_so_within_80_columns(tmp_path):
+    from tests.app_support import build_saved_runs, make_app as make_runs_app
+
+    runs = build_saved_runs(tmp_path / "saved").copy_to(tmp_path / "work")
+    app = make_runs_app(runs)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = training(app)
+        screen.resume_from_checkpoint(runs / "tiny-a" / "checkpoints" / "step-000002")
+        await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "finished")
+        await pilot.pause()
+        lines = [strip.text for strip in app.screen._compositor.render_strips()]
+        run_line = next(line for line in lines if line.lstrip().startswith("run "))
+        assert "tiny-a · resumed at update 2 · preset tiny" in run_line
+
+
+@pytest.mark.parametrize("field, value", [
+    ("steps", "abc"), ("steps", "0"), ("corpus", "/no/such/corpus.txt"), ("name", "bad name!"),
+    ("init", "-1"), ("save_every", "x"), ("sampling", "1.5"),
+])
+@run_async
+async def test_a_refused_form_value_takes_the_keyboard_to_its_field(tmp_path, field, value):
+    from textual.widgets import Input
+
+    from minigpt_tui.screens.new_run import NewRunScreen
+
+    app = make_app(tmp_path / "runs", preset="tiny")
+    seen = record_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        assert isinstance(form, NewRunScreen)
+        form.query_one(f"#{field}", Input).value = value
+        await pilot.click("#start")
+        await pilot.pause()
+        assert app.screen is form and any(severity == "error" for _, severity in seen)
+        assert form.focused is form.query_one(f"#{field}", Input)
+
+
+def test_every_form_field_a_refusal_can_name_exists():
+    from minigpt_tui.screens.new_run import REFUSED_FIELDS, refused_field
+
+    assert {field for _, field in REFUSED_FIELDS} == {
+        "name", "steps", "save_every", "seed", "init", "data", "dropout", "sampling", "corpus"}
+    assert refused_field("give one seed or separate stream seeds, not both (also set: data)") == "seed"
+    assert refused_field("something else entirely") is None

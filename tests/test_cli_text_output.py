@@ -92,6 +92,10 @@ def test_train_summary_at_80_columns_shows_the_whole_digest_and_no_evaluation_fo
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines() if line.count("│") == 3}
     assert rows["evaluation"] == "none scheduled (train.eval_every = 0)"
     assert rows["best step"] == "none (no evaluation yet)"
+    # Which text was read, and the sizes written as the app writes them.
+    assert result["corpus_source"] == "bundled:tiny.txt"
+    assert rows["corpus"] == "bundled:tiny.txt: 3 train + 0 validation examples"
+    assert rows["parameters"] == "1,572 in 29 tensors"
 
 
 def test_steps_shorter_than_the_preset_s_warmup_names_both_and_the_way_out(capsys, tmp_path):
@@ -103,3 +107,70 @@ def test_steps_shorter_than_the_preset_s_warmup_names_both_and_the_way_out(capsy
     assert not (tmp_path / "runs").exists()
     code, _, err = run_cli(capsys, "train", "--preset", "tiny", "--steps", "-3")
     assert code == 1 and err.strip() == "minigpt-tui: error: train.steps must be at least 1, got -3"
+
+
+def test_verify_writes_learning_rates_as_numbers_not_float_reprs(capsys):
+    from minigpt_tui.commands.checkpoints import print_verify
+
+    print_verify({
+        "saved_after": 2, "resumed_until": 4, "processes": 1, "preset": "tiny",
+        "comparisons": [{"name": "final state digest", "equal": True}],
+        "warm_start": {"first_update": {"lr": 0.001, "batch": [[2], [0]]},
+                       "resumed_first_update": {"lr": 0.0003250000000000001, "batch": [[0], [1]]},
+                       "note": "a weights-only warm start is a new training history"},
+    })
+    out = capsys.readouterr().out
+    assert "warm start: first update lr 0.001 batch [[2], [0]]; resumed: lr 0.000325 batch [[0], [1]]" in out
+    assert "  true   final state digest" in out.splitlines()
+
+
+def test_a_transformers_folder_given_as_a_checkpoint_says_what_it_is_and_how_to_convert_it(capsys, tmp_path):
+    folder = tmp_path / "hf-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    code, _, err = run_cli(capsys, "generate", "--model", str(folder), "--prompt", "a")
+    assert code == 1
+    assert err.strip() == (
+        f"minigpt-tui: error: {folder} is a transformers model folder, not a checkpoint: inspect shows it, and "
+        f"'minigpt-tui convert --hf {folder} --out model.safetensors' makes a model file of it")
+    code, _, err = run_cli(capsys, "resume", "--checkpoint", str(folder))
+    assert code == 1 and "is a transformers model folder" in err
+    # A folder that is neither keeps the plain refusal.
+    (folder / "model.safetensors").unlink()
+    code, _, err = run_cli(capsys, "generate", "--model", str(folder), "--prompt", "a")
+    assert err.strip() == f"minigpt-tui: error: {folder} holds no complete checkpoint"
+
+
+def test_generate_at_80_columns_cuts_no_header_and_no_runner_up(capsys, monkeypatch):
+    import json
+
+    monkeypatch.setenv("COLUMNS", "80")
+    args = ["generate", "--model", str(FIXTURE), "--prompt", "ab", "--max-new-tokens", "3"]
+    assert main([*args, "--json"]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "…" not in out and "runner-ups" in out
+    cells = [line.split("│")[8].strip() for line in out.splitlines() if line.count("│") == 9]
+    for decision in trace["decisions"]:
+        for runner_up in decision["alternatives"]:
+            if runner_up["id"] != decision["chosen"]["id"]:
+                assert any(cell.endswith(f"{runner_up['raw_probability']:.4f}") for cell in cells), runner_up
+
+
+def test_a_step_the_run_has_no_checkpoint_at_lists_the_steps_it_has(capsys, tmp_path):
+    runs = tmp_path / "runs"
+    assert main(["train", "--preset", "tiny", "--until", "2", "--run", "r", "--runs-dir", str(runs), "--json"]) == 0
+    capsys.readouterr()
+    code, _, err = run_cli(capsys, "inspect", "r:3", "--runs-dir", str(runs))
+    assert code == 1
+    assert err.strip() == "minigpt-tui: error: run 'r' has no complete checkpoint at step 3 (its checkpoints: 2)"
+
+
+def test_many_checkpoints_are_listed_by_their_ends():
+    from minigpt_tui.engine.runs import _steps_held
+
+    assert _steps_held([]) == "it has none"
+    assert _steps_held(list(range(100, 1100, 100))) == "its checkpoints: 100, 200, 300, …, 1000 (10 in all)"

@@ -68,6 +68,10 @@ def test_cache_list_and_clear(tmp_path):
     assert entry["source"] == "bundled:patterns.txt" and entry["dtype"] == "uint16"
     listed = run(tmp_path, "cache", "list")
     assert listed.returncode == 0 and entry["key"] in listed.stdout
+    # Sizes in the app's decimal units: 123,604 bytes read "123.6 kB" here as in the runs tree.
+    from minigpt_tui.engine.session.display import human_bytes
+
+    assert f" {human_bytes(entry['bytes'])} " in listed.stdout and "kB" in human_bytes(entry["bytes"])
     cleared = run_json(tmp_path, "cache", "clear")
     assert cleared["removed"] == 1 and cleared["bytes_freed"] == entry["bytes"]
     assert run_json(tmp_path, "cache", "list")["entries"] == []

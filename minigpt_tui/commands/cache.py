@@ -51,9 +51,6 @@ def run_cache_clear(args: argparse.Namespace) -> int:
 
 
 def _size(count: int) -> str:
-    value = float(count)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{count} B"  # pragma: no cover
+    from minigpt_tui.engine.session.display import human_bytes
+
+    return human_bytes(count)

@@ -315,14 +315,20 @@ def run_verify(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
     else:
-        cut, end = result["saved_after"], result["resumed_until"]
-        where = f" ({result['processes']} processes each)" if result["processes"] > 1 else ""
-        print(f"exact resume, preset {result['preset']}{where}: save after {cut}, exit, resume to {end} in a new process, "
-              f"compare with 0 -> {end} uninterrupted")
-        for c in result["comparisons"]:
-            print(f"  {'true ' if c['equal'] else 'FALSE'}  {c['name']}")
-        warm = result["warm_start"]
-        print(f"  warm start: first update lr {warm['first_update']['lr']} batch {warm['first_update']['batch']}; "
-              f"resumed: lr {warm['resumed_first_update']['lr']} batch {warm['resumed_first_update']['batch']}")
-        print(f"  {warm['note']}")
+        print_verify(result)
     return 0 if result["all_equal"] else 1
+
+
+def print_verify(result: dict[str, Any]) -> None:
+    """The experiment in words: one line per comparison, then the warm-start contrast."""
+    cut, end = result["saved_after"], result["resumed_until"]
+    where = f" ({result['processes']} processes each)" if result["processes"] > 1 else ""
+    print(f"exact resume, preset {result['preset']}{where}: save after {cut}, exit, resume to {end} in a new process, "
+          f"compare with 0 -> {end} uninterrupted")
+    for c in result["comparisons"]:
+        print(f"  {'true ' if c['equal'] else 'FALSE'}  {c['name']}")
+    warm = result["warm_start"]
+    # The learning rates as numbers are written, not as float reprs (0.0003250000000000001).
+    print(f"  warm start: first update lr {warm['first_update']['lr']:.6g} batch {warm['first_update']['batch']}; "
+          f"resumed: lr {warm['resumed_first_update']['lr']:.6g} batch {warm['resumed_first_update']['batch']}")
+    print(f"  {warm['note']}")

@@ -196,11 +196,12 @@ def print_decisions(stepper: Any) -> None:
     table = Table(title=f"decisions · {stepper.rule.label} · budget {stepper.rule.max_new_tokens}")
     for name in ("step", "id", "piece", "logit", "raw p", "selection p", "rank"):
         table.add_column(name, justify="right" if name not in ("piece",) else "left")
-    table.add_column("alternatives (raw p)")
+    # One runner-up a line: a narrow terminal wraps between them, never inside a piece or a number.
+    table.add_column("runner-ups (raw p)", overflow="fold")
     for d in stepper.decisions:
         chosen = d.chosen
-        others = ", ".join(f"{_shown(c.piece.text)} {c.raw_probability:.4f}"
-                           for c in d.alternatives if c.id != chosen.id)
+        others = "\n".join(f"{_shown(c.piece.text)} {c.raw_probability:.4f}"
+                            for c in d.alternatives if c.id != chosen.id)
         table.add_row(str(d.step) + (" forced" if d.forced else ""), str(chosen.id), Text(_shown(chosen.piece.text)),
                       f"{chosen.logit:.6f}", f"{chosen.raw_probability:.6f}",
                       f"{chosen.selection_probability:.6f}", str(chosen.rank), Text(others))

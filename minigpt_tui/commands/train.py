@@ -151,6 +151,7 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "optimizer_digest": trainer.optimizer_digest(),
         "progress": trainer.progress(),
         "corpus_identity": trainer.setup.corpus.identity,
+        "corpus_source": trainer.config.corpus.source,
         "data": trainer.data_summary(),
         "evaluation_rule": (trainer.evaluation_rule if trainer.config.train.eval_every
                             else "none scheduled (train.eval_every = 0)"),
@@ -260,11 +261,15 @@ def print_summary(result: dict[str, Any]) -> None:
     table.add_column("record", no_wrap=True)
     table.add_column("value", overflow="fold")  # a digest is compared whole: folded, never cut
     table.add_row("preset", result["preset"])
-    table.add_row("parameters", f"{result['parameter_scalars']} in {result['parameter_tensors']} tensors")
+    table.add_row("parameters", f"{result['parameter_scalars']:,} in {result['parameter_tensors']} tensors")
     data = result["data"]
+    source = escape_controls(result.get("corpus_source", ""))  # which text was read: the preset's or --corpus
     if data["mode"] == "stream":
-        table.add_row("corpus", f"stream of {data['train_tokens']:,} train + {data['validation_tokens']:,} "
-                      f"validation tokens, {data['train_windows']:,} windows")
+        table.add_row("corpus", Text(f"{source}: stream of {data['train_tokens']:,} train + "
+                                     f"{data['validation_tokens']:,} validation tokens, {data['train_windows']:,} windows"))
+    else:
+        table.add_row("corpus", Text(f"{source}: {data['train_examples']:,} train + "
+                                     f"{data['validation_examples']:,} validation examples"))
     table.add_row("evaluation", result["evaluation_rule"])
     table.add_row("updates", f"{result['step']} of {result['steps']}")
     if result["updates"]:

@@ -83,9 +83,14 @@ def _unique_temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.partial-{os.getpid()}-{os.urandom(4).hex()}")
 
 
-def check_writable_target(path: Path | str, *, replace: bool = False, what: str = "output") -> Path:
-    """Refuse an output path before any work is done: an existing one without ``replace``,
-    one that is not a regular file, or one whose folder does not exist."""
+REPLACE_WITH_FORCE = "add --force to replace it"
+
+
+def check_writable_target(path: Path | str, *, replace: bool = False, what: str = "output",
+                          how_to_replace: str | None = REPLACE_WITH_FORCE) -> Path:
+    """Refuse an output path before any work is done: an existing one without ``replace``
+    (the refusal says ``how_to_replace`` where there is a way), one that is not a regular
+    file, or one whose folder does not exist."""
     path = Path(path).expanduser()
     try:
         info = os.lstat(path)
@@ -99,18 +104,20 @@ def check_writable_target(path: Path | str, *, replace: bool = False, what: str 
                 "a folder" if stat.S_ISDIR(info.st_mode) else _kind_of(info.st_mode))
             raise WriteRefused(f"{path} is {kind}: the {what} is written only to a regular file or a new path")
         if not replace:
-            raise WriteRefused(f"{path} already exists: choose a new path or add --force to replace it")
+            way = f" or {how_to_replace}" if how_to_replace else ""
+            raise WriteRefused(f"{path} already exists: choose a new path{way}")
     parent = path.parent
     if not parent.is_dir():
         raise WriteRefused(f"cannot write {path}: the folder {parent} does not exist")
     return path
 
 
-def write_file(path: Path | str, data: bytes, *, replace: bool = False, what: str = "output") -> Path:
+def write_file(path: Path | str, data: bytes, *, replace: bool = False, what: str = "output",
+               how_to_replace: str | None = REPLACE_WITH_FORCE) -> Path:
     """Write ``data`` as ``path``: checked as :func:`check_writable_target` says, under a
     temporary name in the same folder, flushed, fsynced, renamed into place, the folder
     fsynced. Nothing is left behind on failure; the error is one line naming the file."""
-    path = check_writable_target(path, replace=replace, what=what)
+    path = check_writable_target(path, replace=replace, what=what, how_to_replace=how_to_replace)
     tmp = _unique_temporary(path)
     with removed_on_failure(tmp, f"cannot write {path}"):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)

@@ -301,6 +301,23 @@ def disk_use(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def _steps_held(steps: list[int]) -> str:
+    """The steps a run has checkpoints at, for a refusal: all of a few, the ends of many."""
+    if not steps:
+        return "it has none"
+    if len(steps) <= 8:
+        return "its checkpoints: " + ", ".join(str(step) for step in steps)
+    shown = ", ".join(str(step) for step in steps[:3])
+    return f"its checkpoints: {shown}, …, {steps[-1]} ({len(steps)} in all)"
+
+
+def _is_transformers_folder(path: Path) -> bool:
+    """A folder as transformers saves a model: config.json beside the weights, no run's checkpoints."""
+    weights = ("model.safetensors", "model.safetensors.index.json")
+    return ((path / "config.json").is_file() and any((path / name).is_file() for name in weights)
+            and not (path / "checkpoints").is_dir())
+
+
 def checkpoint_target(spec: str, runs_dir: Path) -> Path:
     """What a typed path or ``RUN``/``RUN:latest|best|STEP`` names, for inspection: an
     existing path as it is (a file of any kind, a folder), else the run's checkpoint."""
@@ -338,6 +355,10 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
         latest = latest_in_folder(path)
         if latest is not None:
             return latest
+        if _is_transformers_folder(path):
+            raise CheckpointError(
+                f"{path} is a transformers model folder, not a checkpoint: inspect shows it, and "
+                f"'minigpt-tui convert --hf {path} --out model.safetensors' makes a model file of it")
         raise CheckpointError(f"{path} holds no complete checkpoint")
     run, _, which = spec.partition(":")
     which = which or "latest"
@@ -355,9 +376,11 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
     step_text = which.removeprefix("step-")
     if re.fullmatch(r"[0-9]{1,18}", step_text):
         wanted = checkpoints / checkpoint_name(int(step_text))
-        if any(info.path == wanted for info in list_checkpoints(checkpoints)):
+        listed = list_checkpoints(checkpoints)
+        if any(info.path == wanted for info in listed):
             return wanted
-        raise CheckpointError(f"run '{run}' has no complete checkpoint at step {int(step_text)}")
+        raise CheckpointError(f"run '{run}' has no complete checkpoint at step {int(step_text)} "
+                              f"({_steps_held([info.step for info in listed if info.complete])})")
     raise CheckpointError(f"'{which}' is not latest, best or a step number (in '{spec}')")
 
 

@@ -338,8 +338,9 @@ class GenerationScreen(Screen):
             if text is not None:
                 self._enqueue(operations.second_model(None if text.strip().lower() == "none" else text.strip()))
 
-        self.app.push_screen(PathPromptScreen("Second model", "Compare each decision with (none: remove the second model):",
-                                              value=""), chosen)
+        self.app.push_screen(PathPromptScreen(
+            "Second model", "Compare each decision with (none: remove the second model):", value="",
+            placeholder="RUN:latest, RUN:best, RUN:STEP, a checkpoint folder or a model file"), chosen)
 
     # -- the queue -----------------------------------------------------------------------------
     def _enqueue(self, operation: operations.Operation) -> None:

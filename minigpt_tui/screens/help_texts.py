@@ -63,7 +63,7 @@ the statistics of one tensor, on a worker thread.
 | key | action |
 |---|---|
 | `enter` / click | in the tree: open that run (its latest checkpoint) or checkpoint; in Tensors: statistics of that tensor |
-| `o` | open any file or folder by path: a safetensors file from any tool, a checkpoint folder, a run folder |
+| `o` | open any file or folder by path: a safetensors file from any tool, a checkpoint folder, a run folder; or a run by name: `RUN`, `RUN:best`, `RUN:STEP` |
 | `/` | filter the tensor entries (name, dtype, group or file contain the text); `escape` clears it |
 | `escape` | in a text field: leave it for the panel's table, so the keys below work again |
 | `s` / `S` | in Tensors: sort by the next column / reverse the order (or click a column header) |
@@ -72,7 +72,7 @@ the statistics of one tensor, on a worker thread.
 | `v` | verify: hash every file against the manifest (reads the files) |
 | `p` | generate with this model: the Generation screen opens with it loaded |
 | `r` | resume training from this checkpoint, after a preflight list (what is restored, what a weights-only start would reset) |
-| `m` | compare with another checkpoint: changed tensors and differing state records |
+| `m` | compare with another checkpoint (a path or `RUN:STEP`): changed tensors and differing state records |
 | `e` | in the runs tree: rename the run under the cursor |
 | `d` | in the runs tree: delete the run under the cursor (asks first) |
 | `f5` | read the runs directory again |

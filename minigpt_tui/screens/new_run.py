@@ -21,6 +21,21 @@ from textual.widgets import Button, Input, Label, Select
 from minigpt_tui.engine.session.inputs import SEED_STREAMS
 
 
+# The field a refusal is about, from the words it starts with (the form's own labels, then
+# the engine's setting names): the keyboard goes there, so the value can be fixed at once.
+REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
+    ("invalid run name", "name"), ("run '", "name"), ("updates ", "steps"), ("train.steps", "steps"),
+    ("train.warmup", "steps"), ("save interval", "save_every"), ("train.save_every", "save_every"),
+    *((f"{name} seed", name) for name in SEED_STREAMS), *((f"seeds.{name}", name) for name in SEED_STREAMS),
+    ("seed ", "seed"), ("give one seed", "seed"), ("corpus", "corpus"),
+)
+
+
+def refused_field(message: str) -> str | None:
+    """The id of the form's field that ``message`` refuses, if it names one."""
+    return next((field for prefix, field in REFUSED_FIELDS if message.startswith(prefix)), None)
+
+
 @dataclass(frozen=True)
 class NewRunRequest:
     config: Any  # a resolved RunConfig
@@ -157,6 +172,9 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
             request = self.form().request(self.runs_dir)
         except MiniGPTError as err:
             self.notify(str(err), title="invalid value", severity="error", markup=False)
+            field = refused_field(str(err))
+            if field is not None:
+                self.query_one(f"#{field}", Input).focus()
             return
         self.dismiss(request)
 

@@ -11,6 +11,7 @@ from textual.widgets import RichLog
 
 KIND_STYLES = {
     "started": "bold",
+    "following": "bold",
     "resumed": "green",
     "paused": "yellow",
     "saved": "cyan",

@@ -57,6 +57,7 @@ class ActiveRun:
     requested_saves: int = 0
     refusals_logged: set[str] = field(default_factory=set)
     probe_matches: int | None = None  # the event log notes when the number of matching probes changes
+    attached: bool = False  # another process trains it: this one joined it on the way, and never knows its digest
 
     @classmethod
     def training(cls, plan: RunPlan, config: Any, post: Callable[[Message], Any]) -> "ActiveRun":
@@ -72,7 +73,7 @@ class ActiveRun:
 
         feed = RunFeed(post)
         follower = RunFollower(Path(run_dir), feed, interval=interval)
-        return cls(follower, feed, config, steps=config.train.steps)  # type: ignore[arg-type]
+        return cls(follower, feed, config, steps=config.train.steps, attached=True)  # type: ignore[arg-type]
 
     @property
     def active(self) -> bool:
@@ -269,7 +270,10 @@ class RunMonitor:
         run.state, applied.state_changed = "running", True
         run.step, run.steps = event.step, event.steps
         self.widgets.progress.begin(event.step, event.steps)
-        self.widgets.log.record("started", f"update {event.step} of {event.steps}")
+        if run.attached:
+            self.widgets.log.record("following", f"from update {event.step} of {event.steps}")
+        else:
+            self.widgets.log.record("started", f"update {event.step} of {event.steps}")
 
     def _on_paused(self, run: ActiveRun, event: engine.Paused, applied: AppliedEvents) -> None:
         run.state, applied.state_changed = "paused", True
@@ -304,6 +308,9 @@ class RunMonitor:
         run.final_digest = event.state_digest
         self.widgets.progress.end_preparing()
         self.widgets.progress.run_clock.pause()
+        if run.attached:  # the digest stays with the process that trained it
+            self.widgets.log.record(run.state, f"at update {event.step}")
+            return
         if not event.state_digest:  # stopped while preparing: no trainer was built
             self.widgets.log.record(run.state, "while preparing; nothing was written")
             return

@@ -43,11 +43,12 @@ class RunSummaryView(Static):
 
     def show_run(self, summary: RunSummary) -> None:
         grid = self._grid()
-        title = Text.assemble((escape_controls(summary.run_name), "bold"), f" · preset {summary.preset}")
+        title = Text.assemble((escape_controls(summary.run_name), "bold"))
+        if summary.resumed_from is not None:  # before the sizes: a narrow terminal cuts the end of the line
+            title.append(f" · resumed at update {summary.start_step}", style="italic")
+        title.append(f" · preset {summary.preset}")
         if summary.parameter_scalars:  # an attached run's writer may not have said
             title.append(f" · {summary.parameter_scalars:,} parameters in {summary.parameter_tensors} tensors")
-        if summary.resumed_from is not None:
-            title.append(f" · resumed at update {summary.start_step}", style="italic")
         grid.add_row("run", title)
         grid.add_row("precision", precision_text(summary.precision, summary.dtype, summary.threads))
         if summary.corpus_mode == "stream":

@@ -24,6 +24,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from minigpt_tui.engine.session.display import human_bytes  # noqa: F401 (the widgets import it from here)
 from minigpt_tui.engine.printable import escape_controls
 
 # (header label, sort key of an entry record)
@@ -51,18 +52,6 @@ CELL_PADDING = 1  # on each side of a cell
 SCROLLBAR_WIDTH = 2
 SORT_ARROW_WIDTH = 2
 HEADER_LINES = 1
-
-
-def human_bytes(count: int) -> str:
-    """1234 -> '1.2 kB'; exact below 1000."""
-    if count < 1000:
-        return f"{count} B"
-    value = float(count)
-    for unit in ("kB", "MB", "GB", "TB"):
-        value /= 1000
-        if value < 1000 or unit == "TB":
-            return f"{value:.1f} {unit}"
-    return f"{count} B"
 
 
 def shape_text(shape: Sequence[int]) -> str:

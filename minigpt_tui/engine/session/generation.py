@@ -338,7 +338,7 @@ class GenerationSession:
         stepper = self._require()
         trace = stepper.trace(self.model_path)
         text = json.dumps(trace, indent=1, ensure_ascii=False) + "\n"
-        return write_file(target, text.encode("utf-8"), what="trace")
+        return write_file(target, text.encode("utf-8"), what="trace", how_to_replace=None)  # the app has no --force
 
     def view(self) -> StepperView:
         stepper = self._require()
