@@ -6,6 +6,7 @@ import argparse
 import time
 
 from minigpt_tui.commands.common import emit_json
+from minigpt_tui.engine.session.display import human_bytes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,11 +30,11 @@ def run_cache_list(args: argparse.Namespace) -> int:
         emit_json({"cache_dir": str(root), "entries": [e.to_json() for e in entries],
                    "bytes": sum(e.bytes for e in entries)})
         return 0
-    print(f"token cache {root}: {len(entries)} entries, {_size(sum(e.bytes for e in entries))}")
+    print(f"token cache {root}: {len(entries)} entries, {human_bytes(sum(e.bytes for e in entries))}")
     for e in entries:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created)) if e.created else "?"
         state = "" if e.intact else "  (incomplete)"
-        print(f"  {e.key}  {_size(e.bytes):>9}  {e.train_tokens + e.validation_tokens:>12,} tokens  "
+        print(f"  {e.key}  {human_bytes(e.bytes):>9}  {e.train_tokens + e.validation_tokens:>12,} tokens  "
               f"{created}  {e.source}{state}")
     return 0
 
@@ -46,11 +47,5 @@ def run_cache_clear(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"cache_dir": str(root), "removed": count, "bytes_freed": freed})
     else:
-        print(f"token cache {root}: removed {count} entries, freed {_size(freed)}")
+        print(f"token cache {root}: removed {count} entries, freed {human_bytes(freed)}")
     return 0
-
-
-def _size(count: int) -> str:
-    from minigpt_tui.engine.session.display import human_bytes
-
-    return human_bytes(count)

@@ -14,7 +14,7 @@ from minigpt_tui.engine.session.display import counted
 from minigpt_tui.engine.session.run_store import RunListing, RunStore
 from minigpt_tui.screens.runs_beside import RunsBesideScreen
 from minigpt_tui.widgets.run_tree import RunTree
-from minigpt_tui.widgets.tensor_table import human_bytes
+from minigpt_tui.engine.session.display import human_bytes
 
 
 class RunActionsScreen(RunsBesideScreen):

@@ -9,9 +9,8 @@ from typing import Any
 from rich.text import Text
 
 from minigpt_tui.engine.printable import escape_controls
-from minigpt_tui.engine.session.display import counted
 from minigpt_tui.engine.session.file_uses import file_uses
-from minigpt_tui.widgets.tensor_table import human_bytes
+from minigpt_tui.engine.session.display import counted, human_bytes
 
 KIND_LABELS = {
     "checkpoint-dir": "checkpoint folder",

@@ -22,7 +22,7 @@ from textual.worker import get_current_worker
 from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.run_store import CheckpointListing, RunListing, RunStore
 from minigpt_tui.messages import RunsScanned
-from minigpt_tui.widgets.tensor_table import human_bytes
+from minigpt_tui.engine.session.display import counted, human_bytes
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,7 @@ class RunTree(Tree[TreeTarget]):
     @on(RunsScanned)
     def _scanned(self, message: RunsScanned) -> None:
         message.stop()
-        count = len(message.listings)
-        runs = "1 run" if count == 1 else f"{count} runs"
+        runs = counted(len(message.listings), "run")
         self.border_subtitle = f"{runs} · {human_bytes(sum(r.disk_bytes for r in message.listings))}"
         self.show_runs(message.listings, message.select)
 

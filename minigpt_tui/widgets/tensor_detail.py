@@ -15,7 +15,8 @@ from textual.widgets import Static
 
 from minigpt_tui.messages import StatisticsReady
 from minigpt_tui.widgets.pieces import bar, plain_cell
-from minigpt_tui.widgets.tensor_table import human_bytes, shape_text
+from minigpt_tui.engine.session.display import human_bytes
+from minigpt_tui.widgets.tensor_table import shape_text
 
 HISTOGRAM_WIDTH = 30
 HISTOGRAM_BINS = 20

@@ -24,7 +24,6 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from minigpt_tui.engine.session.display import human_bytes  # noqa: F401 (the widgets import it from here)
 from minigpt_tui.engine.printable import escape_controls
 
 # (header label, sort key of an entry record)

@@ -16,6 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Input, Static
 
+from minigpt_tui.engine.session.display import counted
 from minigpt_tui.messages import TokenizerReady
 from minigpt_tui.widgets.pieces import piece_chips, piece_text
 
@@ -91,7 +92,7 @@ class TokenizerPanel(Vertical):
         summary = Text()
         summary.append("byte-level BPE: ", style="bold")
         count = len(merges)
-        learned = f"{count} merge{'' if count == 1 else 's'} (258–{257 + count})" if count else "no merges"
+        learned = f"{counted(count, 'merge')} (258–{257 + count})" if count else "no merges"
         summary.append(f"{tokenizer.vocab_size} ids = 2 specials (0 <bos>, 1 <eos>) + 256 bytes (2–257) + {learned}")
         summary.append(f"\nidentity {tokenizer.identity}", style="dim")
         if note:
