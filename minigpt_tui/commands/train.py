@@ -153,8 +153,7 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "corpus_identity": trainer.setup.corpus.identity,
         "corpus_source": trainer.config.corpus.source,
         "data": trainer.data_summary(),
-        "evaluation_rule": (trainer.evaluation_rule if trainer.config.train.eval_every
-                            else "none scheduled (train.eval_every = 0)"),
+        "evaluation_rule": trainer.evaluation_rule,
         "tokenizer_identity": trainer.tokenizer.identity,
         "checkpoints": [path for path in recorder.saved if Path(path).exists()],  # retention deleted the rest
         "run_dir": str(prepared.run.path),

@@ -311,13 +311,6 @@ def _steps_held(steps: list[int]) -> str:
     return f"its checkpoints: {shown}, …, {steps[-1]} ({len(steps)} in all)"
 
 
-def _is_transformers_folder(path: Path) -> bool:
-    """A folder as transformers saves a model: config.json beside the weights, no run's checkpoints."""
-    weights = ("model.safetensors", "model.safetensors.index.json")
-    return ((path / "config.json").is_file() and any((path / name).is_file() for name in weights)
-            and not (path / "checkpoints").is_dir())
-
-
 def checkpoint_target(spec: str, runs_dir: Path) -> Path:
     """What a typed path or ``RUN``/``RUN:latest|best|STEP`` names, for inspection: an
     existing path as it is (a file of any kind, a folder), else the run's checkpoint."""
@@ -355,7 +348,9 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
         latest = latest_in_folder(path)
         if latest is not None:
             return latest
-        if _is_transformers_folder(path):
+        from minigpt_tui.engine.interop.hf_import import is_hf_folder
+
+        if is_hf_folder(path):
             raise CheckpointError(
                 f"{path} is a transformers model folder, not a checkpoint: inspect shows it, and "
                 f"'minigpt-tui convert --hf {path} --out model.safetensors' makes a model file of it")

@@ -354,6 +354,8 @@ class Trainer:
     def evaluation_rule(self) -> str:
         """How evaluation reads each split, in words (for summaries and metadata)."""
         t = self.config.train
+        if not t.eval_every:
+            return "none scheduled (train.eval_every = 0)"
         counts = f"{len(self._train_eval)} + {len(self._validation_eval)} batches of {t.eval_batch_size}"
         if not t.eval_batches:
             return f"complete splits ({counts})"
