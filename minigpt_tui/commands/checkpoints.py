@@ -117,9 +117,10 @@ def run_resume(args: argparse.Namespace) -> int:
 # -- inspect --------------------------------------------------------------------------------------
 def run_inspect(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints, inspect_path, tensor_statistics
+    from minigpt_tui.engine.runs import checkpoint_target
 
     runs_dir = runs_dir_from_args(args)
-    target = _inspect_target(args.path, runs_dir)
+    target = checkpoint_target(args.path, runs_dir)
     inspection = inspect_path(target, verify_hashes=args.verify)
     result = inspection.to_json()
     if args.verify:  # the inspected path: a run folder resolves to its latest checkpoint
@@ -127,7 +128,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     if args.tensor:
         result["statistics"] = tensor_statistics(inspection.path, args.tensor, bins=args.bins)
     if args.compare:
-        result["comparison"] = compare_checkpoints(inspection.path, _inspect_target(args.compare, runs_dir))
+        result["comparison"] = compare_checkpoints(inspection.path, checkpoint_target(args.compare, runs_dir))
     if inspection.kind == "checkpoint-dir":
         result["probes"] = _probes_at_checkpoint(inspection.path)
     if args.json:
@@ -171,12 +172,6 @@ def _print_probes(record: dict[str, Any]) -> None:
         table.add_row(Text(escape_controls(score.get("name"))), "✓" if score.get("match") else "✗", str(score.get("expected_id")),
                       f"{score.get('expected_probability', 0.0):.4g}", str(score.get("expected_rank")))
     Console().print(table)
-
-
-def _inspect_target(spec: str, runs_dir: Path) -> Path:
-    from minigpt_tui.engine.runs import checkpoint_target
-
-    return checkpoint_target(spec, runs_dir)
 
 
 def _verify_fully(path: Path, kind: str) -> dict[str, Any]:
