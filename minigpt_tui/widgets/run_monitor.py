@@ -57,7 +57,6 @@ class ActiveRun:
     requested_saves: int = 0
     refusals_logged: set[str] = field(default_factory=set)
     probe_matches: int | None = None  # the event log notes when the number of matching probes changes
-    attached: bool = False  # another process trains it: this one joined it on the way, and never knows its digest
 
     @classmethod
     def training(cls, plan: RunPlan, config: Any, post: Callable[[Message], Any]) -> "ActiveRun":
@@ -73,7 +72,12 @@ class ActiveRun:
 
         feed = RunFeed(post)
         follower = RunFollower(Path(run_dir), feed, interval=interval)
-        return cls(follower, feed, config, steps=config.train.steps, attached=True)  # type: ignore[arg-type]
+        return cls(follower, feed, config, steps=config.train.steps)  # type: ignore[arg-type]
+
+    @property
+    def attached(self) -> bool:
+        """Another process trains it: this one joined it on the way, and never knows its digest."""
+        return not isinstance(self.session, TrainingSession)
 
     @property
     def active(self) -> bool:
