@@ -65,6 +65,15 @@ async def wait_until(pilot, predicate, timeout: float = 30.0) -> None:  # type: 
         await pilot.pause(0.02)
 
 
+async def start_then_pause(pilot, screen, after: int) -> int:  # type: ignore[no-untyped-def]
+    """Start the run, pause it once it has made ``after`` updates; the step it paused at."""
+    await key(pilot, "space")
+    await wait_until(pilot, lambda: screen.run.step >= after)
+    await key(pilot, "space")
+    await wait_until(pilot, lambda: screen.run.state == "paused")
+    return screen.run.step
+
+
 async def key(pilot, name: str, character: str | None = None) -> None:  # type: ignore[no-untyped-def]
     """Press a key as the terminal driver would. ``pilot.press`` waits for the process to go
     idle after each key (up to a second), which never happens while a run trains."""
@@ -132,11 +141,7 @@ async def test_pause_and_resume_give_the_records_of_a_run_never_paused(tmp_path)
     app = make_app(tmp_path / "runs", QUICK)
     async with app.run_test(size=SIZE) as pilot:
         screen = training(app)
-        await key(pilot, "space")
-        await wait_until(pilot, lambda: screen.run.step >= 20)
-        await key(pilot, "space")
-        await wait_until(pilot, lambda: screen.run.state == "paused")
-        paused_at = screen.run.step
+        paused_at = await start_then_pause(pilot, screen, after=20)
         assert 20 <= paused_at < 300
         await pilot.pause(0.3)
         assert screen.run.step == paused_at  # a pause holds at a complete update
@@ -156,11 +161,7 @@ async def test_evaluate_now_is_extra_save_now_saves_and_stop_ends_at_an_update(t
     app = make_app(tmp_path / "runs", overrides)
     async with app.run_test(size=SIZE) as pilot:
         screen = training(app)
-        await key(pilot, "space")
-        await wait_until(pilot, lambda: screen.run.step >= 60)
-        await key(pilot, "space")
-        await wait_until(pilot, lambda: screen.run.state == "paused")
-        step = screen.run.step
+        step = await start_then_pause(pilot, screen, after=60)
         table = screen.query_one(LossTable)
         best_before = [row.cells[0] for row in table.rows if row.mark == BEST_MARK]
         await key(pilot, "e")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.app_support import record_notifications, run_async
-from tests.test_app_training import SIZE, UNSAVED_RUN, key, make_app, training, wait_until
+from tests.test_app_training import SIZE, UNSAVED_RUN, key, make_app, start_then_pause, training, wait_until
 
 
 @run_async
@@ -16,11 +16,7 @@ async def test_save_and_stop_on_a_paused_run_say_now(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         seen = record_notifications(app)
         screen = training(app)
-        await key(pilot, "space")
-        await wait_until(pilot, lambda: screen.run.step >= 3)
-        await key(pilot, "space")
-        await wait_until(pilot, lambda: screen.run.state == "paused")
-        paused_at = screen.run.step
+        paused_at = await start_then_pause(pilot, screen, after=3)
         before = len(seen)
         await key(pilot, "s")
         assert ("saving now", "information") in seen
