@@ -61,6 +61,21 @@ def test_rename_refuses_bad_or_taken_names_and_delete_only_takes_run_folders(tmp
     assert not (root / "c").exists() and (tmp_path / "loose").is_dir() and (root / "b").is_dir()
 
 
+def test_delete_refuses_a_run_folder_holding_files_it_did_not_write(store, tmp_path):
+    from minigpt_tui.engine.session.run_store import RunStoreError
+
+    run = store.root / "kept"
+    (run / "my-notes.txt").write_text("what I saw at step 2")
+    (run / "checkpoints" / "favourite").mkdir()
+    try:
+        with pytest.raises(RunStoreError, match=r"my-notes.txt, checkpoints/favourite\).*nothing was deleted"):
+            store.delete(run)
+        assert (run / "my-notes.txt").is_file() and (run / "checkpoints" / "step-000002").is_dir()
+    finally:
+        (run / "my-notes.txt").unlink()
+        (run / "checkpoints" / "favourite").rmdir()
+
+
 @pytest.mark.parametrize(("text", "kind", "expected"), [("12", int, 12), ("10_000", int, 10000), (" 0.5 ", float, 0.5),
                                                          ("", int, None), (None, float, None)])
 def test_numbers_read_the_same_everywhere(text, kind, expected):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from minigpt_tui.commands.common import emit_json
-from minigpt_tui.engine.session.display import human_bytes
+from minigpt_tui.engine.session.display import counted, human_bytes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,36 +17,61 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing = actions.add_parser("list", help="list the cached corpora")
     listing.add_argument("--json", action="store_true", help="print one JSON object")
     listing.set_defaults(handler=run_cache_list)
-    clearing = actions.add_parser("clear", help="remove every cached corpus")
+    clearing = actions.add_parser("clear", help="remove every cached corpus (refused when the folder holds anything the cache did not make)")
     clearing.add_argument("--json", action="store_true", help="print one JSON object")
     clearing.set_defaults(handler=run_cache_clear)
 
 
 def run_cache_list(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.printable import escape_controls as printable
     from minigpt_tui.engine.token_cache import TokenCache, resolve_cache_dir
 
     root = resolve_cache_dir(args.cache_dir)
-    entries = TokenCache(root).entries()
+    cache = TokenCache(root)
+    entries = cache.entries()
+    partials = cache.partials()
+    partial_bytes = sum(_folder_bytes(folder) for folder, _ in partials)
+    total = sum(e.bytes for e in entries) + partial_bytes
     if args.json:
-        emit_json({"cache_dir": str(root), "entries": [e.to_json() for e in entries],
-                   "bytes": sum(e.bytes for e in entries)})
+        emit_json({"cache_dir": str(root), "entries": [e.to_json() for e in entries], "bytes": total,
+                   "partials": [{"path": str(folder), "writer_alive": alive, "bytes": _folder_bytes(folder)}
+                                for folder, alive in partials]})
         return 0
-    print(f"token cache {root}: {len(entries)} entries, {human_bytes(sum(e.bytes for e in entries))}")
+    print(f"token cache {printable(str(root))}: {counted(len(entries), 'entry', 'entries')}, {human_bytes(total)}")
     for e in entries:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created)) if e.created else "?"
         state = "" if e.intact else "  (incomplete)"
         print(f"  {e.key}  {human_bytes(e.bytes):>9}  {e.train_tokens + e.validation_tokens:>12,} tokens  "
-              f"{created}  {e.source}{state}")
+              f"{created}  {printable(e.source)}{state}")
+    for folder, alive in partials:
+        state = "being written now" if alive else "left by an interrupted write; cache clear or the next write removes it"
+        print(f"  {folder.name}  {human_bytes(_folder_bytes(folder)):>9}  {state}")
     return 0
 
 
+def _folder_bytes(folder: Any) -> int:
+    try:
+        return sum(child.lstat().st_size for child in folder.iterdir())
+    except OSError:
+        return 0
+
+
 def run_cache_clear(args: argparse.Namespace) -> int:
+    from minigpt_tui.engine.printable import escape_controls as printable
     from minigpt_tui.engine.token_cache import TokenCache, resolve_cache_dir
 
     root = resolve_cache_dir(args.cache_dir)
-    count, freed = TokenCache(root).clear()
+    plan = TokenCache(root).clear()  # refused, removing nothing, when the folder holds other things
     if args.json:
-        emit_json({"cache_dir": str(root), "removed": count, "bytes_freed": freed})
-    else:
-        print(f"token cache {root}: removed {count} entries, freed {human_bytes(freed)}")
+        emit_json({"cache_dir": str(root), "removed": len(plan.entries), "bytes_freed": plan.freed,
+                   "removed_entries": [e.to_json() for e in plan.entries],
+                   "removed_partials": [str(p) for p in plan.partials],
+                   "removed_index_files": len(plan.index_files)})
+        return 0
+    for e in plan.entries:
+        print(f"  removed {e.key}  {human_bytes(e.bytes):>9}  {printable(e.source)}")
+    for folder in plan.partials:
+        print(f"  removed {folder.name} (an interrupted write)")
+    print(f"token cache {printable(str(root))}: removed {counted(len(plan.entries), 'entry', 'entries')}, "
+          f"freed {human_bytes(plan.freed)}")
     return 0

@@ -197,3 +197,45 @@ def _discard(path: Path) -> None:
         path.unlink(missing_ok=True)
     except OSError:
         pass
+
+
+def read_small_file(path: Path | str, limit: int, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes. It is opened without
+    blocking (a FIFO never hangs the reader), checked on the open descriptor (a link to
+    ``/dev/zero`` is a device, not a file) and read to ``limit + 1`` bytes at most, so a
+    file that grows while it is read is refused too. Failures are :class:`InputRefused`."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputRefused(f"file not found: {shorten(str(path))}") from None
+    except OSError as err:
+        raise InputRefused(f"cannot read {shorten(str(path))}: {err.strerror or err}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputRefused(f"{shorten(str(path))} is {_kind_of(info.st_mode)}, not a {what}: refused before reading")
+        if info.st_size > limit:
+            raise InputRefused(f"{shorten(str(path))} holds {info.st_size:,} bytes, more than a {what} may ({limit:,})")
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise InputRefused(f"{shorten(str(path))} grew past the {limit:,} bytes a {what} may hold")
+        return b"".join(chunks)
+    except OSError as err:
+        raise InputRefused(f"cannot read {shorten(str(path))}: {err.strerror or err}") from None
+    finally:
+        os.close(fd)
+
+
+def shorten(text: str, limit: int = 160) -> str:
+    """``text`` cut in the middle to at most ``limit`` characters, for an error line."""
+    if len(text) <= limit:
+        return text
+    keep = (limit - 1) // 2
+    return f"{text[:keep]}…{text[-keep:]}"

@@ -15,31 +15,89 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from minigpt_tui.engine.errors import CacheError
+from minigpt_tui.engine.errors import CacheError, InputRefused
+from minigpt_tui.engine.files import read_small_file, shorten
 from minigpt_tui.engine.source_index import CACHE_ENV, SOURCES, default_cache_dir, resolve_cache_dir
 from minigpt_tui.engine.stream import READING_CACHE, Progress, TokenStream
 
 __all__ = ["CACHE_ENV", "TokenCache", "cached_stream", "default_cache_dir", "entry_key", "resolve_cache_dir"]
 
 ENTRY_FORMAT = "minigpt-tui-token-cache-v2"
+KNOWN_FORMATS = ("minigpt-tui-token-cache-v1", ENTRY_FORMAT)  # v1 entries are rebuilt on use
 ENTRY_FILE = "entry.json"
 SPLIT_FILES = {"train": "train.npy", "validation": "validation.npy"}
+ENTRY_FILES = frozenset({ENTRY_FILE, *SPLIT_FILES.values()})
+ENTRY_RECORD_LIMIT = 1 << 20  # an entry record is a few kilobytes even for a 100 GB corpus
+TAG_FILE = "CACHEDIR.TAG"
+TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+            "# This file is a cache directory tag created by minigpt-tui (its token cache).\n"
+            "# For information about cache directory tags see https://bford.info/cachedir/\n")
+_KEY = re.compile(r"[0-9a-f]{32}")
+_PARTIAL = re.compile(r"\.partial-([0-9a-f]{32})-(\d+)(?:-[0-9a-f]{8})?")
 HASH_BLOCK = 1 << 24
 WRITING = "writing the token cache"
 
 
-def entry_key(corpus_identity: str, tokenizer_identity: str) -> str:
-    text = f"{ENTRY_FORMAT}\0{corpus_identity}\0{tokenizer_identity}"
+def entry_key(corpus_identity: str, tokenizer_identity: str, entry_format: str = ENTRY_FORMAT) -> str:
+    text = f"{entry_format}\0{corpus_identity}\0{tokenizer_identity}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def read_entry_record(folder: Path) -> dict[str, object]:
+    """An entry's record, read as untrusted input: a regular file of bounded size, bounded
+    JSON, an object of our format whose identities give the folder's own name. ValueError
+    (or :class:`InputRefused`, a ValueError too) names what is wrong."""
+    from minigpt_tui.engine.checkpoint.safetensors_io import load_json
+
+    raw = read_small_file(folder / ENTRY_FILE, ENTRY_RECORD_LIMIT, "token cache record")
+    record = load_json(raw.decode("utf-8", errors="strict"), 8)
+    if not isinstance(record, dict) or record.get("format") not in KNOWN_FORMATS:
+        raise ValueError("not a token cache record")
+    corpus, tokenizer = record.get("corpus_identity"), record.get("tokenizer_identity")
+    if not (isinstance(corpus, str) and isinstance(tokenizer, str)):
+        raise ValueError("the record names no identities")
+    if entry_key(corpus, tokenizer, str(record["format"])) != folder.name:
+        raise ValueError("the record's identities are not the folder's")
+    return record
+
+
+def _only_entry_files(folder: Path) -> bool:
+    """Whether ``folder`` (not a link) holds nothing but regular files an entry writes."""
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            return False
+        return all(child.name in ENTRY_FILES and child.is_file() and not child.is_symlink()
+                   for child in folder.iterdir())
+    except OSError:
+        return False
+
+
+def _size_of(folder: Path) -> int:
+    try:
+        return sum(child.lstat().st_size for child in folder.iterdir())
+    except OSError:
+        return 0
+
+
+def _remove_entry_folder(folder: Path) -> bool:
+    """Remove an entry or partial folder file by file (only the names an entry writes),
+    then the folder itself; whatever else is in it stays, and the folder with it."""
+    try:
+        for name in ENTRY_FILES:
+            (folder / name).unlink(missing_ok=True)
+        folder.rmdir()
+    except OSError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -121,17 +179,19 @@ class TokenCache:
         if not folder.is_dir():
             return None
         try:
-            record = json.loads((folder / ENTRY_FILE).read_text("utf-8"))
-            if record.get("format") != ENTRY_FORMAT or record.get("corpus_identity") != corpus_identity or (
-                record.get("tokenizer_identity") != tokenizer_identity
-            ):
-                raise ValueError("identities differ")
+            if not _only_entry_files(folder):
+                raise ValueError("the entry folder holds other files")
+            record = read_entry_record(folder)
+            if record.get("format") != ENTRY_FORMAT:
+                raise ValueError("an older entry format")
             files = [folder / name for name in SPLIT_FILES.values()]
+            if not all(f.is_file() and not f.is_symlink() for f in files):
+                raise ValueError("an array file is missing")
             if _block_hashes(files) != record["sha256_blocks"]:
                 raise ValueError("an array file's hash differs")
-            return _mapped(folder, record["dtype"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            shutil.rmtree(folder, ignore_errors=True)  # damaged: rebuilt by the caller
+            return _mapped(folder, str(record["dtype"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, InputRefused):
+            _remove_entry_folder(folder)  # damaged: rebuilt by the caller (only our files go)
             return None
 
     def store(
@@ -141,10 +201,11 @@ class TokenCache:
         """Write an entry atomically and return its arrays mapped from disk."""
         key = entry_key(corpus_identity, tokenizer_identity)
         folder = self._entry_dir(key)
-        temporary = self.root / f".partial-{key}-{os.getpid()}"
+        temporary = self.root / f".partial-{key}-{os.getpid()}-{os.urandom(4).hex()}"
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(temporary, ignore_errors=True)
+            self.reclaim_partials()
+            _remove_entry_folder(temporary)
             temporary.mkdir()
             steps = len(SPLIT_FILES) + 1
             for done, (split, name) in enumerate(SPLIT_FILES.items()):
@@ -167,56 +228,159 @@ class TokenCache:
                 "created": time.time(),
             }
             (temporary / ENTRY_FILE).write_text(json.dumps(record, indent=2), "utf-8")
-            shutil.rmtree(folder, ignore_errors=True)
-            os.replace(temporary, folder)
+            # A key names its content: an entry already there was written by another writer of
+            # the same corpus and tokenizer that finished first, and is used as it is.
+            if not folder.is_dir():
+                try:
+                    os.replace(temporary, folder)
+                except OSError:
+                    if not folder.is_dir():
+                        raise
+            self._tag()
             if progress is not None:
                 progress(WRITING, steps, steps)
         except OSError as err:
             raise CacheError(f"cannot write the token cache in {self.root}: {err.strerror or err}") from None
         finally:
-            shutil.rmtree(temporary, ignore_errors=True)
+            _remove_entry_folder(temporary)
         try:  # the hashes were just taken from these files: map them without reading them again
             return _mapped(folder, stream.train.dtype.name)
         except (OSError, ValueError) as err:
             raise CacheError(f"the token cache entry {folder} could not be read back after writing: {err}") from None
 
+    def _tag(self) -> None:
+        """Mark the root as this program's cache (best effort: the tag only informs)."""
+        tag = self.root / TAG_FILE
+        if not tag.exists():
+            try:
+                tag.write_text(TAG_TEXT, "ascii")
+            except OSError:
+                pass
+
+    def _entry(self, folder: Path) -> CacheEntry:
+        size = _size_of(folder)
+        try:
+            record = read_entry_record(folder)
+            intact = _only_entry_files(folder) and all(
+                (folder / name).is_file() for name in SPLIT_FILES.values())
+            return CacheEntry(
+                folder.name, folder, str(record["source"]), str(record["corpus_identity"]),
+                str(record["tokenizer_identity"]), int(record["train_tokens"]),  # type: ignore[call-overload]
+                int(record["validation_tokens"]), str(record["dtype"]), size,  # type: ignore[call-overload]
+                float(record["created"]), intact,  # type: ignore[arg-type]
+            )
+        except (OSError, ValueError, KeyError, TypeError, InputRefused):
+            return CacheEntry(folder.name, folder, "?", "?", "?", 0, 0, "?", size, 0.0, False)
+
     def entries(self) -> list[CacheEntry]:
+        """The entries (folders named as keys), damaged ones marked not intact."""
+        if not self.root.is_dir():
+            return []
+        return [self._entry(folder) for folder in sorted(self.root.iterdir())
+                if _KEY.fullmatch(folder.name) and folder.is_dir() and not folder.is_symlink()]
+
+    def partials(self) -> list[tuple[Path, bool]]:
+        """Work folders of writes in progress or interrupted: (folder, its writer is alive)."""
+        from minigpt_tui.engine.runs import process_alive
+
         if not self.root.is_dir():
             return []
         found = []
-        for folder in sorted(p for p in self.root.iterdir()
-                             if p.is_dir() and not p.name.startswith(".") and p.name != SOURCES):
-            size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
-            try:
-                record = json.loads((folder / ENTRY_FILE).read_text("utf-8"))
-                intact = all((folder / name).is_file() for name in SPLIT_FILES.values())
-                found.append(
-                    CacheEntry(
-                        folder.name, folder, str(record["source"]), str(record["corpus_identity"]),
-                        str(record["tokenizer_identity"]), int(record["train_tokens"]),
-                        int(record["validation_tokens"]), str(record["dtype"]), size,
-                        float(record["created"]), intact,
-                    )
-                )
-            except (OSError, ValueError, KeyError, TypeError):
-                found.append(CacheEntry(folder.name, folder, "?", "?", "?", 0, 0, "?", size, 0.0, False))
+        for folder in sorted(self.root.iterdir()):
+            match = _PARTIAL.fullmatch(folder.name)
+            if match and folder.is_dir() and not folder.is_symlink():
+                found.append((folder, process_alive(int(match.group(2)))))
         return found
 
-    def clear(self) -> tuple[int, int]:
-        """Remove every entry (and leftovers of interrupted writes); (entries, bytes) freed."""
+    def reclaim_partials(self) -> int:
+        """Remove the work folders of writers that died (a kill -9 mid-write); bytes freed."""
+        freed = 0
+        for folder, alive in self.partials():
+            if not alive and _only_entry_files(folder):
+                size = _size_of(folder)
+                if _remove_entry_folder(folder):
+                    freed += size
+        return freed
+
+    def clearing_plan(self) -> ClearingPlan:
+        """What :meth:`clear` would remove, and what in the directory the cache did not make."""
+        plan = ClearingPlan(self.root)
         if not self.root.is_dir():
-            return 0, 0
-        count, freed = 0, 0
-        for folder in self.root.iterdir():
-            if not folder.is_dir():
+            return plan
+        for child in sorted(self.root.iterdir()):
+            name = child.name
+            if child.is_symlink():
+                plan.foreign.append(name)
+            elif name == TAG_FILE and child.is_file():
                 continue
-            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+            elif name == SOURCES and child.is_dir():
+                files = sorted(child.iterdir())
+                if all(f.is_file() and not f.is_symlink() and _SOURCE_FILE.fullmatch(f.name) for f in files):
+                    plan.index_files.extend(files)
+                else:
+                    plan.foreign.append(f"{name}/")
+            elif _KEY.fullmatch(name) and _only_entry_files(child):
+                entry = self._entry(child)
+                if entry.source == "?" and not (self.root / TAG_FILE).is_file():
+                    plan.foreign.append(f"{name}/")  # no record of ours, in a folder with no tag of ours
+                else:
+                    plan.entries.append(entry)
+            elif (match := _PARTIAL.fullmatch(name)) and _only_entry_files(child):
+                from minigpt_tui.engine.runs import process_alive
+
+                if not process_alive(int(match.group(2))):
+                    plan.partials.append(child)
+            else:
+                plan.foreign.append(f"{name}/" if child.is_dir() else name)
+        return plan
+
+    def clear(self) -> ClearingPlan:
+        """Remove every entry, the source index and the partials of dead writers, once the
+        directory is shown to hold nothing else; otherwise refuse, removing nothing."""
+        plan = self.clearing_plan()
+        if plan.foreign:
+            shown = ", ".join(shorten(name, 40) for name in plan.foreign[:4])
+            more = f" and {len(plan.foreign) - 4} more" if len(plan.foreign) > 4 else ""
+            raise CacheError(
+                f"{shorten(str(self.root))} is not only a token cache: it holds {shown}{more}, which the cache "
+                "did not make; nothing was removed (give the token cache's own folder as --cache-dir)"
+            )
+        for entry in plan.entries:
+            if not _remove_entry_folder(entry.path):
+                raise CacheError(f"cannot remove the cache entry {shorten(str(entry.path))}")
+            plan.freed += entry.bytes
+        for folder in plan.partials:
+            size = _size_of(folder)
+            if _remove_entry_folder(folder):
+                plan.freed += size
+        for file in plan.index_files:
             try:
-                shutil.rmtree(folder)
-            except OSError as err:
-                raise CacheError(f"cannot remove {folder}: {err.strerror or err}") from None
-            count += 0 if folder.name.startswith(".") or folder.name == SOURCES else 1
-        return count, freed
+                size = file.stat().st_size
+                file.unlink()
+                plan.freed += size
+            except OSError:
+                pass
+        if plan.index_files:
+            try:
+                (self.root / SOURCES).rmdir()
+            except OSError:
+                pass
+        return plan
+
+
+_SOURCE_FILE = re.compile(r"\.?[0-9a-f]{32}\.json(\.\d+)?")
+
+
+@dataclass
+class ClearingPlan:
+    """What ``cache clear`` finds in a cache directory."""
+
+    root: Path
+    entries: list[CacheEntry] = field(default_factory=list)
+    partials: list[Path] = field(default_factory=list)
+    index_files: list[Path] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)  # names the cache did not make
+    freed: int = 0
 
 
 def cached_stream(

@@ -131,14 +131,43 @@ class RunStore:
         """Delete a run folder; anything but a run folder of this directory is refused."""
         from minigpt_tui.engine.runs import lock_run
 
-        if not self.is_run_folder(run_path):
+        if not self.is_run_folder(run_path) or run_path.is_symlink():
             raise ConfigError(f"{run_path} is not a run folder of {self.root}")
+        foreign = foreign_run_files(run_path)
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise RunStoreError(f"{run_path.name} holds files minigpt-tui did not write ({shown}): "
+                                "move them out of the run folder first; nothing was deleted")
         with lock_run(run_path):  # refused, naming the holder, while another process trains it
             pass
         try:
             shutil.rmtree(run_path)
         except OSError as err:
             raise RunStoreError(f"cannot delete {run_path.name}: {err.strerror or err}") from None
+
+
+# What a run folder holds when minigpt-tui alone wrote it (top level and checkpoints/).
+RUN_FILES = frozenset({"config.json", "identities.json", "run.json", "warm_start.json", "metrics.jsonl",
+                       "metrics.csv", "live.json", "control.jsonl", ".lock", "checkpoints"})
+
+
+def foreign_run_files(run_path: Path) -> list[str]:
+    """Names in a run folder (and its ``checkpoints/``) that minigpt-tui does not write."""
+    import re
+
+    step = re.compile(r"step-\d+|\.step-\d+\..*")
+    try:
+        found = [p.name for p in sorted(run_path.iterdir())
+                 if p.name not in RUN_FILES and not any(p.name.startswith(f".{name}.") for name in RUN_FILES)]
+        checkpoints = run_path / "checkpoints"
+        if checkpoints.is_dir() and not checkpoints.is_symlink():
+            found += [f"checkpoints/{p.name}" for p in sorted(checkpoints.iterdir())
+                      if not (step.fullmatch(p.name) and p.is_dir() and not p.is_symlink())]
+        elif checkpoints.exists():
+            found.append("checkpoints")
+    except OSError:
+        return []
+    return found
 
 
 def model_file_of(inspection: Any) -> Path | None:
