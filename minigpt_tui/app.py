@@ -178,9 +178,14 @@ class MiniGPTApp(App[None]):
 
     def on_unmount(self) -> None:
         # A thread worker cannot be killed and the interpreter waits for it at exit:
-        # make sure a run still going stops at its next update.
+        # make sure a run still going stops at its next update. An attached run belongs to
+        # another process: the app only stops following it (on q, on SIGINT, on a crash).
         training = self.training_screen
-        if training is not None and training.run is not None and training.run.active:
+        if training is None or training.run is None or not training.run.active:
+            return
+        if training.run.attached:
+            training.run.session.detach()  # type: ignore[attr-defined]
+        else:
             training.run.session.send(Command.STOP)
 
 

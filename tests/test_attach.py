@@ -23,7 +23,9 @@ from minigpt_tui.engine.session.run_control import (
     read_live,
     send_command,
 )
+from minigpt_tui.screens.confirm_stop import ConfirmStopScreen
 from minigpt_tui.widgets.loss_table import LossTable
+from textual.widgets import Label
 from tests.app_support import run_async
 from tests.conftest import cli_command, cli_env
 from tests.test_app_training import key, wait_until
@@ -120,7 +122,16 @@ async def test_the_app_follows_and_steers_a_headless_run_in_another_process(tmp_
             await key(pilot, "space")
             await wait_until(pilot, lambda: _live_state(run_dir) == "running")
             await wait_until(pilot, lambda: screen.run.step > paused_at)
+            await key(pilot, "x")  # a run this app did not start: asked first, naming it and its process
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmStopScreen))
+            asked = " ".join(str(label.render()) for label in app.screen.query(Label))
+            assert "headless" in asked and f"process {trainer.pid}" in asked
+            await key(pilot, "escape")  # keep following: nothing sent
+            await pilot.pause(0.5)
+            assert _live_state(run_dir) == "running" and screen.run.state == "running"
             await key(pilot, "x")
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmStopScreen))
+            await pilot.click("#stop")
             await wait_until(pilot, lambda: screen.run.state == "stopped")
         assert trainer.wait(timeout=60) == 0
         assert _live_state(run_dir) == "stopped"
@@ -129,6 +140,108 @@ async def test_the_app_follows_and_steers_a_headless_run_in_another_process(tmp_
         if trainer.poll() is None:
             trainer.kill()
             trainer.wait()
+
+
+def _last_update(run_dir: Path) -> int:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return max(json.loads(line)["step"] for line in lines if '"update"' in line)
+
+
+@run_async
+async def test_quitting_an_attached_app_leaves_the_run_training(tmp_path):
+    """q, and the app ending however it ends (its unmount), only detach from a followed run."""
+    runs = tmp_path / "runs"
+    trainer = subprocess.Popen(
+        cli_command("train", "--preset", "mini", "--steps", "200000", "--run", "headless", "--json"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path))
+    run_dir = runs / "headless"
+    try:
+        deadline = time.monotonic() + 60
+        while _live_state(run_dir) != "running" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for quit_key in ("q", None):  # None: the app exits by other means (a crash, SIGINT)
+            app = MiniGPTApp(LaunchSettings(runs_dir=runs, attach=run_dir), preload_engine=False)
+            async with app.run_test(size=(100, 30)) as pilot:
+                screen = app.training_screen
+                await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "running")
+                if quit_key:
+                    await key(pilot, quit_key)
+                    await wait_until(pilot, lambda: not app.is_running)
+                else:
+                    app.exit()
+            at_quit = _last_update(run_dir)
+            time.sleep(1.0)
+            live = read_live(run_dir)
+            assert live is not None and live.state == "running" and _last_update(run_dir) > at_quit
+            assert trainer.poll() is None
+        assert not (run_dir / "control.jsonl").exists() or "stop" not in (run_dir / "control.jsonl").read_text()
+    finally:
+        trainer.kill()
+        trainer.wait()
+
+
+@pytest.mark.parametrize("line", ['{"command": ["pause"]}', "[" * 100_000 + "]" * 100_000, "1" * 5000,
+                                  '{"command": {"a": 1}}', '{"command": "pause", "x": ' + "9" * 5000 + "}",
+                                  "\x1b[2J" + "x" * 10_000])
+def test_a_hostile_control_line_is_reported_in_one_line_and_never_raises(tmp_path, line):
+    (tmp_path / "config.json").write_text("{}")
+    control = RunControl(tmp_path)
+    (tmp_path / CONTROL_FILE).write_text(line + '\n{"command": "save"}\n')
+    reports: list[Refused] = []
+    assert control.poll(reports.append) == [Command.SAVE]
+    (report,) = reports
+    assert "\n" not in report.message and len(report.message) < 200 and "\x1b" not in report.message
+
+
+def test_a_huge_control_file_is_read_in_bounded_steps(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    control = RunControl(tmp_path)
+    with (tmp_path / CONTROL_FILE).open("ab") as fh:
+        fh.truncate(8 << 30)  # 8 GB of zeros, sparse: no newline anywhere
+    reports: list[Refused] = []
+    started = time.monotonic()
+    assert control.poll(reports.append) == []
+    assert time.monotonic() - started < 5 and control.control.offset <= 64 << 20
+    assert reports and "longer than" in reports[0].message
+
+
+@pytest.mark.parametrize("content", ["", "{trunc", "[" * 100_000, '{"state": ["running"], "step": 1, "steps": 2}',
+                                     '{"state": "running", "step": "7", "steps": 9}', "x" * 300_000])
+def test_a_damaged_live_file_reads_as_unreadable_never_as_ended(tmp_path, content):
+    (tmp_path / LIVE_FILE).write_text(content)
+    live = read_live(tmp_path)
+    assert live is not None and live.state == "unreadable" and live.text.startswith("cannot read live status (")
+    assert not live.listening
+
+
+def test_a_live_file_that_is_a_fifo_or_a_device_never_blocks(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / LIVE_FILE)
+    live = read_live(tmp_path)
+    assert live is not None and live.state == "unreadable" and "FIFO" in live.reason
+    (tmp_path / LIVE_FILE).unlink()
+    (tmp_path / LIVE_FILE).symlink_to("/dev/zero")
+    live = read_live(tmp_path)
+    assert live is not None and live.state == "unreadable" and "device" in live.reason
+
+
+def test_the_follower_draws_nan_infinite_and_mistyped_metrics_as_gaps(tmp_path):
+    from minigpt_tui.engine.session.attach import RunFollower
+    from minigpt_tui.engine.session.events import UpdateDone
+
+    lines = ['{"kind": "update", "step": 1, "loss": NaN, "lr": 0.1}',
+             '{"kind": "update", "step": 2, "loss": Infinity, "grad_norm": "big"}',
+             '{"kind": "update", "step": 3, "loss": [1], "loss_scale": -Infinity}',
+             '{"kind": "update", "step": true, "loss": 1.0}',
+             '{"kind": "update", "step": 4, "loss": 2.5}']
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    events: list[object] = []
+    follower = RunFollower(tmp_path, events.append)
+    follower._emit_metrics(10)
+    updates = [e.record for e in events if isinstance(e, UpdateDone)]
+    assert [(u.step, u.loss) for u in updates] == [(1, None), (2, None), (3, None), (4, 2.5)]
+    assert updates[1].grad_norm is None and updates[2].loss_scale == 1.0
 
 
 def test_the_runs_tree_marks_live_runs(tmp_path):

@@ -20,6 +20,7 @@ from textual.worker import Worker, WorkerState
 
 from minigpt_tui.messages import EngineEventsReady
 from minigpt_tui.engine.errors import MiniGPTError
+from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.events import Command
 from minigpt_tui.engine.session.plans import NewRun, ResumeRun, RunPlan, saved_run_config
 from minigpt_tui.engine.session.run_store import RunStore
@@ -153,6 +154,29 @@ class TrainingScreen(RunFilesScreen):
     def action_stop(self) -> None:
         if not self._require_active("stop"):
             return
+        assert self.run is not None
+        if self.run.attached:
+            self._confirm_stop_attached(self.run)
+            return
+        self._stop_now()
+
+    def _confirm_stop_attached(self, run: ActiveRun) -> None:
+        """An attached run belongs to another process: stopping it is asked first, naming
+        the run and that process (quitting the app only detaches)."""
+        from minigpt_tui.engine.session.run_control import read_live
+        from minigpt_tui.screens.confirm_stop import ConfirmStopScreen
+
+        folder = run.run_dir or Path(getattr(run.session, "run_dir", "."))
+        live = read_live(folder)
+        process = live.process if live is not None else "another process"
+
+        def decided(stop: bool | None) -> None:
+            if stop and self.run is run and run.active:
+                self._stop_now()
+
+        self.app.push_screen(ConfirmStopScreen(escape_controls(folder.name), process), decided)
+
+    def _stop_now(self) -> None:
         assert self.run is not None
         paused = self.run.state == "paused"
         self._command(Command.STOP, "stopping now" if paused else "stopping at the next complete update")

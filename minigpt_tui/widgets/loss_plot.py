@@ -5,6 +5,8 @@ thing the UI draws, so redraws are throttled to ``max_redraws_per_second``."""
 
 from __future__ import annotations
 
+import math
+
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -83,18 +85,20 @@ class LossPlot(PlotextPlot):
         self.validation.clear()
         self.request_redraw()
 
-    def add_update(self, step: int, loss: float) -> None:
-        self.updates.append((step, loss))
+    def add_update(self, step: int, loss: float | None) -> None:
+        if _drawable(loss):  # NaN, infinities and missing values are gaps, never points
+            self.updates.append((step, loss))  # type: ignore[arg-type]
 
-    def add_evaluation(self, step: int, train_loss: float, validation_loss: float | None) -> None:
-        self.train.append((step, train_loss))
-        if validation_loss is not None:
-            self.validation.append((step, validation_loss))
+    def add_evaluation(self, step: int, train_loss: float | None, validation_loss: float | None) -> None:
+        if _drawable(train_loss):
+            self.train.append((step, train_loss))  # type: ignore[arg-type]
+        if _drawable(validation_loss):
+            self.validation.append((step, validation_loss))  # type: ignore[arg-type]
 
     def prepend_history(self, updates: list[Point], train: list[Point], validation: list[Point]) -> None:
-        self.updates[:0] = updates
-        self.train[:0] = train
-        self.validation[:0] = validation
+        self.updates[:0] = [p for p in updates if _drawable(p[1])]
+        self.train[:0] = [p for p in train if _drawable(p[1])]
+        self.validation[:0] = [p for p in validation if _drawable(p[1])]
         self.redraw()
 
     def set_overlay(self, curve: LoadedCurve | None) -> None:
@@ -175,3 +179,7 @@ class LossPlot(PlotextPlot):
         ys = [value for _, value in shown]
         marker = "braille" if len(shown) > 12 else "dot"
         self.plt.plot(xs, ys, label=label, color=color, marker=marker, yside=yside)
+
+
+def _drawable(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -252,7 +252,8 @@ class RunMonitor:
         self.widgets.plot.add_evaluation(record.step, record.train_loss, record.validation_loss)
         log = self.widgets.log
         if record.extra:
-            log.record("extra", f"evaluation at update {record.step}: train {record.train_loss:.4f}"
+            train = f"{record.train_loss:.4f}" if record.train_loss is not None else "?"
+            log.record("extra", f"evaluation at update {record.step}: train {train}"
                        + _validation_text(record.validation_loss) + " (does not change the best step)")
         elif event.best_changed:
             log.record("best", f"best validation loss {record.validation_loss:.4f} at update {record.step}")

@@ -9,12 +9,14 @@ No torch.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
 from minigpt_tui.engine.errors import ConfigError, MiniGPTError
 from minigpt_tui.engine.session.events import (
     Command,
@@ -33,9 +35,25 @@ from minigpt_tui.engine.session.events import (
     UpdateDone,
 )
 from minigpt_tui.engine.session.history import HistoricEvaluation, HistoricUpdate
-from minigpt_tui.engine.session.run_control import LiveState, TailReader, is_run_folder, read_live, send_command
+from minigpt_tui.engine.session.run_control import (
+    UNREADABLE,
+    LiveState,
+    TailReader,
+    is_run_folder,
+    read_live,
+    send_command,
+)
 
 ENDED_STATES = ("finished", "stopped", "failed", "ended")
+MAX_METRICS_LINE = 1 << 16  # a metrics record is a few hundred bytes
+
+
+def _finite(value: Any) -> float | None:
+    """A metric as a number the screen can draw: NaN, infinities and other types are gaps."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value) if abs(value) < 1e308 else math.inf
+    return number if math.isfinite(number) else None
 
 
 def attached_config(run_dir: Path) -> Any:
@@ -102,6 +120,8 @@ class RunFollower:
         state = live.state if live is not None else "ended"
         if state == "paused":
             self._sink(Paused(start))
+        elif state == UNREADABLE and live is not None:
+            self._sink(Refused("live status", f"{live.text}; following {self.run_dir.name} by its metrics"))
         while True:
             if self._finish_if_ended(state, live):
                 return
@@ -112,7 +132,9 @@ class RunFollower:
             live = read_live(self.run_dir)
             new_state = live.state if live is not None else "ended"
             if new_state != state and live is not None:
-                if new_state == "paused":
+                if new_state == UNREADABLE:  # the run may well go on: never read as its end
+                    self._sink(Refused("live status", f"{live.text}; still following {self.run_dir.name}"))
+                elif new_state == "paused":
                     self._sink(Paused(max(live.step, self._last_step)))
                 elif new_state == "running" and state == "paused":
                     self._sink(Resumed(max(live.step, self._last_step)))
@@ -133,22 +155,27 @@ class RunFollower:
     def _emit_metrics(self, steps: int) -> None:
         for line in self._metrics.read_lines():
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+                record = load_json(line, 8) if len(line) <= MAX_METRICS_LINE else None
+            except JSONRefused:
                 continue  # a torn line left by a crash: the lines after it still count
             if not isinstance(record, dict) or not isinstance(record.get("step"), int):
                 continue
+            step = record["step"]
+            if isinstance(step, bool) or not 0 <= step < 1 << 62:
+                continue
             if record.get("kind") == "update":
-                self._last_step = record["step"]
+                self._last_step = max(self._last_step, step)
+                scale = _finite(record.get("loss_scale"))
                 update = HistoricUpdate(
-                    step=record["step"], loss=record.get("loss"), lr=record.get("lr"),
-                    grad_norm=record.get("grad_norm"), loss_scale=record.get("loss_scale", 1.0),
-                    tokens_per_second=record.get("tokens_per_second"), applied=record.get("applied", True))
+                    step=step, loss=_finite(record.get("loss")), lr=_finite(record.get("lr")),
+                    grad_norm=_finite(record.get("grad_norm")), loss_scale=1.0 if scale is None else scale,
+                    tokens_per_second=_finite(record.get("tokens_per_second")),
+                    applied=record.get("applied", True) is not False)
                 self._sink(UpdateDone(update, steps))  # type: ignore[arg-type]
             elif record.get("kind") == "evaluation":
-                evaluation = HistoricEvaluation(step=record["step"], train_loss=record.get("train_loss"),
-                                                validation_loss=record.get("validation_loss"),
-                                                extra=bool(record.get("extra")))
+                evaluation = HistoricEvaluation(step=step, train_loss=_finite(record.get("train_loss")),
+                                                validation_loss=_finite(record.get("validation_loss")),
+                                                extra=record.get("extra") is True)
                 self._sink(EvaluationDone(evaluation, *self._best_after(evaluation)))  # type: ignore[arg-type]
 
     def _best_after(self, evaluation: HistoricEvaluation) -> tuple[int | None, bool]:

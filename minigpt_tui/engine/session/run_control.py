@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.engine.errors import ConfigError, WriteRefused
+from minigpt_tui.engine.errors import ConfigError, InputRefused, WriteRefused
+from minigpt_tui.engine.files import read_small_file
+from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.events import (
     Command,
     Failed,
@@ -39,42 +41,76 @@ COMMANDS = {command.value: command for command in Command}
 @dataclass
 class TailReader:
     """New complete lines of a file that another process appends to. A last line without
-    its newline is left for the next read, never misread."""
+    its newline is left for the next read, never misread. Memory stays bounded whatever the
+    file holds: one read takes at most ``chunk`` bytes and one call at most ``budget``
+    (the rest waits for the next call), and a line longer than ``chunk`` is skipped and
+    counted in ``skipped``; a file that is not a regular file is never opened."""
 
     path: Path
     offset: int = 0
+    chunk: int = 1 << 20
+    budget: int = 64 << 20
+    skipped: int = 0
 
     def read_lines(self) -> list[str]:
+        import stat
+
         try:
-            size = self.path.stat().st_size
+            info = os.stat(self.path)
         except OSError:
             return []
+        if not stat.S_ISREG(info.st_mode):
+            return []
+        size = info.st_size
         if size < self.offset:  # replaced or truncated: read it again from the start
             self.offset = 0
-        if size == self.offset:
-            return []
+        lines: list[str] = []
+        spent = 0
         try:
-            with self.path.open("rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read(size - self.offset)
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return []
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offset += end + 1
-        return data[: end + 1].decode("utf-8", errors="replace").splitlines()
+        try:
+            while self.offset < size and spent < self.budget:
+                data = os.pread(fd, min(self.chunk, size - self.offset), self.offset)
+                if not data:
+                    break
+                spent += len(data)
+                end = data.rfind(b"\n")
+                if end < 0:
+                    if len(data) < self.chunk:
+                        break  # the writer's line is not complete yet
+                    self.offset += len(data)  # one line longer than a chunk: never a record
+                    self.skipped += 1
+                    continue
+                self.offset += end + 1
+                lines.extend(data[: end + 1].decode("utf-8", errors="replace").splitlines())
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        return lines
+
+
+MAX_CONTROL_LINE = 4096  # a command is a few dozen bytes
 
 
 def parse_command(line: str) -> Command:
-    """A control line's command, or ConfigError naming what is wrong with it."""
+    """A control line's command, or ConfigError naming what is wrong with it (the line is
+    input from anyone who can write to the folder: bounded, parsed with bounded nesting and
+    numbers, and type-checked)."""
+    from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
+
+    shown = escape_controls(line[:40])
+    if len(line) > MAX_CONTROL_LINE:
+        raise ConfigError(f"control file line of {len(line):,} characters is not a command: {shown}…")
     try:
-        value = json.loads(line)
-    except json.JSONDecodeError:
-        raise ConfigError(f"control file line is not JSON: {line[:40]!r}") from None
+        value = load_json(line, 4)
+    except JSONRefused as err:
+        raise ConfigError(f"control file line is not JSON ({err}): {shown}") from None
     name = value.get("command") if isinstance(value, dict) else None
-    if name not in COMMANDS:
-        raise ConfigError(f"control file line is not a command (pause, resume, save, evaluate, stop): {line[:40]!r}")
+    if not isinstance(name, str) or name not in COMMANDS:
+        raise ConfigError(f"control file line is not a command (pause, resume, save, evaluate, stop): {shown}")
     return COMMANDS[name]
 
 
@@ -97,7 +133,12 @@ class RunControl:
     def poll(self, report: Callable[[Any], None]) -> list[Command]:
         """Commands written since the last poll; each garbage line becomes a Refused event."""
         commands = []
-        for line in self.control.read_lines():
+        skipped = self.control.skipped
+        lines = self.control.read_lines()
+        if self.control.skipped > skipped:
+            report(Refused("control", f"control file: skipped {self.control.skipped - skipped} line(s) longer "
+                                      f"than {self.control.chunk:,} bytes"))
+        for line in lines:
             if not line.strip():
                 continue
             try:
@@ -142,9 +183,16 @@ class RunControl:
             pass  # following is a convenience: training never fails for it
 
 
+LIVE_LIMIT = 64 << 10  # live.json is a few hundred bytes
+LIVE_STATES = ("running", "paused", "finished", "stopped", "failed", "ended")
+UNREADABLE = "unreadable"
+
+
 @dataclass(frozen=True)
 class LiveState:
-    """What ``live.json`` says of a run, and whether its writer is still alive."""
+    """What ``live.json`` says of a run, and whether its writer is still alive. A file that
+    exists but cannot be read as a live state gives the state ``unreadable`` with the
+    reason: the run may still be training, so it is never read as ended."""
 
     state: str
     step: int
@@ -152,27 +200,63 @@ class LiveState:
     listening: bool
     parameter_tensors: int = 0  # 0 when the writer did not say (written before it told)
     parameter_scalars: int = 0
+    pid: int | None = None
+    host: str = ""
+    reason: str = ""
 
     @property
     def text(self) -> str:
+        if self.state == UNREADABLE:
+            return f"cannot read live status ({self.reason})"
         return f"{self.state} at update {self.step} of {self.steps}"
+
+    @property
+    def process(self) -> str:
+        """The writer, in words: "process 1234 on host"."""
+        if self.pid is None:
+            return "another process"
+        return f"process {self.pid}" + (f" on {escape_controls(self.host)}" if self.host else "")
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62 else None
 
 
 def read_live(run_dir: Path) -> LiveState | None:
     """The run's live state: None when no trainer ever followed this folder. A writer that
     died without saying so (its lock file names a process that is gone on this host) reads
-    as not listening."""
+    as not listening. The file is input: a regular file of bounded size (a FIFO or a device
+    is never read), bounded JSON, every field type-checked."""
+    from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
+
+    path = Path(run_dir) / LIVE_FILE
     try:
-        data = json.loads((Path(run_dir) / LIVE_FILE).read_text("utf-8"))
-        state, step, steps = str(data["state"]), int(data["step"]), int(data["steps"])
-        listening = bool(data.get("listening")) and _writer_alive(Path(run_dir), data)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        raw = read_small_file(path, LIVE_LIMIT, "live status file")
+    except InputRefused as err:
+        if not os.path.lexists(path):
+            return None
+        return LiveState(UNREADABLE, 0, 0, False, reason=_reason(str(err), path))
+    try:
+        data = load_json(raw.decode("utf-8"), 4)
+    except (JSONRefused, UnicodeDecodeError) as err:
+        return LiveState(UNREADABLE, 0, 0, False, reason=f"live.json is not JSON: {err}"[:120])
+    if not isinstance(data, dict):
+        return LiveState(UNREADABLE, 0, 0, False, reason="live.json is not an object")
+    state, step, steps = data.get("state"), _count(data.get("step")), _count(data.get("steps"))
+    if state not in LIVE_STATES or step is None or steps is None:
+        return LiveState(UNREADABLE, 0, 0, False, reason="live.json lacks a valid state, step or steps")
+    pid = _count(data.get("pid"))
+    host = data.get("host") if isinstance(data.get("host"), str) else ""
+    listening = data.get("listening") is True and _writer_alive(Path(run_dir), data)
     if not listening and state in ("running", "paused"):
         state = "ended"
-    counts = [data.get(key) for key in PARAMETER_KEYS]
-    tensors, scalars = (value if isinstance(value, int) and value >= 0 else 0 for value in counts)
-    return LiveState(state, step, steps, listening, tensors, scalars)
+    tensors, scalars = (_count(data.get(key)) or 0 for key in PARAMETER_KEYS)
+    return LiveState(str(state), step, steps, listening, tensors, scalars, pid, str(host)[:255])
+
+
+def _reason(message: str, path: Path) -> str:
+    """An input refusal's message without the path it names (the run is named already)."""
+    return message.replace(str(path), "live.json")[:120]
 
 
 def _writer_alive(run_dir: Path, live: dict[str, Any]) -> bool:
