@@ -51,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:  # torchrun ... -m minigpt_tui -- train ...: the separator may reach us
         argv = argv[1:]
+    if "WORLD_SIZE" in os.environ:  # a process of a launch: it never outlives its launcher
+        from minigpt_tui.commands.launch import die_with_launcher
+
+        die_with_launcher()
     args = _parse(parser, argv)
     args.argv = argv  # a launcher re-runs it in each process
     from minigpt_tui.engine.errors import MiniGPTError

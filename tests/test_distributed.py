@@ -278,3 +278,97 @@ def test_under_plain_torchrun_a_bad_line_is_said_once_and_names_the_cause_in_the
     assert bad_value.returncode != 0
     assert "traceback : minigpt-tui: error: train.steps must be at least 1" in bad_value.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def _rank_pids(runs_dir: Path) -> list[int]:
+    return [pid for pid in (_rank_pid(runs_dir, rank) for rank in (0, 1)) if pid is not None]
+
+
+def _start_long_two_process_run(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
+    config = tmp_path / "long.toml"
+    config.write_text("[train]\nsteps = 100000\neval_every = 0\nsave_every = 0\n")
+    launcher = subprocess.Popen(
+        cli_command("train", "--preset", "mini", "--config", str(config), "--run", name, "--nproc", "2", "--json"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path), start_new_session=True)
+    metrics = tmp_path / "runs" / name / "metrics.jsonl"
+    deadline = time.monotonic() + 90
+    while last_update(metrics) < 3 and time.monotonic() < deadline:
+        assert launcher.poll() is None, launcher.stderr.read()
+        time.sleep(0.1)
+    assert last_update(metrics) >= 3 and len(_rank_pids(tmp_path / "runs")) == 2
+    return launcher, tmp_path / "runs" / name
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the ranks through /proc")
+def test_a_launcher_killed_with_sigkill_takes_its_processes_with_it_and_they_save(tmp_path):
+    launcher, run_dir = _start_long_two_process_run(tmp_path, "orphaned")
+    try:
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+        deadline = time.monotonic() + 30
+        while _rank_pids(tmp_path / "runs") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _rank_pids(tmp_path / "runs") == [], "a process outlived its launcher"
+        saved = sorted((run_dir / "checkpoints").glob("step-*"))
+        assert saved, "the processes stopped without saving"
+        ended_at = last_update(run_dir / "metrics.jsonl")
+        time.sleep(1.0)
+        assert last_update(run_dir / "metrics.jsonl") == ended_at  # nothing goes on writing
+        assert saved[-1].name == f"step-{ended_at:06d}"
+        resumed = run_json(tmp_path, "resume", "--checkpoint", str(saved[-1]), "--nproc", "2", "--until",
+                           str(ended_at + 1))
+        assert resumed["step"] == ended_at + 1
+    finally:
+        end_process_group(launcher)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGINT to the process group"])
+def test_a_stop_signal_to_the_launcher_saves_and_every_process_exits_0(tmp_path, how):
+    launcher, run_dir = _start_long_two_process_run(tmp_path, "stopped")
+    try:
+        if how == "SIGINT to the process group":  # Ctrl+C in a terminal
+            os.killpg(launcher.pid, signal.SIGINT)
+        else:
+            os.kill(launcher.pid, getattr(signal, how))
+        out, err = launcher.communicate(timeout=90)
+        assert launcher.returncode == 0, err
+        assert "Traceback" not in err and "failed" not in err
+        result = json.loads(out)
+        assert result["stopped_by"] and result["world_size"] == 2
+        assert Path(result["checkpoints"][-1]).name == f"step-{result['step']:06d}"
+        assert _rank_pids(tmp_path / "runs") == []
+    finally:
+        end_process_group(launcher)
+
+
+@pytest.mark.slow
+def test_no_resume_starts_while_any_process_of_the_run_lives(tmp_path):
+    from minigpt_tui.engine.errors import RunLocked
+    from minigpt_tui.engine.runs import lock_run
+
+    launcher, run_dir = _start_long_two_process_run(tmp_path, "held")
+    try:
+        assert (run_dir / ".lock-rank-1").is_file()
+        rank0 = _rank_pid(tmp_path / "runs", 0)
+        rank1 = _rank_pid(tmp_path / "runs", 1)
+        assert rank0 is not None and rank1 is not None
+        os.kill(rank1, signal.SIGSTOP)  # rank 1 hangs on; rank 0 dies
+        os.kill(rank0, signal.SIGKILL)
+        time.sleep(0.5)
+        with pytest.raises(RunLocked, match=f"process {rank1}.*process 1 of a several-process run"):
+            lock_run(run_dir).release()
+        os.kill(rank1, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while True:  # the last process is gone (its files closed as it exits): the run is free
+            try:
+                lock_run(run_dir).release()
+                break
+            except RunLocked:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        launcher.communicate(timeout=60)
+        assert launcher.returncode == 1
+    finally:
+        end_process_group(launcher)

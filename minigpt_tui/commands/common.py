@@ -6,6 +6,7 @@ import argparse
 import json
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,9 +39,13 @@ class StopFlag:
         self.requested = False
         self.signal_name = ""
         self.preparing = False
+        self.at = 0.0  # when the request came (monotonic)
 
     def __bool__(self) -> bool:
         return self.requested
+
+
+SAME_REQUEST_S = 1.5  # signals closer together than this are one request
 
 
 @contextmanager
@@ -48,12 +53,19 @@ def graceful_stop() -> Iterator[StopFlag]:
     flag = StopFlag()
 
     def handler(signum: int, _frame: Any) -> None:
+        now = time.monotonic()
+        if flag.requested and now - flag.at < SAME_REQUEST_S:
+            return  # one request delivered twice (Ctrl+C reaches a launcher's processes and the launcher)
         if flag.requested or flag.preparing:  # a second signal: the user insists
+            flag.requested, flag.at = True, now
             raise KeyboardInterrupt
-        flag.requested = True
+        flag.requested, flag.at = True, now
         flag.signal_name = signal.Signals(signum).name
-        print(f"\nminigpt-tui: {flag.signal_name}: finishing the current update, then stopping",
-              file=sys.stderr)
+        try:
+            print(f"\nminigpt-tui: {flag.signal_name}: finishing the current update, then stopping",
+                  file=sys.stderr)
+        except OSError:  # stderr is gone (a launcher that died): the stop and its save matter, not the line
+            pass
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -1,18 +1,33 @@
-"""Several training processes: ``--nproc N`` re-runs the same command in N processes through
-torch's own elastic launcher (``python -m torch.distributed.run``, the module behind
-``torchrun``); inside each process the rank and world come from the environment it sets."""
+"""Several training processes: ``--nproc N`` re-runs the same command in N processes on this
+machine and waits for them. Inside each process the rank and world come from the environment,
+as ``torchrun`` sets it, so the same code runs under either launcher.
+
+The launcher holds the rendezvous store (a ``TCPStore`` on a port the system picks, so no
+port is raced for) and its processes die with it: they run in its process group, each asks
+the kernel to send it SIGTERM when the launcher dies (``prctl(PR_SET_PDEATHSIG)`` on Linux)
+and watches its parent once a second elsewhere, so a ``kill -9`` of the launcher ends them
+within seconds, each saving at its next update boundary first. SIGINT or SIGTERM to the
+launcher is passed to every process: they agree to stop at the next boundary, save, and exit
+0, and so does the launcher. When one process fails, the others are stopped.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+LAUNCHER_ENV = "MINIGPT_TUI_LAUNCHER_PID"  # set for the processes our launcher starts
+PEER_GRACE_S = 10.0  # after one process failed, how long the others get before SIGKILL
+ORPHAN_GRACE_S = 30.0  # after the launcher died, how long a process may take to save and exit
 ERROR_PREFIX = "minigpt-tui:"
 
 
@@ -63,31 +78,156 @@ def forwarded_arguments(argv: list[str]) -> list[str]:
 
 
 def launch(args: argparse.Namespace, device: str) -> int:
-    """Run this command in ``--nproc`` processes (on ``device``) and wait. Rank 0's output
-    passes through; the launcher's own report of a failed process becomes one line."""
+    """Run this command in ``--nproc`` processes (on ``device``) and wait. Rank 0's lines and
+    the first error line of any process pass through; exit 0 when every process did."""
     check_launch(args.nproc, args.port, device)
-    rendezvous = (["--master-addr", "127.0.0.1", "--master-port", str(args.port)] if args.port is not None
-                  else ["--standalone"])
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(args.nproc),
-               *rendezvous, "--max-restarts", "0", "-m", "minigpt_tui", "--", *forwarded_arguments(args.argv)]
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
-    reported = False
-    assert process.stderr is not None
-    for line in process.stderr:  # the ranks' own lines pass (the first error only); the launcher's log does not
-        if not line.startswith(ERROR_PREFIX):
-            continue
-        is_error = line.startswith(f"{ERROR_PREFIX} error")
-        if is_error and reported:
-            continue
-        reported = reported or is_error
-        sys.stderr.write(line)
-        sys.stderr.flush()
-    code = process.wait()
-    if code != 0 and not reported:
-        print(f"{ERROR_PREFIX} error: a training process failed (exit code {code}); the whole run ended, "
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from minigpt_tui.engine.errors import ProcessGroupError
+
+    try:
+        store = TCPStore("127.0.0.1", args.port or 0, is_master=True, wait_for_workers=False,
+                         timeout=timedelta(seconds=300))
+    except (RuntimeError, OSError) as err:
+        raise ProcessGroupError(f"cannot open the rendezvous port: {str(err).splitlines()[0][:120]}") from None
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port), "WORLD_SIZE": str(args.nproc),
+           "LOCAL_WORLD_SIZE": str(args.nproc), "GROUP_RANK": "0", "TORCHELASTIC_USE_AGENT_STORE": "True",
+           LAUNCHER_ENV: str(os.getpid())}
+    env.pop("TORCHELASTIC_ERROR_FILE", None)
+    command = [sys.executable, "-m", "minigpt_tui", *forwarded_arguments(args.argv)]
+    ranks = _Ranks()
+    with _forwarding_stop_signals(ranks):
+        for rank in range(args.nproc):
+            ranks.start(rank, command, {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)})
+        codes = ranks.wait()
+    del store
+    if all(code == 0 for code in codes):
+        return 0
+    if ranks.signalled and all(code in (0, 130) for code in codes):  # stopped while preparing
+        print(f"{ERROR_PREFIX} interrupted", file=sys.stderr)
+        return 130
+    if not ranks.reported:
+        failed = next(code for code in codes if code != 0)
+        print(f"{ERROR_PREFIX} error: a training process failed (exit code {failed}); the whole run ended, "
               "and its last complete checkpoint resumes", file=sys.stderr)
-    return 0 if code == 0 else 1
+    return 1
+
+
+class _Ranks:
+    """The processes of one launch: their stderr filtered (rank 0's lines, the first error
+    of any), the others stopped when one fails."""
+
+    def __init__(self) -> None:
+        self.processes: list[subprocess.Popen[str]] = []
+        self.readers: list[threading.Thread] = []
+        self.reported = False
+        self.signalled = False  # the launcher was asked to stop
+        self._lock = threading.Lock()
+
+    def start(self, rank: int, command: list[str], env: dict[str, str]) -> None:
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+        self.processes.append(process)
+        reader = threading.Thread(target=self._pass_lines, args=(rank, process), daemon=True)
+        reader.start()
+        self.readers.append(reader)
+
+    def _pass_lines(self, rank: int, process: subprocess.Popen[str]) -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            if not line.startswith(ERROR_PREFIX):
+                continue  # tracebacks and library logs: the error line says what matters
+            is_error = line.startswith(f"{ERROR_PREFIX} error")
+            with self._lock:
+                if (is_error and self.reported) or (not is_error and rank != 0):
+                    continue
+                self.reported = self.reported or is_error
+                sys.stderr.write(line)
+                sys.stderr.flush()
+
+    def signal(self, signum: int) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                try:
+                    process.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    def wait(self) -> list[int]:
+        """Every exit code; once one process fails, the rest get SIGTERM, then SIGKILL."""
+        failed_at: float | None = None
+        while True:
+            codes = [process.poll() for process in self.processes]
+            if all(code is not None for code in codes):
+                break
+            if failed_at is None and any(code not in (None, 0) for code in codes):
+                failed_at = time.monotonic()
+                self.signal(signal.SIGTERM)
+            elif failed_at is not None and time.monotonic() - failed_at > PEER_GRACE_S:
+                self.signal(signal.SIGKILL)
+            time.sleep(0.05)
+        for reader in self.readers:
+            reader.join(timeout=5)
+        return [int(code) for code in codes]  # type: ignore[arg-type]
+
+
+@contextmanager
+def _forwarding_stop_signals(ranks: _Ranks) -> Iterator[None]:
+    """SIGINT and SIGTERM to the launcher reach every process (Ctrl+C in a terminal reaches
+    them directly as well: a process counts two deliveries close together as one request)."""
+
+    def forward(signum: int, _frame: Any) -> None:
+        ranks.signalled = True
+        ranks.signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _quiet_stderr() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+def die_with_launcher() -> None:
+    """In a process our launcher started: ask for SIGTERM when the launcher dies (Linux), and
+    watch it from a thread everywhere, so no process outlives its launcher (a process that
+    cannot save within ORPHAN_GRACE_S of the launcher's death exits without saving)."""
+    text = os.environ.get(LAUNCHER_ENV)
+    if not text or not text.isdigit():
+        return
+    launcher = int(text)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != launcher:  # it died before the request above was in place
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def watch() -> None:
+        while os.getppid() == launcher:
+            time.sleep(1.0)
+        _quiet_stderr()  # the launcher read it: later lines would fail on a broken pipe
+        if not sys.platform.startswith("linux"):
+            os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(ORPHAN_GRACE_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
 
 
 @contextmanager

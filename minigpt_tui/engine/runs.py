@@ -181,11 +181,30 @@ class RunLock:
 
 
 def lock_run(run_path: Path | str) -> RunLock:
-    """Take the run's lock, or refuse in one line naming the process that holds it."""
+    """Take the run's lock, or refuse in one line naming the process that holds it. The
+    other processes of a several-process run hold locks of their own (``.lock-rank-N``,
+    see :func:`lock_rank`): while any of them lives, the run is held too."""
+    run_path = Path(run_path)
+    lock = _take_lock(run_path, LOCK_FILE)
+    try:
+        _refuse_if_a_rank_lives(run_path)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def lock_rank(run_path: Path | str, rank: int) -> RunLock:
+    """The lock rank ``rank`` (> 0) of a several-process run holds on the run rank 0 writes."""
+    lock = _take_lock(Path(run_path), f"{LOCK_FILE}-rank-{rank}")
+    lock.announce()
+    return lock
+
+
+def _take_lock(run_path: Path, name: str) -> RunLock:
     import fcntl
 
-    run_path = Path(run_path)
-    lock_path = run_path / LOCK_FILE
+    lock_path = run_path / name
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
     except OSError as err:
@@ -203,6 +222,29 @@ def lock_run(run_path: Path | str) -> RunLock:
         os.close(fd)
         raise WriteRefused(f"cannot lock the run {run_path}: {err.strerror or err}") from None
     return RunLock(run_path, fd)
+
+
+def _refuse_if_a_rank_lives(run_path: Path) -> None:
+    import fcntl
+
+    for path in sorted(run_path.glob(f"{LOCK_FILE}-rank-*")):
+        try:
+            fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            rank = path.name.rsplit("-", 1)[-1]
+            raise RunLocked(
+                f"run '{run_path.name}' is still in use by {_holder_text(fd)} (process {rank} of a several-process "
+                "run): wait for it to end"
+            ) from None
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def _holder_text(fd: int) -> str:

@@ -123,10 +123,24 @@ def prepare(plan: RunPlan, progress: Progress | None = None) -> PreparedRun:
     # A bad probes file is refused before anything is built or written.
     probes = _run_probes(plan)
     prepared = _prepare_resume(plan, progress) if isinstance(plan, ResumeRun) else _prepare_new(plan, progress)
+    _hold_on_every_rank(prepared)
     if plan.probes is None and not prepared.trainer.config.corpus.source.startswith(BUNDLED_PREFIX):
         probes = None  # the bundled probes ask about the bundled texts: nothing to learn from your own
     prepared.probes = probes
     return prepared
+
+
+def _hold_on_every_rank(prepared: PreparedRun) -> None:
+    """With several processes, every rank holds a lock on the run rank 0 writes, so no other
+    writer (a resume) can start while any process of this run lives."""
+    from minigpt_tui.engine.runs import lock_rank
+
+    parallel = prepared.trainer.parallel
+    if not parallel.distributed:
+        return
+    folder = parallel.from_writer(str(prepared.run.path) if prepared.run is not None else None)
+    if folder is not None and not parallel.world.is_writer:
+        prepared.lock = lock_rank(Path(folder), parallel.rank)
 
 
 def _run_probes(plan: RunPlan) -> ProbeSet | None:

@@ -158,7 +158,8 @@ def foreign_run_files(run_path: Path) -> list[str]:
     step = re.compile(r"step-\d+|\.step-\d+\..*")
     try:
         found = [p.name for p in sorted(run_path.iterdir())
-                 if p.name not in RUN_FILES and not any(p.name.startswith(f".{name}.") for name in RUN_FILES)]
+                 if p.name not in RUN_FILES and not any(p.name.startswith(f".{name}.") for name in RUN_FILES)
+                 and not re.fullmatch(r"\.lock-rank-\d+", p.name)]
         checkpoints = run_path / "checkpoints"
         if checkpoints.is_dir() and not checkpoints.is_symlink():
             found += [f"checkpoints/{p.name}" for p in sorted(checkpoints.iterdir())
