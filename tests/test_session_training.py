@@ -177,3 +177,35 @@ def test_a_refused_start_leaves_nothing_on_disk(tmp_path):
         TrainingSession(NewRun(config, tmp_path / "runs", "never"), lambda e: None).run()
     assert not (tmp_path / "runs" / "never").exists()
 
+
+
+def _poisoned_trainer(**train):
+    """A tiny trainer (loss scaling on) whose weights hold a NaN: every update is non-finite."""
+    import torch
+
+    trainer = make_trainer("tiny", train={"steps": 400, "save_every": 2, "keep_last": 100, **train})
+    return trainer, lambda: next(trainer.model.parameters()).data.fill_(float("nan"))
+
+
+def test_a_diverged_run_stops_at_the_patience_naming_the_last_good_checkpoint(tmp_path):
+    from minigpt_tui.engine.errors import TrainingDiverged
+
+    run = RunDirectory.create(tmp_path / "runs", "nan", "tiny")
+    trainer, poison = _poisoned_trainer(divergence_patience=5, monitor_tokens=3)
+    events: list = []
+
+    def sink(event):
+        events.append(event)
+        if isinstance(event, UpdateDone) and event.record.step == 4 and event.record.applied:
+            poison()  # after update 4 (saved at 4): the monitoring sample sees NaN logits too
+
+    session = TrainingSession.for_trainer(lambda: trainer, sink, checkpointer=Checkpointer(run, keep_last=100))
+    with pytest.raises(TrainingDiverged) as raised:
+        session.run()
+    message = str(raised.value)
+    assert message.startswith("training diverged at update 5 (loss nan") and "5 non-finite updates in a row" in message
+    assert message.endswith("the last good checkpoint is step 4")
+    updates = [e.record for e in events if isinstance(e, UpdateDone)]
+    assert len(updates) == 4 + 5 and not any(u.applied for u in updates[4:])
+    assert [c.step for c in list_checkpoints(run.checkpoints)] == [2, 4]  # nothing saved after it
+    assert not any(isinstance(e, Finished) for e in events)

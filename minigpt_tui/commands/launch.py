@@ -125,6 +125,7 @@ class _Ranks:
         self.readers: list[threading.Thread] = []
         self.reported = False
         self.signalled = False  # the launcher was asked to stop
+        self.held: dict[int, str] = {}  # the first error line of each rank but 0
         self._lock = threading.Lock()
 
     def start(self, rank: int, command: list[str], env: dict[str, str]) -> None:
@@ -141,6 +142,9 @@ class _Ranks:
                 continue  # tracebacks and library logs: the error line says what matters
             is_error = line.startswith(f"{ERROR_PREFIX} error")
             with self._lock:
+                if is_error and rank != 0:  # rank 0 says it best (it knows the run's folder)
+                    self.held.setdefault(rank, line)
+                    continue
                 if (is_error and self.reported) or (not is_error and rank != 0):
                     continue
                 self.reported = self.reported or is_error
@@ -170,6 +174,11 @@ class _Ranks:
             time.sleep(0.05)
         for reader in self.readers:
             reader.join(timeout=5)
+        with self._lock:
+            if not self.reported and self.held:  # rank 0 said nothing: another rank's first error
+                sys.stderr.write(self.held[min(self.held)])
+                sys.stderr.flush()
+                self.reported = True
         return [int(code) for code in codes]  # type: ignore[arg-type]
 
 

@@ -122,6 +122,9 @@ class TrainConfig:
     device: str = "cpu"  # auto | cpu | cuda | mps (auto: cuda, then mps, then cpu)
     save_every: int = 0
     keep_last: int = 3
+    # Consecutive updates with a non-finite loss or gradient (skipped, with loss scaling)
+    # after which the run stops as diverged; 0: never.
+    divergence_patience: int = 20
 
 
 @dataclass(frozen=True)
@@ -361,6 +364,7 @@ def validate(config: RunConfig) -> None:
     need(t.device in DEVICE_CHOICES, f"train.device must be one of {', '.join(DEVICE_CHOICES)}, got '{t.device}'")
     need(t.save_every >= 0, "train.save_every must be 0 (off) or positive")
     need(t.keep_last >= 1, "train.keep_last must be at least 1")
+    need(t.divergence_patience >= 0, "train.divergence_patience must be 0 (never stop) or positive")
     if t.document_order:
         need(
             sorted(t.document_order) == list(range(len(t.document_order))),
@@ -390,6 +394,7 @@ LIMITS: dict[str, int] = {
     "train.threads": 1_024,
     "train.save_every": 1_000_000_000,
     "train.keep_last": 1_000_000,
+    "train.divergence_patience": 1_000_000_000,
     "train.loss_scale_growth_interval": 1_000_000_000,
 }
 # The most scalars a model may have here (about 8 GB in float64): CPU training beyond it

@@ -59,3 +59,7 @@ class WriteRefused(MiniGPTError):
 
 class RunLocked(MiniGPTError):
     """Another live process is writing to the run."""
+
+
+class TrainingDiverged(MiniGPTError):
+    """Updates stopped being finite: the run stops at the boundary and saves nothing."""

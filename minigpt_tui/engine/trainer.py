@@ -520,6 +520,8 @@ class Trainer:
             logits = model(torch.tensor([ids], device=self.device)).logits[0, -1]
             probs = torch.softmax(logits.to(device="cpu", dtype=torch.float64), dim=-1)
             probs[BOS] = 0.0
+            if not bool(torch.isfinite(probs).all()) or float(probs.sum()) <= 0.0:
+                break  # a diverged model: non-finite logits never reach sampling (nothing drawn)
             choice = int(torch.multinomial(probs, 1, generator=self.sampling))
             ids.append(choice)
             out.append(choice)

@@ -46,9 +46,9 @@ if TYPE_CHECKING:
 FORMAT_NAME = "minigpt-tui/training-state"
 FORMAT_VERSION = 1
 TRAINING_FILE = "training.safetensors"
-# Checkpoint policy: how often and how many to keep. It never changes the trajectory,
-# so it is left out of the config identity and may differ on resume.
-POLICY_SETTINGS = ("save_every", "keep_last")
+# Checkpoint and stopping policy: how often and how many to keep, when to call a run
+# diverged. It never changes the trajectory, so it is left out of the config identity.
+POLICY_SETTINGS = ("save_every", "keep_last", "divergence_patience")
 # Where the run executes: recorded in the environment envelope, not in the config identity.
 PLACEMENT_SETTINGS = ("device",)
 ENVELOPE_KEYS = (

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from minigpt_tui.engine.errors import MiniGPTError
+from minigpt_tui.engine.errors import MiniGPTError, TrainingDiverged
 from minigpt_tui.engine.session.events import (
     Command,
     EvaluationDone,
@@ -56,6 +56,31 @@ if TYPE_CHECKING:
 
 DISCARDED = "not saved: quitting without saving"
 NO_RUN_FOLDER = "this run has no checkpoint directory"
+
+
+class DivergenceWatch:
+    """Counts consecutive non-finite updates (a non-finite loss or gradient norm, or an
+    update the loss scaler skipped); ``observe`` says when ``patience`` are reached."""
+
+    def __init__(self, patience: int) -> None:
+        self.patience = patience
+        self.streak = 0
+        self.first: UpdateRecord | None = None  # the first update of the current streak
+
+    @property
+    def healthy(self) -> bool:
+        return self.streak == 0
+
+    def observe(self, record: UpdateRecord) -> bool:
+        import math
+
+        finite = record.applied and math.isfinite(record.loss) and math.isfinite(record.grad_norm)
+        if finite:
+            self.streak, self.first = 0, None
+            return False
+        self.streak += 1
+        self.first = self.first or record
+        return bool(self.patience) and self.streak >= self.patience
 
 
 def improved_best(record: EvaluationRecord, best_step: int | None) -> bool:
@@ -134,6 +159,10 @@ class TrainingSession:
             self._sink = self._control.watching(self._sink)
         try:
             return self._train(prepared)
+        except TrainingDiverged:
+            if self._control is not None:
+                self._control.write_live("failed")
+            raise
         finally:
             prepared.release()  # the run's lock: another process may write to it now
 
@@ -153,6 +182,7 @@ class TrainingSession:
             self._sink(Paused(trainer.step))
         work = scheduled_work(trainer, prepared.until)
         save_every = trainer.config.train.save_every
+        watch = DivergenceWatch(trainer.config.train.divergence_patience)
         due: list[str] = []
         with torch.no_grad():  # grad mode is per thread; the trainer enables it per update
             while True:
@@ -165,13 +195,15 @@ class TrainingSession:
                 if isinstance(item, UpdateRecord):
                     self.unsaved_updates += 1
                     self._sink(UpdateDone(item, steps))
-                    if save_every and item.applied and trainer.step % save_every == 0:
+                    if watch.observe(item):
+                        raise self._diverged(watch)
+                    if save_every and item.applied and trainer.step % save_every == 0 and watch.healthy:
                         due.append(SaveReason.INTERVAL)
                 else:
                     best_changed = improved_best(item, trainer.best_step)
                     self._sink(EvaluationDone(item, trainer.best_step, best_changed))
                     self._score_probes(trainer)
-                    if best_changed and trainer.step > 0:
+                    if best_changed and trainer.step > 0 and watch.healthy:
                         due.append(SaveReason.BEST)
                 # One checkpoint per step, after that step's scheduled evaluation.
                 if not trainer.evaluation_due():
@@ -293,6 +325,23 @@ class TrainingSession:
                 self.write_failure = err
                 self._sink(Refused("metrics", f"{err}: stopping the run"))
                 self.send(Command.STOP)
+
+    def _diverged(self, watch: DivergenceWatch) -> TrainingDiverged:
+        """The stop of a diverged run: nothing is saved (the weights may be lost already)."""
+        from minigpt_tui.engine.checkpoint.directory import list_checkpoints
+
+        first = watch.first
+        assert first is not None
+        attempted = first.step if first.applied else first.step + 1
+        run = self.prepared.run if self.prepared is not None else None
+        folder = run.path / "checkpoints" if run is not None else getattr(self._checkpointer, "checkpoints_dir", None)
+        good = [info.step for info in list_checkpoints(folder) if info.step < attempted] if folder else []
+        last_good = f"the last good checkpoint is step {good[-1]}" if good else "no checkpoint was saved before it"
+        self.unsaved_updates = 0
+        return TrainingDiverged(
+            f"training diverged at update {attempted} (loss {first.loss:.4g}, lr {first.lr:.3g}; "
+            f"{watch.streak} non-finite updates in a row); {last_good}"
+        )
 
     def _finish(self, trainer: Trainer, reason: FinishReason) -> Finished:
         if self.unsaved_updates and self._checkpointer is not None:
