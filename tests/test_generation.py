@@ -556,3 +556,12 @@ def test_invalid_probe_files_are_refused_with_one_line(tmp_path, content, messag
 def test_missing_probe_file_is_named(tmp_path):
     with pytest.raises(GenerationError, match="probe file not found"):
         load_probes(tmp_path / "absent.json")
+
+
+@pytest.mark.parametrize("rule", [GenerationRule(max_new_tokens=2), GenerationRule.sample(0.8, seed=3)])
+def test_non_finite_logits_are_refused_before_anything_is_drawn(rule):
+    model = constant_logits_model({byte_id("x"): float("nan"), byte_id("y"): 9.0})
+    stepper = DecisionStepper(model, BYTES_ONLY, "ab", rule)
+    with pytest.raises(GenerationError, match=r"logits are not finite \(1 of \d+ are NaN or infinite\)"):
+        stepper.step()
+    assert stepper.decisions == ()

@@ -403,6 +403,11 @@ class DecisionStepper:
             raise GenerationError(f"generation has stopped ({self.stop_reason}); go back or reset first")
         prefix = self.ids
         logits, attention = self._last_logits(prefix)
+        if not bool(torch.isfinite(logits).all()):  # a diverged model: nothing is drawn or chosen
+            self._drop_cache()
+            bad = int((~torch.isfinite(logits)).sum())
+            raise GenerationError(f"the model's logits are not finite ({bad} of {logits.numel()} are NaN or "
+                                  "infinite): its weights diverged; open an earlier checkpoint")
         rule = self.rule
         raw = raw_probabilities(logits)
         try:
