@@ -46,6 +46,9 @@ def _version() -> str:
     return __version__
 
 
+MAX_ERROR_LINE = 600  # characters of an error message shown; the middle of a longer one is cut
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -64,9 +67,11 @@ def main(argv: list[str] | None = None) -> int:
             return _open_app(args)
         return int(args.handler(args) or 0)
     except MiniGPTError as err:
+        from minigpt_tui.engine.files import shorten
         from minigpt_tui.engine.printable import escape_controls
 
-        line = f"minigpt-tui: error: {escape_controls(err)}"
+        # Every echoed value is bounded: a 10 MB string in a config makes a line, not 10 MB.
+        line = f"minigpt-tui: error: {shorten(escape_controls(err), MAX_ERROR_LINE)}"
         # One write: ranks of a process group share stderr, and print's separate write of the
         # newline let two ranks' lines run together.
         sys.stderr.write(line + "\n")
@@ -77,6 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         print("minigpt-tui: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        return 1
+    except OSError as err:  # a failure of the operating system no check above named: one line still
+        from minigpt_tui.engine.files import os_error_line
+
+        line = f"minigpt-tui: error: {os_error_line(err)}"
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        _tell_launcher(line)
         return 1
 
 

@@ -28,7 +28,7 @@ from minigpt_tui.engine.checkpoint.portable import PortableModel, load_portable_
 from minigpt_tui.engine.checkpoint.state_groups import StateGroup
 from minigpt_tui.engine.config import load_config
 from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.errors import CheckpointError, TokenizerError
+from minigpt_tui.engine.errors import WriteRefused, CheckpointError, TokenizerError
 from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
 from minigpt_tui.engine.interop import hf_tokenizer
 from minigpt_tui.engine.interop.hf_export import export_hf
@@ -291,9 +291,45 @@ def test_export_never_overwrites(tmp_path, exported):
     target = tmp_path / "taken"
     target.mkdir()
     (target / "notes.txt").write_text("mine")
-    with pytest.raises(CheckpointError, match="already exists"):
+    with pytest.raises(WriteRefused, match="already exists"):
         export_hf(ours, target)
     assert [p.name for p in target.iterdir()] == ["notes.txt"]
+
+
+def test_export_and_convert_refuse_an_empty_folder_a_dangling_link_and_a_checkpoint_folder(tmp_path, exported):
+    ours, folder, _, _ = exported[("tiny", torch.float64)]
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for name, kind in (("empty", "a folder"), ("dangling", "a symbolic link"), ("loop", "a symbolic link")):
+        with pytest.raises(WriteRefused, match=rf"already exists \({kind}\)"):
+            export_hf(ours, tmp_path / name)
+        with pytest.raises(WriteRefused, match=rf"already exists \({kind}\)"):
+            convert_hf(folder, tmp_path / name)
+    assert (tmp_path / "dangling").is_symlink() and not (tmp_path / "nowhere").exists()
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-000004"  # a checkpoint folder's two marks
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_bytes(Path(ours.path).read_bytes())
+    (checkpoint / "manifest.json").write_text("{}")
+    before = sorted(p.name for p in checkpoint.iterdir())
+    with pytest.raises(WriteRefused, match="inside the checkpoint folder"):
+        export_hf(ours, checkpoint / "hf")
+    with pytest.raises(WriteRefused, match="inside the checkpoint folder"):
+        convert_hf(folder, checkpoint / "back.safetensors")
+    assert sorted(p.name for p in checkpoint.iterdir()) == before
+
+
+def test_a_stale_partial_export_of_a_dead_process_is_reclaimed(tmp_path, exported):
+    import subprocess
+
+    ours, _, _, _ = exported[("tiny", torch.float64)]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".out.partial-{dead.pid}"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"x" * 1000)
+    export_hf(ours, tmp_path / "out")
+    assert not stale.exists() and (tmp_path / "out" / "config.json").is_file()
 
 
 # -- import back ------------------------------------------------------------------------------
@@ -308,7 +344,7 @@ def test_export_then_convert_gives_the_same_model_identity(exported, tmp_path, p
     assert back.model.head_weight is back.model.token_embedding.weight  # one Parameter
     assert len(list(back.model.parameters())) == len(list(ours.model.parameters()))
     before = (tmp_path / "back.safetensors").read_bytes()
-    with pytest.raises(CheckpointError, match="already exists"):
+    with pytest.raises(WriteRefused, match="already exists"):
         convert_hf(folder, tmp_path / "back.safetensors")
     assert (tmp_path / "back.safetensors").read_bytes() == before
 

@@ -87,6 +87,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="mini", help="preset: tiny, mini, small or text (default: mini)")
     parser.add_argument("--config", help="TOML file whose sections override the preset")
     parser.add_argument("--corpus", help="UTF-8 text file (one record per line or paragraphs) or folder")
+    parser.add_argument("--follow-links", action="store_true", default=None,
+                        help="read symbolic links in a corpus folder that point outside it (refused otherwise)")
     parser.add_argument("--val-every", type=int, help="every Nth record is validation: 0 (none) or 2 to 1,000,000,000")
     parser.add_argument("--steps", type=int, help="number of updates, 1 to 1,000,000,000")
     parser.add_argument("--seed", type=int, help="one seed (0 to 2**64-1) from which init, data, dropout and sampling derive")
@@ -106,6 +108,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     config_file = Path(args.config).expanduser() if getattr(args, "config", None) else None
     return RunChoices(
         args.preset, config_file, corpus=getattr(args, "corpus", None), val_every=getattr(args, "val_every", None),
+        follow_links=getattr(args, "follow_links", None),
         steps=getattr(args, "steps", None), precision=getattr(args, "precision", None),
         threads=getattr(args, "threads", None), device=getattr(args, "device", None), save_every=getattr(args, "save_every", None),
         keep_last=getattr(args, "keep_last", None), seed=getattr(args, "seed", None), seed_label="--seed",

@@ -68,6 +68,8 @@ class CorpusConfig:
     # records: one padded example (or several windows) per record. stream: every record
     # joined as BOS text EOS into one token array per split; examples are full windows.
     mode: str = "records"
+    # A folder corpus reads the links in it only where they stay inside the folder, unless this.
+    follow_links: bool = False
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ LATER_SETTINGS: dict[tuple[str, str], Any] = {
     ("tokenizer", "train_bytes"): 0,
     ("seeds", "evaluation"): 0,
     ("train", "eval_batches"): 0,
+    ("corpus", "follow_links"): False,
 }
 
 

@@ -188,8 +188,10 @@ def _decode(path: Path, data: bytes) -> str:
         raise CorpusError(f"corpus file {path} is not UTF-8 text (byte {err.start})") from None
 
 
-def _source_files(source: str) -> list[Path]:
-    """The files a path corpus reads, in order (a folder: its visible files by name)."""
+def _source_files(source: str, follow_links: bool = False) -> list[Path]:
+    """The files a path corpus reads, in order (a folder: its visible files by name). A link
+    in a folder that leads out of it (to ``/etc/passwd``, say) is refused unless
+    ``follow_links``: a corpus is what was named, not what its links reach."""
     from minigpt_tui.engine.files import path_exists, require_file_or_folder
 
     path = Path(source).expanduser()
@@ -198,7 +200,20 @@ def _source_files(source: str) -> list[Path]:
     require_file_or_folder(path, "a corpus file or folder")
     if not path.is_dir():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    try:
+        entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
+        inside = path.resolve()
+        files = []
+        for entry in entries:
+            if entry.is_symlink() and not follow_links:
+                target = entry.resolve()
+                if not target.is_relative_to(inside):
+                    raise CorpusError(f"corpus folder {path}: {entry.name} is a link to {target}, outside the folder; "
+                                      "refused (--follow-links reads it)")
+            if entry.is_file():
+                files.append(entry)
+    except OSError as err:
+        raise CorpusError(f"cannot read the corpus folder {path}: {err.strerror or err}") from None
     if not files:
         raise CorpusError(f"corpus folder {path} has no text files")
     return files
@@ -234,7 +249,7 @@ def load_corpus(config: CorpusConfig, cache_dir: str | Path | None = None) -> Co
         if not asset.is_file():
             raise CorpusError(f"no bundled corpus named '{name}'")
         return _checked(Corpus.of_texts(parse_records(asset.read_text("utf-8")), source, config.val_every))
-    files = _source_files(source)
+    files = _source_files(source, config.follow_links)
     contents = [_read_bytes(path) for path in files]
     fingerprint = None
     if config.mode == "stream":  # records mode reads every record anyway: no index

@@ -239,3 +239,80 @@ def shorten(text: str, limit: int = 160) -> str:
         return text
     keep = (limit - 1) // 2
     return f"{text[:keep]}…{text[-keep:]}"
+
+
+def os_error_line(err: OSError) -> str:
+    """An operating-system failure as one line naming the path (shortened when long) and
+    the reason: "cannot use /tmp/aaa…aaa: File name too long"."""
+    from minigpt_tui.engine.printable import escape_controls
+
+    reason = err.strerror or type(err).__name__
+    names = [str(name) for name in (err.filename, err.filename2) if name is not None]
+    if not names:
+        return f"{reason}"
+    shown = " → ".join(shorten(escape_controls(name), 120) for name in names)
+    return f"cannot use {shown}: {reason}"
+
+
+def check_new_output(path: Path | str, what: str = "--out") -> Path:
+    """A new output path, refused in one line before any work when anything is there (a
+    file, a folder even if empty, a symbolic link even if dangling), when its folder does
+    not exist, or when it lies inside a checkpoint folder (checkpoints hold their own files
+    only). Stale work files of earlier writes to it whose process died are reclaimed."""
+    path = Path(path).expanduser()
+    shown = shorten(str(path))
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as err:
+        raise WriteRefused(f"cannot write {shown}: {err.strerror or err}") from None
+    if info is not None:
+        kind = ("a symbolic link" if stat.S_ISLNK(info.st_mode) else
+                "a folder" if stat.S_ISDIR(info.st_mode) else "a file" if stat.S_ISREG(info.st_mode) else
+                _kind_of(info.st_mode))
+        raise WriteRefused(f"{shown} already exists ({kind}); choose a new {what}: nothing is overwritten")
+    parent = path.parent
+    if not parent.is_dir():
+        raise WriteRefused(f"cannot write {shown}: the folder {shorten(str(parent))} does not exist")
+    for folder in (parent.resolve(), *parent.resolve().parents):
+        if (folder / "manifest.json").is_file() and any(
+                (folder / name).is_file() for name in ("model.safetensors", "training.safetensors")):
+            raise WriteRefused(f"{shown} is inside the checkpoint folder {shorten(str(folder))}; "
+                               "write it somewhere else (a checkpoint holds its own files only)")
+    reclaim_stale_work(path)
+    return path
+
+
+def work_path(path: Path) -> Path:
+    """The hidden work name a write to ``path`` uses until it is renamed into place."""
+    return path.with_name(f".{path.name}.partial-{os.getpid()}-{os.urandom(4).hex()}")
+
+
+def reclaim_stale_work(path: Path) -> None:
+    """Remove work files and folders of writes to ``path`` whose process is gone (a kill -9)."""
+    import re
+
+    pattern = re.compile(re.escape(f".{path.name}.partial-") + r"(\d+)(?:-[0-9a-f]{8})?")
+    try:
+        candidates = [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)]
+    except OSError:
+        return
+    for candidate in candidates:
+        pid = int(pattern.fullmatch(candidate.name).group(1))  # type: ignore[union-attr]
+        if _process_alive(pid):
+            continue
+        if candidate.is_dir() and not candidate.is_symlink():
+            shutil.rmtree(candidate, ignore_errors=True)
+        else:
+            _discard(candidate)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0
+    return pid > 0

@@ -14,6 +14,7 @@ fsynced, then renamed into place: a refused or failed export leaves nothing behi
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from minigpt_tui.engine.checkpoint.safetensors_io import (
     write_safetensors,
 )
 from minigpt_tui.engine.errors import CheckpointError
+from minigpt_tui.engine.files import check_new_output, work_path
 from minigpt_tui.engine.interop import hf_layout, hf_tokenizer
 
 if TYPE_CHECKING:
@@ -70,11 +72,9 @@ def _json_bytes(data: Any) -> bytes:
 
 
 def prepare_output_folder(out: Path) -> None:
-    """Refuse a target that holds anything: an export never overwrites."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CheckpointError(f"{out} already exists and is not an empty folder; choose a new --out")
-    if not out.parent.is_dir():
-        raise CheckpointError(f"the folder {out.parent} does not exist")
+    """Refuse a target that exists (an empty folder and a dangling link too) or lies inside
+    a checkpoint folder: an export never overwrites."""
+    check_new_output(out)
 
 
 def hf_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[tuple[str, Any]], dict[str, bytes]]:
@@ -117,17 +117,15 @@ def export_hf(portable: "PortableModel", out: Path | str) -> HFExport:
     family = portable.model.config.family
     # The dropped head, recorded as safetensors.torch.save_model records a dropped alias.
     metadata = {"format": "pt", hf_layout.HEAD_NAME: hf_layout.table_name(family)}
-    work = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    if work.exists():
-        shutil.rmtree(work)
+    work = work_path(out)
     try:
         work.mkdir()
         write_safetensors(work / WEIGHTS_FILE, tensors, metadata, atomic=False)
         for name, data in files.items():
             atomic_write_bytes(work / name, data, atomic=False)
         fsync_directory(work)
-        if out.exists():
-            out.rmdir()  # empty, checked above; rename needs the name free
+        if os.path.lexists(out):  # appeared while we wrote: never replace it
+            raise FileExistsError(errno.EEXIST, "it appeared while writing")
         os.replace(work, out)
         fsync_directory(out.parent)
     except OSError as err:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.checkpoint.safetensors_io import Header, LoadedFile, load_file, read_header
 from minigpt_tui.engine.errors import CheckpointError, TokenizerError
+from minigpt_tui.engine.files import check_new_output
 from minigpt_tui.engine.interop import hf_layout, hf_tokenizer
 from minigpt_tui.engine.interop.hf_export import CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
 
@@ -289,11 +290,7 @@ def convert_hf(source: Path | str, out: Path | str, *, tokenizer_path: Path | st
     from minigpt_tui.engine.checkpoint.portable import write_portable_model
     from minigpt_tui.engine.model import MiniGPT
 
-    out = Path(out).expanduser()
-    if out.exists():
-        raise CheckpointError(f"{out} already exists; choose a new --out")
-    if not out.parent.is_dir():
-        raise CheckpointError(f"the folder {out.parent} does not exist")
+    out = check_new_output(out)
     folder = read_hf_folder(source)
     where = str(folder.path)
     config, names, dtype, head_stored = plan_conversion(folder)

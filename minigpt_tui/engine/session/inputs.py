@@ -58,6 +58,7 @@ class RunChoices:
     config_file: Path | None = None
     corpus: str | None = None
     val_every: int | None = None
+    follow_links: bool | None = None
     steps: int | None = None
     precision: str | None = None
     threads: int | None = None
@@ -73,7 +74,8 @@ class RunChoices:
 
         train = {"steps": self.steps, "precision": self.precision or None, "threads": self.threads,
                  "device": self.device or None, "save_every": self.save_every, "keep_last": self.keep_last}
-        corpus = {"source": corpus_source(self.corpus) if self.corpus else None, "val_every": self.val_every}
+        corpus = {"source": corpus_source(self.corpus) if self.corpus else None, "val_every": self.val_every,
+                  "follow_links": self.follow_links}
         given = {name: value for name, value in self.stream_seeds.items() if value is not None}
         if self.seed is not None:
             if given:

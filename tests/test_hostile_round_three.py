@@ -1,0 +1,76 @@
+"""Hostile and unlucky input, round three: a corpus folder's links that leave it, path names
+too long for the system, error lines that would echo unbounded values."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cli_command, cli_env
+
+
+def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cli_command(*args), capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
+
+
+def one_error_line(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("minigpt-tui: error: ")
+    return lines[0]
+
+
+def _text_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"{i}.txt").write_text(f"note {i}: the key is red. Answer: red.\n" * 4)
+    return folder
+
+
+def test_a_corpus_folder_link_that_leaves_the_folder_is_refused_unless_asked(tmp_path):
+    folder = _text_folder(tmp_path)
+    outside = tmp_path / "secret.txt"
+    outside.write_text("the password is swordfish\n" * 10)
+    (folder / "secret.txt").symlink_to(outside)
+    line = one_error_line(run(tmp_path, "train", "--preset", "mini", "--steps", "2", "--corpus", str(folder), "--val-every", "0"))
+    assert "secret.txt is a link to" in line and "outside the folder" in line and "--follow-links" in line
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    followed = run(tmp_path, "train", "--preset", "mini", "--steps", "2", "--corpus", str(folder), "--val-every", "0",
+                   "--follow-links", "--until", "1", "--json")
+    assert followed.returncode == 0, followed.stderr
+
+
+def test_a_link_that_stays_inside_the_folder_is_read(tmp_path):
+    folder = _text_folder(tmp_path)
+    (folder / "again.txt").symlink_to(folder / "0.txt")
+    done = run(tmp_path, "train", "--preset", "mini", "--steps", "2", "--corpus", str(folder), "--val-every", "0", "--until", "1")
+    assert done.returncode == 0, done.stderr
+
+
+LONG = "a" * 300
+
+
+@pytest.mark.parametrize("args", [
+    ("train", "--preset", "tiny", "--corpus", f"/tmp/{LONG}"),
+    ("convert", "--hf", f"/tmp/{LONG}", "--out", "OUT"),
+    ("export", "--model", f"/tmp/{LONG}", "--out", "OUT"),
+    ("cache", "--cache-dir", f"/tmp/{LONG}", "list"),
+    ("attach", f"/tmp/{LONG}"),
+    ("inspect", f"/tmp/{LONG}"),
+])
+def test_a_path_name_too_long_is_one_line_naming_it_shortened(tmp_path, args):
+    args = tuple(str(tmp_path / "out") if a == "OUT" else a for a in args)
+    line = one_error_line(run(tmp_path, *args))
+    assert len(line) <= 650 and "aaa" in line
+
+
+def test_an_error_never_echoes_an_unbounded_value(tmp_path):
+    config = tmp_path / "big.toml"
+    config.write_text('[model]\nfamily = "' + "x" * 10_000_000 + '"\n')
+    line = one_error_line(run(tmp_path, "train", "--preset", "tiny", "--config", str(config)))
+    assert len(line) <= 700 and "model.family" in line and "…" in line
