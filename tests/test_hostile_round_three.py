@@ -74,3 +74,41 @@ def test_an_error_never_echoes_an_unbounded_value(tmp_path):
     config.write_text('[model]\nfamily = "' + "x" * 10_000_000 + '"\n')
     line = one_error_line(run(tmp_path, "train", "--preset", "tiny", "--config", str(config)))
     assert len(line) <= 700 and "model.family" in line and "…" in line
+
+
+def _hf_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    from safetensors.numpy import save_file
+    import numpy as np
+
+    save_file({"transformer.wte.weight": np.zeros((4, 2), dtype=np.float32)}, str(folder / "model.safetensors"))
+    return folder
+
+
+@pytest.mark.parametrize("config", ["deep", "huge-number", "fifo", "dev-zero"])
+@pytest.mark.parametrize("command", ["convert", "inspect"])
+def test_other_tools_json_is_read_bounded_and_never_blocks(tmp_path, config, command):
+    import os
+
+    folder = _hf_folder(tmp_path)
+    target = folder / "config.json"
+    if config == "deep":
+        target.write_text("[" * 100_000 + "]" * 100_000)
+    elif config == "huge-number":
+        target.write_text('{"vocab_size": ' + "9" * 5000 + "}")
+    elif config == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to("/dev/zero")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    args = (("convert", "--hf", str(folder), "--out", str(tmp_path / "out.safetensors")) if command == "convert"
+            else ("inspect", str(folder)))
+    done = run(tmp_path, *args)
+    assert "Traceback" not in done.stderr
+    if done.returncode == 0:  # inspect shows the folder with its unreadable config named
+        assert command == "inspect"
+    else:
+        line = one_error_line(done)
+        assert "config.json" in line
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.name != "runs") == [n for n in before if n != "runs"]

@@ -254,6 +254,29 @@ def load_json(text: str, max_depth: int, *, unique_keys: bool = False) -> Any:
         raise JSONRefused("a number too large") from None
 
 
+OTHER_TOOLS_JSON_LIMIT = 512 << 20  # a tokenizer.json or shard index of a very large vocabulary fits
+OTHER_TOOLS_JSON_DEPTH = 64
+
+
+def read_json_input(path: Path | str, what: str, *, limit: int = OTHER_TOOLS_JSON_LIMIT,
+                    max_depth: int = OTHER_TOOLS_JSON_DEPTH) -> Any:
+    """A JSON file another tool wrote (``config.json``, a shard index, ``tokenizer.json``),
+    read as untrusted input: a regular file (a FIFO or a device is refused before it could
+    block), at most ``limit`` bytes, UTF-8, bounded nesting and numbers. Every failure is an
+    :class:`InputRefused` or :class:`JSONRefused` naming the file."""
+    from minigpt_tui.engine.files import read_small_file, shorten
+
+    raw = read_small_file(path, limit, what)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise JSONRefused(f"{shorten(str(path))} is not UTF-8 (byte {err.start})") from None
+    try:
+        return load_json(text, max_depth)
+    except JSONRefused as err:
+        raise JSONRefused(f"{shorten(str(path))} is not usable JSON ({err})") from None
+
+
 def _has_lone_surrogate(text: str) -> bool:
     try:
         text.encode("utf-8")

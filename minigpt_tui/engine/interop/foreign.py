@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.checkpoint.integrity import Integrity, IntegrityScope
 from minigpt_tui.engine.checkpoint.inspect import EntryRecord, FileSummary, Inspection, InspectionKind, TensorRead
-from minigpt_tui.engine.checkpoint.safetensors_io import Header, opening_errors, read_header, read_tensor
+from minigpt_tui.engine.checkpoint.safetensors_io import Header, opening_errors, read_header, read_json_input, read_tensor
 from minigpt_tui.engine.checkpoint.state_groups import InspectionState, StateGroup
-from minigpt_tui.engine.errors import CheckpointError
+from minigpt_tui.engine.errors import CheckpointError, MiniGPTError
 from minigpt_tui.engine.interop import hf_layout, hf_tokenizer
 from minigpt_tui.engine.interop.hf_export import CONFIG_FILE, GENERATION_CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
 from minigpt_tui.engine.interop.hf_import import (
@@ -181,8 +181,8 @@ def _tokenizer_summary(folder: Path) -> dict[str, Any]:
     json_file = folder / hf_tokenizer.TOKENIZER_FILE
     if json_file.is_file():
         try:
-            data = json.loads(json_file.read_text("utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            data = read_json_input(json_file, "tokenizer file")
+        except (ValueError, MiniGPTError):
             return {"file": json_file.name, "readable": False}
         model = data.get("model") if isinstance(data, dict) else None
         model = model if isinstance(model, dict) else {}

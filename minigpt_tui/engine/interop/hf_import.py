@@ -12,11 +12,19 @@ by a conversion gives back the same model identity.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.checkpoint.safetensors_io import Header, LoadedFile, load_file, read_header
+from minigpt_tui.engine.checkpoint.safetensors_io import (
+    Header,
+    JSONRefused,
+    LoadedFile,
+    load_file,
+    read_header,
+    read_json_input,
+)
 from minigpt_tui.engine.errors import CheckpointError, TokenizerError
 from minigpt_tui.engine.files import check_new_output
 from minigpt_tui.engine.interop import hf_layout, hf_tokenizer
@@ -47,14 +55,17 @@ class HFFolder:
 
 
 def read_json_file(path: Path, what: str) -> Any:
+    """Another tool's JSON file, read bounded (see :func:`read_json_input`)."""
+    from minigpt_tui.engine.errors import InputRefused
+
+    if not os.path.lexists(path):
+        raise CheckpointError(f"{path}: no {what}")
     try:
-        return json.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no {what}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"cannot read {path}: {err}") from None
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{path} is not JSON ({err.msg} at line {err.lineno})") from None
+        return read_json_input(path, what)
+    except InputRefused:
+        raise
+    except JSONRefused as err:
+        raise CheckpointError(str(err)) from None
 
 
 def is_hf_folder(path: Path) -> bool:

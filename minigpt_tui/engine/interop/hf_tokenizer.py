@@ -17,6 +17,7 @@ be written in this format: such a tokenizer is refused.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -287,12 +288,13 @@ def _merge_pairs(merges: list[Any], by_id: dict[int, str], where: str) -> list[t
 
 
 def read_tokenizer_json(path: Path) -> ByteBPETokenizer:
+    from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, read_json_input
+    from minigpt_tui.engine.errors import InputRefused
+
+    if not os.path.lexists(path):
+        raise TokenizerError(f"tokenizer file not found: {path}")
     try:
-        data = json.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        raise TokenizerError(f"tokenizer file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise TokenizerError(f"cannot read {path}: {err}") from None
-    except json.JSONDecodeError as err:
-        raise TokenizerError(f"{path} is not JSON ({err.msg} at {err.pos})") from None
+        data = read_json_input(path, "tokenizer file")
+    except (InputRefused, JSONRefused) as err:
+        raise TokenizerError(str(err)) from None
     return tokenizer_from_json(data, path)
