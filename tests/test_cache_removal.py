@@ -164,3 +164,34 @@ def test_two_writers_of_one_key_give_one_entry_and_no_error(tmp_path):
         thread.join()
     assert failures == []
     assert [e.key for e in TokenCache(root).entries()] == [entry_key("c" * 64, "t" * 64)]
+
+
+def _train_text(tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return run(tmp_path, "train", "--preset", "text", "--steps", "200", "--until", "1", "--json", env=env)
+
+
+def test_an_unwritable_cache_means_training_without_one_and_one_warning(tmp_path):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache would be")
+    done = _train_text(tmp_path, env={**cli_env(tmp_path), "MINIGPT_TUI_CACHE_DIR": str(blocked)})
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("minigpt-tui: warning:")]
+    assert len(warnings) == 1 and "training without a cache" in warnings[0]
+    assert json.loads(done.stdout)["step"] == 1 and blocked.read_text().startswith("a file")
+
+
+def test_a_re_signed_entry_with_ids_outside_the_vocabulary_is_rebuilt_not_trusted(tmp_path):
+    assert _train_text(tmp_path).returncode == 0
+    cache = TokenCache(tmp_path / "token-cache")
+    (entry,) = cache.entries()
+    good = cache.load(entry.corpus_identity, entry.tokenizer_identity)
+    assert good is not None
+    bad = TokenStream(np.full_like(np.asarray(good.train), 60000), np.asarray(good.validation).copy())
+    for name in ("entry.json", "train.npy", "validation.npy"):
+        (entry.path / name).unlink()
+    entry.path.rmdir()
+    cache.store(entry.corpus_identity, entry.tokenizer_identity, entry.source, bad)  # hashes match the bad ids
+    done = _train_text(tmp_path)
+    assert done.returncode == 0, done.stderr
+    rebuilt = cache.load(entry.corpus_identity, entry.tokenizer_identity)
+    assert rebuilt is not None and int(np.asarray(rebuilt.train).max()) < 258

@@ -111,6 +111,12 @@ class RunRecorder:
             self.saved.append(str(event.path))
         elif isinstance(event, Refused) and event.action == "save":
             raise CheckpointError(event.message)
+        elif isinstance(event, Refused) and event.action == "token cache":
+            import sys
+
+            from minigpt_tui.engine.printable import escape_controls
+
+            sys.stderr.write(f"minigpt-tui: warning: {escape_controls(event.message)}\n")
 
 
 def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:

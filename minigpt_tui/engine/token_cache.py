@@ -391,9 +391,13 @@ def cached_stream(
     check: Callable[[TokenStream], None],
     cache_dir: str | Path | None = None,
     progress: Progress | None = None,
+    vocab_size: int | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> TokenStream:
     """The cached stream if intact, else ``build()``, checked, then written to the cache.
-    A stream that fails ``check`` is never written."""
+    A stream that fails ``check`` is never written. A cached stream holding an id outside
+    ``vocab_size`` is damage: removed and rebuilt. A cache that cannot be written (read-only,
+    full) only costs time: the stream is used from memory and ``warn`` is told once."""
     cache = TokenCache(resolve_cache_dir(cache_dir))
     if progress is not None:
         progress(READING_CACHE, 0, 1)
@@ -401,7 +405,18 @@ def cached_stream(
     if progress is not None:
         progress(READING_CACHE, 1, 1)
     if hit is not None:
-        return hit
+        if vocab_size is None or _ids_within(hit, vocab_size):
+            return hit
+        _remove_entry_folder(cache._entry_dir(entry_key(corpus_identity, tokenizer_identity)))
     stream = build()
     check(stream)
-    return cache.store(corpus_identity, tokenizer_identity, source, stream, progress)
+    try:
+        return cache.store(corpus_identity, tokenizer_identity, source, stream, progress)
+    except CacheError as err:
+        if warn is not None:
+            warn(f"{err}; training without a cache (the next run encodes the text again)")
+        return stream
+
+
+def _ids_within(stream: TokenStream, vocab_size: int) -> bool:
+    return all(int(part.max(initial=0)) < vocab_size for part in (stream.train, stream.validation))

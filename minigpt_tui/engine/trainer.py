@@ -237,8 +237,10 @@ class TrainingSetup:
             def check(stream: TokenStream) -> None:
                 check_stream(stream, context, corpus.source, has_validation=corpus.counts.validation_records > 0)
 
+            warn = getattr(self.progress, "warn", None)
             stream = cached_stream(corpus.identity, tokenizer.identity, corpus.source, build, check,
-                                   progress=self.progress)
+                                   progress=self.progress, vocab_size=tokenizer.vocab_size,
+                                   warn=(lambda message: warn("token cache", message)) if warn else None)
             check(stream)
             SourceIndex.at().remember(corpus)  # the next run on these bytes skips reading the records
             self.stream = stream

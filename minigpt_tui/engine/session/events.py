@@ -105,6 +105,10 @@ class PreparingReports:
         self._label, self._last = label, now
         self._sink(Preparing(label, min(done, total), total))
 
+    def warn(self, action: str, message: str) -> None:
+        """Something preparation did without (the token cache, say): said once, not fatal."""
+        self._sink(Refused(action, message))
+
 
 @dataclass(frozen=True)
 class RunStarted:
