@@ -112,3 +112,38 @@ def test_other_tools_json_is_read_bounded_and_never_blocks(tmp_path, config, com
         line = one_error_line(done)
         assert "config.json" in line
     assert sorted(p.name for p in tmp_path.rglob("*") if p.name != "runs") == [n for n in before if n != "runs"]
+
+
+def test_a_run_too_large_for_memory_is_refused_before_anything_is_allocated(tmp_path):
+    config = tmp_path / "big-batch.toml"
+    config.write_text("[train]\nbatch_size = 65536\n")
+    line = one_error_line(run(tmp_path, "train", "--preset", "mini", "--config", str(config)))
+    assert "this run needs about" in line and "GB available" in line and "batch_size = " in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_too_many_processes_for_memory_are_refused_before_any_starts(tmp_path):
+    import time
+
+    started = time.monotonic()
+    line = one_error_line(run(tmp_path, "train", "--preset", "tiny", "--nproc", "4096"))
+    assert time.monotonic() - started < 20  # no process was started
+    assert "(4096 processes)" in line and "try --nproc" in line
+
+
+def test_the_memory_estimate_reads_a_cgroup_limit(tmp_path, monkeypatch):
+    from minigpt_tui.engine import memory
+
+    root = tmp_path / "cgroup"
+    (root / "box").mkdir(parents=True)
+    (root / "box" / "memory.max").write_text("1000000000\n")
+    (root / "box" / "memory.current").write_text("250000000\n")
+    real_read = Path.read_text
+
+    def fake_read(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(self) == "/proc/self/cgroup":
+            return "0::/box\n"
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", fake_read)
+    assert memory._cgroup_room(root) == 750_000_000

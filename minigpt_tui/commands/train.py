@@ -56,6 +56,10 @@ def run_train(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     if launch_requested(args):
+        from minigpt_tui.engine.memory import require_memory_for_training
+
+        if args.nproc >= 1:  # before any process starts: all of them together must fit
+            require_memory_for_training(config, processes=args.nproc)
         return launch(args, config.train.device)
     _note_mixed_precision(config)
     with joined_world(config.train.device) as parallel:

@@ -156,6 +156,10 @@ def _prepare_new(plan: NewRun, progress: Progress | None = None) -> PreparedRun:
     config = plan.config
     if plan.until is not None and not 1 <= plan.until <= config.train.steps:
         raise ConfigError(f"--until must be between 1 and {config.train.steps}")
+    if plan.parallel is None or not plan.parallel.distributed:  # a launcher checked its processes together
+        from minigpt_tui.engine.memory import require_memory_for_training
+
+        require_memory_for_training(config)
     # Reading and hashing the corpus run while torch and the trainer are imported.
     loading = CorpusLoading(config.corpus)
     from minigpt_tui.engine.runs import RunDirectory, RunLock
