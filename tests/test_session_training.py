@@ -209,3 +209,30 @@ def test_a_diverged_run_stops_at_the_patience_naming_the_last_good_checkpoint(tm
     assert len(updates) == 4 + 5 and not any(u.applied for u in updates[4:])
     assert [c.step for c in list_checkpoints(run.checkpoints)] == [2, 4]  # nothing saved after it
     assert not any(isinstance(e, Finished) for e in events)
+
+
+def test_a_stop_during_a_long_evaluation_is_honoured_between_its_batches(tmp_path):
+    """The stop lands mid-evaluation: the evaluation is abandoned (nothing recorded), the
+    run stops and saves at the boundary before it, and resuming evaluates that step again,
+    as the run that never stopped did."""
+    run = RunDirectory.create(tmp_path / "runs", "long-eval", "mini")
+    trainer = make_trainer("mini", train={"steps": 100, "save_every": 0, "eval_every": 50})
+    batches_seen = 0
+    session: TrainingSession
+    original = trainer.split_loss
+
+    def counting(batches):  # type: ignore[no-untyped-def]
+        nonlocal batches_seen
+        if trainer.step == 50:
+            batches_seen += 1
+            session.send(Command.STOP)  # asked while the evaluation at 50 runs
+        return original(batches)
+
+    trainer.split_loss = counting  # type: ignore[method-assign]
+    events: list = []
+    session = TrainingSession.for_trainer(lambda: trainer, events.append, checkpointer=Checkpointer(run, keep_last=10))
+    finished = session.run()
+    assert finished.step == 50 and finished.reason == "stopped"
+    assert [e.record.step for e in events if isinstance(e, EvaluationDone)] == [0]  # 50's was abandoned
+    assert batches_seen == 1  # the validation split was never started
+    assert [c.step for c in list_checkpoints(run.checkpoints)] == [50]

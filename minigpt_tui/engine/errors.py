@@ -63,3 +63,8 @@ class RunLocked(MiniGPTError):
 
 class TrainingDiverged(MiniGPTError):
     """Updates stopped being finite: the run stops at the boundary and saves nothing."""
+
+
+class EvaluationInterrupted(Exception):
+    """Not for users: an evaluation abandoned between batches because a stop was asked
+    (nothing was recorded); the training loop turns it into a stop at the boundary."""

@@ -15,7 +15,7 @@ import hashlib
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -37,7 +37,7 @@ from minigpt_tui.engine.config import RunConfig, TrainConfig
 from minigpt_tui.engine.corpus import Corpus
 from minigpt_tui.engine.devices import choose_device
 from minigpt_tui.engine.distributed import DataParallel, ShardedDocumentOrder, rank_seed
-from minigpt_tui.engine.errors import CaptureRefused, ConfigError, CorpusError
+from minigpt_tui.engine.errors import CaptureRefused, ConfigError, CorpusError, EvaluationInterrupted
 from minigpt_tui.engine.model import DropoutKey, MiniGPT, count_parameters
 from minigpt_tui.engine.optimizer import AdamW
 from minigpt_tui.engine.tensors import digest_tensors, update_digest
@@ -265,6 +265,9 @@ class Trainer:
     def __init__(self, setup: TrainingSetup, initial_weights: dict[str, Tensor] | None = None,
                  parallel: DataParallel | None = None) -> None:
         self.setup = setup
+        # Asked between evaluation batches: True abandons the evaluation (nothing recorded),
+        # so a stop is honoured within a batch even during a long complete-split evaluation.
+        self.interrupted: Callable[[], bool] | None = None
         self.config = config = setup.config
         train = config.train
         self.dtype = dtype_for(train.precision)
@@ -535,6 +538,8 @@ class Trainer:
     def split_loss(self, batches: list) -> tuple[float, int]:
         total, count = 0.0, 0
         for batch in batches:
+            if self.interrupted is not None and self.interrupted():  # a stop asked mid-evaluation
+                raise EvaluationInterrupted(self.step)
             logits = self.model(batch.inputs.to(self.device)).logits
             total += float(target_loss_sum(logits, batch.targets.to(self.device)))
             count += batch.valid_targets

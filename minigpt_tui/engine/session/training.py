@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from minigpt_tui.engine.errors import MiniGPTError, TrainingDiverged
+from minigpt_tui.engine.errors import EvaluationInterrupted, MiniGPTError, TrainingDiverged
 from minigpt_tui.engine.session.events import (
     Command,
     EvaluationDone,
@@ -180,6 +180,7 @@ class TrainingSession:
         self._sink(RunStarted({"parameter_tensors": tensors, "parameter_scalars": scalars}, trainer.step, steps))
         if self._paused:
             self._sink(Paused(trainer.step))
+        trainer.interrupted = self._stop_before_start  # a stop ends even a long evaluation at once
         work = scheduled_work(trainer, prepared.until)
         save_every = trainer.config.train.save_every
         watch = DivergenceWatch(trainer.config.train.divergence_patience)
@@ -188,7 +189,10 @@ class TrainingSession:
             while True:
                 if self._apply_commands(trainer):
                     return self._finish(trainer, FinishReason.STOPPED)
-                item = next(work, None)
+                try:
+                    item = next(work, None)
+                except EvaluationInterrupted:  # at the boundary before it: resuming evaluates again
+                    return self._finish(trainer, FinishReason.STOPPED)
                 if item is None:
                     return self._finish(trainer, FinishReason.COMPLETED)
                 self._write_metric(item)
@@ -268,7 +272,11 @@ class TrainingSession:
             self._paused = False
             self._sink(Resumed(trainer.step))
         elif command is Command.EVALUATE:
-            record = trainer.evaluate(extra=True)
+            try:
+                record = trainer.evaluate(extra=True)
+            except EvaluationInterrupted:
+                return  # the stop that interrupted it is seen at this boundary
+
             self._write_metric(record)
             self._sink(EvaluationDone(record, trainer.best_step, False))
         elif command is Command.SAVE:
