@@ -91,6 +91,7 @@ class MiniGPTApp(App[None]):
         return screen
 
     def on_mount(self) -> None:
+        self._exit_on_stop_signals()
         self.switch_mode("training")
         if self.settings.attach is not None:
             attach = self.settings.attach
@@ -175,6 +176,27 @@ class MiniGPTApp(App[None]):
 
     def action_quit(self) -> None:  # type: ignore[override]
         self.action_request_quit()
+
+    def _exit_on_stop_signals(self) -> None:
+        """SIGTERM or SIGINT from outside (the terminal's Ctrl+C is a key here) end the app
+        as the command line ends: a run of its own saves at its next update and stops, an
+        attached run is only detached from, and the terminal is restored."""
+        import asyncio
+        import signal
+
+        try:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self._exit_for_signal)
+        except (RuntimeError, NotImplementedError, ValueError):  # not the main thread (tests), or not POSIX
+            pass
+
+    def _exit_for_signal(self) -> None:
+        training = self.training_screen
+        if training is None or not training.has_active_run:
+            self.exit()
+            return
+        training.stop_for_exit(save=True)
 
     def on_unmount(self) -> None:
         # A thread worker cannot be killed and the interpreter waits for it at exit:

@@ -164,3 +164,61 @@ def test_the_real_app_pauses_resumes_and_stops_a_run_in_a_terminal(tmp_path):
         pane.wait_for(lambda t: "APP-EXITED-0" in t, "the app to exit cleanly")
     finally:
         pane.close()
+
+
+def _last_update(metrics: Path) -> int:
+    steps = [0]
+    for line in metrics.read_text().splitlines() if metrics.exists() else []:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("kind") == "update":
+            steps.append(record["step"])
+    return max(steps)
+
+
+@pytest.mark.parametrize("leave", ["q", "SIGINT"])
+def test_an_attached_app_that_quits_leaves_the_headless_run_training(tmp_path, leave):
+    """A headless run, the real app attached to it in a terminal, then q (or SIGINT to the app):
+    the app exits, the run goes on. x asks first, naming the run and its process; escape keeps it."""
+    runs = tmp_path / "runs"
+    env = {"MINIGPT_TUI_RUNS_DIR": str(runs), "MINIGPT_TUI_CACHE_DIR": str(tmp_path / "cache"),
+           "TERM": "xterm-256color"}
+    trainer = subprocess.Popen([str(SCRIPT), "train", "--preset", "mini", "--steps", "200000", "--run", "headless",
+                                "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**__import__("os").environ, **env})
+    metrics = runs / "headless" / "metrics.jsonl"
+    pane = None
+    try:
+        deadline = time.monotonic() + 60
+        while _last_update(metrics) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pane = TmuxPane([str(SCRIPT), "attach", str(runs / "headless")], env)
+        pane.wait_for(lambda t: "following" in t or "attached" in t, "the attached run")
+        pane.keys("x")
+        asked = pane.wait_for(lambda t: "Stop the run headless?" in t, "the stop question")
+        assert f"process {trainer.pid}" in asked and "Quitting the app instead leaves it running" in asked
+        pane.keys("Escape")
+        pane.wait_for(lambda t: "Stop the run headless?" not in t, "the question to close")
+        if leave == "q":
+            pane.keys(leave)
+        else:
+            # The app's own process (the Python running the script), not the pane's shell.
+            found = subprocess.run(["pgrep", "-f", f"^\\S*python\\S* {SCRIPT} attach {runs / 'headless'}"],
+                                   capture_output=True, text=True).stdout.split()
+            assert found, "the app's process was not found"
+            for pid in found:
+                __import__("os").kill(int(pid), __import__("signal").SIGINT)
+        pane.wait_for(lambda t: "APP-EXITED-" in t, "the app to exit")
+        at_exit = _last_update(metrics)
+        time.sleep(1.5)
+        assert trainer.poll() is None, "the run stopped with the app"
+        assert _last_update(metrics) > at_exit, "the run no longer trains"
+        control = runs / "headless" / "control.jsonl"
+        assert not control.exists() or "stop" not in control.read_text()
+    finally:
+        if pane is not None:
+            pane.close()
+        trainer.kill()
+        trainer.wait()
