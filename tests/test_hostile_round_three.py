@@ -147,3 +147,19 @@ def test_the_memory_estimate_reads_a_cgroup_limit(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Path, "read_text", fake_read)
     assert memory._cgroup_room(root) == 750_000_000
+
+
+def test_inspect_of_an_index_with_a_million_entries_is_bounded_and_linear(tmp_path):
+    import json
+    import time
+
+    folder = _hf_folder(tmp_path)
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    weight_map = {f"layer.{i}.weight": f"model-{i % 50_000:05d}.safetensors" for i in range(1_000_000)}
+    weight_map["transformer.wte.weight"] = "model.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    started = time.monotonic()
+    done = run(tmp_path, "inspect", str(folder))
+    seconds = time.monotonic() - started
+    assert "Traceback" not in done.stderr and seconds < 100, (seconds, done.stderr[-400:])
+    assert len(done.stdout.splitlines()) < 20_000  # a declared number of rows, not a million

@@ -11,6 +11,8 @@ from minigpt_tui.engine.printable import escape_controls
 from minigpt_tui.engine.session.display import shorten
 
 WIDE_FROM = 110  # below this width the group and offset columns give their room to the name
+MAX_TABLE_ENTRIES = 2_000  # rows of the entries tables; --json lists every entry
+MAX_FILE_TABLES = 16  # more files than this share one entries table
 PIPED_WIDTH = 400  # the line width when stdout is not a terminal: wide enough that no cell is cut
 STATISTICS = ("elements", "min", "max", "mean", "std", "zero_fraction", "nan", "inf", "bytes_read")
 
@@ -54,17 +56,35 @@ def _entries(console: Any, result: dict[str, Any]) -> None:
     wide = console.width >= WIDE_FROM
     columns = ("group", "dtype", "shape", "elements", "bytes", "offsets") if wide else (
         "dtype", "shape", "elements", "bytes")
-    for file_name in dict.fromkeys(e["file"] for e in result["entries"]):
-        entries = Table(title=_text(f"{file_name}: tensor entries (header only)"))
+    by_file: dict[str, list[dict[str, Any]]] = {}
+    for e in result["entries"]:  # one pass: a million entries over many shards stay linear
+        by_file.setdefault(e["file"], []).append(e)
+    # A table per file while there are a few; past that, one table with a file column.
+    groups = list(by_file.items()) if len(by_file) <= MAX_FILE_TABLES else [("", result["entries"])]
+    shown = 0
+    for file_name, file_entries in groups:
+        if shown >= MAX_TABLE_ENTRIES:
+            break
+        title = f"{file_name}: tensor entries (header only)" if file_name else \
+            f"tensor entries of {len(by_file):,} files (header only)"
+        entries = Table(title=_text(title))
+        if not file_name:
+            entries.add_column("file", overflow="fold")
         entries.add_column("name", overflow="fold", ratio=1)
         for column in columns:
             entries.add_column(column, no_wrap=True)
-        for e in (e for e in result["entries"] if e["file"] == file_name):
+        for e in file_entries[: MAX_TABLE_ENTRIES - shown]:
             values = {"group": e["group"], "dtype": e["dtype"], "shape": str(e["shape"]),
                       "elements": str(e["elements"]), "bytes": str(e["bytes"]),
                       "offsets": f"{e['begin']}..{e['end']}"}
-            entries.add_row(_text(e["name"]), *(_text(values[c]) for c in columns))
+            cells = [_text(e["name"]), *(_text(values[c]) for c in columns)]
+            entries.add_row(*([_text(e["file"])] if not file_name else []), *cells)
+        shown += min(len(file_entries), MAX_TABLE_ENTRIES - shown)
         console.print(entries)
+    total = len(result["entries"])
+    if total > shown:
+        console.print(_text(f"… and {total - shown:,} more entries, not shown (the first {shown:,} of {total:,}); "
+                            "--json lists every one"))
 
 
 def _aliases(console: Any, result: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from minigpt_tui.engine.corpus import Corpus, CorpusCounts, SourceFingerprint
 CACHE_ENV = "MINIGPT_TUI_CACHE_DIR"
 SOURCES = "sources"  # the index's folder inside the cache root
 INDEX_FORMAT = "minigpt-tui-source-index-v1"
+INDEX_FILE_LIMIT = 64 << 10  # an index file is a few hundred bytes
 # Names how parse_records turns bytes into records: a change to that rule must change it.
 RECORD_RULE = "utf8; blank-line paragraphs if any inner blank line, else non-blank lines; rstrip"
 
@@ -69,12 +70,19 @@ class SourceIndex:
 
     def lookup(self, fingerprint: SourceFingerprint) -> CorpusCounts | None:
         """The counts recorded for these bytes; None when absent or damaged (then removed)."""
+        from minigpt_tui.engine.checkpoint.safetensors_io import load_json
+        from minigpt_tui.engine.errors import InputRefused
+        from minigpt_tui.engine.files import read_small_file
+
         path = self._file(fingerprint)
-        try:
-            stored = json.loads(path.read_text("utf-8"))
-        except FileNotFoundError:
+        if not os.path.lexists(path):
             return None
-        except (OSError, ValueError):
+        try:  # input like any other: a regular file of bounded size, bounded JSON
+            stored = load_json(read_small_file(path, INDEX_FILE_LIMIT, "source index file").decode("utf-8"), 8)
+        except (InputRefused, ValueError):
+            _discard(path)
+            return None
+        if not isinstance(stored, dict):
             _discard(path)
             return None
         try:

@@ -239,7 +239,12 @@ def _vocabulary_by_id(vocab: dict[str, Any], where: str) -> dict[int, str]:
 
 def _require_special_ids(data: dict[str, Any], where: str) -> None:
     """BOS and EOS are added special tokens at their ids, and there is no other added token."""
-    specials = {t.get("id"): t for t in data.get("added_tokens") or [] if isinstance(t, dict)}
+    added_tokens = data.get("added_tokens") or []
+    if not isinstance(added_tokens, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("id"), int) and not isinstance(t.get("id"), bool)
+            for t in added_tokens):
+        raise TokenizerError(f"{where}: added_tokens is not a list of tokens with whole-number ids")
+    specials = {t["id"]: t for t in added_tokens}
     for token_id, label in ((BOS, "BOS"), (EOS, "EOS")):
         added = specials.get(token_id)
         if added is None or not added.get("special"):
