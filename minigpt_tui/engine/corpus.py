@@ -11,6 +11,7 @@ therefore costs one hash of the file, not one Python object per record.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -176,7 +177,23 @@ def _read_bytes(path: Path) -> bytes:
 
     require_regular_file(path, "a corpus file")  # a FIFO or /dev/zero would never end
     try:
-        return path.read_bytes()
+        # Without blocking: a kernel file that looks regular but waits for data (/proc/kmsg)
+        # is refused instead of hanging the run.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            size = os.fstat(fd).st_size
+            chunks, total = [], 0
+            while True:
+                chunk = os.read(fd, max(1 << 20, size - total))
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+                total += len(chunk)
+        finally:
+            os.close(fd)
+    except BlockingIOError:
+        raise CorpusError(f"corpus file {path} waits for data that may never come (a device or kernel file); "
+                          "refused") from None
     except OSError as err:
         raise CorpusError(f"cannot read corpus file {path}: {err.strerror or err}") from None
 
