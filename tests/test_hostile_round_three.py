@@ -138,14 +138,12 @@ def test_the_memory_estimate_reads_a_cgroup_limit(tmp_path, monkeypatch):
     (root / "box").mkdir(parents=True)
     (root / "box" / "memory.max").write_text("1000000000\n")
     (root / "box" / "memory.current").write_text("250000000\n")
-    real_read = Path.read_text
+    real_read = memory._read
 
-    def fake_read(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if str(self) == "/proc/self/cgroup":
-            return "0::/box\n"
-        return real_read(self, *args, **kwargs)
+    def fake_read(path):  # type: ignore[no-untyped-def]
+        return "0::/box\n" if str(path) == "/proc/self/cgroup" else real_read(path)
 
-    monkeypatch.setattr(Path, "read_text", fake_read)
+    monkeypatch.setattr(memory, "_read", fake_read)
     assert memory._cgroup_room(root) == 750_000_000
 
 
@@ -163,3 +161,14 @@ def test_inspect_of_an_index_with_a_million_entries_is_bounded_and_linear(tmp_pa
     seconds = time.monotonic() - started
     assert "Traceback" not in done.stderr and seconds < 100, (seconds, done.stderr[-400:])
     assert len(done.stdout.splitlines()) < 20_000  # a declared number of rows, not a million
+
+
+def test_convert_counts_parameters_with_the_tokenizers_vocabulary_before_allocating():
+    from minigpt_tui.engine.config import ModelConfig
+    from minigpt_tui.engine.errors import CheckpointError
+    from minigpt_tui.engine.interop.hf_import import _require_room_for
+
+    config = ModelConfig(family="llama", width=4096, heads=32, kv_heads=8, ffn=11008, layers=1, context=64)
+    _require_room_for(config, 258, 4, "small.hf")  # a few hundred million scalars at most: fits the limit
+    with pytest.raises(CheckpointError, match=r"about [\d,]+ parameters with the tokenizer's 1,000,258 ids"):
+        _require_room_for(config, 1_000_258, 4, "big.hf")

@@ -23,9 +23,14 @@ class Available:
     source: str  # "machine" or "cgroup limit"
 
 
+def _read(path: Path | str) -> str:
+    with open(path, encoding="ascii", errors="replace") as handle:  # small kernel files
+        return handle.read(1 << 16)
+
+
 def _read_int(path: Path) -> int | None:
     try:
-        text = path.read_text().strip()
+        text = _read(path).strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None
@@ -33,7 +38,7 @@ def _read_int(path: Path) -> int | None:
 
 def _machine_available() -> int | None:
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in _read("/proc/meminfo").splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
@@ -47,7 +52,7 @@ def _machine_available() -> int | None:
 def _cgroup_room(root: Path = Path("/sys/fs/cgroup")) -> int | None:
     """What the cgroup of this process still allows: limit minus usage (v2 or v1)."""
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        lines = _read("/proc/self/cgroup").splitlines()
     except OSError:
         return None
     for line in lines:
@@ -85,10 +90,10 @@ def training_bytes(config: Any, vocab_size: int | None = None, *, processes: int
     model, train = config.model, config.train
     vocab = vocab_size if vocab_size is not None else 258 + config.tokenizer.merges
     element = 8 if train.precision == "exact" else 4
+    from minigpt_tui.engine.config import estimated_parameters
+
     width, layers, context, ffn, heads = model.width, model.layers, model.context, model.ffn, model.heads
-    per_block = 4 * width * width + (3 if model.family == "llama" else 2) * width * ffn
-    parameters = vocab * width + layers * per_block + (context * width if model.family == "gpt2" else 0)
-    weights = 4 * parameters * element  # weights, gradients, two Adam moments
+    weights = 4 * estimated_parameters(model, vocab) * element  # weights, gradients, two Adam moments
     tokens = train.batch_size * context
     # Saved for backward per token and block: norms, q/k/v, attention scores and
     # probabilities, the feed-forward's hidden units; then the logits and their gradient.
@@ -128,3 +133,12 @@ def require_memory_for_training(config: Any, vocab_size: int | None = None, *, p
             else "choose a smaller model")
     raise ConfigError(f"this run needs about {needed / GB:.1f} GB of memory{each}; {room.bytes / GB:.1f} GB "
                       f"available ({room.source}); {hint}")
+
+
+def require_memory(nbytes: int, what: str) -> None:
+    """Refuse to allocate ``nbytes`` for ``what`` when that much is not available (the
+    machine's available memory, or its cgroup's room)."""
+    room = available_memory()
+    if room is not None and nbytes > room.bytes:
+        raise ConfigError(f"{what} needs about {nbytes / GB:.1f} GB of memory; {room.bytes / GB:.1f} GB available "
+                          f"({room.source})")

@@ -457,13 +457,13 @@ def read_tensor(path: Path | str, name: str, header: Header | None = None) -> "t
 def require_memory_for(path: Path, nbytes: int, what: str) -> None:
     """Refuse to read ``nbytes`` into memory when this machine does not have that much (a
     sparse or hostile file would otherwise be allocated for, then read for hours)."""
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
-        return
-    if nbytes > physical:
+    from minigpt_tui.engine.memory import available_memory
+
+    room = available_memory()  # the machine's available memory, or its cgroup's room when smaller
+    if room is not None and nbytes > room.bytes:
+        where = "this machine's" if room.source == "machine" else "its cgroup's"
         raise CheckpointError(
-            f"{path}: {what} holds {nbytes:,} bytes, more than this machine's {physical:,} bytes of memory"
+            f"{path}: {what} holds {nbytes:,} bytes, more than {where} {room.bytes:,} bytes of available memory"
         )
 
 

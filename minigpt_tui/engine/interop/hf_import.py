@@ -294,6 +294,20 @@ def plan_conversion(folder: HFFolder) -> tuple["ModelConfig", dict[str, str], st
     return config, names, dtype, head_stored
 
 
+def _require_room_for(config: Any, vocab_size: int, element: int, where: str) -> None:
+    """The model ``convert`` will make, checked before it is allocated: its parameters
+    counted with the tokenizer's vocabulary (not the config's), against the limit and the
+    memory available for the model and the tensors read to fill it."""
+    from minigpt_tui.engine.config import MAX_PARAMETERS, estimated_parameters
+    from minigpt_tui.engine.memory import require_memory
+
+    scalars = estimated_parameters(config, vocab_size)
+    if scalars > MAX_PARAMETERS:
+        raise CheckpointError(f"{where}: the model would have about {scalars:,} parameters with the tokenizer's "
+                              f"{vocab_size:,} ids, above the limit of {MAX_PARAMETERS:,}")
+    require_memory(2 * scalars * element, f"{where}: converting this model")
+
+
 def convert_hf(source: Path | str, out: Path | str, *, tokenizer_path: Path | str | None = None) -> Conversion:
     """Convert a transformers folder into our portable model file at ``out`` (new file)."""
     import torch
@@ -320,6 +334,7 @@ def convert_hf(source: Path | str, out: Path | str, *, tokenizer_path: Path | st
             f"tokenizer's ({tokenizer.vocab_size} ids from {tokenizer_source})"
         )
     torch_dtype = torch.float64 if dtype == "F64" else torch.float32
+    _require_room_for(config, tokenizer.vocab_size, 8 if dtype == "F64" else 4, where)
     model = MiniGPT(config, tokenizer.vocab_size, torch_dtype)
     loaded: dict[str, LoadedFile] = {}
 
