@@ -10,6 +10,7 @@ from textual.widgets import DataTable, Input, OptionList, Select, TabbedContent,
 
 from minigpt_tui.screens.checkpoints import CheckpointsScreen
 from minigpt_tui.screens.confirm_delete import ConfirmDeleteScreen
+from minigpt_tui.screens.confirm_stop import ConfirmStopScreen
 from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
 from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.screens.new_run import NewRunScreen
@@ -364,7 +365,8 @@ async def test_the_arrow_keys_move_between_a_confirmation_s_buttons(runs):
     app = make_app(runs)
     async with app.run_test(size=(80, 24)) as pilot:
         for dialog, order in ((ConfirmQuitScreen(2), ["save", "discard", "stay"]),
-                              (ConfirmDeleteScreen("run tiny-a", ["folder"]), ["keep", "delete"])):
+                              (ConfirmDeleteScreen("run tiny-a", ["folder"]), ["keep", "act"]),
+                              (ConfirmStopScreen("headless", "process 7"), ["keep", "act"])):
             app.push_screen(dialog)
             await settle(pilot)
             seen = [dialog.focused.id]

@@ -87,17 +87,23 @@ def _live_state(run_dir: Path) -> str | None:
     return live.state if live is not None else None
 
 
-@run_async
-async def test_the_app_follows_and_steers_a_headless_run_in_another_process(tmp_path):
-    runs = tmp_path / "runs"
+def _start_headless(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """A long headless mini run in another process, once its live state says running."""
     trainer = subprocess.Popen(
         cli_command("train", "--preset", "mini", "--steps", "200000", "--run", "headless", "--json"),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path))
-    run_dir = runs / "headless"
+    run_dir = tmp_path / "runs" / "headless"
+    deadline = time.monotonic() + 60
+    while _live_state(run_dir) != "running" and time.monotonic() < deadline and trainer.poll() is None:
+        time.sleep(0.1)
+    return trainer, run_dir
+
+
+@run_async
+async def test_the_app_follows_and_steers_a_headless_run_in_another_process(tmp_path):
+    runs = tmp_path / "runs"
+    trainer, run_dir = _start_headless(tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while _live_state(run_dir) != "running" and time.monotonic() < deadline:
-            time.sleep(0.1)
         assert _live_state(run_dir) == "running"
         app = MiniGPTApp(LaunchSettings(runs_dir=runs, attach=run_dir), preload_engine=False)
         async with app.run_test(size=(100, 30)) as pilot:
@@ -131,7 +137,7 @@ async def test_the_app_follows_and_steers_a_headless_run_in_another_process(tmp_
             assert _live_state(run_dir) == "running" and screen.run.state == "running"
             await key(pilot, "x")
             await wait_until(pilot, lambda: isinstance(app.screen, ConfirmStopScreen))
-            await pilot.click("#stop")
+            await pilot.click("#act")
             await wait_until(pilot, lambda: screen.run.state == "stopped")
         assert trainer.wait(timeout=60) == 0
         assert _live_state(run_dir) == "stopped"
@@ -151,14 +157,8 @@ def _last_update(run_dir: Path) -> int:
 async def test_quitting_an_attached_app_leaves_the_run_training(tmp_path):
     """q, and the app ending however it ends (its unmount), only detach from a followed run."""
     runs = tmp_path / "runs"
-    trainer = subprocess.Popen(
-        cli_command("train", "--preset", "mini", "--steps", "200000", "--run", "headless", "--json"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path))
-    run_dir = runs / "headless"
+    trainer, run_dir = _start_headless(tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while _live_state(run_dir) != "running" and time.monotonic() < deadline:
-            time.sleep(0.1)
         for quit_key in ("q", None):  # None: the app exits by other means (a crash, SIGINT)
             app = MiniGPTApp(LaunchSettings(runs_dir=runs, attach=run_dir), preload_engine=False)
             async with app.run_test(size=(100, 30)) as pilot:

@@ -86,22 +86,32 @@ def _unique_temporary(path: Path) -> Path:
 REPLACE_WITH_FORCE = "add --force to replace it"
 
 
+def _existing_entry(path: Path) -> os.stat_result | None:
+    """What is at ``path`` itself (a link is not followed); None when nothing is."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise WriteRefused(f"cannot write {shorten(str(path))}: {err.strerror or err}") from None
+
+
+def _entry_kind(info: os.stat_result) -> str:
+    mode = info.st_mode
+    return ("a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else
+            "a file" if stat.S_ISREG(mode) else _kind_of(mode))
+
+
 def check_writable_target(path: Path | str, *, replace: bool = False, what: str = "output",
                           how_to_replace: str | None = REPLACE_WITH_FORCE) -> Path:
     """Refuse an output path before any work is done: an existing one without ``replace``
     (the refusal says ``how_to_replace`` where there is a way), one that is not a regular
     file, or one whose folder does not exist."""
     path = Path(path).expanduser()
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        info = None
-    except OSError as err:
-        raise WriteRefused(f"cannot write {str(path)[:200]}: {err.strerror or err}") from None
+    info = _existing_entry(path)
     if info is not None:
         if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
-            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else (
-                "a folder" if stat.S_ISDIR(info.st_mode) else _kind_of(info.st_mode))
+            kind = _entry_kind(info)
             raise WriteRefused(f"{path} is {kind}: the {what} is written only to a regular file or a new path")
         if not replace:
             way = f" or {how_to_replace}" if how_to_replace else ""
@@ -261,17 +271,9 @@ def check_new_output(path: Path | str, what: str = "--out") -> Path:
     only). Stale work files of earlier writes to it whose process died are reclaimed."""
     path = Path(path).expanduser()
     shown = shorten(str(path))
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        info = None
-    except OSError as err:
-        raise WriteRefused(f"cannot write {shown}: {err.strerror or err}") from None
+    info = _existing_entry(path)
     if info is not None:
-        kind = ("a symbolic link" if stat.S_ISLNK(info.st_mode) else
-                "a folder" if stat.S_ISDIR(info.st_mode) else "a file" if stat.S_ISREG(info.st_mode) else
-                _kind_of(info.st_mode))
-        raise WriteRefused(f"{shown} already exists ({kind}); choose a new {what}: nothing is overwritten")
+        raise WriteRefused(f"{shown} already exists ({_entry_kind(info)}); choose a new {what}: nothing is overwritten")
     parent = path.parent
     if not parent.is_dir():
         raise WriteRefused(f"cannot write {shown}: the folder {shorten(str(parent))} does not exist")
