@@ -18,6 +18,7 @@ KIND_STYLES = {
     "best": "bold green",
     "extra": "italic",
     "refused": "bold red",
+    "note": "yellow",
     "failed": "bold red",
     "finished": "bold",
     "stopped": "yellow",

@@ -100,6 +100,10 @@ class ActiveRun:
         return False
 
 
+# Refused events that report a condition rather than a refused action.
+NOTICES = frozenset({"live status", "token cache"})
+
+
 @dataclass(frozen=True)
 class RunWidgets:
     """The widgets a run shows on."""
@@ -300,7 +304,10 @@ class RunMonitor:
         asked = event.action == "save" and run.requested_saves > 0
         if asked:
             run.requested_saves -= 1
-        if asked or event.action != "save":
+        if event.action in NOTICES:  # not a refused action: something the run does without
+            log.record("note", f"{event.action}: {event.message}")
+            self._notify(event.message, title=event.action, severity="warning", markup=False)
+        elif asked or event.action != "save":
             log.record("refused", f"{event.action}: {event.message}")
             self._notify(event.message, title=f"{event.action} refused", severity="warning", markup=False)
         elif event.message not in run.refusals_logged:
