@@ -172,3 +172,18 @@ def test_convert_counts_parameters_with_the_tokenizers_vocabulary_before_allocat
     _require_room_for(config, 258, 4, "small.hf")  # a few hundred million scalars at most: fits the limit
     with pytest.raises(CheckpointError, match=r"about [\d,]+ parameters with the tokenizer's 1,000,258 ids"):
         _require_room_for(config, 1_000_258, 4, "big.hf")
+
+
+def test_a_corpus_too_large_to_read_in_memory_is_refused_before_reading_it(tmp_path, monkeypatch):
+    from minigpt_tui.engine import memory
+    from minigpt_tui.engine.config import CorpusConfig
+    from minigpt_tui.engine.corpus import load_corpus
+    from minigpt_tui.engine.errors import ConfigError
+
+    text = tmp_path / "book.txt"
+    text.write_text("a line of the book\n" * 50_000)  # about 1 MB
+    monkeypatch.setattr(memory, "available_memory", lambda: memory.Available(2_000_000, "cgroup limit"))
+    with pytest.raises(ConfigError, match=r"reading the corpus .*book.txt needs about 8 MB of memory; 2 MB available \(cgroup limit\)"):
+        load_corpus(CorpusConfig(source=str(text), val_every=10, mode="stream"))
+    monkeypatch.setattr(memory, "available_memory", lambda: memory.Available(100_000_000, "machine"))
+    assert load_corpus(CorpusConfig(source=str(text), val_every=10, mode="stream")).counts.records == 50_000

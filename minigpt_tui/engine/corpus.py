@@ -172,6 +172,9 @@ def _has_inner_blank(lines: list[str]) -> bool:
     return False
 
 
+READING_FACTOR = 8  # peak memory of reading and encoding a text, in multiples of its bytes (measured)
+
+
 def _read_bytes(path: Path) -> bytes:
     from minigpt_tui.engine.files import require_regular_file
 
@@ -284,6 +287,11 @@ def load_corpus(config: CorpusConfig, cache_dir: str | Path | None = None) -> Co
                 return _records_of(files, again)
 
             return Corpus(source, config.val_every, read_again, known, fingerprint)
+    from minigpt_tui.engine.memory import require_memory
+
+    # Records, their token arrays and the passes between take about this many times the
+    # text's bytes at their peak: a text too large for memory is refused before, not killed in.
+    require_memory(READING_FACTOR * sum(map(len, contents)), f"reading the corpus {source}")
     texts = _records_of(files, contents)
     del contents
     return _checked(Corpus(source, config.val_every, lambda: texts, fingerprint=fingerprint))

@@ -17,6 +17,11 @@ GB = 1e9
 RUNTIME_BYTES = 400_000_000  # torch, numpy and the interpreter in one training process
 
 
+def amount(nbytes: int) -> str:
+    """A memory size as people say it: "48.9 GB", "750 MB"."""
+    return f"{nbytes / GB:.1f} GB" if nbytes >= GB else f"{max(1, round(nbytes / 1e6))} MB"
+
+
 @dataclass(frozen=True)
 class Available:
     bytes: int
@@ -131,7 +136,7 @@ def require_memory_for_training(config: Any, vocab_size: int | None = None, *, p
     batch = suggest_batch(config, room.bytes, vocab_size, processes)
     hint = (f"try --nproc {fitting}" if fitting >= 1 else f"try [train] batch_size = {batch}" if batch
             else "choose a smaller model")
-    raise ConfigError(f"this run needs about {needed / GB:.1f} GB of memory{each}; {room.bytes / GB:.1f} GB "
+    raise ConfigError(f"this run needs about {amount(needed)} of memory{each}; {amount(room.bytes)} "
                       f"available ({room.source}); {hint}")
 
 
@@ -140,5 +145,5 @@ def require_memory(nbytes: int, what: str) -> None:
     machine's available memory, or its cgroup's room)."""
     room = available_memory()
     if room is not None and nbytes > room.bytes:
-        raise ConfigError(f"{what} needs about {nbytes / GB:.1f} GB of memory; {room.bytes / GB:.1f} GB available "
+        raise ConfigError(f"{what} needs about {amount(nbytes)} of memory; {amount(room.bytes)} available "
                           f"({room.source})")
