@@ -94,9 +94,23 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="one seed (0 to 2**64-1) from which init, data, dropout and sampling derive")
     parser.add_argument("--precision", choices=["exact", "fast", "bf16", "fp16"],
                         help="exact: float64, one thread; fast: float32; bf16/fp16: autocast, float32 master weights")
-    parser.add_argument("--threads", type=int, help="threads in fast precision, 1 to 1,024")
+    parser.add_argument("--threads", type=thread_count, metavar="auto|N",
+                        help="threads in fast precision: auto (adapts to how busy the machine is) or 1 to 1,024")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"],
                         help="where to train (auto: cuda, then mps, then cpu; default: cpu)")
+
+
+def thread_count(text: str) -> int:
+    """``--threads``: "auto" (0) or a whole number."""
+    if text.strip().lower() == "auto":
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto or a whole number, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected auto or at least 1, got {value}")
+    return value
 
 
 def config_from_args(args: argparse.Namespace) -> Any:

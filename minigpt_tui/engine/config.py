@@ -363,7 +363,7 @@ def validate(config: RunConfig) -> None:
     need(t.eval_batches >= 0, "train.eval_batches must be 0 (complete splits) or positive")
     need(t.monitor_tokens >= 0, "train.monitor_tokens must be 0 or more")
     need(t.precision in PRECISIONS, f"train.precision must be one of {PRECISIONS}")
-    need(t.threads >= 1, "train.threads must be at least 1")
+    need(t.threads >= 0, "train.threads must be 0 (auto: adapts to how busy the machine is) or at least 1")
     need(t.device in DEVICE_CHOICES, f"train.device must be one of {', '.join(DEVICE_CHOICES)}, got '{t.device}'")
     need(t.save_every >= 0, "train.save_every must be 0 (off) or positive")
     need(t.keep_last >= 1, "train.keep_last must be at least 1")

@@ -19,6 +19,7 @@ KIND_STYLES = {
     "extra": "italic",
     "refused": "bold red",
     "note": "yellow",
+    "threads": "magenta",
     "failed": "bold red",
     "finished": "bold",
     "stopped": "yellow",

@@ -156,6 +156,7 @@ class RunMonitor:
             engine.Paused: self._on_paused,
             engine.Resumed: self._on_resumed,
             engine.Saved: self._on_saved,
+            engine.ThreadsChanged: self._on_threads_changed,
             engine.Refused: self._on_refused,
             engine.Finished: self._on_finished,
             engine.Failed: self._on_failed,
@@ -298,6 +299,12 @@ class RunMonitor:
         if event.reason == engine.SaveReason.MANUAL and run.requested_saves:
             run.requested_saves -= 1
         self.widgets.log.record("saved", f"update {event.step} ({event.reason}): {self.run_path(run, event.path)}")
+
+    def _on_threads_changed(self, run: ActiveRun, event: engine.ThreadsChanged, applied: AppliedEvents) -> None:
+        from minigpt_tui.engine.threads import ThreadChange, thread_hint
+
+        change = ThreadChange(event.step, event.before, event.after, event.reason)
+        self.widgets.log.record("threads", f"at update {event.step}, {thread_hint(change)}")
 
     def _on_refused(self, run: ActiveRun, event: engine.Refused, applied: AppliedEvents) -> None:
         log = self.widgets.log

@@ -21,7 +21,9 @@ def short_identity(identity: str) -> str:
 def precision_text(precision: str, dtype: str, threads: int) -> str:
     if precision == "exact":
         return f"exact ({dtype}, 1 thread, deterministic)"
-    return f"fast ({dtype}, {threads} thread{'s' if threads != 1 else ''})"
+    if threads == 0:
+        return f"{precision} ({dtype}, threads auto: adapts to how busy the machine is)"
+    return f"{precision} ({dtype}, {threads} thread{'s' if threads != 1 else ''})"
 
 
 class RunSummaryView(Static):

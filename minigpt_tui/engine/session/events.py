@@ -161,6 +161,16 @@ class Saved:
 
 
 @dataclass(frozen=True)
+class ThreadsChanged:
+    """An automatic run moved to another thread count because it updates faster there."""
+
+    step: int
+    before: int
+    after: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class Refused:
     action: str
     message: str
@@ -183,7 +193,8 @@ class Failed:
     message: str
 
 
-Event = Preparing | RunSummary | RunStarted | UpdateDone | EvaluationDone | ProbesScored | Paused | Resumed | Saved | Refused | Finished | Failed
+Event = (Preparing | RunSummary | RunStarted | UpdateDone | EvaluationDone | ProbesScored | Paused | Resumed | Saved
+         | ThreadsChanged | Refused | Finished | Failed)
 EventSink = Callable[[Any], None]
 
 

@@ -45,11 +45,13 @@ from minigpt_tui.engine.session.events import (
     RunStarted,
     SaveReason,
     Saved,
+    ThreadsChanged,
     UpdateDone,
 )
 from minigpt_tui.engine.session.plans import PreparedRun, RunPlan, prepare
 
 if TYPE_CHECKING:
+    from minigpt_tui.engine.threads import ThreadTuner
     from minigpt_tui.engine.session.run_control import RunControl
     from minigpt_tui.engine.checkpoint.directory import Checkpointer
     from minigpt_tui.engine.trainer import EvaluationRecord, Trainer, UpdateRecord
@@ -113,6 +115,7 @@ class TrainingSession:
         self._control: RunControl | None = None  # the run folder's control file, on its writer
         self.prepared: PreparedRun | None = None
         self.unsaved_updates = 0
+        self._threads_now = 1  # the thread count of the updates being made (metrics.jsonl)
         self.write_failure: MiniGPTError | None = None  # the metrics log could not be written
 
     @classmethod
@@ -181,6 +184,7 @@ class TrainingSession:
         if self._paused:
             self._sink(Paused(trainer.step))
         trainer.interrupted = self._stop_before_start  # a stop ends even a long evaluation at once
+        tuner = self._thread_tuner(trainer)
         work = scheduled_work(trainer, prepared.until)
         save_every = trainer.config.train.save_every
         watch = DivergenceWatch(trainer.config.train.divergence_patience)
@@ -201,6 +205,8 @@ class TrainingSession:
                     self._sink(UpdateDone(item, steps))
                     if watch.observe(item):
                         raise self._diverged(watch)
+                    if tuner is not None:
+                        self._tune_threads(tuner, item)
                     if save_every and item.applied and trainer.step % save_every == 0 and watch.healthy:
                         due.append(SaveReason.INTERVAL)
                 else:
@@ -323,7 +329,7 @@ class TrainingSession:
                       "probes": [score.to_json() for score in item.scores]}
         elif hasattr(item, "exact_fields"):
             record = {"kind": "update", **item.exact_fields(), "seconds": item.seconds,
-                      "tokens_per_second": item.tokens_per_second}
+                      "tokens_per_second": item.tokens_per_second, "threads": self._threads_now}
         else:
             record = {"kind": "evaluation", **asdict(item)}
         try:
@@ -333,6 +339,34 @@ class TrainingSession:
                 self.write_failure = err
                 self._sink(Refused("metrics", f"{err}: stopping the run"))
                 self.send(Command.STOP)
+
+    def _thread_tuner(self, trainer: Trainer) -> ThreadTuner | None:
+        """An automatic run's tuner (``train.threads = 0`` outside exact precision); with
+        several processes each takes its share of the cores."""
+        import torch
+
+        from minigpt_tui.engine.threads import AUTO, ThreadTuner, usable_cores
+
+        self._threads_now = torch.get_num_threads()
+        train = trainer.config.train
+        if train.precision == "exact" or train.threads != AUTO:
+            return None
+        share = max(1, usable_cores() // trainer.parallel.world_size)
+        if trainer.parallel.distributed:
+            self._threads_now = min(self._threads_now, share)
+            torch.set_num_threads(self._threads_now)
+        return ThreadTuner(self._threads_now, cores=share)
+
+    def _tune_threads(self, tuner: ThreadTuner, record: UpdateRecord) -> None:
+        import torch
+
+        change = tuner.observe(record.step, record.seconds)
+        if change is None:
+            return
+        torch.set_num_threads(change.after)
+        self._threads_now = change.after
+        if change.reason not in ("trying", "back"):  # trials are not news; a kept change is
+            self._sink(ThreadsChanged(change.step, change.before, change.after, change.reason))
 
     def _diverged(self, watch: DivergenceWatch) -> TrainingDiverged:
         """The stop of a diverged run: nothing is saved (the weights may be lost already)."""
