@@ -116,6 +116,7 @@ class TrainingSession:
         self.prepared: PreparedRun | None = None
         self.unsaved_updates = 0
         self._threads_now = 1  # the thread count of the updates being made (metrics.jsonl)
+        self._record_threads = False  # fast precision records it with each update
         self.write_failure: MiniGPTError | None = None  # the metrics log could not be written
 
     @classmethod
@@ -329,7 +330,9 @@ class TrainingSession:
                       "probes": [score.to_json() for score in item.scores]}
         elif hasattr(item, "exact_fields"):
             record = {"kind": "update", **item.exact_fields(), "seconds": item.seconds,
-                      "tokens_per_second": item.tokens_per_second, "threads": self._threads_now}
+                      "tokens_per_second": item.tokens_per_second}
+            if self._record_threads:  # fast precision; exact precision always runs one thread
+                record["threads"] = self._threads_now
         else:
             record = {"kind": "evaluation", **asdict(item)}
         try:
@@ -349,6 +352,7 @@ class TrainingSession:
 
         self._threads_now = torch.get_num_threads()
         train = trainer.config.train
+        self._record_threads = train.precision != "exact"
         if train.precision == "exact" or train.threads != AUTO:
             return None
         share = max(1, usable_cores() // trainer.parallel.world_size)
