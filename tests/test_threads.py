@@ -48,3 +48,22 @@ def test_a_core_that_comes_free_is_taken_back():
     changes = simulate(tuner, {1: 0.034, 2: 0.020}, 200)
     assert any(c[1:3] == (1, 2) and c[3].startswith("a core came free") for c in changes)
     assert tuner.threads == 2
+
+
+def test_a_fast_run_with_automatic_threads_records_each_updates_count(tmp_path):
+    import json
+    import subprocess
+
+    from tests.conftest import cli_command, cli_env
+
+    done = subprocess.run(cli_command("train", "--preset", "text", "--steps", "200", "--until", "12", "--run", "auto",
+                                      "--json"), capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
+    assert done.returncode == 0, done.stderr
+    config = json.loads((tmp_path / "runs" / "auto" / "config.json").read_text())
+    assert config["train"]["threads"] == 0 and config["train"]["precision"] == "fast"
+    lines = (tmp_path / "runs" / "auto" / "metrics.jsonl").read_text().splitlines()
+    counts = [json.loads(line)["threads"] for line in lines if '"kind": "update"' in line]
+    assert len(counts) == 12 and all(1 <= n <= 8 for n in counts)
+    refused = subprocess.run(cli_command("train", "--preset", "text", "--threads", "0"), capture_output=True,
+                             text=True, env=cli_env(tmp_path), timeout=60)
+    assert refused.returncode == 2 and "expected auto or at least 1, got 0" in refused.stderr
