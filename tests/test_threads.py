@@ -67,3 +67,17 @@ def test_a_fast_run_with_automatic_threads_records_each_updates_count(tmp_path):
     refused = subprocess.run(cli_command("train", "--preset", "text", "--threads", "0"), capture_output=True,
                              text=True, env=cli_env(tmp_path), timeout=60)
     assert refused.returncode == 2 and "expected auto or at least 1, got 0" in refused.stderr
+
+
+def test_the_new_run_form_takes_auto_or_a_number_of_threads():
+    import pytest
+
+    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.screens.new_run import NewRunForm, refused_field
+
+    assert NewRunForm("text").resolve().train.threads == 0  # the preset's automatic threads
+    assert NewRunForm("text", threads="auto").resolve().train.threads == 0
+    assert NewRunForm("text", threads="3").resolve().train.threads == 3
+    with pytest.raises(ConfigError) as refused:
+        NewRunForm("text", threads="many").resolve()
+    assert refused_field(str(refused.value)) == "threads"

@@ -27,7 +27,8 @@ REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("invalid run name", "name"), ("run '", "name"), ("updates ", "steps"), ("train.steps", "steps"),
     ("train.warmup", "steps"), ("save interval", "save_every"), ("train.save_every", "save_every"),
     *((f"{name} seed", name) for name in SEED_STREAMS), *((f"seeds.{name}", name) for name in SEED_STREAMS),
-    ("seed ", "seed"), ("give one seed", "seed"), ("corpus", "corpus"),
+    ("seed ", "seed"), ("give one seed", "seed"), ("corpus", "corpus"), ("threads", "threads"),
+    ("train.threads", "threads"),
 )
 
 
@@ -51,6 +52,7 @@ class NewRunForm:
     corpus: str = ""
     steps: str = ""
     precision: str = ""
+    threads: str = ""
     seed: str = ""
     init: str = ""
     data: str = ""
@@ -79,9 +81,15 @@ class NewRunForm:
             steps=parse_number(self.steps, "updates", int),
             save_every=parse_number(self.save_every, "save interval", int),
             precision=self.precision or None,
+            threads=0 if self.threads.strip().lower() == "auto" else parse_number(self.threads, "threads", int),
             seed=parse_number(self.seed, "seed", int),
             stream_seeds={name: parse_number(getattr(self, name), f"{name} seed", int) for name in SEED_STREAMS},
         ).resolve()
+
+
+def threads_hint(threads: int) -> str:
+    """The threads field's placeholder: the preset's choice, and what may be typed."""
+    return ("auto" if threads == 0 else str(threads)) + " (auto or a number; fast precision)"
 
 
 class NewRunScreen(ModalScreen[NewRunRequest | None]):
@@ -117,6 +125,8 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
                 yield Label("precision")
                 yield Select([("exact (float64, 1 thread)", "exact"), ("fast (float32)", "fast")],
                              value=current.train.precision, allow_blank=False, compact=True, id="precision")
+                yield Label("threads")
+                yield Input(placeholder=threads_hint(current.train.threads), compact=True, id="threads")
                 yield Label("one seed")
                 yield Input(placeholder="derives every stream seed", compact=True, id="seed")
                 for name in SEED_STREAMS:
@@ -140,6 +150,7 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
         self.query_one("#name", Input).placeholder = f"{config.preset}-YYYYMMDD-HHMMSS"
         self.query_one("#corpus", Input).placeholder = config.corpus.source
         self.query_one("#steps", Input).placeholder = str(config.train.steps)
+        self.query_one("#threads", Input).placeholder = threads_hint(config.train.threads)
         self.query_one("#save_every", Input).placeholder = f"{config.train.save_every} (0: off)"
         for name in SEED_STREAMS:
             self.query_one(f"#{name}", Input).placeholder = str(getattr(config.seeds, name))
@@ -155,6 +166,7 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
             corpus=text("corpus"),
             steps=text("steps"),
             precision=str(self.query_one("#precision", Select).value),
+            threads=text("threads"),
             seed=text("seed"),
             init=text("init"),
             data=text("data"),

@@ -22,7 +22,7 @@ def precision_text(precision: str, dtype: str, threads: int) -> str:
     if precision == "exact":
         return f"exact ({dtype}, 1 thread, deterministic)"
     if threads == 0:
-        return f"{precision} ({dtype}, threads auto: adapts to how busy the machine is)"
+        return f"{precision} ({dtype}, threads auto)"
     return f"{precision} ({dtype}, {threads} thread{'s' if threads != 1 else ''})"
 
 
