@@ -348,7 +348,7 @@ class TrainingSession:
         several processes each takes its share of the cores."""
         import torch
 
-        from minigpt_tui.engine.threads import AUTO, ThreadTuner, usable_cores
+        from minigpt_tui.engine.threads import AUTO, MAX_AUTO, ThreadTuner, usable_cores
 
         self._threads_now = torch.get_num_threads()
         train = trainer.config.train
@@ -359,6 +359,9 @@ class TrainingSession:
         if trainer.parallel.distributed:
             self._threads_now = min(self._threads_now, share)
             torch.set_num_threads(self._threads_now)
+        if self._threads_now < min(share, MAX_AUTO):  # said once: why the run starts with fewer
+            self._sink(ThreadsChanged(trainer.step, min(share, MAX_AUTO), self._threads_now,
+                                      "another program is using a core"))
         return ThreadTuner(self._threads_now, cores=share)
 
     def _tune_threads(self, tuner: ThreadTuner, record: UpdateRecord) -> None:
