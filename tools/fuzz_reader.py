@@ -9,7 +9,7 @@ characters). Each case is opened by ``safe_open``, by our header reader, by ``in
 engine call and by the model loader, and must:
 
 - be refused by our reader whenever ``safe_open`` refuses it (our reader may refuse more
-  only for the stricter rules the README documents: duplicate keys, a header not starting
+  only for the stricter rules the guide documents (docs/guide/files-you-did-not-write.md): duplicate keys, a header not starting
   with ``{``, entry fields besides dtype/shape/data_offsets, a dimension of 2**63 or more);
 - raise nothing but the project's one-line errors;
 - finish within a second, and leave the process under a memory bound;
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 # Violations our reader reports where safe_open accepts the file, each documented in the
-# README ("Where the reader is stricter than safetensors").
+# guide (docs/guide/files-you-did-not-write.md, "Where the reader is stricter than safetensors").
 DOCUMENTED_STRICTER = frozenset({"duplicate-name", "header-start", "bad-entry", "bad-shape"})
 CASE_SECONDS = 1.0
 
@@ -227,7 +227,7 @@ def check_case(index: int, mutation: str, path: Path) -> CaseResult:
     if not accepts and ours:
         problems.append("safe_open refuses this file but our reader accepts it")
     if accepts and not ours and violation not in DOCUMENTED_STRICTER:
-        problems.append(f"our reader refuses ({violation}) what safe_open accepts, and the README does not say why")
+        problems.append(f"our reader refuses ({violation}) what safe_open accepts, and the guide does not say why")
     if seconds > CASE_SECONDS:
         problems.append(f"took {seconds:.2f} s")
     if _state(path.parent) != before:
