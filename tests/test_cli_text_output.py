@@ -4,6 +4,8 @@ wrong file names what it is."""
 
 from __future__ import annotations
 
+import json
+
 import re
 from pathlib import Path
 
@@ -98,8 +100,14 @@ def test_train_summary_at_80_columns_shows_the_whole_digest_and_no_evaluation_fo
     assert rows["parameters"] == "1,572 in 29 tensors"
 
 
-def test_steps_shorter_than_the_preset_s_warmup_names_both_and_the_way_out(capsys, tmp_path):
-    code, out, err = run_cli(capsys, "train", "--preset", "text", "--steps", "20", "--runs-dir", str(tmp_path / "runs"))
+def test_a_preset_warmup_scales_with_fewer_steps_and_a_chosen_one_longer_than_them_is_refused(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "train", "--preset", "text", "--steps", "20", "--until", "1", "--json",
+                             "--runs-dir", str(tmp_path / "scaled"))
+    assert code == 0, err
+    (config,) = (tmp_path / "scaled").glob("*/config.json")
+    assert json.loads(config.read_text())["train"]["warmup"] == 1  # 100 of 2000 updates: the same share of 20
+    code, out, err = run_cli(capsys, "train", "--preset", "text", "--steps", "20", "--set", "train.warmup=100",
+                             "--runs-dir", str(tmp_path / "runs"))
     assert code == 1 and out == ""
     assert err.strip() == (
         "minigpt-tui: error: train.warmup (100 updates) is longer than train.steps (20): train at least 100 "
@@ -174,3 +182,38 @@ def test_many_checkpoints_are_listed_by_their_ends():
 
     assert _steps_held([]) == "it has none"
     assert _steps_held(list(range(100, 1100, 100))) == "its checkpoints: 100, 200, 300, …, 1000 (10 in all)"
+
+
+def test_the_usual_hyperparameters_are_flags_and_any_setting_is_a_set(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "train", "--preset", "mini", "--batch-size", "4", "--lr", "0.003", "--width", "32",
+                           "--layers", "2", "--heads", "4", "--context", "32", "--dropout", "0.1", "--eval-every", "5",
+                           "--steps", "10", "--set", "train.weight_decay=0.05", "--set", "seeds.init=7",
+                           "--set", "model.family=gpt2", "--json", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0, err
+    (config_file,) = (tmp_path / "runs").glob("*/config.json")
+    config = json.loads(config_file.read_text())
+    assert {k: config["model"][k] for k in ("width", "layers", "heads", "kv_heads", "context", "dropout")} == {
+        "width": 32, "layers": 2, "heads": 4, "kv_heads": 4, "context": 32, "dropout": 0.1}
+    assert (config["train"]["batch_size"], config["train"]["lr"], config["train"]["eval_every"]) == (4, 0.003, 5)
+    assert config["train"]["weight_decay"] == 0.05 and config["seeds"]["init"] == 7
+    for args, message in ((("--set", "train.nope=3"), "unknown setting train.nope"),
+                          (("--set", "model.width=abc"), "model.width must be an integer, got 'abc'"),
+                          (("--set", "width"), "--set takes SECTION.FIELD=VALUE, got 'width'"),
+                          (("--heads", "3"), "model.width must be a multiple of model.heads")):
+        code, _, err = run_cli(capsys, "train", "--preset", "mini", *args, "--runs-dir", str(tmp_path / "refused"))
+        assert code == 1 and err.strip() == f"minigpt-tui: error: {message}"
+    assert not (tmp_path / "refused").exists()
+
+
+def test_piped_output_never_wraps_a_path(tmp_path):
+    import subprocess
+
+    from tests.conftest import cli_command, cli_env
+
+    name = "a-run-whose-name-is-long-" + "x" * 70
+    env = {k: v for k, v in cli_env(tmp_path).items() if k not in ("COLUMNS", "LINES")}
+    done = subprocess.run(cli_command("train", "--preset", "tiny", "--run", name), capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    checkpoint = str(tmp_path / "runs" / name / "checkpoints" / "step-000004")
+    assert any(checkpoint in line for line in done.stdout.splitlines()), done.stdout

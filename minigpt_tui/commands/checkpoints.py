@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.commands.common import emit_json, runs_dir_from_args
+from minigpt_tui.commands.common import emit_json, output_console, runs_dir_from_args
 from minigpt_tui.commands.train import add_probe_arguments
 from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
 from minigpt_tui.engine.printable import escape_controls
@@ -161,7 +161,6 @@ def _probes_at_checkpoint(folder: Path) -> dict[str, Any] | None:
 
 
 def _print_probes(record: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -171,7 +170,7 @@ def _print_probes(record: dict[str, Any]) -> None:
     for score in record.get("probes", []):
         table.add_row(Text(escape_controls(score.get("name"))), "✓" if score.get("match") else "✗", str(score.get("expected_id")),
                       f"{score.get('expected_probability', 0.0):.4g}", str(score.get("expected_rank")))
-    Console().print(table)
+    output_console().print(table)
 
 
 def _verify_fully(path: Path, kind: str) -> dict[str, Any]:

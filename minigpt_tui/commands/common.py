@@ -12,6 +12,23 @@ from contextlib import contextmanager
 from typing import Any
 
 
+PIPED_WIDTH = 400  # the line width when stdout is not a terminal: no cell or path is cut or folded
+
+
+def output_console(**options: Any) -> Any:
+    """A rich console for human-readable output: the terminal's width on a terminal; piped
+    or redirected, wide enough that nothing wraps in the middle of a path (unless COLUMNS
+    asks for a width)."""
+    from rich.console import Console
+
+    import os
+
+    console = Console(**options)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):  # a width asked for is kept
+        console = Console(width=PIPED_WIDTH, **options)
+    return console
+
+
 def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
     sys.stdout.flush()
@@ -96,8 +113,60 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exact: float64, one thread; fast: float32; bf16/fp16: autocast, float32 master weights")
     parser.add_argument("--threads", type=thread_count, metavar="auto|N",
                         help="threads in fast precision: auto (adapts to how busy the machine is) or 1 to 1,024")
+    for flag, kind, what in HYPERPARAMETER_FLAGS:
+        parser.add_argument(flag, type=kind, help=what)
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="any setting, as in a --config file (repeatable): --set train.weight_decay=0.1")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"],
                         help="where to train (auto: cuda, then mps, then cpu; default: cpu)")
+
+
+# The settings nanoGPT users reach for, as flags: (flag, type, help); the setting is
+# SECTION.FIELD from the flag's name, validated as the same setting in a TOML file is.
+HYPERPARAMETER_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("--batch-size", int, "train.batch_size: examples per microbatch"),
+    ("--lr", float, "train.lr: the peak learning rate"),
+    ("--eval-every", int, "train.eval_every: updates between evaluations (0: none)"),
+    ("--width", int, "model.width: the residual stream's size"),
+    ("--layers", int, "model.layers: transformer blocks"),
+    ("--heads", int, "model.heads: attention heads (key/value heads follow when the preset has as many)"),
+    ("--context", int, "model.context: positions"),
+    ("--dropout", float, "model.dropout: the dropout rate"),
+)
+FLAG_SETTINGS = {"--batch-size": ("train", "batch_size"), "--lr": ("train", "lr"),
+                 "--eval-every": ("train", "eval_every"), "--width": ("model", "width"),
+                 "--layers": ("model", "layers"), "--heads": ("model", "heads"),
+                 "--context": ("model", "context"), "--dropout": ("model", "dropout")}
+
+
+def settings_from_flags(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The settings the hyperparameter flags and ``--set`` give, by section."""
+    import tomllib
+
+    from minigpt_tui.engine.config import load_config
+    from minigpt_tui.engine.errors import ConfigError
+
+    extra: dict[str, dict[str, Any]] = {}
+    for flag, (section, field) in FLAG_SETTINGS.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if value is not None:
+            extra.setdefault(section, {})[field] = value
+    for item in getattr(args, "set", None) or []:
+        name, sep, text = item.partition("=")
+        section, dot, field = name.strip().partition(".")
+        if not sep or not dot or not section or not field:
+            raise ConfigError(f"--set takes SECTION.FIELD=VALUE, got '{item[:80]}'")
+        try:
+            value = tomllib.loads(f"v = {text.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text.strip()  # a bare word: a string, as it would be quoted in TOML
+        extra.setdefault(section, {})[field] = value
+    heads = extra.get("model", {}).get("heads")
+    if heads is not None and "kv_heads" not in extra.get("model", {}):
+        preset = load_config(args.preset).model
+        if preset.kv_heads == preset.heads:  # full attention stays full
+            extra["model"]["kv_heads"] = heads
+    return extra
 
 
 def thread_count(text: str) -> int:
@@ -120,10 +189,11 @@ def config_from_args(args: argparse.Namespace) -> Any:
     from minigpt_tui.engine.session.inputs import RunChoices
 
     config_file = Path(args.config).expanduser() if getattr(args, "config", None) else None
+    extra = settings_from_flags(args)
     return RunChoices(
         args.preset, config_file, corpus=getattr(args, "corpus", None), val_every=getattr(args, "val_every", None),
         follow_links=getattr(args, "follow_links", None),
         steps=getattr(args, "steps", None), precision=getattr(args, "precision", None),
         threads=getattr(args, "threads", None), device=getattr(args, "device", None), save_every=getattr(args, "save_every", None),
         keep_last=getattr(args, "keep_last", None), seed=getattr(args, "seed", None), seed_label="--seed",
-    ).resolve()
+    ).resolve(extra)

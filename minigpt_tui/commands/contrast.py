@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from minigpt_tui.commands.common import emit_json
+from minigpt_tui.commands.common import emit_json, output_console
 from minigpt_tui.commands.generate import MODEL_HELP, _add_rule_arguments
 
 
@@ -57,7 +57,6 @@ def run_contrast(args: argparse.Namespace) -> int:
 
 
 def print_contrast(result: Any, specs: list[str]) -> None:
-    from rich.console import Console
 
     from minigpt_tui.engine.printable import escape_controls
     from rich.table import Table
@@ -66,7 +65,7 @@ def print_contrast(result: Any, specs: list[str]) -> None:
     def shown(piece: str) -> str:
         return json.dumps(piece, ensure_ascii=False)
 
-    console = Console()
+    console = output_console()
     console.print(Text(f"A {escape_controls(specs[0])}\nB {escape_controls(specs[1])}"))
     source = "A's choices · " + result.rule.label if result.path_source == "a" else "the given continuation"
     table = Table(title=f"contrast · path: {source}")

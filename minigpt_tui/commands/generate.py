@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.commands.common import emit_json, runs_dir_from_args
+from minigpt_tui.commands.common import emit_json, output_console, runs_dir_from_args
 from minigpt_tui.commands.insight import add_insight_arguments, insight_request_from_args, print_insights
 
 MODEL_HELP = "a model file, a checkpoint folder, or RUN:best / RUN:latest from the runs directory"
@@ -182,13 +182,12 @@ def _shown(piece: str) -> str:
 
 
 def print_decisions(stepper: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     from minigpt_tui.engine.printable import escape_controls
 
-    console = Console()
+    console = output_console()
     trace_model = stepper.model_path or "(in memory)"
     console.print(Text(escape_controls(f"model {trace_model}")))
     prompt_pieces = " ".join(_shown(stepper.tokenizer.piece_text(i)) for i in stepper.prompt_ids)
@@ -234,13 +233,12 @@ def run_probes_command(args: argparse.Namespace) -> int:
 
 def print_probes(result: dict[str, Any]) -> None:
     """One table per rule, one column per model, one row per probe (as seed 003's 21.6/21.7)."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     from minigpt_tui.engine.printable import escape_controls
 
-    console = Console()
+    console = output_console()
     source = result["probes"]["source"]
     models = [m["label"] for m in result["models"]]
     for r, rule in enumerate(result["rules"]):
@@ -304,10 +302,9 @@ def run_infer(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
     else:
-        from rich.console import Console
         from rich.text import Text
 
-        console = Console()
+        console = output_console()
         from minigpt_tui.engine.printable import escape_controls
 
         for key in ("model_path", "model_id", "prompt_ids", "generated_ids", "generated_bytes", "stop_reason"):

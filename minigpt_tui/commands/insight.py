@@ -6,6 +6,8 @@ ones with one line, and prints the views as text when ``--json`` is not given.
 
 from __future__ import annotations
 
+from minigpt_tui.commands.common import output_console
+
 import argparse
 import json
 from collections.abc import Sequence
@@ -81,11 +83,10 @@ def _shown(piece: str) -> str:
 
 def print_insights(decisions: Sequence[Any], insights: Sequence[Any]) -> None:
     """Per decision: the lens as a layer table, contributions as signed parts, the pattern as a grid."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console()
+    console = output_console()
     for decision, insight in zip(decisions, insights):
         chosen = f"step {decision.step} · chosen {decision.chosen.id} {_shown(decision.chosen.piece.text)}"
         if insight.lens is not None:

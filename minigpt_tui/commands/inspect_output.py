@@ -13,7 +13,6 @@ from minigpt_tui.engine.session.display import shorten
 WIDE_FROM = 110  # below this width the group and offset columns give their room to the name
 MAX_TABLE_ENTRIES = 2_000  # rows of the entries tables; --json lists every entry
 MAX_FILE_TABLES = 16  # more files than this share one entries table
-PIPED_WIDTH = 400  # the line width when stdout is not a terminal: wide enough that no cell is cut
 STATISTICS = ("elements", "min", "max", "mean", "std", "zero_fraction", "nan", "inf", "bytes_read")
 
 
@@ -186,11 +185,9 @@ SECTIONS: tuple[Callable[[Any, dict[str, Any]], None], ...] = (
 
 
 def print_inspection(result: dict[str, Any]) -> None:
-    from rich.console import Console
+    from minigpt_tui.commands.common import output_console
 
-    console = Console(highlight=False)
-    if not console.is_terminal:  # piped or redirected: room for every cell, nothing cut
-        console = Console(highlight=False, width=PIPED_WIDTH)
+    console = output_console(highlight=False)  # piped or redirected: room for every cell, nothing cut
     if "statistics" in result:  # --tensor NAME asks for that tensor's statistics (and a comparison) alone
         _statistics(console, result)
         _comparison(console, result)

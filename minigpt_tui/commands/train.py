@@ -12,6 +12,7 @@ from minigpt_tui.commands.common import (
     config_from_args,
     emit_json,
     graceful_stop,
+    output_console,
     runs_dir_from_args,
 )
 from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
@@ -259,13 +260,12 @@ class _progress:
 
 
 def print_summary(result: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     from minigpt_tui.engine.printable import escape_controls
 
-    console = Console()
+    console = output_console()
     table = Table(title=Text(escape_controls(f"run {result['run_dir']}")))
     table.add_column("record", no_wrap=True)
     table.add_column("value", overflow="fold")  # a digest is compared whole: folded, never cut

@@ -43,6 +43,6 @@ class EventLog(RichLog):
         self.entries.append((kind, message))
         del self.entries[:-500]
         line = Text(f"{stamp} ", style="dim")
-        line.append(f"{kind:<9}", style=KIND_STYLES.get(kind, ""))
+        line.append(f"{kind:<9}" if len(kind) < 9 else f"{kind} ", style=KIND_STYLES.get(kind, ""))
         line.append(message)
         self.write(line)

@@ -15,7 +15,7 @@ from textual.widgets import Static
 
 from minigpt_tui.messages import StatisticsReady
 from minigpt_tui.widgets.pieces import bar, plain_cell
-from minigpt_tui.engine.session.display import human_bytes
+from minigpt_tui.engine.session.display import counted, human_bytes
 from minigpt_tui.widgets.tensor_table import shape_text
 
 HISTOGRAM_WIDTH = 30
@@ -143,8 +143,9 @@ class TensorDetail(VerticalScroll):
 
         self.query_one("#detail-record", Static).update(entry_table(entry, path))
         heading = Text("\nstatistics", style="bold underline")
-        histogram = Text(f"\nhistogram ({len((stats.get('histogram') or {}).get('counts') or [])} bins "
-                         "of equal width between min and max)", style="bold underline")
+        bins = len((stats.get('histogram') or {}).get('counts') or [])
+        histogram = Text(f"\nhistogram ({counted(bins, 'bin')} of equal width between min and max)",
+                         style="bold underline")
         self.query_one("#detail-stats", Static).update(
             Group(heading, statistics_table(stats), histogram, histogram_table(stats)))
 

@@ -94,4 +94,21 @@ class RunChoices:
         merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (extra or {}).items()}
         for section, values in self.overrides().items():
             merged.setdefault(section, {}).update(values)
+        if self.steps is not None and "warmup" not in merged.get("train", {}):
+            warmup = self._scaled_warmup(merged)
+            if warmup is not None:
+                merged["train"]["warmup"] = warmup
         return load_config(self.preset, self.config_file, merged)
+
+    def _scaled_warmup(self, merged: dict[str, dict[str, Any]]) -> int | None:
+        """A preset's warmup that would not fit a shorter run (``--steps 30`` of the text
+        preset's 100-update warmup) is scaled with the updates, keeping its share of the
+        schedule; a warmup the user chose, or one that fits, is left as it is."""
+        from minigpt_tui.engine.config import load_config
+
+        assert self.steps is not None
+        preset = load_config(self.preset).train
+        chosen = load_config(self.preset, self.config_file).train if self.config_file else preset
+        if chosen.warmup != preset.warmup or preset.warmup < self.steps or self.steps < 1:
+            return None
+        return max(0, min(self.steps - 1, round(preset.warmup * self.steps / preset.steps)))
