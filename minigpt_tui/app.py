@@ -23,6 +23,8 @@ from minigpt_tui.engine.session.events import Command
 from minigpt_tui.messages import EngineImported
 from minigpt_tui.screens import MAIN_SCREENS, ScreenEntry
 
+NOTIFICATION_LIMIT = 600  # characters of a notification shown, as an error line on the command line
+
 
 @dataclass(frozen=True)
 class LaunchSettings:
@@ -176,6 +178,15 @@ class MiniGPTApp(App[None]):
 
     def action_quit(self) -> None:  # type: ignore[override]
         self.action_request_quit()
+
+    def notify(self, message: str, *, title: str = "", severity: Any = "information",  # type: ignore[override]
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Every notification of every screen, bounded: a value echoed from a hostile file
+        (a 10 MB string) is cut in the middle, as on the command line."""
+        from minigpt_tui.engine.files import shorten
+
+        super().notify(shorten(message, NOTIFICATION_LIMIT), title=shorten(title, 120), severity=severity,
+                       timeout=timeout, markup=markup)
 
     def _exit_on_stop_signals(self) -> None:
         """SIGTERM or SIGINT from outside (the terminal's Ctrl+C is a key here) end the app

@@ -76,3 +76,15 @@ def test_every_form_field_a_refusal_can_name_exists():
         "name", "steps", "save_every", "seed", "init", "data", "dropout", "sampling", "corpus", "threads"}
     assert refused_field("give one seed or separate stream seeds, not both (also set: data)") == "seed"
     assert refused_field("something else entirely") is None
+
+
+@run_async
+async def test_a_notification_echoing_a_huge_value_is_cut_in_the_middle(tmp_path):
+    from minigpt_tui.app import NOTIFICATION_LIMIT, LaunchSettings, MiniGPTApp
+
+    app = MiniGPTApp(LaunchSettings(runs_dir=tmp_path / "runs"), preload_engine=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.notify("x" * 10_000_000 + " the end", title="refused", severity="error", markup=False)
+        await pilot.pause()
+        (note,) = [n for n in app._notifications if n.title == "refused"]
+        assert len(note.message) <= NOTIFICATION_LIMIT and note.message.endswith("the end") and "…" in note.message
