@@ -220,6 +220,14 @@ async def test_sampling_with_a_seed_matches_the_engine_and_shows_draws(runs):
         first = screen.view.decisions[0]
         assert first.draw == reference.decisions[0].draw and first.retained <= 5
         assert sum(1 for c in first.candidates if c.selection_probability > 0) == first.retained
+        # The kept column says what the rule dropped: cut beside an eligible id outside top-k / top-p.
+        table = screen.query_one(CandidateTable)
+        table.show_decision(screen.view.decisions[0])
+        marks = [table.get_cell_at((row, 7)).plain for row in range(len(first.candidates))]
+        for candidate, mark in zip(first.candidates, marks):
+            expected = "✗" if not candidate.eligible else ("✓" if candidate.selection_probability > 0 else "cut")
+            assert mark == expected, (candidate, mark)
+        assert "cut" in marks
         assert "draw" in static_text(screen, "#decision-info")
         assert "sample t=0.8 k=5 p=0.9 seed=7" in str(screen.query_one("#prefix").border_title)
 

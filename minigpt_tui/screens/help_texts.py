@@ -200,7 +200,7 @@ and the ineligible ids (BOS, which is never chosen) wherever they rank:
 - **logit**: the model's score for the last position.
 - **raw p**: softmax of all logits (the model's own distribution), with a bar scaled to the most probable candidate (it shows even when every probability is small).
 - **sel p**: the probability the rule selected from: zero outside the retained set (ineligible, cut by top-k or top-p); under greedy, the eligible softmax.
-- **elig**: ✓ when the id may be chosen at all, ✗ when not (BOS, forbidden ids).
+- **elig**: ✓ when the rule may draw the id, *cut* when it is eligible but outside the top-k / top-p the rule keeps, ✗ when it may never be chosen (BOS, forbidden ids).
 - **▶** before the rank marks the chosen id (bold; forced ones are also named in the decision line), **◇** the rule's own pick when another id was forced.
 
 ## Attention

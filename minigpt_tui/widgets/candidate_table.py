@@ -1,6 +1,7 @@
 """One decision's candidates: rank, id, piece, logit, raw probability (with a bar scaled to
 the most probable candidate shown, so it shows even when every probability is small),
-selection probability under the rule, and eligibility (✓/✗). ▶ marks the chosen id, ◇ the
+selection probability under the rule, and whether the rule may draw it (✓; *cut* by top-k or
+top-p; ✗ never eligible). ▶ marks the chosen id, ◇ the
 rule's own pick when another was forced.
 
 The piece column and the bar take the width the numbers leave: on an 80-column terminal a
@@ -113,9 +114,18 @@ class CandidateTable(DataTable):
             Text(bar(candidate.raw_probability / self.bar_scale if self.bar_scale > 0 else 0.0, self.fit.bar),
                  style="bold" if candidate.chosen else ""),
             probability(candidate.selection_probability),
-            Text("✓" if candidate.eligible else "✗", justify="center",
-                 style="" if candidate.eligible else "bold"),
+            self._kept_mark(candidate),
         )
+
+    def _kept_mark(self, candidate: CandidateView) -> Text:
+        """✓ the rule may draw it; cut: eligible, but outside the top-k / top-p the rule keeps;
+        ✗ never eligible (BOS, a forbidden id)."""
+        if not candidate.eligible:
+            return Text("✗", justify="center", style="bold")
+        decision = self.decision
+        if decision is not None and decision.retained < decision.eligible_count and candidate.selection_probability == 0:
+            return Text("cut", justify="center", style="dim")
+        return Text("✓", justify="center")
 
     @property
     def highlighted(self) -> CandidateView | None:
