@@ -4,6 +4,8 @@ says so within 80 columns; a refused value in the new-run form takes the keyboar
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.app_support import record_notifications, run_async
@@ -88,3 +90,18 @@ async def test_a_notification_echoing_a_huge_value_is_cut_in_the_middle(tmp_path
         await pilot.pause()
         (note,) = [n for n in app._notifications if n.title == "refused"]
         assert len(note.message) <= NOTIFICATION_LIMIT and note.message.endswith("the end") and "…" in note.message
+
+
+def test_the_overlay_takes_a_run_name_as_the_list_shows_it(tmp_path, monkeypatch):
+    from minigpt_tui.screens.overlay import OverlayScreen
+
+    runs = tmp_path / "runs"
+    (runs / "mini-a").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    screen = OverlayScreen(runs, None, has_overlay=False)
+    assert screen.typed_path("mini-a") == runs / "mini-a"  # said "no metrics.jsonl in mini-a" before
+    (elsewhere / "mine").mkdir()
+    assert screen.typed_path("mine") == Path("mine")  # a folder here is a path, as typed
+    assert screen.typed_path("~/x/metrics.jsonl") == Path("~/x/metrics.jsonl").expanduser()

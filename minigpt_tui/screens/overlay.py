@@ -41,7 +41,7 @@ class OverlayScreen(ModalScreen[Path | None]):
             if not runs:
                 yield Label(f"No other runs with metrics in {self.runs_dir}", classes="dim")
             yield OptionList(*options, id="overlay-runs")
-            yield Input(placeholder="or a run folder / metrics.jsonl path", id="overlay-path")
+            yield Input(placeholder="or a run's name, a run folder or a metrics.jsonl path", id="overlay-path")
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()  # down (or up) moves to the runs; enter on an empty field takes the highlighted one
@@ -63,9 +63,18 @@ class OverlayScreen(ModalScreen[Path | None]):
         text = event.value.strip()
         options = self.query_one(OptionList)
         if text:
-            self.dismiss(Path(text).expanduser())
+            self.dismiss(self.typed_path(text))
         elif options.option_count:
             self._choose(options.get_option_at_index(options.highlighted or 0).id or "")
+
+    def typed_path(self, text: str) -> Path:
+        """A typed run name (as the list shows it) is that run's folder in the runs
+        directory; anything else is a path."""
+        path = Path(text).expanduser()
+        named = self.runs_dir / text
+        if not path.exists() and "/" not in text and named.is_dir():
+            return named
+        return path
 
     def action_cancel(self) -> None:
         self.dismiss(None)
