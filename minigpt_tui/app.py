@@ -81,11 +81,13 @@ class MiniGPTApp(App[None]):
     def notify(self, message: str, *, title: str = "", severity: Any = "information",
                timeout: float | None = None, markup: bool = True) -> None:
         """Every notification shows its text as given: control characters escaped (a file
-        or tensor name may hold terminal escapes) and no markup read from it."""
+        or tensor name may hold terminal escapes), no markup read from it, and bounded (a
+        value echoed from a hostile file is cut in the middle, as on the command line)."""
+        from minigpt_tui.engine.files import shorten
         from minigpt_tui.engine.printable import escape_controls
 
-        super().notify(escape_controls(message), title=escape_controls(title), severity=severity,
-                       timeout=timeout, markup=False)
+        super().notify(shorten(escape_controls(message), NOTIFICATION_LIMIT), title=shorten(escape_controls(title), 120),
+                       severity=severity, timeout=timeout, markup=False)
 
     def _create_main_screen(self, mode: str) -> Screen:
         screen = self.screen_entries[mode].create()
@@ -178,15 +180,6 @@ class MiniGPTApp(App[None]):
 
     def action_quit(self) -> None:  # type: ignore[override]
         self.action_request_quit()
-
-    def notify(self, message: str, *, title: str = "", severity: Any = "information",  # type: ignore[override]
-               timeout: float | None = None, markup: bool = True) -> None:
-        """Every notification of every screen, bounded: a value echoed from a hostile file
-        (a 10 MB string) is cut in the middle, as on the command line."""
-        from minigpt_tui.engine.files import shorten
-
-        super().notify(shorten(message, NOTIFICATION_LIMIT), title=shorten(title, 120), severity=severity,
-                       timeout=timeout, markup=markup)
 
     def _exit_on_stop_signals(self) -> None:
         """SIGTERM or SIGINT from outside (the terminal's Ctrl+C is a key here) end the app
