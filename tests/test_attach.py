@@ -140,6 +140,9 @@ async def test_the_app_follows_and_steers_a_headless_run_in_another_process(tmp_
             await pilot.click("#act")
             await wait_until(pilot, lambda: screen.run.state == "stopped")
         assert trainer.wait(timeout=60) == 0
+        said = trainer.stderr.read()  # type: ignore[union-attr]
+        assert f"paused after update {paused_at} through the run's control file" in said
+        assert "resumed at update" in said and "Traceback" not in said
         assert _live_state(run_dir) == "stopped"
         assert list((run_dir / "checkpoints").glob("step-*/manifest.json"))  # the stop saved
     finally:

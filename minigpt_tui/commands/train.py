@@ -102,7 +102,15 @@ class RunRecorder:
         from dataclasses import asdict
 
         from minigpt_tui.engine.errors import CheckpointError
-        from minigpt_tui.engine.session.events import EvaluationDone, ProbesScored, Refused, Saved, UpdateDone
+        from minigpt_tui.engine.session.events import (
+            EvaluationDone,
+            Paused,
+            ProbesScored,
+            Refused,
+            Resumed,
+            Saved,
+            UpdateDone,
+        )
 
         if isinstance(event, UpdateDone):
             self.updates.append(event.record.exact_fields())
@@ -117,11 +125,22 @@ class RunRecorder:
         elif isinstance(event, Refused) and event.action == "save":
             raise CheckpointError(event.message)
         elif isinstance(event, Refused) and event.action == "token cache":
-            import sys
-
             from minigpt_tui.engine.printable import escape_controls
 
-            sys.stderr.write(f"minigpt-tui: warning: {escape_controls(event.message)}\n")
+            self._say(f"minigpt-tui: warning: {escape_controls(event.message)}")
+        elif isinstance(event, Paused):  # only a command from the control file pauses a headless run
+            self._say(f"minigpt-tui: paused after update {event.step} through the run's control file "
+                      "(an attached app, say); it waits for resume or stop")
+        elif isinstance(event, Resumed):
+            self._say(f"minigpt-tui: resumed at update {event.step}")
+
+    @staticmethod
+    def _say(line: str) -> None:
+        try:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except OSError:
+            pass
 
 
 def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
