@@ -133,15 +133,24 @@ def test_verify_writes_learning_rates_as_numbers_not_float_reprs(capsys):
 
 
 def test_a_transformers_folder_given_as_a_checkpoint_says_what_it_is_and_how_to_convert_it(capsys, tmp_path):
+    runs = str(tmp_path / "runs")
+    assert run_cli(capsys, "train", "--preset", "tiny", "--run", "t", "--runs-dir", runs, "--json")[0] == 0
+    exported = tmp_path / "exported"
+    assert run_cli(capsys, "export", "--model", "t:latest", "--out", str(exported), "--runs-dir", runs)[0] == 0
+    code, _, err = run_cli(capsys, "generate", "--model", str(exported), "--prompt", "a")
+    assert code == 1
+    assert err.strip() == (
+        f"minigpt-tui: error: {exported} is a transformers model folder, not a checkpoint: inspect shows it, and "
+        f"'minigpt-tui convert --hf {exported} --out model.safetensors' makes a model file of it")
+    # A folder convert would refuse is not sent there: the refusal says why instead.
     folder = tmp_path / "hf-model"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
     (folder / "model.safetensors").write_bytes(b"")
     code, _, err = run_cli(capsys, "generate", "--model", str(folder), "--prompt", "a")
-    assert code == 1
-    assert err.strip() == (
-        f"minigpt-tui: error: {folder} is a transformers model folder, not a checkpoint: inspect shows it, and "
-        f"'minigpt-tui convert --hf {folder} --out model.safetensors' makes a model file of it")
+    assert code == 1 and "convert --hf" not in err
+    assert err.startswith(f"minigpt-tui: error: {folder} is a transformers model folder, not a checkpoint: inspect "
+                          "shows it, and convert refuses it (")
     code, _, err = run_cli(capsys, "resume", "--checkpoint", str(folder))
     assert code == 1 and "is a transformers model folder" in err
     # A folder that is neither keeps the plain refusal.

@@ -393,9 +393,12 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
         from minigpt_tui.engine.interop.hf_import import is_hf_folder
 
         if is_hf_folder(path):
-            raise CheckpointError(
-                f"{path} is a transformers model folder, not a checkpoint: inspect shows it, and "
-                f"'minigpt-tui convert --hf {path} --out model.safetensors' makes a model file of it")
+            from minigpt_tui.engine.interop.hf_import import conversion_refusal
+
+            refusal = conversion_refusal(path)  # suggest convert only where it works
+            way = (f"'minigpt-tui convert --hf {path} --out model.safetensors' makes a model file of it"
+                   if refusal is None else f"convert refuses it ({refusal})")
+            raise CheckpointError(f"{path} is a transformers model folder, not a checkpoint: inspect shows it, and {way}")
         raise CheckpointError(f"{path} holds no complete checkpoint")
     run, _, which = spec.partition(":")
     which = which or "latest"

@@ -264,6 +264,20 @@ def _resolve_names(folder: HFFolder, family: str) -> dict[str, str]:
     return out
 
 
+def conversion_refusal(path: Path | str) -> str | None:
+    """Why ``convert`` would refuse the transformers folder at ``path`` (its one-line reason
+    without the path), or None when it converts. Headers and small files only."""
+    from minigpt_tui.engine.errors import MiniGPTError
+
+    try:
+        folder = read_hf_folder(path)
+        plan_conversion(folder)
+        folder_tokenizer(folder.path)
+    except MiniGPTError as err:
+        return str(err).removeprefix(f"{Path(path)}: ").removeprefix(f"{Path(path)} ")
+    return None
+
+
 def plan_conversion(folder: HFFolder) -> tuple["ModelConfig", dict[str, str], str, bool]:
     """Check everything the headers and config say: (our config, name map, dtype, head stored)."""
     where = str(folder.path)
