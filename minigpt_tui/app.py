@@ -83,10 +83,10 @@ class MiniGPTApp(App[None]):
         """Every notification shows its text as given: control characters escaped (a file
         or tensor name may hold terminal escapes), no markup read from it, and bounded (a
         value echoed from a hostile file is cut in the middle, as on the command line)."""
-        from minigpt_tui.engine.files import shorten
+        from minigpt_tui.engine.files import shorten_middle
         from minigpt_tui.engine.printable import escape_controls
 
-        super().notify(shorten(escape_controls(message), NOTIFICATION_LIMIT), title=shorten(escape_controls(title), 120),
+        super().notify(shorten_middle(escape_controls(message), NOTIFICATION_LIMIT), title=shorten_middle(escape_controls(title), 120),
                        severity=severity, timeout=timeout, markup=False)
 
     def _create_main_screen(self, mode: str) -> Screen:

@@ -67,11 +67,11 @@ def main(argv: list[str] | None = None) -> int:
             return _open_app(args)
         return int(args.handler(args) or 0)
     except MiniGPTError as err:
-        from minigpt_tui.engine.files import shorten
+        from minigpt_tui.engine.files import shorten_middle
         from minigpt_tui.engine.printable import escape_controls
 
         # Every echoed value is bounded: a 10 MB string in a config makes a line, not 10 MB.
-        line = f"minigpt-tui: error: {shorten(escape_controls(err), MAX_ERROR_LINE)}"
+        line = f"minigpt-tui: error: {shorten_middle(escape_controls(err), MAX_ERROR_LINE)}"
         # One write: ranks of a process group share stderr, and print's separate write of the
         # newline let two ranks' lines run together.
         sys.stderr.write(line + "\n")

@@ -93,7 +93,7 @@ def _existing_entry(path: Path) -> os.stat_result | None:
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise WriteRefused(f"cannot write {shorten(str(path))}: {err.strerror or err}") from None
+        raise WriteRefused(f"cannot write {shorten_middle(str(path))}: {err.strerror or err}") from None
 
 
 def _entry_kind(info: os.stat_result) -> str:
@@ -218,15 +218,15 @@ def read_small_file(path: Path | str, limit: int, what: str = "file") -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise InputRefused(f"file not found: {shorten(str(path))}") from None
+        raise InputRefused(f"file not found: {shorten_middle(str(path))}") from None
     except OSError as err:
-        raise InputRefused(f"cannot read {shorten(str(path))}: {err.strerror or err}") from None
+        raise InputRefused(f"cannot read {shorten_middle(str(path))}: {err.strerror or err}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise InputRefused(f"{shorten(str(path))} is {_kind_of(info.st_mode)}, not a {what}: refused before reading")
+            raise InputRefused(f"{shorten_middle(str(path))} is {_kind_of(info.st_mode)}, not a {what}: refused before reading")
         if info.st_size > limit:
-            raise InputRefused(f"{shorten(str(path))} holds {info.st_size:,} bytes, more than a {what} may ({limit:,})")
+            raise InputRefused(f"{shorten_middle(str(path))} holds {info.st_size:,} bytes, more than a {what} may ({limit:,})")
         chunks, total = [], 0
         while total <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))
@@ -235,16 +235,17 @@ def read_small_file(path: Path | str, limit: int, what: str = "file") -> bytes:
             chunks.append(chunk)
             total += len(chunk)
         if total > limit:
-            raise InputRefused(f"{shorten(str(path))} grew past the {limit:,} bytes a {what} may hold")
+            raise InputRefused(f"{shorten_middle(str(path))} grew past the {limit:,} bytes a {what} may hold")
         return b"".join(chunks)
     except OSError as err:
-        raise InputRefused(f"cannot read {shorten(str(path))}: {err.strerror or err}") from None
+        raise InputRefused(f"cannot read {shorten_middle(str(path))}: {err.strerror or err}") from None
     finally:
         os.close(fd)
 
 
-def shorten(text: str, limit: int = 160) -> str:
-    """``text`` cut in the middle to at most ``limit`` characters, for an error line."""
+def shorten_middle(text: str, limit: int = 160) -> str:
+    """``text`` cut in the middle to at most ``limit`` characters, for an error line: a
+    path keeps its start and its file name (``session.display.shorten`` keeps the start only)."""
     if len(text) <= limit:
         return text
     keep = (limit - 1) // 2
@@ -260,7 +261,7 @@ def os_error_line(err: OSError) -> str:
     names = [str(name) for name in (err.filename, err.filename2) if name is not None]
     if not names:
         return f"{reason}"
-    shown = " → ".join(shorten(escape_controls(name), 120) for name in names)
+    shown = " → ".join(shorten_middle(escape_controls(name), 120) for name in names)
     return f"cannot use {shown}: {reason}"
 
 
@@ -270,17 +271,17 @@ def check_new_output(path: Path | str, what: str = "--out") -> Path:
     not exist, or when it lies inside a checkpoint folder (checkpoints hold their own files
     only). Stale work files of earlier writes to it whose process died are reclaimed."""
     path = Path(path).expanduser()
-    shown = shorten(str(path))
+    shown = shorten_middle(str(path))
     info = _existing_entry(path)
     if info is not None:
         raise WriteRefused(f"{shown} already exists ({_entry_kind(info)}); choose a new {what}: nothing is overwritten")
     parent = path.parent
     if not parent.is_dir():
-        raise WriteRefused(f"cannot write {shown}: the folder {shorten(str(parent))} does not exist")
+        raise WriteRefused(f"cannot write {shown}: the folder {shorten_middle(str(parent))} does not exist")
     for folder in (parent.resolve(), *parent.resolve().parents):
         if (folder / "manifest.json").is_file() and any(
                 (folder / name).is_file() for name in ("model.safetensors", "training.safetensors")):
-            raise WriteRefused(f"{shown} is inside the checkpoint folder {shorten(str(folder))}; "
+            raise WriteRefused(f"{shown} is inside the checkpoint folder {shorten_middle(str(folder))}; "
                                "write it somewhere else (a checkpoint holds its own files only)")
     reclaim_stale_work(path)
     return path

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from minigpt_tui.engine.errors import CacheError, InputRefused
-from minigpt_tui.engine.files import read_small_file, shorten
+from minigpt_tui.engine.files import read_small_file, shorten_middle
 from minigpt_tui.engine.source_index import CACHE_ENV, SOURCES, default_cache_dir, resolve_cache_dir
 from minigpt_tui.engine.stream import READING_CACHE, Progress, TokenStream
 
@@ -339,15 +339,15 @@ class TokenCache:
         directory is shown to hold nothing else; otherwise refuse, removing nothing."""
         plan = self.clearing_plan()
         if plan.foreign:
-            shown = ", ".join(shorten(name, 40) for name in plan.foreign[:4])
+            shown = ", ".join(shorten_middle(name, 40) for name in plan.foreign[:4])
             more = f" and {len(plan.foreign) - 4} more" if len(plan.foreign) > 4 else ""
             raise CacheError(
-                f"{shorten(str(self.root))} is not only a token cache: it holds {shown}{more}, which the cache "
+                f"{shorten_middle(str(self.root))} is not only a token cache: it holds {shown}{more}, which the cache "
                 "did not make; nothing was removed (give the token cache's own folder as --cache-dir)"
             )
         for entry in plan.entries:
             if not _remove_entry_folder(entry.path):
-                raise CacheError(f"cannot remove the cache entry {shorten(str(entry.path))}")
+                raise CacheError(f"cannot remove the cache entry {shorten_middle(str(entry.path))}")
             plan.freed += entry.bytes
         for folder in plan.partials:
             size = _size_of(folder)

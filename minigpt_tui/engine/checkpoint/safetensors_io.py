@@ -264,17 +264,17 @@ def read_json_input(path: Path | str, what: str, *, limit: int = OTHER_TOOLS_JSO
     read as untrusted input: a regular file (a FIFO or a device is refused before it could
     block), at most ``limit`` bytes, UTF-8, bounded nesting and numbers. Every failure is an
     :class:`InputRefused` or :class:`JSONRefused` naming the file."""
-    from minigpt_tui.engine.files import read_small_file, shorten
+    from minigpt_tui.engine.files import read_small_file, shorten_middle
 
     raw = read_small_file(path, limit, what)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise JSONRefused(f"{shorten(str(path))} is not UTF-8 (byte {err.start})") from None
+        raise JSONRefused(f"{shorten_middle(str(path))} is not UTF-8 (byte {err.start})") from None
     try:
         return load_json(text, max_depth)
     except JSONRefused as err:
-        raise JSONRefused(f"{shorten(str(path))} is not usable JSON ({err})") from None
+        raise JSONRefused(f"{shorten_middle(str(path))} is not usable JSON ({err})") from None
 
 
 def _has_lone_surrogate(text: str) -> bool:
