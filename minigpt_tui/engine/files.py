@@ -303,7 +303,7 @@ def reclaim_stale_work(path: Path) -> None:
         return
     for candidate in candidates:
         pid = int(pattern.fullmatch(candidate.name).group(1))  # type: ignore[union-attr]
-        if _process_alive(pid):
+        if process_alive(pid):
             continue
         if candidate.is_dir() and not candidate.is_symlink():
             shutil.rmtree(candidate, ignore_errors=True)
@@ -311,11 +311,16 @@ def reclaim_stale_work(path: Path) -> None:
             _discard(candidate)
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this machine."""
+    if pid <= 0:
+        return False
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
     except ProcessLookupError:
         return False
-    except (PermissionError, OverflowError, ValueError):
-        return pid > 0
-    return pid > 0
+    except PermissionError:
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True

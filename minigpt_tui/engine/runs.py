@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.engine.errors import CheckpointError, ConfigError, ResumeRefused, RunLocked, WriteRefused
-from minigpt_tui.engine.files import append_line, make_folder, path_exists, removed_on_failure, write_file
+from minigpt_tui.engine.files import append_line, make_folder, path_exists, process_alive, removed_on_failure, write_file
 
 ENV_RUNS_DIR = "MINIGPT_TUI_RUNS_DIR"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -260,21 +260,6 @@ def _holder_text(fd: int) -> str:
         pass
     pid = _process_with_open(os.fstat(fd))
     return f"process {pid}" if pid is not None else "another process"
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process with this id exists on this machine."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except (OverflowError, ValueError):
-        return False
-    return True
 
 
 def _process_with_open(target: os.stat_result) -> int | None:

@@ -327,7 +327,7 @@ def _remove_folder(path: Path) -> None:
 def recover_interrupted(checkpoints_dir: Path) -> list[str]:
     """Tidy work folders left by processes that died while saving: partial saves and
     trash are removed; a replaced checkpoint whose successor never arrived is put back."""
-    from minigpt_tui.engine.runs import process_alive
+    from minigpt_tui.engine.files import process_alive
 
     actions: list[str] = []
     if not checkpoints_dir.is_dir():

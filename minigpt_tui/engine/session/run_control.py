@@ -262,7 +262,7 @@ def _reason(message: str, path: Path) -> str:
 def _writer_alive(run_dir: Path, live: dict[str, Any]) -> bool:
     if live.get("host") != socket.gethostname():
         return True  # another machine: trust the file
-    from minigpt_tui.engine.runs import process_alive
+    from minigpt_tui.engine.files import process_alive
 
     pid = live.get("pid")
     return isinstance(pid, int) and process_alive(pid)
