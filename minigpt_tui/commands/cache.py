@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 from minigpt_tui.commands.common import emit_json
 from minigpt_tui.engine.session.display import counted, human_bytes
@@ -30,12 +29,11 @@ def run_cache_list(args: argparse.Namespace) -> int:
     cache = TokenCache(root)
     entries = cache.entries()
     partials = cache.partials()
-    partial_bytes = sum(_folder_bytes(folder) for folder, _ in partials)
-    total = sum(e.bytes for e in entries) + partial_bytes
+    total = sum(e.bytes for e in entries) + sum(p.bytes for p in partials)
     if args.json:
         emit_json({"cache_dir": str(root), "entries": [e.to_json() for e in entries], "bytes": total,
-                   "partials": [{"path": str(folder), "writer_alive": alive, "bytes": _folder_bytes(folder)}
-                                for folder, alive in partials]})
+                   "partials": [{"path": str(p.path), "writer_alive": p.writer_alive, "bytes": p.bytes}
+                                for p in partials]})
         return 0
     print(f"token cache {printable(str(root))}: {counted(len(entries), 'entry', 'entries')}, {human_bytes(total)}")
     for e in entries:
@@ -43,17 +41,11 @@ def run_cache_list(args: argparse.Namespace) -> int:
         state = "" if e.intact else "  (incomplete)"
         print(f"  {e.key}  {human_bytes(e.bytes):>9}  {e.train_tokens + e.validation_tokens:>12,} tokens  "
               f"{created}  {printable(e.source)}{state}")
-    for folder, alive in partials:
-        state = "being written now" if alive else "left by an interrupted write; cache clear or the next write removes it"
-        print(f"  {folder.name}  {human_bytes(_folder_bytes(folder)):>9}  {state}")
+    for p in partials:
+        state = ("being written now" if p.writer_alive
+                 else "left by an interrupted write; cache clear or the next write removes it")
+        print(f"  {p.path.name}  {human_bytes(p.bytes):>9}  {state}")
     return 0
-
-
-def _folder_bytes(folder: Any) -> int:
-    try:
-        return sum(child.lstat().st_size for child in folder.iterdir())
-    except OSError:
-        return 0
 
 
 def run_cache_clear(args: argparse.Namespace) -> int:
@@ -65,13 +57,13 @@ def run_cache_clear(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"cache_dir": str(root), "removed": len(plan.entries), "bytes_freed": plan.freed,
                    "removed_entries": [e.to_json() for e in plan.entries],
-                   "removed_partials": [str(p) for p in plan.partials],
+                   "removed_partials": [str(p.path) for p in plan.partials],
                    "removed_index_files": len(plan.index_files)})
         return 0
     for e in plan.entries:
         print(f"  removed {e.key}  {human_bytes(e.bytes):>9}  {printable(e.source)}")
-    for folder in plan.partials:
-        print(f"  removed {folder.name} (an interrupted write)")
+    for p in plan.partials:
+        print(f"  removed {p.path.name} (an interrupted write)")
     print(f"token cache {printable(str(root))}: removed {counted(len(plan.entries), 'entry', 'entries')}, "
           f"freed {human_bytes(plan.freed)}")
     return 0

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from minigpt_tui.engine.errors import CacheError, InputRefused
-from minigpt_tui.engine.files import read_small_file, shorten_middle
+from minigpt_tui.engine.files import process_alive, read_small_file, shorten_middle
 from minigpt_tui.engine.source_index import CACHE_ENV, SOURCES, default_cache_dir, resolve_cache_dir
 from minigpt_tui.engine.stream import READING_CACHE, Progress, TokenStream
 
@@ -279,28 +279,24 @@ class TokenCache:
         return [self._entry(folder) for folder in sorted(self.root.iterdir())
                 if _KEY.fullmatch(folder.name) and folder.is_dir() and not folder.is_symlink()]
 
-    def partials(self) -> list[tuple[Path, bool]]:
-        """Work folders of writes in progress or interrupted: (folder, its writer is alive)."""
-        from minigpt_tui.engine.runs import process_alive
-
+    def partials(self) -> list[Partial]:
+        """Work folders of writes in progress or interrupted, with whether their writer lives."""
         if not self.root.is_dir():
             return []
         found = []
         for folder in sorted(self.root.iterdir()):
             match = _PARTIAL.fullmatch(folder.name)
             if match and folder.is_dir() and not folder.is_symlink():
-                found.append((folder, process_alive(int(match.group(2)))))
+                found.append(Partial(folder, process_alive(int(match.group(2))), _size_of(folder)))
         return found
+
+    def _stale_partials(self) -> list[Partial]:
+        """The partials a dead writer left that hold only an entry's files: safe to remove."""
+        return [p for p in self.partials() if not p.writer_alive and _only_entry_files(p.path)]
 
     def reclaim_partials(self) -> int:
         """Remove the work folders of writers that died (a kill -9 mid-write); bytes freed."""
-        freed = 0
-        for folder, alive in self.partials():
-            if not alive and _only_entry_files(folder):
-                size = _size_of(folder)
-                if _remove_entry_folder(folder):
-                    freed += size
-        return freed
+        return sum(p.bytes for p in self._stale_partials() if _remove_entry_folder(p.path))
 
     def clearing_plan(self) -> ClearingPlan:
         """What :meth:`clear` would remove, and what in the directory the cache did not make."""
@@ -325,13 +321,11 @@ class TokenCache:
                     plan.foreign.append(f"{name}/")  # no record of ours, in a folder with no tag of ours
                 else:
                     plan.entries.append(entry)
-            elif (match := _PARTIAL.fullmatch(name)) and _only_entry_files(child):
-                from minigpt_tui.engine.runs import process_alive
-
-                if not process_alive(int(match.group(2))):
-                    plan.partials.append(child)
+            elif _PARTIAL.fullmatch(name) and _only_entry_files(child):
+                continue  # a write in progress is left alone; a dead writer's is listed below
             else:
                 plan.foreign.append(f"{name}/" if child.is_dir() else name)
+        plan.partials.extend(self._stale_partials())
         return plan
 
     def clear(self) -> ClearingPlan:
@@ -349,10 +343,7 @@ class TokenCache:
             if not _remove_entry_folder(entry.path):
                 raise CacheError(f"cannot remove the cache entry {shorten_middle(str(entry.path))}")
             plan.freed += entry.bytes
-        for folder in plan.partials:
-            size = _size_of(folder)
-            if _remove_entry_folder(folder):
-                plan.freed += size
+        plan.freed += sum(p.bytes for p in plan.partials if _remove_entry_folder(p.path))
         for file in plan.index_files:
             try:
                 size = file.stat().st_size
@@ -371,13 +362,22 @@ class TokenCache:
 _SOURCE_FILE = re.compile(r"\.?[0-9a-f]{32}\.json(\.\d+)?")
 
 
+@dataclass(frozen=True)
+class Partial:
+    """A work folder of a cache write: its writer alive, and its size on disk."""
+
+    path: Path
+    writer_alive: bool
+    bytes: int
+
+
 @dataclass
 class ClearingPlan:
     """What ``cache clear`` finds in a cache directory."""
 
     root: Path
     entries: list[CacheEntry] = field(default_factory=list)
-    partials: list[Path] = field(default_factory=list)
+    partials: list[Partial] = field(default_factory=list)
     index_files: list[Path] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)  # names the cache did not make
     freed: int = 0
