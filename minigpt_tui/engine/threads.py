@@ -140,7 +140,3 @@ def thread_hint(change: ThreadChange) -> str:
     """The event-log line of a kept change."""
     plural = "s" if change.after != 1 else ""
     return f"{change.before} → {change.after} thread{plural}: {change.reason}"
-
-
-def describe(threads: int) -> str:
-    return "auto" if threads == AUTO else str(threads)

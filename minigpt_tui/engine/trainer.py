@@ -70,22 +70,14 @@ def mixed_precision_note(precision: str, device_kind: str) -> str | None:
     return "this processor has no native bf16: bf16 on the CPU is emulated and can be much slower than fast"
 
 
-_auto_threads_set: list[bool] = []  # the automatic start is measured once per process
-
-
 def apply_precision(train: TrainConfig) -> None:
     """Process-wide numeric settings. In ``exact``: one thread, deterministic algorithms."""
     if train.precision == "exact":
         torch.set_num_threads(1)
         _deterministic_algorithms(True)
     else:
-        if train.threads:
+        if train.threads:  # 0, auto: the training session chooses and adapts the count
             torch.set_num_threads(train.threads)
-        elif not _auto_threads_set:  # auto: the usable cores idle now (the session adapts it later)
-            from minigpt_tui.engine.threads import initial_threads
-
-            torch.set_num_threads(initial_threads())
-            _auto_threads_set.append(True)
         if torch.are_deterministic_algorithms_enabled():
             _deterministic_algorithms(False)
 

@@ -348,17 +348,16 @@ class TrainingSession:
         several processes each takes its share of the cores."""
         import torch
 
-        from minigpt_tui.engine.threads import AUTO, MAX_AUTO, ThreadTuner, usable_cores
+        from minigpt_tui.engine.threads import AUTO, MAX_AUTO, ThreadTuner, initial_threads, usable_cores
 
-        self._threads_now = torch.get_num_threads()
         train = trainer.config.train
         self._record_threads = train.precision != "exact"
         if train.precision == "exact" or train.threads != AUTO:
+            self._threads_now = torch.get_num_threads()
             return None
         share = max(1, usable_cores() // trainer.parallel.world_size)
-        if trainer.parallel.distributed:
-            self._threads_now = min(self._threads_now, share)
-            torch.set_num_threads(self._threads_now)
+        self._threads_now = min(initial_threads(), share)  # the cores idle now, this process's share
+        torch.set_num_threads(self._threads_now)
         if self._threads_now < min(share, MAX_AUTO):  # said once: why the run starts with fewer
             self._sink(ThreadsChanged(trainer.step, min(share, MAX_AUTO), self._threads_now,
                                       "another program is using a core"))
