@@ -163,11 +163,10 @@ class TrainingScreen(RunFilesScreen):
     def _confirm_stop_attached(self, run: ActiveRun) -> None:
         """An attached run belongs to another process: stopping it is asked first, naming
         the run and that process (quitting the app only detaches)."""
-        from minigpt_tui.engine.session.run_control import read_live
         from minigpt_tui.screens.confirm_stop import ConfirmStopScreen
 
         folder = run.run_dir or Path(getattr(run.session, "run_dir", "."))
-        live = read_live(folder)
+        live = getattr(run.session, "live", None)  # read by the follower's worker: no file I/O here
         process = live.process if live is not None else "another process"
 
         def decided(stop: bool | None) -> None:

@@ -89,6 +89,7 @@ class RunFollower:
         self._best_step: int | None = None
         self._best_validation: float | None = None
         self._last_step = 0  # the last update the metrics file holds
+        self.live: LiveState | None = None  # as last read by the worker (the screen reads this, not the file)
 
     # -- the screen's side (any thread) --------------------------------------------------------
     def send(self, command: Command) -> None:
@@ -114,7 +115,7 @@ class RunFollower:
         self._sink(self._summary(config))
         self._checkpoints = set(self._checkpoint_names())
         self._emit_metrics(steps)  # the history so far
-        live = read_live(self.run_dir)
+        live = self.live = read_live(self.run_dir)
         start = max(self._last_step, live.step if live is not None else 0)
         self._sink(RunStarted({}, start, steps))
         state = live.state if live is not None else "ended"
@@ -129,7 +130,7 @@ class RunFollower:
                 return
             self._emit_metrics(steps)
             self._emit_saves()
-            live = read_live(self.run_dir)
+            live = self.live = read_live(self.run_dir)
             new_state = live.state if live is not None else "ended"
             if new_state != state and live is not None:
                 if new_state == UNREADABLE:  # the run may well go on: never read as its end
