@@ -146,9 +146,17 @@ class RunStore:
             raise RunStoreError(f"cannot delete {run_path.name}: {err.strerror or err}") from None
 
 
-# What a run folder holds when minigpt-tui alone wrote it (top level and checkpoints/).
-RUN_FILES = frozenset({"config.json", "identities.json", "run.json", "warm_start.json", "metrics.jsonl",
-                       "metrics.csv", "live.json", "control.jsonl", ".lock", "checkpoints"})
+# Files of a run folder named where no module owns the name (the others come from their owners).
+OTHER_RUN_FILES = frozenset({"config.json", "identities.json", "warm_start.json", "metrics.jsonl", "metrics.csv",
+                             "checkpoints"})
+
+
+def run_files() -> frozenset[str]:
+    """What a run folder holds at its top level when minigpt-tui alone wrote it."""
+    from minigpt_tui.engine.runs import LOCK_FILE, RUN_FILE
+    from minigpt_tui.engine.session.run_control import CONTROL_FILE, LIVE_FILE
+
+    return OTHER_RUN_FILES | {RUN_FILE, LOCK_FILE, CONTROL_FILE, LIVE_FILE}
 
 
 def foreign_run_files(run_path: Path) -> list[str]:
@@ -156,9 +164,10 @@ def foreign_run_files(run_path: Path) -> list[str]:
     import re
 
     step = re.compile(r"step-\d+|\.step-\d+\..*")
+    ours = run_files()
     try:
         found = [p.name for p in sorted(run_path.iterdir())
-                 if p.name not in RUN_FILES and not any(p.name.startswith(f".{name}.") for name in RUN_FILES)
+                 if p.name not in ours and not any(p.name.startswith(f".{name}.") for name in ours)
                  and not re.fullmatch(r"\.lock-rank-\d+", p.name)]
         checkpoints = run_path / "checkpoints"
         if checkpoints.is_dir() and not checkpoints.is_symlink():
