@@ -1,0 +1,84 @@
+"""Today's presets pinned: records, identities and digests recorded from the code before the
+model was rebuilt out of declared parts. A change to the model, the trainer or the portable
+file that moves one bit of these fails here.
+
+Recorded with ``python tests/test_preset_pins.py --record`` (only when a change is meant
+to alter them; say so in the CHANGELOG). Float results depend on the CPU's kernels, so the
+pins hold on the kind of CPU they were recorded on (named in the file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from checkpoint_support import make_trainer  # noqa: E402
+
+from minigpt_tui.engine.checkpoint.portable import portable_payload  # noqa: E402
+from minigpt_tui.engine.lens import inspect_decision  # noqa: E402
+
+PINS = Path(__file__).parent / "fixtures" / "preset-pins.json"
+CASES = [("tiny", "exact"), ("mini", "exact"), ("small", "exact"), ("text", "exact"),
+         ("mini", "fast"), ("small", "fast"), ("text", "fast")]
+PROMPT = "the cat sat on"
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def _tensor_digest(tensor: torch.Tensor) -> str:
+    return hashlib.sha256(tensor.detach().contiguous().numpy().tobytes()).hexdigest()
+
+
+def measure(preset: str, precision: str) -> dict[str, str]:
+    overrides = {"train": {"precision": precision, "threads": 1}}
+    trainer = make_trainer(preset, **overrides)
+    records = [trainer.update().exact_fields() for _ in range(2)]
+    model, tokenizer = trainer.model, trainer.tokenizer
+    identity = portable_payload(model, tokenizer).identity()
+    model.eval()
+    ids = tokenizer.encode_prompt(PROMPT)[: model.config.context]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids]), return_attention=True).logits
+    insight = inspect_decision(model, tokenizer, ids, int(logits[0, -1].argmax()), lens=True,
+                               contributions=True, pattern=(0, 0))
+    return {
+        "records": _digest([{k: (v.hex() if isinstance(v, float) else v) for k, v in r.items()} for r in records]),
+        "state": trainer.state_digest(),
+        "identity": identity,
+        "logits": _tensor_digest(logits),
+        "insight": _digest(insight.to_json()),
+    }
+
+
+def _capability() -> str:
+    return torch.backends.cpu.get_cpu_capability()
+
+
+@pytest.fixture(scope="module")
+def pins() -> dict:
+    return json.loads(PINS.read_text())
+
+
+@pytest.mark.parametrize(("preset", "precision"), CASES)
+def test_presets_keep_every_bit(pins, preset, precision):
+    if pins["cpu_capability"] != _capability():
+        pytest.skip(f"pins recorded on a {pins['cpu_capability']} CPU; this one is {_capability()}")
+    assert measure(preset, precision) == pins["cases"][f"{preset}/{precision}"]
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
+    cases = {f"{p}/{q}": measure(p, q) for p, q in CASES}
+    PINS.write_text(json.dumps({"cpu_capability": _capability(), "torch": torch.__version__, "cases": cases},
+                               indent=1, sort_keys=True) + "\n")
+    print(f"wrote {PINS}")
