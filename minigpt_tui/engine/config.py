@@ -20,7 +20,13 @@ from typing import Any
 from minigpt_tui.engine.devices import DEVICE_CHOICES
 from minigpt_tui.engine.errors import ConfigError
 
-FAMILIES = ("llama", "gpt2")
+FAMILIES = ("llama", "gpt2")  # what a run here trains; models from elsewhere add the others
+NORMS = ("layernorm", "rmsnorm")
+POSITION_KINDS = ("learned", "rotary")
+ATTENTION_BIASES = ("none", "qkv", "out", "all")  # which projections carry a bias
+ATTENTION_SCALES = ("inverse_sqrt", "none")  # scores times 1/sqrt(head width), or as they are
+FFN_KINDS = ("gelu", "swiglu")
+RESIDUALS = ("sequential", "parallel")
 # exact: float64, one thread, deterministic. fast: float32. bf16 / fp16: autocast over float32
 # master weights (fp16 with the bounded loss scaler always on).
 PRECISIONS = ("exact", "fast", "bf16", "fp16")
@@ -45,10 +51,72 @@ class ModelConfig:
     norm_eps: float = 1e-5
     gelu_approximation: str = "tanh"
     init_std: float = 0.02
+    # The model's parts. None takes the family's own setting (FAMILY_PARTS), so a family is
+    # a setting of the parts and any part can be set on its own.
+    norm: str | None = None  # layernorm (weight and bias) | rmsnorm (weight)
+    positions: str | None = None  # learned table | rotary (rotate-half)
+    rotary_fraction: float = 1.0  # the leading share of each head's width that is rotated
+    attention_bias: str | None = None  # none | qkv | out | all
+    attention_scale: str | None = None  # inverse_sqrt | none
+    attention_window: int = 0  # 0: every earlier position; W: the last W positions ...
+    local_layers: tuple[int, ...] = ()  # ... in these blocks only
+    ffn_kind: str | None = None  # gelu (up, activation, down) | swiglu (silu(gate) * up, down)
+    ffn_bias: bool | None = None
+    residual: str = "sequential"  # sequential: x + attn, then + ffn | parallel: x + attn(x) + ffn(x)
+    tied_head: bool = True  # the head is the token table transposed, or a table of its own
+
+    def __post_init__(self) -> None:
+        for name, value in FAMILY_PARTS.get(self.family, {}).items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
 
     @property
     def head_dim(self) -> int:
         return self.width // self.heads
+
+    @property
+    def rotary_dims(self) -> int:
+        """How many leading dimensions of each head rotary positions turn (even)."""
+        if self.positions != "rotary":
+            return 0
+        return int(self.head_dim * self.rotary_fraction) // 2 * 2
+
+    def biased(self, projection: str) -> bool:
+        """Whether the attention projection ``q``, ``k``, ``v`` or ``o`` has a bias."""
+        kind = self.attention_bias
+        return kind == "all" or (kind == "qkv" and projection != "o") or (kind == "out" and projection == "o")
+
+    def window_of(self, layer: int) -> int:
+        """How many positions block ``layer`` attends over (0: all earlier ones)."""
+        return self.attention_window if layer in self.local_layers else 0
+
+    def declared(self) -> dict[str, Any]:
+        """The settings as stored, with each part left out where it is the family's own or
+        the setting before parts were declared: a model's identity does not move with the
+        spelling of its family."""
+        data = dataclasses.asdict(self)
+        for name, value in {**PART_DEFAULTS, **FAMILY_PARTS.get(self.family, {})}.items():
+            if data.get(name) == value or (name == "local_layers" and data.get(name) == list(value)):
+                data.pop(name, None)
+        return data
+
+
+# Each family as a setting of the parts (the rest of ModelConfig's fields are shared).
+FAMILY_PARTS: dict[str, dict[str, Any]] = {
+    "llama": {"norm": "rmsnorm", "positions": "rotary", "attention_bias": "none",
+              "attention_scale": "inverse_sqrt", "ffn_kind": "swiglu", "ffn_bias": False},
+    "qwen2": {"norm": "rmsnorm", "positions": "rotary", "attention_bias": "qkv",
+              "attention_scale": "inverse_sqrt", "ffn_kind": "swiglu", "ffn_bias": False},
+    "gpt2": {"norm": "layernorm", "positions": "learned", "attention_bias": "all",
+             "attention_scale": "inverse_sqrt", "ffn_kind": "gelu", "ffn_bias": True},
+    "gpt_neo": {"norm": "layernorm", "positions": "learned", "attention_bias": "out",
+                "attention_scale": "none", "ffn_kind": "gelu", "ffn_bias": True},
+    "gpt_neox": {"norm": "layernorm", "positions": "rotary", "attention_bias": "all",
+                 "attention_scale": "inverse_sqrt", "ffn_kind": "gelu", "ffn_bias": True},
+}
+# Parts whose value does not come from the family, at the value every model had before.
+PART_DEFAULTS: dict[str, Any] = {"rotary_fraction": 1.0, "attention_window": 0, "local_layers": (),
+                                 "residual": "sequential", "tied_head": True}
 
 
 @dataclass(frozen=True)
@@ -139,7 +207,8 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        """Every setting, the model's parts only where they differ from its family's."""
+        return json.loads(json.dumps({**dataclasses.asdict(self), "model": self.model.declared()}))
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> "RunConfig":
@@ -174,6 +243,11 @@ LATER_SETTINGS: dict[tuple[str, str], Any] = {
 def identity_form(config: dict[str, Any]) -> dict[str, Any]:
     """A resolved config as its identity sees it: later settings at their earlier value dropped."""
     data = json.loads(json.dumps(config))
+    if isinstance(data.get("model"), dict) and data["model"].get("family") in FAMILY_PARTS:
+        model = data["model"]
+        for name, value in {**PART_DEFAULTS, **FAMILY_PARTS[model["family"]]}.items():
+            if model.get(name, value) == (list(value) if isinstance(value, tuple) else value):
+                model.pop(name, None)
     for (section, name), value in LATER_SETTINGS.items():
         if data.get(section, {}).get(name, value) == value:
             data.get(section, {}).pop(name, None)
@@ -283,6 +357,7 @@ _TUPLES: tuple[tuple[str, Callable[[str, Any], Any]], ...] = (("tuple[float", _a
 def _coerce(section: str, name: str, kind: Any, value: Any) -> Any:
     where = f"{section}.{name}"
     text = kind.__name__ if isinstance(kind, type) else str(kind)
+    text = text.removesuffix(" | None")
     if text in _SCALARS:
         return _SCALARS[text](where, value)
     for start, coerce in _TUPLES:
@@ -319,7 +394,18 @@ def validate(config: RunConfig) -> None:
         need(getattr(m, name) >= 1, f"model.{name} must be at least 1")
     need(m.width % m.heads == 0, "model.width must be a multiple of model.heads")
     need(m.heads % m.kv_heads == 0, "model.heads must be a multiple of model.kv_heads")
-    need(m.family != "llama" or m.head_dim % 2 == 0, "llama needs an even head width")
+    need(m.positions != "rotary" or m.head_dim % 2 == 0, "rotary positions need an even head width")
+    need(m.norm in NORMS, f"model.norm must be one of {NORMS}, got '{m.norm}'")
+    need(m.positions in POSITION_KINDS, f"model.positions must be one of {POSITION_KINDS}, got '{m.positions}'")
+    need(0.0 < m.rotary_fraction <= 1.0, "model.rotary_fraction must be in (0, 1]")
+    need(m.positions != "rotary" or m.rotary_dims >= 2, "model.rotary_fraction leaves no rotated dimensions")
+    need(m.attention_bias in ATTENTION_BIASES, f"model.attention_bias must be one of {ATTENTION_BIASES}")
+    need(m.attention_scale in ATTENTION_SCALES, f"model.attention_scale must be one of {ATTENTION_SCALES}")
+    need(m.attention_window >= 0, "model.attention_window must be 0 (every position) or positive")
+    need(all(0 <= layer < m.layers for layer in m.local_layers),
+         "model.local_layers must name blocks of the model (0 to layers - 1)")
+    need(m.ffn_kind in FFN_KINDS, f"model.ffn_kind must be one of {FFN_KINDS}, got '{m.ffn_kind}'")
+    need(m.residual in RESIDUALS, f"model.residual must be one of {RESIDUALS}, got '{m.residual}'")
     need(0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)")
     need(m.norm_eps > 0, "model.norm_eps must be positive")
     need(m.rope_base > 0, "model.rope_base must be positive")
@@ -408,10 +494,11 @@ MAX_PARAMETERS = 1_000_000_000
 def estimated_parameters(m: ModelConfig, vocab_size: int) -> int:
     """Scalars of a model of this config (the tied table once), from the config alone."""
     attention = m.width * m.heads * m.head_dim * 2 + m.width * m.kv_heads * m.head_dim * 2
-    feed_forward = m.width * m.ffn * (3 if m.family == "llama" else 2)
+    feed_forward = m.width * m.ffn * (3 if m.ffn_kind == "swiglu" else 2)
     per_block = attention + feed_forward + 4 * m.width + 2 * m.ffn
-    positions = m.context * m.width if m.family == "gpt2" else 0
-    return vocab_size * m.width + positions + m.layers * per_block + 2 * m.width
+    positions = m.context * m.width if m.positions == "learned" else 0
+    head = 0 if m.tied_head else vocab_size * m.width
+    return vocab_size * m.width + head + positions + m.layers * per_block + 2 * m.width
 
 
 def check_bounds(config: RunConfig) -> None:

@@ -66,7 +66,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -519,7 +519,7 @@ class DecisionStepper:
                 "path": None if path is None else str(path),
                 "identity": self.model_identity,
                 "family": config.family,
-                "config": asdict(config),
+                "config": config.declared(),
                 "dtype": str(self.model.dtype).removeprefix("torch."),
                 "vocab_size": self.model.vocab_size,
                 "context": self.context,

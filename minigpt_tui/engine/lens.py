@@ -46,12 +46,12 @@ no dropout; it never changes the model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from minigpt_tui.engine.errors import GenerationError
 from minigpt_tui.engine.model import MiniGPT
@@ -85,53 +85,20 @@ def run_with_cache(model: MiniGPT, ids: Sequence[int]) -> ActivationCache:
     if len(ids) > model.config.context:
         raise GenerationError(f"{len(ids)} ids exceed the context of {model.config.context}")
     recorded: dict[str, Tensor] = {}
-    handles: list[Any] = []
-
-    def keep_output(name: str) -> Callable[..., None]:
-        def hook(_module: nn.Module, _inputs: Any, output: Any) -> None:
-            value = output[0] if isinstance(output, tuple) else output
-            recorded[name] = value.detach()
-        return hook
-
-    def keep_input(name: str) -> Callable[..., None]:
-        def hook(_module: nn.Module, inputs: Any) -> None:
-            recorded[name] = inputs[0].detach()
-        return hook
-
-    handles.append(model.token_embedding.register_forward_hook(keep_output("hook_embed")))
-    if model.config.family == "gpt2":
-        handles.append(model.position_embedding.register_forward_hook(keep_output("hook_pos_embed")))
-    for index, block in enumerate(model.blocks):
-        prefix = f"blocks.{index}"
-        handles.append(block.attn_norm.register_forward_pre_hook(keep_input(f"{prefix}.hook_resid_pre")))
-        handles.append(block.attn.o_proj.register_forward_pre_hook(keep_input(f"{prefix}.attn.hook_z")))
-        handles.append(block.attn.register_forward_hook(keep_output(f"{prefix}.hook_attn_out")))
-        handles.append(block.ffn_norm.register_forward_pre_hook(keep_input(f"{prefix}.hook_resid_mid")))
-        handles.append(block.ffn.register_forward_hook(keep_output(f"{prefix}.hook_mlp_out")))
-        handles.append(block.register_forward_hook(keep_output(f"{prefix}.hook_resid_post")))
-    handles.append(model.final_norm.register_forward_hook(keep_output("ln_final.hook_normalized")))
     was_training = model.training
     try:
         if was_training:
             model.eval()
         with torch.no_grad():
-            out = model(torch.tensor([list(ids)], dtype=torch.int64), return_attention=True)
+            out = model(torch.tensor([list(ids)], dtype=torch.int64), record=recorded)
     finally:
-        for handle in handles:
-            handle.remove()
         if was_training:
             model.train()
     config = model.config
     activations: dict[str, Tensor] = {}
     for name, value in recorded.items():
-        if name == "hook_pos_embed":
-            activations[name] = value  # the position table is looked up without a batch
-        elif name.endswith("hook_z"):
-            activations[name] = value[0].view(len(ids), config.heads, config.head_dim)
-        else:
-            activations[name] = value[0]
-    for index, weights in enumerate(out.attentions):
-        activations[f"blocks.{index}.attn.hook_pattern"] = weights[0]
+        value = value[0].detach()
+        activations[name] = value.view(len(ids), config.heads, config.head_dim) if name.endswith("hook_z") else value
     activations["logits"] = out.logits[0].detach()
     return ActivationCache(tuple(ids), activations)
 
@@ -249,9 +216,9 @@ def token_rank(logits: Tensor, token_id: int) -> int:
 
 def logit_lens(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationCache, chosen_id: int,
                top: int = DEFAULT_LENS_TOP) -> tuple[LensRow, ...]:
-    """Every layer's residual at the last position through the final norm and tied head."""
+    """Every layer's residual at the last position through the final norm and the head."""
     check_token_id(model, chosen_id)
-    head = model.token_embedding.weight
+    head = model.head_weight
     rows = []
     with torch.no_grad():
         for layer in range(model.config.layers + 1):
@@ -270,7 +237,7 @@ def _norm_parts(model: MiniGPT, cache: ActivationCache) -> tuple[list[Tensor], l
     """The final residual's parts at the last position as rows, and how many per group."""
     config = model.config
     embedding = cache["hook_embed"][-1]
-    if config.family == "gpt2":
+    if config.positions == "learned":
         embedding = embedding + cache["hook_pos_embed"][-1]
     rows = [embedding[None]]
     for index, block in enumerate(model.blocks):
@@ -294,15 +261,16 @@ def direct_contributions(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: Act
         final = cache[f"blocks.{config.layers - 1}.hook_resid_post"][-1].to(torch.float64)
         rows, sizes = _norm_parts(model, cache)
         parts = torch.cat(rows).to(torch.float64)  # [parts, D]
-        if config.family == "gpt2":
+        layer_norm = config.norm == "layernorm"
+        if layer_norm:
             scale = 1.0 / torch.sqrt(final.var(unbiased=False) + norm.eps)
             parts = parts - parts.mean(dim=-1, keepdim=True)
         else:
             scale = torch.rsqrt(final.pow(2).mean() + norm.eps)
-        table = model.token_embedding.weight[list(token_ids)].to(torch.float64)  # [N, D]
+        table = model.head_weight[list(token_ids)].to(torch.float64)  # [N, D]
         directions = table * norm.weight.to(torch.float64)
         values = (parts @ directions.t()) * scale  # [parts, N]
-        if config.family == "gpt2":
+        if layer_norm:
             norm_bias = (table @ norm.bias.to(torch.float64)).tolist()
         else:
             norm_bias = [0.0] * len(token_ids)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,7 +119,7 @@ def DecoderBackbone(config: "ModelConfig", dtype: "torch.dtype") -> Any:  # noqa
 
 # -- identity -------------------------------------------------------------------------------
 def semantic_settings(config: "ModelConfig", vocab_size: int | None) -> dict[str, Any]:
-    settings = {k: v for k, v in asdict(config).items() if k not in TRAINING_ONLY_SETTINGS}
+    settings = {k: v for k, v in config.declared().items() if k not in TRAINING_ONLY_SETTINGS}
     settings["vocab_size"] = vocab_size
     return settings
 
@@ -239,7 +239,7 @@ def portable_payload(
             "backbone": {"kind": "minigpt-decoder", "family": config.family, "layers": config.layers},
             "head": {"kind": "tied-table-transpose", "table": TABLE},
         },
-        "model_config": asdict(config),
+        "model_config": config.declared(),
         "constants": {"tensor": CONSTANTS, "dtype": "F64", "layout": constant_layout(config.family)},
         "tokenizer": {
             "kind": "byte-bpe",
@@ -294,7 +294,7 @@ def save_backbone(model: "MiniGPT", path: Path | str, *, progress: ProgressHook 
     records = {
         "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
         "composition": composition,
-        "model_config": asdict(config),
+        "model_config": config.declared(),
         "constants": {"tensor": CONSTANTS, "dtype": "F64", "layout": constant_layout(config.family)},
         "tokenizer": None,
         "special_ids": None,

@@ -18,7 +18,7 @@ import gives back the same bits.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.errors import CheckpointError, ConfigError
@@ -114,7 +114,7 @@ def export_record(config: "ModelConfig", identity: str, tokenizer_identity: str)
     return {
         "format_version": 1,
         "producer": f"minigpt-tui {__version__}",
-        "model_config": asdict(config),
+        "model_config": config.declared(),
         "model_identity": identity,
         "tokenizer_identity": tokenizer_identity,
     }
