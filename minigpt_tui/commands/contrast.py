@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from minigpt_tui.commands.common import emit_json, output_console
-from minigpt_tui.commands.generate import MODEL_HELP, _add_rule_arguments
+from minigpt_tui.commands.generate import MODEL_HELP, _add_rule_arguments, add_dtype_flag
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,6 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "contrast", help="two models on the same path: KL(A||B), top-1 agreement, ranks per position")
     contrast.add_argument("--model", action="append", required=True,
                           help=MODEL_HELP + " (give exactly two: A, then B)")
+    add_dtype_flag(contrast)
     contrast.add_argument("--prompt", required=True, help="prompt text (encoded once, BOS prepended)")
     _add_rule_arguments(contrast, several_temperatures=False)
     contrast.add_argument("--continuation", metavar="TEXT",

@@ -16,12 +16,19 @@ from typing import Any
 from minigpt_tui.commands.common import emit_json, output_console, runs_dir_from_args
 from minigpt_tui.commands.insight import add_insight_arguments, insight_request_from_args, print_insights
 
-MODEL_HELP = "a model file, a checkpoint folder, or RUN:best / RUN:latest from the runs directory"
+MODEL_HELP = ("a model file, a checkpoint folder, RUN:best / RUN:latest from the runs directory, "
+              "or a transformers model folder (gpt2, gpt_neo, gpt_neox, llama, qwen2)")
+
+
+def add_dtype_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dtype", choices=("float32", "float64"), default=None,
+                        help="compute type for a model from elsewhere (default float32); ours keep their own")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     generate = subparsers.add_parser("generate", help="step through generation, one decision per row")
     generate.add_argument("--model", required=True, help=MODEL_HELP)
+    add_dtype_flag(generate)
     generate.add_argument("--prompt", required=True, help="prompt text (encoded once, BOS prepended)")
     _add_rule_arguments(generate, several_temperatures=False)
     generate.add_argument("--top", default="3", metavar="N", help="alternatives kept per decision (default 3)")
@@ -37,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     probes = subparsers.add_parser("probes", help="run a versioned prompt file against models and rules")
     probes.add_argument("--model", action="append", required=True, help=MODEL_HELP + " (repeat for several)")
+    add_dtype_flag(probes)
     probes.add_argument("--prompts", metavar="FILE", help="a probes JSON file (default: the bundled one)")
     _add_rule_arguments(probes, several_temperatures=True)
     probes.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -47,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     infer = subparsers.add_parser("infer", help="the greedy continuation of a prompt as one record (ids, bytes, stop reason)")
     infer.add_argument("--model", required=True, help=MODEL_HELP)
+    add_dtype_flag(infer)
     infer.add_argument("--prompt", required=True, help="prompt text")
     infer.add_argument("--tokens", default="3", metavar="N", help="new-token budget (default 3)")
     infer.add_argument("--json", action="store_true", help="print one JSON object")
@@ -106,16 +115,11 @@ def rules_from_args(args: argparse.Namespace) -> list[Any]:
 
 
 def load_model(spec: str, args: argparse.Namespace) -> Any:
-    """Resolve FILE | checkpoint folder | RUN:best | RUN:latest and restore the model."""
-    from minigpt_tui.engine.checkpoint.portable import load_portable_model
-    from minigpt_tui.engine.errors import GenerationError
-    from minigpt_tui.engine.runs import resolve_model_file
+    """Resolve FILE | checkpoint folder | RUN:best | RUN:latest | a transformers folder and
+    open the model."""
+    from minigpt_tui.engine.opening import open_model
 
-    runs_dir = runs_dir_from_args(args)
-    portable = load_portable_model(resolve_model_file(spec, runs_dir))
-    if portable.tokenizer is None:
-        raise GenerationError(f"{portable.path} has no tokenizer: a backbone-only export cannot generate text")
-    return portable
+    return open_model(spec, runs_dir_from_args(args), dtype=getattr(args, "dtype", None))
 
 
 def _write_json(path_text: str, data: Any, force: bool) -> Path:

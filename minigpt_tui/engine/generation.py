@@ -87,10 +87,13 @@ FORMAT_VERSION = 1
 
 
 # -- the rules as functions of a logit vector ---------------------------------------------
-def eligibility_mask(vocab_size: int, forbidden_ids: Sequence[int] = ()) -> Tensor:
-    """True where an id may be chosen: every id except BOS and ``forbidden_ids``."""
+def eligibility_mask(vocab_size: int, forbidden_ids: Sequence[int] = (), bos_id: int | None = BOS,
+                     eos_ids: Sequence[int] = (EOS,)) -> Tensor:
+    """True where an id may be chosen: every id except BOS (unless it is also an EOS id,
+    as in GPT-2's one ``<|endoftext|>``) and ``forbidden_ids``."""
     mask = torch.ones(vocab_size, dtype=torch.bool)
-    mask[BOS] = False
+    if bos_id is not None and bos_id not in eos_ids:
+        mask[bos_id] = False
     for token_id in forbidden_ids:
         if token_id >= vocab_size:
             raise GenerationError(f"forbidden id {token_id} is outside the vocabulary of {vocab_size}")
@@ -312,12 +315,15 @@ class DecisionStepper:
         self.model_path = None if model_path is None else str(model_path)
         self.context = model.config.context
         self.prompt_ids: tuple[int, ...] = tuple(tokenizer.encode_prompt(prompt))
+        if not self.prompt_ids:
+            raise GenerationError("the prompt encodes to no ids and this tokenizer adds no BOS: give a prompt")
         if len(self.prompt_ids) >= self.context:
             raise GenerationError(
                 f"the prompt is {len(self.prompt_ids)} ids with BOS and fills the context of "
                 f"{self.context}: no room for a new token"
             )
-        self.eligible = eligibility_mask(tokenizer.vocab_size, rule.forbidden_ids)
+        self.eos_ids = tuple(tokenizer.eos_ids)
+        self.eligible = eligibility_mask(tokenizer.vocab_size, rule.forbidden_ids, tokenizer.bos_id, self.eos_ids)
         self._pieces = {i: TokenPiece.of(tokenizer, i) for i in set(self.prompt_ids)}
         self._generator = torch.Generator().manual_seed(rule.seed)
         self._steps: list[_Step] = []
@@ -348,7 +354,7 @@ class DecisionStepper:
     @property
     def stop_reason(self) -> str | None:
         generated = self.generated_ids
-        if generated and generated[-1] == EOS:
+        if generated and generated[-1] in self.eos_ids:
             return "eos"
         if len(generated) >= self.rule.max_new_tokens:
             return "budget"
@@ -505,7 +511,7 @@ class DecisionStepper:
             "text": decoded.data.decode("utf-8") if decoded.valid_utf8 else None,
             "display": decoded.display,
             "display_only": not decoded.valid_utf8,
-            "ended_with_eos": bool(generated) and generated[-1] == EOS,
+            "ended_with_eos": bool(generated) and generated[-1] in self.eos_ids,
         }
 
     def trace(self, model_path: str | Path | None = None) -> dict[str, Any]:
@@ -528,6 +534,7 @@ class DecisionStepper:
                 "identity": self.tokenizer.identity,
                 "vocab_size": self.tokenizer.vocab_size,
                 "merges": len(self.tokenizer.merges),
+                "kind": getattr(self.tokenizer, "kind", "byte-bpe"),
             },
             "prompt": self.prompt,
             "prompt_ids": list(self.prompt_ids),

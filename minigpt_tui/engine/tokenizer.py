@@ -51,6 +51,14 @@ class ByteBPETokenizer:
     def vocab_size(self) -> int:
         return FIRST_MERGE_ID + len(self.merges)
 
+    @property
+    def bos_id(self) -> int:
+        return BOS
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        return (EOS,)
+
     @cached_property
     def _ranks(self) -> dict[tuple[int, int], int]:
         return {pair: rank for rank, pair in enumerate(self.merges)}

@@ -222,14 +222,10 @@ class GenerationSession:
         return f"{newest.name}:latest"
 
     def load(self, spec: str) -> None:
-        from minigpt_tui.engine.checkpoint.portable import load_portable_model
-        from minigpt_tui.engine.runs import resolve_model_file
+        from minigpt_tui.engine.opening import open_model
 
-        path = resolve_model_file(spec, self.runs_dir)
-        portable = load_portable_model(path)
-        if portable.tokenizer is None:
-            raise GenerationError(f"{path} holds no tokenizer: it cannot generate text")
-        self.portable, self.spec, self.model_path = portable, spec, path
+        portable = open_model(spec, self.runs_dir)
+        self.portable, self.spec, self.model_path = portable, spec, portable.path
         self.stepper, self.settings = None, None
         self._views.clear()
         self.load_second(None)  # it was compared with the previous model
@@ -282,9 +278,8 @@ class GenerationSession:
 
     def load_second(self, spec: str | None) -> None:
         """A second model (same tokenizer) read beside each decision; None removes it."""
-        from minigpt_tui.engine.checkpoint.portable import load_portable_model
         from minigpt_tui.engine.contrast import check_same_tokenizer
-        from minigpt_tui.engine.runs import resolve_model_file
+        from minigpt_tui.engine.opening import open_model
 
         if spec is None:
             self.second, self.second_path = None, None
@@ -292,12 +287,9 @@ class GenerationSession:
             return
         if self.portable is None:
             raise GenerationError(NO_MODEL)
-        path = resolve_model_file(spec, self.runs_dir)
-        portable = load_portable_model(path)
-        if portable.tokenizer is None:
-            raise GenerationError(f"{path} holds no tokenizer: it cannot be compared")
+        portable = open_model(spec, self.runs_dir)
         check_same_tokenizer(self.portable, portable)
-        self.second, self.second_path = portable, path
+        self.second, self.second_path = portable, portable.path
         self._opinions.clear()
 
     def inspect(self, step: int, layer: int, head: int, candidate_id: int | None = None) -> InsightView:

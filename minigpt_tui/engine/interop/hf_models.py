@@ -1,0 +1,150 @@
+"""Open a transformers model folder for generation and every view, without converting it.
+
+The folder's ``config.json`` sets the model's parts (:mod:`hf_families`); its weights come
+from one ``model.safetensors``, shards through ``model.safetensors.index.json``, or a
+``pytorch_model.bin`` read weights-only. float16 and bfloat16 weights are widened to the
+compute dtype (float32, or float64 when asked). Its ``tokenizer.json`` runs through the
+``tokenizers`` library; BOS comes from the config, EOS ids from ``generation_config.json``
+(else the config). A folder our own export wrote keeps our byte-level tokenizer.
+
+The model is built on the meta device and the folder's tensors assigned to it, so opening
+costs one read of the weights; its identity is the SHA-256 of the config and of every
+weights file read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from minigpt_tui.engine.errors import CheckpointError, TokenizerError
+from minigpt_tui.engine.interop.hf_families import model_config, our_tensors
+from minigpt_tui.engine.interop.hf_import import PICKLED_WEIGHTS, read_hf_folder, read_json_file
+
+if TYPE_CHECKING:
+    import torch
+
+    from minigpt_tui.engine.checkpoint.portable import PortableModel
+
+DTYPES = ("float32", "float64")
+GENERATION_CONFIG = "generation_config.json"
+WIDENED = ("F16", "BF16", "F32", "F64")
+
+
+def _token_ids(value: Any, where: str, key: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise CheckpointError(f"{where}: {key} must be a token id or a list of them, got {value!r}")
+    return tuple(values)
+
+
+def special_ids(folder: Path, config: dict[str, Any]) -> tuple[int | None, tuple[int, ...]]:
+    """(BOS, EOS ids): generation_config.json first, then config.json."""
+    where = str(folder / "config.json")
+    bos = _token_ids(config.get("bos_token_id"), where, "bos_token_id")
+    eos = _token_ids(config.get("eos_token_id"), where, "eos_token_id")
+    if (folder / GENERATION_CONFIG).is_file():
+        generation = read_json_file(folder / GENERATION_CONFIG, GENERATION_CONFIG)
+        if isinstance(generation, dict):
+            where = str(folder / GENERATION_CONFIG)
+            bos = _token_ids(generation.get("bos_token_id"), where, "bos_token_id") or bos
+            eos = _token_ids(generation.get("eos_token_id"), where, "eos_token_id") or eos
+    return (bos[0] if bos else None), eos
+
+
+def _weights(folder: Path) -> tuple[dict[str, "torch.Tensor"], list[str]]:
+    """Every tensor in the folder's weights by name, and each file's SHA-256."""
+    from minigpt_tui.engine.checkpoint.safetensors_io import load_file
+    from minigpt_tui.engine.interop.foreign import pickle_tensors
+
+    pickled = next((folder / n for n in PICKLED_WEIGHTS if (folder / n).is_file()), None)
+    safetensors = (folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()
+    if pickled is not None and not safetensors:
+        if pickled.name.endswith(".index.json"):
+            raise CheckpointError(f"{folder}: sharded pickled weights are not supported; save the model as safetensors")
+        data = pickled.read_bytes()
+        return pickle_tensors(pickled), [hashlib.sha256(data).hexdigest()]
+    read = read_hf_folder(folder)
+    tensors: dict[str, torch.Tensor] = {}
+    digests = []
+    for shard in read.shards:
+        loaded = load_file(shard)
+        digests.append(loaded.sha256)
+        for entry in loaded.header.entries:
+            if entry.dtype not in WIDENED:
+                raise CheckpointError(f"{shard}: tensor '{entry.name}' is {entry.dtype}; weights must be "
+                                      "float16, bfloat16, float32 or float64")
+            tensors[entry.name] = loaded.tensor(entry.name)
+    return tensors, digests
+
+
+def _assign(model: Any, named: dict[str, "torch.Tensor"], dtype: "torch.dtype", where: Path) -> None:
+    """Copy-free where the dtype already matches; shapes checked name by name."""
+    expected = dict(model.named_parameters())
+    state = {}
+    for name, param in expected.items():
+        tensor = named.get(name)
+        if tensor is None:
+            raise CheckpointError(f"{where}: the weights have no tensor for {name}")
+        if tuple(tensor.shape) != tuple(param.shape):
+            raise CheckpointError(f"{where}: tensor for {name} has shape {list(tensor.shape)}, "
+                                  f"the config makes it {list(param.shape)}")
+        state[name] = tensor.to(dtype).contiguous()
+    model.load_state_dict(state, assign=True, strict=True)
+
+
+def _tokenizer(folder: Path, config: dict[str, Any], vocab_size: int) -> Any:
+    from minigpt_tui.engine.interop import hf_tokenizer
+    from minigpt_tui.engine.library_tokenizer import read_library_tokenizer
+
+    path = folder / hf_tokenizer.TOKENIZER_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{folder}: no {hf_tokenizer.TOKENIZER_FILE}: a model without its tokenizer "
+                              "cannot encode a prompt")
+    try:
+        if isinstance(config.get("minigpt_tui"), dict):  # our own export: our tokenizer, exactly
+            return hf_tokenizer.read_tokenizer_json(path)
+        bos, eos = special_ids(folder, config)
+        return read_library_tokenizer(path, vocab_size, bos_id=bos, eos_ids=eos)
+    except TokenizerError as err:
+        raise CheckpointError(str(err)) from None
+
+
+def open_hf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel":
+    """A transformers folder as a ready model: built from its config, its weights assigned."""
+    import torch
+
+    from minigpt_tui.engine.checkpoint.portable import PortableModel
+    from minigpt_tui.engine.model import MiniGPT
+
+    if dtype not in DTYPES:
+        raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
+    folder = Path(path).expanduser()
+    config_path = folder / "config.json"
+    data = read_json_file(config_path, "config.json: not a transformers model folder")
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{config_path}: not a JSON object")
+    config = model_config(data, str(config_path))
+    tensors, digests = _weights(folder)
+    try:
+        named = our_tensors(tensors.get, config)
+    except CheckpointError as err:
+        raise CheckpointError(f"{folder}: {err}") from None
+    vocab_size = int(named["token_embedding.weight"].shape[0])
+    tokenizer = _tokenizer(folder, data, vocab_size)
+    torch_dtype = torch.float64 if dtype == "float64" else torch.float32
+    with torch.device("meta"):
+        model = MiniGPT(config, vocab_size, torch_dtype)
+    _assign(model, named, torch_dtype, folder)
+    model.eval()
+    if tokenizer.vocab_size != vocab_size:
+        raise CheckpointError(f"{folder}: the tokenizer has {tokenizer.vocab_size} ids, the model {vocab_size} rows")
+    digest = hashlib.sha256(b"transformers-folder\0" + config_path.read_bytes())
+    for part in digests:
+        digest.update(part.encode())
+    metadata = {"source": "transformers", "architecture": (data.get("architectures") or [None])[0],
+                "family": config.family, "dtype": dtype}
+    return PortableModel(model, tokenizer, config, digest.hexdigest(), folder, metadata)

@@ -1,0 +1,38 @@
+"""Open a model for generation and the views: one of ours or a transformers folder.
+
+``spec`` is a model file, a checkpoint folder, a run (``RUN``, ``RUN:latest|best|STEP``) or
+a transformers model folder. Ours keep every bit; a folder from elsewhere is computed in
+``dtype`` (float32 unless float64 is asked for). A model without a tokenizer is refused
+in one line, the same wherever it is opened.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from minigpt_tui.engine.errors import GenerationError
+
+if TYPE_CHECKING:
+    from minigpt_tui.engine.checkpoint.portable import PortableModel
+
+
+def is_transformers_folder(spec: str) -> bool:
+    from minigpt_tui.engine.interop.hf_import import is_hf_folder
+
+    return len(spec) <= 4096 and is_hf_folder(Path(spec).expanduser())
+
+
+def open_model(spec: str, runs_dir: Path, *, dtype: str | None = None) -> "PortableModel":
+    """The model ``spec`` names, ready for inference (see the module doc)."""
+    from minigpt_tui.engine.checkpoint.portable import load_portable_model
+    from minigpt_tui.engine.runs import resolve_model_file
+
+    if is_transformers_folder(spec):
+        from minigpt_tui.engine.interop.hf_models import open_hf_model
+
+        return open_hf_model(spec, dtype=dtype or "float32")
+    portable = load_portable_model(resolve_model_file(spec, runs_dir))
+    if portable.tokenizer is None:
+        raise GenerationError(f"{portable.path} holds no tokenizer: a backbone-only export cannot generate text")
+    return portable

@@ -1,0 +1,115 @@
+"""Transformers model folders of five families, made in the test: a tokenizer trained here
+with the family's kind of pre-tokenizer, random weights from transformers, save_pretrained.
+Nothing is downloaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "llama", "qwen2")
+# Text from files already on the machine: the docstrings of the standard library.
+TEXT_MODULES = ("json", "pathlib", "argparse", "textwrap", "collections")
+
+
+def training_text() -> list[str]:
+    import importlib
+
+    lines = []
+    for name in TEXT_MODULES:
+        doc = importlib.import_module(name).__doc__ or ""
+        lines += [line for line in doc.splitlines() if line.strip()]
+    return lines + ["héllo wörld — naïve café", "日本語のテキスト", "emoji 🙂 and tabs\tand\nnewlines"]
+
+
+def byte_level_tokenizer(vocab: int = 400, split_regex: bool = False):
+    """GPT-2 style: ByteLevel with its regex (or a Split regex as Qwen2 writes it)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    if split_regex:
+        pattern = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(training_text(), trainer)
+    return tokenizer
+
+
+def metaspace_tokenizer(vocab: int = 400):
+    """Llama 2 style: Metaspace, byte fallback, BOS added by the post-processor."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                           decoders.Strip(" ", 1, 0)])
+    specials = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials, show_progress=False)
+    tokenizer.train_from_iterator(training_text(), trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return tokenizer
+
+
+def family_config(family: str, vocab: int, bos: int, eos: int, **extra):
+    import transformers as tr
+
+    common = {"vocab_size": vocab, "bos_token_id": bos, "eos_token_id": eos}
+    if family == "gpt2":
+        return tr.GPT2Config(n_embd=32, n_head=4, n_layer=2, n_positions=64, **common, **extra)
+    if family == "gpt_neo":
+        return tr.GPTNeoConfig(hidden_size=32, num_heads=4, num_layers=2, max_position_embeddings=64,
+                               attention_types=[[["global", "local"], 1]], window_size=3, **common, **extra)
+    if family == "gpt_neox":
+        return tr.GPTNeoXConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
+                                max_position_embeddings=64, rotary_pct=0.5, **common, **extra)
+    if family == "llama":
+        return tr.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+                              num_hidden_layers=2, max_position_embeddings=64, rope_theta=500.0, **common, **extra)
+    return tr.Qwen2Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+                          num_hidden_layers=2, max_position_embeddings=64, **common, **extra)
+
+
+def make_family_folder(family: str, folder: Path, *, seed: int = 0, pad_rows: int = 0, dtype=torch.float32,
+                       **extra) -> Path:
+    """A random-weight model of ``family`` with its kind of tokenizer, saved with save_pretrained."""
+    import transformers as tr
+
+    if family == "llama":
+        raw = metaspace_tokenizer()
+        bos, eos = raw.token_to_id("<s>"), raw.token_to_id("</s>")
+        wrapped = tr.PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>",
+                                             unk_token="<unk>")
+    else:
+        raw = byte_level_tokenizer(split_regex=family == "qwen2")
+        bos = eos = raw.token_to_id("<|endoftext|>")
+        wrapped = tr.PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<|endoftext|>",
+                                             eos_token="<|endoftext|>")
+    vocab = raw.get_vocab_size() + pad_rows
+    torch.manual_seed(seed)
+    model = tr.AutoModelForCausalLM.from_config(family_config(family, vocab, bos, eos, **extra))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name or name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                param.copy_(1.0 + 0.3 * torch.randn_like(param))
+            else:
+                param.copy_(0.3 * torch.randn_like(param))
+    model = model.to(dtype)
+    model.save_pretrained(folder)
+    wrapped.save_pretrained(folder)
+    return folder
+
+
+def reference(folder: Path, dtype=torch.float32):
+    import transformers as tr
+
+    model = tr.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    model.eval()
+    return model, tr.AutoTokenizer.from_pretrained(folder)

@@ -1,0 +1,196 @@
+"""Transformers folders of five families open as they are: the prompt's ids, every logit and
+the greedy ids equal transformers', and every view (lens, contributions) holds on each."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import cli_command, cli_env
+from family_support import FAMILIES, byte_level_tokenizer, make_family_folder, metaspace_tokenizer, reference
+from minigpt_tui.engine.errors import CheckpointError
+from minigpt_tui.engine.generation import DecisionStepper
+from minigpt_tui.engine.generation_rule import GenerationRule
+from minigpt_tui.engine.interop.hf_models import open_hf_model
+from minigpt_tui.engine.lens import inspect_decision
+from minigpt_tui.engine.library_tokenizer import LibraryTokenizer
+
+PROMPT = "The json module: héllo wörld 🙂 — tabs\tand spaces, 12345"
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("families")
+    made = {}
+    for index, family in enumerate(FAMILIES):
+        # Pythia pads its head past the tokenizer's ids; SmolLM ties its head.
+        extra = {"tie_word_embeddings": True} if family == "llama" else {}
+        made[family] = make_family_folder(family, root / family, seed=index,
+                                          pad_rows=5 if family == "gpt_neox" else 0, **extra)
+    return made
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_ids_logits_and_greedy_ids_equal_transformers(folders, family):
+    ref, ref_tokenizer = reference(folders[family])
+    ours = open_hf_model(folders[family])
+    assert ours.config.family == family
+    ids = ref_tokenizer(PROMPT).input_ids
+    assert ours.tokenizer.encode_prompt(PROMPT) == ids
+    with torch.no_grad():
+        expected = ref(torch.tensor([ids])).logits[0]
+        got = ours.model(torch.tensor([ids])).logits[0]
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)  # float32 rounding (rotary tables)
+    with torch.no_grad():
+        generated = ref.generate(torch.tensor([ids]), max_new_tokens=STEPS, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
+    rule = GenerationRule("greedy", max_new_tokens=STEPS, forbidden_ids=())
+    for cache in (False, True):
+        stepper = DecisionStepper.from_portable(ours, PROMPT, rule, use_kv_cache=cache)
+        # EOS would stop us where transformers (told no EOS) goes on: compare up to it.
+        chosen = [d.chosen.id for d in stepper.run()]
+        assert chosen == generated[: len(chosen)]
+        assert len(chosen) == STEPS or chosen[-1] in ours.tokenizer.eos_ids
+
+
+def test_the_families_are_settings_of_the_parts(folders):
+    parts = {f: open_hf_model(folders[f]).config for f in FAMILIES}
+    assert parts["gpt_neox"].residual == "parallel" and parts["gpt_neox"].rotary_dims == 4
+    assert not parts["gpt_neox"].tied_head and parts["llama"].tied_head and not parts["qwen2"].tied_head
+    assert parts["gpt_neo"].attention_scale == "none" and parts["gpt_neo"].local_layers == (1,)
+    assert parts["qwen2"].attention_bias == "qkv" and parts["gpt_neo"].attention_bias == "out"
+    assert parts["llama"].kv_heads == 2 and parts["llama"].rope_base == 500.0
+
+
+def test_gpt2_in_float64_equals_transformers_to_1e_10(tmp_path):
+    folder = make_family_folder("gpt2", tmp_path / "gpt2", seed=7)
+    ref, ref_tokenizer = reference(folder, torch.float64)
+    ours = open_hf_model(folder, dtype="float64")
+    ids = ref_tokenizer(PROMPT).input_ids
+    with torch.no_grad():
+        expected = ref(torch.tensor([ids])).logits[0]
+        got = ours.model(torch.tensor([ids])).logits[0]
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_contributions_add_up_and_the_lens_ends_at_the_logits(folders, family):
+    ours = open_hf_model(folders[family], dtype="float64")
+    ids = ours.tokenizer.encode_prompt(PROMPT)
+    with torch.no_grad():
+        logits = ours.model(torch.tensor([ids])).logits[0, -1]
+    chosen = int(logits.argmax())
+    other = int(logits.argsort()[-2])
+    insight = inspect_decision(ours.model, ours.tokenizer, ids, chosen, lens=True, contributions=True,
+                               candidate_ids=[other], pattern=(1, 3))
+    for part in insight.contributions:
+        assert abs(part.total - part.logit) < 1e-9, (family, part.total, part.logit)
+    assert torch.equal(insight.lens[-1].logits, logits.to(torch.float64))
+    assert insight.pattern.weights.shape == (len(ids), len(ids))
+    if family == "gpt_neo":  # the local block sees only the last 3 positions
+        row = insight.pattern.weights[-1]
+        assert float(row[:-3].abs().sum()) == 0.0 and abs(float(row[-3:].sum()) - 1) < 1e-12
+
+
+def _random_text(rng: random.Random) -> str:
+    alphabet = "abc XYZ 09 é ü 日本 🙂 \t\n'\".,;:!?-_" + "".join(chr(rng.randrange(32, 0x3000)) for _ in range(20))
+    return "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 60)))
+
+
+@pytest.mark.parametrize("kind", ["byte-level", "split-regex", "metaspace"])
+def test_tokenizers_encode_as_transformers_on_random_text(kind):
+    import transformers as tr
+
+    raw = metaspace_tokenizer() if kind == "metaspace" else byte_level_tokenizer(split_regex=kind == "split-regex")
+    wrapped = tr.PreTrainedTokenizerFast(tokenizer_object=raw)
+    ours = LibraryTokenizer.from_text(raw.to_str(), None, bos_id=None, eos_ids=(), source="tokenizer.json")
+    rng = random.Random(5)
+    for _ in range(200):
+        text = _random_text(rng)
+        ids = wrapped(text).input_ids
+        assert ours.encode_prompt(text) == ids
+        if kind != "metaspace":  # byte-level pieces are the text's bytes, exactly
+            assert b"".join(ours.piece(i) for i in ids) == text.encode("utf-8")
+
+
+def test_pieces_show_bytes_and_byte_fallback():
+    raw = metaspace_tokenizer()
+    ours = LibraryTokenizer.from_text(raw.to_str(), None, bos_id=1, eos_ids=(2,), source="t")
+    fallback = raw.token_to_id("<0xF0>")
+    assert ours.piece(fallback) == b"\xf0" and ours.piece_text(fallback) == "\\xf0"
+    assert ours.piece_text(1) == "<s>" and ours.decode([1, raw.token_to_id("▁the")]).data == b" the"
+
+
+def test_a_float16_folder_is_widened(tmp_path):
+    folder = make_family_folder("llama", tmp_path / "half", dtype=torch.float16)
+    ours = open_hf_model(folder)
+    assert ours.model.token_embedding.weight.dtype == torch.float32
+    ref, ref_tokenizer = reference(folder, torch.float32)
+    ids = ref_tokenizer(PROMPT).input_ids
+    with torch.no_grad():
+        torch.testing.assert_close(ours.model(torch.tensor([ids])).logits, ref(torch.tensor([ids])).logits,
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_generate_and_infer_take_a_folder(folders, tmp_path):
+    folder = folders["gpt2"]
+    run = subprocess.run(cli_command("generate", "--model", str(folder), "--prompt", "The json", "--max-new-tokens",
+                                     "3", "--greedy", "--json", "--lens"),
+                         capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
+    assert run.returncode == 0, run.stderr
+    trace = json.loads(run.stdout)
+    assert trace["model"]["family"] == "gpt2" and len(trace["decisions"]) == 3
+    assert trace["tokenizer"]["kind"] == "tokenizers"
+
+
+def _refusal(folder: Path) -> str:
+    with pytest.raises(CheckpointError) as caught:
+        open_hf_model(folder)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_bad_folders_are_refused_in_one_line(folders, tmp_path):
+    def copy(name: str) -> Path:
+        target = tmp_path / name
+        shutil.copytree(folders["llama"], target)
+        return target
+
+    no_weights = copy("no-weights")
+    (no_weights / "model.safetensors").unlink()
+    assert "no model.safetensors" in _refusal(no_weights)
+
+    other = copy("other")
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "model_type": "mamba", "architectures": ["MambaForCausalLM"]}))
+    assert "unsupported architecture 'MambaForCausalLM'" in _refusal(other)
+
+    for key, value, named in (("rope_scaling", {"rope_type": "yarn", "factor": 2.0}, "rope scaling 'yarn'"),
+                              ("num_local_experts", 8, "mixture of experts"),
+                              ("hidden_act", "relu", "hidden_act 'relu'")):
+        edited = copy(f"edited-{key}")
+        config = json.loads((edited / "config.json").read_text())
+        (edited / "config.json").write_text(json.dumps({**config, key: value}))
+        assert named in _refusal(edited)
+
+    wrong = copy("wrong-shape")
+    config = json.loads((wrong / "config.json").read_text())
+    (wrong / "config.json").write_text(json.dumps({**config, "intermediate_size": 40}))
+    assert "blocks.0.ffn.gate_proj.weight" in _refusal(wrong)
+
+    bad_tokenizer = copy("bad-tokenizer")
+    (bad_tokenizer / "tokenizer.json").write_text('{"model": {"type": "Nonsense"}}')
+    assert "the tokenizers library refuses" in _refusal(bad_tokenizer)
+    before = sorted(p.name for p in bad_tokenizer.iterdir())
+    _refusal(bad_tokenizer)
+    assert sorted(p.name for p in bad_tokenizer.iterdir()) == before  # nothing written
