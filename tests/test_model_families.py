@@ -50,7 +50,8 @@ def test_ids_logits_and_greedy_ids_equal_transformers(folders, family):
     assert got.shape == expected.shape
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)  # float32 rounding (rotary tables)
     with torch.no_grad():
-        generated = ref.generate(torch.tensor([ids]), max_new_tokens=STEPS, do_sample=False,
+        generated = ref.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 max_new_tokens=STEPS, do_sample=False,
                                  eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
     rule = GenerationRule("greedy", max_new_tokens=STEPS, forbidden_ids=())
     for cache in (False, True):

@@ -17,12 +17,14 @@ from minigpt_tui.commands.common import emit_json, output_console, runs_dir_from
 from minigpt_tui.commands.insight import add_insight_arguments, insight_request_from_args, print_insights
 
 MODEL_HELP = ("a model file, a checkpoint folder, RUN:best / RUN:latest from the runs directory, "
-              "or a transformers model folder (gpt2, gpt_neo, gpt_neox, llama, qwen2)")
+              "a transformers model folder (gpt2, gpt_neo, gpt_neox, llama, qwen2) or a nanoGPT ckpt.pt")
 
 
 def add_dtype_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("float32", "float64"), default=None,
                         help="compute type for a model from elsewhere (default float32); ours keep their own")
+    parser.add_argument("--tokenizer", metavar="FILE", default=None,
+                        help="a tokenizer.json or meta.pkl for a nanoGPT ckpt.pt without meta.pkl beside it")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -119,7 +121,8 @@ def load_model(spec: str, args: argparse.Namespace) -> Any:
     open the model."""
     from minigpt_tui.engine.opening import open_model
 
-    return open_model(spec, runs_dir_from_args(args), dtype=getattr(args, "dtype", None))
+    return open_model(spec, runs_dir_from_args(args), dtype=getattr(args, "dtype", None),
+                      tokenizer=getattr(args, "tokenizer", None))
 
 
 def _write_json(path_text: str, data: Any, force: bool) -> Path:

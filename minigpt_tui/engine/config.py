@@ -54,6 +54,7 @@ class ModelConfig:
     # The model's parts. None takes the family's own setting (FAMILY_PARTS), so a family is
     # a setting of the parts and any part can be set on its own.
     norm: str | None = None  # layernorm (weight and bias) | rmsnorm (weight)
+    norm_bias: bool = True  # a LayerNorm's bias (nanoGPT's bias=False has none)
     positions: str | None = None  # learned table | rotary (rotate-half)
     rotary_fraction: float = 1.0  # the leading share of each head's width that is rotated
     attention_bias: str | None = None  # none | qkv | out | all
@@ -115,7 +116,7 @@ FAMILY_PARTS: dict[str, dict[str, Any]] = {
                  "attention_scale": "inverse_sqrt", "ffn_kind": "gelu", "ffn_bias": True},
 }
 # Parts whose value does not come from the family, at the value every model had before.
-PART_DEFAULTS: dict[str, Any] = {"rotary_fraction": 1.0, "attention_window": 0, "local_layers": (),
+PART_DEFAULTS: dict[str, Any] = {"norm_bias": True, "rotary_fraction": 1.0, "attention_window": 0, "local_layers": (),
                                  "residual": "sequential", "tied_head": True}
 
 

@@ -270,7 +270,7 @@ def direct_contributions(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: Act
         table = model.head_weight[list(token_ids)].to(torch.float64)  # [N, D]
         directions = table * norm.weight.to(torch.float64)
         values = (parts @ directions.t()) * scale  # [parts, N]
-        if layer_norm:
+        if layer_norm and norm.bias is not None:
             norm_bias = (table @ norm.bias.to(torch.float64)).tolist()
         else:
             norm_bias = [0.0] * len(token_ids)

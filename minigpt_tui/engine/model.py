@@ -2,7 +2,8 @@
 
 A family is a setting of the parts in :class:`ModelConfig` (see ``FAMILY_PARTS``):
 
-- norm: ``layernorm`` (weight and bias) or ``rmsnorm`` (weight, epsilon inside the root);
+- norm: ``layernorm`` (weight, and a bias unless ``norm_bias`` is off) or ``rmsnorm``
+  (weight, epsilon inside the root);
 - positions: a ``learned`` table added to the token rows, or ``rotary`` (rotate-half) on
   the leading ``rotary_dims`` of every query and key head;
 - attention: query heads and grouped kv heads (query head h reads kv head
@@ -107,7 +108,7 @@ class RMSNorm(nn.Module):
 def make_norm(config: ModelConfig, dtype: torch.dtype) -> nn.Module:
     if config.norm == "rmsnorm":
         return RMSNorm(config.width, config.norm_eps, dtype)
-    return nn.LayerNorm(config.width, eps=config.norm_eps, dtype=dtype)
+    return nn.LayerNorm(config.width, eps=config.norm_eps, bias=config.norm_bias, dtype=dtype)
 
 
 def rotate_half(x: Tensor) -> Tensor:

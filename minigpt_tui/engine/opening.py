@@ -1,7 +1,7 @@
-"""Open a model for generation and the views: one of ours or a transformers folder.
+"""Open a model for generation and the views: ours, a transformers folder, nanoGPT's ckpt.pt.
 
-``spec`` is a model file, a checkpoint folder, a run (``RUN``, ``RUN:latest|best|STEP``) or
-a transformers model folder. Ours keep every bit; a folder from elsewhere is computed in
+``spec`` is a model file, a checkpoint folder, a run (``RUN``, ``RUN:latest|best|STEP``), a
+transformers model folder or a nanoGPT checkpoint (``.pt``, ``.pth``, ``.ckpt``). Ours keep every bit; a folder from elsewhere is computed in
 ``dtype`` (float32 unless float64 is asked for). A model without a tokenizer is refused
 in one line, the same wherever it is opened.
 """
@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from minigpt_tui.engine.errors import GenerationError
 
+TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
+
 if TYPE_CHECKING:
     from minigpt_tui.engine.checkpoint.portable import PortableModel
 
@@ -23,8 +25,15 @@ def is_transformers_folder(spec: str) -> bool:
     return len(spec) <= 4096 and is_hf_folder(Path(spec).expanduser())
 
 
-def open_model(spec: str, runs_dir: Path, *, dtype: str | None = None) -> "PortableModel":
-    """The model ``spec`` names, ready for inference (see the module doc)."""
+def is_torch_checkpoint(spec: str) -> bool:
+    path = Path(spec).expanduser()
+    return len(spec) <= 4096 and path.suffix in TORCH_SUFFIXES and path.is_file()
+
+
+def open_model(spec: str, runs_dir: Path, *, dtype: str | None = None,
+               tokenizer: str | None = None) -> "PortableModel":
+    """The model ``spec`` names, ready for inference (see the module doc). ``tokenizer``
+    names one for a nanoGPT checkpoint that has no meta.pkl beside it."""
     from minigpt_tui.engine.checkpoint.portable import load_portable_model
     from minigpt_tui.engine.runs import resolve_model_file
 
@@ -32,6 +41,10 @@ def open_model(spec: str, runs_dir: Path, *, dtype: str | None = None) -> "Porta
         from minigpt_tui.engine.interop.hf_models import open_hf_model
 
         return open_hf_model(spec, dtype=dtype or "float32")
+    if is_torch_checkpoint(spec):
+        from minigpt_tui.engine.interop.nanogpt import open_nanogpt
+
+        return open_nanogpt(spec, dtype=dtype or "float32", tokenizer=tokenizer)
     portable = load_portable_model(resolve_model_file(spec, runs_dir))
     if portable.tokenizer is None:
         raise GenerationError(f"{portable.path} holds no tokenizer: a backbone-only export cannot generate text")

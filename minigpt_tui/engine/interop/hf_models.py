@@ -81,7 +81,7 @@ def _weights(folder: Path) -> tuple[dict[str, "torch.Tensor"], list[str]]:
     return tensors, digests
 
 
-def _assign(model: Any, named: dict[str, "torch.Tensor"], dtype: "torch.dtype", where: Path) -> None:
+def assign_weights(model: Any, named: dict[str, "torch.Tensor"], dtype: "torch.dtype", where: Path) -> None:
     """Copy-free where the dtype already matches; shapes checked name by name."""
     expected = dict(model.named_parameters())
     state = {}
@@ -138,7 +138,7 @@ def open_hf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel
     torch_dtype = torch.float64 if dtype == "float64" else torch.float32
     with torch.device("meta"):
         model = MiniGPT(config, vocab_size, torch_dtype)
-    _assign(model, named, torch_dtype, folder)
+    assign_weights(model, named, torch_dtype, folder)
     model.eval()
     if tokenizer.vocab_size != vocab_size:
         raise CheckpointError(f"{folder}: the tokenizer has {tokenizer.vocab_size} ids, the model {vocab_size} rows")
