@@ -61,20 +61,21 @@ def metaspace_tokenizer(vocab: int = 400):
 def family_config(family: str, vocab: int, bos: int, eos: int, **extra):
     import transformers as tr
 
-    common = {"vocab_size": vocab, "bos_token_id": bos, "eos_token_id": eos}
-    if family == "gpt2":
-        return tr.GPT2Config(n_embd=32, n_head=4, n_layer=2, n_positions=64, **common, **extra)
-    if family == "gpt_neo":
-        return tr.GPTNeoConfig(hidden_size=32, num_heads=4, num_layers=2, max_position_embeddings=64,
-                               attention_types=[[["global", "local"], 1]], window_size=3, **common, **extra)
-    if family == "gpt_neox":
-        return tr.GPTNeoXConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
-                                max_position_embeddings=64, rotary_pct=0.5, **common, **extra)
-    if family == "llama":
-        return tr.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
-                              num_hidden_layers=2, max_position_embeddings=64, rope_theta=500.0, **common, **extra)
-    return tr.Qwen2Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
-                          num_hidden_layers=2, max_position_embeddings=64, **common, **extra)
+    shapes = {
+        "gpt2": (tr.GPT2Config, {"n_embd": 32, "n_head": 4, "n_layer": 2, "n_positions": 64}),
+        "gpt_neo": (tr.GPTNeoConfig, {"hidden_size": 32, "num_heads": 4, "num_layers": 2,
+                                      "max_position_embeddings": 64, "window_size": 3,
+                                      "attention_types": [[["global", "local"], 1]]}),
+        "gpt_neox": (tr.GPTNeoXConfig, {"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2,
+                                        "intermediate_size": 64, "max_position_embeddings": 64, "rotary_pct": 0.5}),
+        "llama": (tr.LlamaConfig, {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                   "intermediate_size": 48, "num_hidden_layers": 2, "max_position_embeddings": 64,
+                                   "rope_theta": 500.0}),
+        "qwen2": (tr.Qwen2Config, {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                   "intermediate_size": 48, "num_hidden_layers": 2, "max_position_embeddings": 64}),
+    }
+    cls, values = shapes[family]
+    return cls(**{**values, "vocab_size": vocab, "bos_token_id": bos, "eos_token_id": eos, **extra})
 
 
 def make_family_folder(family: str, folder: Path, *, seed: int = 0, pad_rows: int = 0, dtype=torch.float32,

@@ -132,25 +132,26 @@ def test_verify_writes_learning_rates_as_numbers_not_float_reprs(capsys):
     assert "  true   final state digest" in out.splitlines()
 
 
-def test_a_transformers_folder_given_as_a_checkpoint_says_what_it_is_and_how_to_convert_it(capsys, tmp_path):
+def test_a_transformers_folder_generates_as_it_is_and_resume_says_what_it_is(capsys, tmp_path):
     runs = str(tmp_path / "runs")
     assert run_cli(capsys, "train", "--preset", "tiny", "--run", "t", "--runs-dir", runs, "--json")[0] == 0
     exported = tmp_path / "exported"
     assert run_cli(capsys, "export", "--model", "t:latest", "--out", str(exported), "--runs-dir", runs)[0] == 0
-    code, _, err = run_cli(capsys, "generate", "--model", str(exported), "--prompt", "a")
-    assert code == 1
-    assert err.strip() == (
-        f"minigpt-tui: error: {exported} is a transformers model folder, not a checkpoint: inspect shows it, and "
-        f"'minigpt-tui convert --hf {exported} --out model.safetensors' makes a model file of it")
-    # A folder convert would refuse is not sent there: the refusal says why instead.
+    # Our own export opens with our tokenizer and continues exactly as the checkpoint does.
+    outputs = []
+    for model in (str(exported), "t:latest"):
+        code, out, _ = run_cli(capsys, "infer", "--model", model, "--prompt", "a", "--json", "--runs-dir", runs)
+        assert code == 0
+        record = json.loads(out)
+        outputs.append((record["prompt_ids"], record["generated_ids"]))
+    assert outputs[0] == outputs[1]
+    # A folder that is no supported model says so in one line.
     folder = tmp_path / "hf-model"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
     (folder / "model.safetensors").write_bytes(b"")
     code, _, err = run_cli(capsys, "generate", "--model", str(folder), "--prompt", "a")
-    assert code == 1 and "convert --hf" not in err
-    assert err.startswith(f"minigpt-tui: error: {folder} is a transformers model folder, not a checkpoint: inspect "
-                          "shows it, and convert refuses it (")
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "unsupported architecture" in err
     code, _, err = run_cli(capsys, "resume", "--checkpoint", str(folder))
     assert code == 1 and "is a transformers model folder" in err
     # A folder that is neither keeps the plain refusal.

@@ -4,7 +4,8 @@ file that moves one bit of these fails here.
 
 Recorded with ``python tests/test_preset_pins.py --record`` (only when a change is meant
 to alter them; say so in the CHANGELOG). Float results depend on the CPU's kernels, so the
-pins hold on the kind of CPU they were recorded on (named in the file).
+pins hold on the kind of CPU they were recorded on (named in the file); on any machine,
+``test_legacy_model.py`` checks the rebuilt model against the one it replaced, bit for bit.
 """
 
 from __future__ import annotations
@@ -62,7 +63,17 @@ def measure(preset: str, precision: str) -> dict[str, str]:
 
 
 def _capability() -> str:
-    return torch.backends.cpu.get_cpu_capability()
+    """The CPU the float results depend on: its model (MKL takes other paths on other
+    vendors' chips) and the kernels torch dispatches to."""
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model} / {torch.backends.cpu.get_cpu_capability()}"
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,89 @@
+"""GGUF files written in the test with the gguf package's own writer and quantizers, from
+transformers models made in the test, laid out as llama.cpp's converter lays them out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+QUANTIZABLE = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "attn_qkv.weight",
+               "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
+
+
+def _permute(rows: np.ndarray, heads: int) -> np.ndarray:
+    """transformers' rotate-half q/k rows into llama.cpp's interleaved order."""
+    return rows.reshape(heads, 2, rows.shape[0] // heads // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+
+
+def _tensors(model, family: str) -> list[tuple[str, np.ndarray]]:
+    import gguf
+
+    config = model.config
+    arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "gpt2": gguf.MODEL_ARCH.GPT2}[family]
+    names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
+    out = []
+    for name, tensor in model.state_dict().items():
+        if name.endswith((".attn.bias", ".attn.masked_bias")) or (name == "lm_head.weight"
+                                                                 and config.tie_word_embeddings):
+            continue
+        data = tensor.detach().to(torch.float32).numpy()
+        if family == "gpt2" and name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
+            data = data.T.copy()
+        if family == "llama" and name.endswith("q_proj.weight"):
+            data = _permute(data, config.num_attention_heads)
+        if family == "llama" and name.endswith("k_proj.weight"):
+            data = _permute(data, config.num_key_value_heads)
+        mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert mapped is not None, name
+        out.append((mapped, np.ascontiguousarray(data)))
+    return out
+
+
+def write_gguf(model, tokenizer, family: str, path: Path, quant: str = "F32", pre: str = "gpt2") -> Path:
+    """``tokenizer``: a tokenizers.Tokenizer (byte-level BPE) that the model's ids follow."""
+    import json
+
+    import gguf
+
+    arch = {"llama": "llama", "qwen2": "qwen2", "gpt2": "gpt2"}[family]
+    writer = gguf.GGUFWriter(str(path), arch)
+    config = model.config
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(getattr(config, "intermediate_size", None) or 4 * config.hidden_size)
+    writer.add_head_count(config.num_attention_heads)
+    if family == "gpt2":
+        writer.add_layer_norm_eps(config.layer_norm_epsilon)
+    else:
+        writer.add_head_count_kv(config.num_key_value_heads)
+        writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+        writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+        writer.add_rope_dimension_count(config.hidden_size // config.num_attention_heads)
+    data = json.loads(tokenizer.to_str())
+    vocab = sorted(data["model"]["vocab"].items(), key=lambda item: item[1])
+    tokens = [t for t, _ in vocab]
+    specials = {t["id"] for t in data["added_tokens"] if t["special"]}
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if i in specials else 1 for i in range(len(tokens))])
+    merges = data["model"]["merges"]
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    writer.add_bos_token_id(config.bos_token_id)
+    writer.add_eos_token_id(config.eos_token_id)
+    writer.add_add_bos_token(False)
+    kind = getattr(gguf.GGMLQuantizationType, quant)
+    for name, array in _tensors(model, family):
+        if quant != "F32" and name.endswith(QUANTIZABLE) and array.shape[-1] % 32 == 0:
+            packed = gguf.quants.quantize(array, kind)
+            writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)
+        else:
+            writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

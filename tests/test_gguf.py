@@ -1,0 +1,146 @@
+"""GGUF files: read without trusting them, and opened as models whose tokens and logits
+equal transformers' GGUF loading. The files are written in the test by the gguf package."""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+
+from family_support import byte_level_tokenizer, family_config
+from gguf_support import write_gguf
+from minigpt_tui.engine.errors import CheckpointError
+from minigpt_tui.engine.generation import DecisionStepper
+from minigpt_tui.engine.generation_rule import GenerationRule
+from minigpt_tui.engine.interop.gguf_file import InvalidGGUF, read_gguf_header
+from minigpt_tui.engine.interop.gguf_models import open_gguf_model
+from minigpt_tui.engine.lens import inspect_decision
+
+PROMPT = "The json module: héllo wörld 🙂 — tabs\tand spaces, 12345"
+QUANTS = ("F32", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+# Shapes whose rows hold whole 32-element blocks; GPT-2 at transformers' GGUF context (1024).
+SHAPES = {"llama": {"hidden_size": 64}, "qwen2": {"hidden_size": 64}, "gpt2": {"n_embd": 64, "n_positions": 1024}}
+
+
+def _model(family: str, seed: int):
+    import transformers as tr
+
+    raw = byte_level_tokenizer(split_regex=family == "qwen2")
+    end = raw.token_to_id("<|endoftext|>")
+    torch.manual_seed(seed)
+    model = tr.AutoModelForCausalLM.from_config(family_config(family, raw.get_vocab_size(), end, end,
+                                                              **SHAPES[family]))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            is_norm = ("norm" in name or "ln_" in name) and name.endswith("weight")
+            param.copy_(1 + 0.3 * torch.randn_like(param) if is_norm else 0.3 * torch.randn_like(param))
+    return model.eval(), raw
+
+
+def _file(tmp_path: Path, family: str, quant: str, seed: int = 0) -> Path:
+    model, raw = _model(family, seed)
+    return write_gguf(model, raw, family, tmp_path / f"{family}-{quant}.gguf", quant=quant,
+                      pre="qwen2" if family == "qwen2" else "gpt2")
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("quant", QUANTS)
+def test_tokens_logits_and_greedy_ids_equal_transformers_gguf_loading(tmp_path, family, quant):
+    import transformers as tr
+
+    path = _file(tmp_path, family, quant)
+    ref = tr.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32).eval()
+    ref_tokenizer = tr.AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
+    ours = open_gguf_model(path)
+    ids = ref_tokenizer(PROMPT).input_ids
+    assert ours.tokenizer.encode_prompt(PROMPT) == ids
+    with torch.no_grad():
+        expected = ref(torch.tensor([ids])).logits[0]
+        got = ours.model(torch.tensor([ids])).logits[0]
+    # Both dequantize the same blocks to float32; what differs is float32 rounding.
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-5)
+    with torch.no_grad():
+        greedy = ref.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                              max_new_tokens=5, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)[0, len(ids):].tolist()
+    chosen = [d.chosen.id for d in DecisionStepper.from_portable(ours, PROMPT, GenerationRule("greedy", max_new_tokens=5)).run()]
+    assert chosen == greedy[: len(chosen)]
+    assert ours.metadata["source"] == "gguf" and ours.config.family == family
+
+
+def test_the_views_add_up_on_a_quantized_file(tmp_path):
+    ours = open_gguf_model(_file(tmp_path, "llama", "Q4_1"), dtype="float64")
+    ids = ours.tokenizer.encode_prompt(PROMPT)
+    insight = inspect_decision(ours.model, ours.tokenizer, ids, 7, lens=True, contributions=True)
+    assert abs(insight.contributions[0].total - insight.contributions[0].logit) < 1e-9
+    with torch.no_grad():
+        assert torch.equal(insight.lens[-1].logits, ours.model(torch.tensor([ids])).logits[0, -1])
+
+
+def test_the_header_lists_entries_and_metadata(tmp_path):
+    path = _file(tmp_path, "qwen2", "Q8_0")
+    header = read_gguf_header(path)
+    assert header.version == 3 and header.metadata["general.architecture"] == "qwen2"
+    assert header.types["tokenizer.ggml.tokens"] == "array[string]"
+    q = header.tensor("blk.0.attn_q.weight")
+    assert q.type_name == "Q8_0" and q.shape == (64, 64) and q.nbytes == 64 * 64 // 32 * 34
+    assert header.tensor("blk.0.attn_norm.weight").type_name == "F32"
+
+
+def _mutate(path: Path, offset: int, data: bytes, out: Path) -> Path:
+    raw = bytearray(path.read_bytes())
+    raw[offset:offset + len(data)] = data
+    out.write_bytes(bytes(raw))
+    return out
+
+
+def test_hostile_files_are_one_line_each(tmp_path):
+    good = _file(tmp_path, "llama", "Q8_0")
+    header = read_gguf_header(good)
+    size = good.stat().st_size
+    cases = {
+        "truncated-data": lambda out: (out.write_bytes(good.read_bytes()[: size - 100]), out)[1],
+        "count-too-large": lambda out: _mutate(good, 8, struct.pack("<Q", 2**63), out),
+        "bad-magic": lambda out: _mutate(good, 0, b"GGML", out),
+        "bad-version": lambda out: _mutate(good, 4, struct.pack("<I", 9), out),
+    }
+    for violation, make in cases.items():
+        bad = make(tmp_path / f"{violation}.gguf")
+        with pytest.raises(InvalidGGUF) as caught:
+            read_gguf_header(bad)
+        assert caught.value.violation == violation and "\n" not in str(caught.value)
+    # An unknown quantization type: the type field of the last tensor info.
+    raw = good.read_bytes()
+    last = header.tensors[-1].name.encode()
+    at = raw.rindex(struct.pack("<Q", len(last)) + last) + 8 + len(last)
+    dims = struct.unpack_from("<I", raw, at)[0]
+    bad = _mutate(good, at + 4 + 8 * dims, struct.pack("<I", 250), tmp_path / "unknown.gguf")
+    with pytest.raises(InvalidGGUF, match="GGML type 250"):
+        read_gguf_header(bad)
+    with pytest.raises(CheckpointError, match="unsupported GGUF architecture"):
+        open_gguf_model(_mutate(good, raw.index(b"llama"), b"mamba", tmp_path / "arch.gguf"))
+
+
+def test_fuzzed_headers_never_escape_as_other_errors(tmp_path):
+    good = _file(tmp_path, "gpt2", "F32")
+    raw = good.read_bytes()
+    header_end = read_gguf_header(good).data_start
+    rng = random.Random(11)
+    refused = 0
+    for case in range(300):
+        data = bytearray(raw[: rng.choice([header_end, header_end + 64, len(raw)])])
+        for _ in range(rng.randrange(1, 4)):
+            at = rng.randrange(0, header_end)
+            data[at:at + 8] = rng.randbytes(rng.choice([1, 4, 8]))
+        path = tmp_path / f"fuzz-{case}.gguf"
+        path.write_bytes(bytes(data))
+        try:
+            read_gguf_header(path)
+        except CheckpointError as err:
+            refused += 1
+            assert "\n" not in str(err)
+        path.unlink()
+    assert refused > 100
