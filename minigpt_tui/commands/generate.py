@@ -17,7 +17,8 @@ from minigpt_tui.commands.common import emit_json, output_console, runs_dir_from
 from minigpt_tui.commands.insight import add_insight_arguments, insight_request_from_args, print_insights
 
 MODEL_HELP = ("a model file, a checkpoint folder, RUN:best / RUN:latest from the runs directory, "
-              "a transformers model folder (gpt2, gpt_neo, gpt_neox, llama, qwen2) or a nanoGPT ckpt.pt")
+              "a transformers model folder (gpt2, gpt_neo, gpt_neox, llama, qwen2), a GGUF file "
+              "(llama, qwen2, gpt2) or a nanoGPT ckpt.pt")
 
 
 def add_dtype_flag(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,8 @@
 """Open a model for generation and the views: ours, a transformers folder, nanoGPT's ckpt.pt.
 
 ``spec`` is a model file, a checkpoint folder, a run (``RUN``, ``RUN:latest|best|STEP``), a
-transformers model folder or a nanoGPT checkpoint (``.pt``, ``.pth``, ``.ckpt``). Ours keep every bit; a folder from elsewhere is computed in
+transformers model folder, a GGUF file (``.gguf``) or a nanoGPT checkpoint (``.pt``, ``.pth``,
+``.ckpt``). Ours keep every bit; a folder from elsewhere is computed in
 ``dtype`` (float32 unless float64 is asked for). A model without a tokenizer is refused
 in one line, the same wherever it is opened.
 """
@@ -41,6 +42,10 @@ def open_model(spec: str, runs_dir: Path, *, dtype: str | None = None,
         from minigpt_tui.engine.interop.hf_models import open_hf_model
 
         return open_hf_model(spec, dtype=dtype or "float32")
+    if len(spec) <= 4096 and spec.lower().endswith(".gguf") and Path(spec).expanduser().is_file():
+        from minigpt_tui.engine.interop.gguf_models import open_gguf_model
+
+        return open_gguf_model(spec, dtype=dtype or "float32")
     if is_torch_checkpoint(spec):
         from minigpt_tui.engine.interop.nanogpt import open_nanogpt
 

@@ -42,6 +42,7 @@ class InspectionKind(enum.StrEnum):
     HF_MODEL = "hf-model"  # a transformers folder
     TORCH_PICKLE = "torch-pickle"  # a .pt/.pth/ckpt.pt, read with weights_only=True
     NANOGPT = "nanogpt"  # a nanoGPT ckpt.pt (model args beside the weights)
+    GGUF = "gguf"  # a llama.cpp / Ollama model file
 
 
 PORTABLE_MODEL = InspectionKind.PORTABLE_MODEL

@@ -82,6 +82,8 @@ def _foreign_source(path: Path) -> tuple[str, Path] | None:
             return HF_MODEL, path.parent
         if path.suffix.lower() in PICKLE_SUFFIXES:
             return TORCH_PICKLE, path
+        if path.suffix.lower() == ".gguf":
+            return InspectionKind.GGUF, path
     return None
 
 
@@ -92,6 +94,10 @@ def inspect_foreign(path: Path | str) -> Inspection | None:
     if source is None:
         return None
     kind, where = source
+    if kind == InspectionKind.GGUF:
+        from minigpt_tui.engine.interop.gguf_inspect import inspect_gguf
+
+        return inspect_gguf(where)
     return inspect_hf_folder(where) if kind == HF_MODEL else inspect_torch_file(where)
 
 
@@ -103,6 +109,10 @@ def read_foreign_tensor(path: Path | str, name: str) -> TensorRead | None:
     if source is None:
         return None
     kind, where = source
+    if kind == InspectionKind.GGUF:
+        from minigpt_tui.engine.interop.gguf_inspect import read_gguf_tensor
+
+        return read_gguf_tensor(where, name)
     if kind == TORCH_PICKLE:
         return _pickle_tensor(where, name)
     pickled = _pickled_hf_weights(where)
