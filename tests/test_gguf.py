@@ -172,3 +172,37 @@ def test_inspect_and_generate_take_a_gguf_file(tmp_path):
     assert run.returncode == 0, run.stderr
     trace = json.loads(run.stdout)
     assert trace["model"]["family"] == "qwen2" and len(trace["decisions"]) == 2
+
+
+@pytest.mark.parametrize("quant", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+def test_k_quants_dequantize_as_transformers_does(tmp_path, quant):
+    """The gguf package writes no K-quants, so the blocks are random bytes with sane f16 scales."""
+    import gguf
+    import numpy as np
+    from transformers.integrations.gguf.dequant import dequantize as reference
+
+    from minigpt_tui.engine.interop.gguf_file import GGUFData
+
+    kind = getattr(gguf.GGMLQuantizationType, quant)
+    block, block_bytes = gguf.GGML_QUANT_SIZES[kind]
+    rows, columns = 4, 2 * block
+    rng = np.random.default_rng(3)
+    raw = rng.integers(0, 256, size=(rows * columns // block, block_bytes), dtype=np.uint8)
+    scale_at = block_bytes - 2 if quant in ("Q3_K", "Q6_K") else 0  # where each block's f16 d sits
+    raw[:, scale_at:scale_at + 2] = np.frombuffer(np.float16(0.01).tobytes(), dtype=np.uint8)
+    if quant in ("Q2_K", "Q4_K", "Q5_K"):
+        offset = 16 if quant == "Q2_K" else 0
+        raw[:, offset:offset + 4] = np.frombuffer(np.array([0.01, 0.002], dtype=np.float16).tobytes(), np.uint8)
+    packed = raw.reshape(rows, -1)
+    writer = gguf.GGUFWriter(str(tmp_path / "k.gguf"), "llama")
+    writer.add_tensor("blk.0.ffn_up.weight", packed, raw_shape=packed.shape, raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    header = read_gguf_header(tmp_path / "k.gguf")
+    assert header.tensors[0].shape == (rows, columns)
+    ours = GGUFData(header).float32("blk.0.ffn_up.weight")
+    expected = reference(torch.from_numpy(raw.reshape(-1).copy()), int(kind)).reshape(rows, columns)
+    assert np.isfinite(ours).all()
+    torch.testing.assert_close(torch.from_numpy(ours), expected, atol=1e-6, rtol=1e-6)

@@ -173,7 +173,7 @@ def _check_tensor(path: Path, name: str, dims: list[int], kind: int, offset: int
     elements = 1
     for d in dims:
         elements *= d
-        if elements > data_size * 2 + 1:  # no real tensor has more elements than 2 per byte of data
+        if elements > data_size * 8 + 8:  # every GGML type spends at least one bit on an element
             raise InvalidGGUF(path, "size-overflow", f"tensor '{name}' declares shape {dims[::-1]}, more elements "
                                                      f"than the file's {data_size:,} data bytes hold")
     if not dims or dims[0] % block:
