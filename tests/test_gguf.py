@@ -206,3 +206,37 @@ def test_k_quants_dequantize_as_transformers_does(tmp_path, quant):
     expected = reference(torch.from_numpy(raw.reshape(-1).copy()), int(kind)).reshape(rows, columns)
     assert np.isfinite(ours).all()
     torch.testing.assert_close(torch.from_numpy(ours), expected, atol=1e-6, rtol=1e-6)
+
+
+def test_the_generation_screen_steps_through_a_gguf_model(tmp_path):
+    from textual.widgets import Input
+
+    from tests.app_support import make_app, record_notifications, run_async, settle
+
+    path = _file(tmp_path, "llama", "Q8_0")
+
+    @run_async
+    async def scenario() -> None:
+        app = make_app(tmp_path / "runs")
+        notes = record_notifications(app)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("g")
+            await settle(pilot)
+            screen = pilot.app.screen
+            field = screen.query_one("#model", Input)
+            field.value = str(path)
+            field.focus()
+            await pilot.press("enter")
+            await settle(pilot)
+            # No BOS in this tokenizer: loaded, and the prompt field has the keyboard.
+            assert screen.view is None and screen.focused is screen.query_one("#prompt", Input)
+            assert any("type a prompt" in text for text, _ in notes)
+            await pilot.press(*"The json", "enter")
+            await settle(pilot)
+            await pilot.press("n", "n")
+            await settle(pilot)
+            assert screen.view is not None and len(screen.view.decisions) == 2
+            expected = open_gguf_model(path).tokenizer.encode_prompt("The json")
+            assert [p.id for p in screen.view.prompt] == expected
+
+    scenario()

@@ -378,6 +378,8 @@ class GenerationScreen(Screen):
         view = message.view
         self.view = view
         if view is None:
+            if self.session is not None and self.session.portable is not None:
+                self.query_one("#prompt", Input).focus()  # loaded, and waiting for a prompt
             return
         self.query_one(DecisionList).show_view(view, message.select)
         self.set_class(bool(view.second_opinions) or view.second_label is not None, "-contrast")

@@ -111,8 +111,13 @@ class OperationQueue:
 
         def load(session: GenerationSession) -> str:
             session.load(spec)
+            loaded = f"loaded {session.display(str(session.model_path))}"
+            if not session.portable.tokenizer.encode_prompt(settings.prompt):
+                # A model from elsewhere whose tokenizer adds no BOS needs a prompt to start from.
+                self.settings_applied = None
+                return f"{loaded}: its tokenizer adds no BOS, so type a prompt and press enter"
             session.configure(settings)
-            return f"loaded {session.display(str(session.model_path))}"
+            return loaded
 
         return Operation("load", load, loads_model=True)
 
