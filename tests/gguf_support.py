@@ -65,11 +65,14 @@ def write_gguf(model, tokenizer, family: str, path: Path, quant: str = "F32", pr
     data = json.loads(tokenizer.to_str())
     vocab = sorted(data["model"]["vocab"].items(), key=lambda item: item[1])
     tokens = [t for t, _ in vocab]
+    # A vocabulary as long as the model's rows (transformers' GGUF loader takes its size from it).
+    tokens += [f"[PAD{i}]" for i in range(len(tokens), model.config.vocab_size)]
     specials = {t["id"] for t in data["added_tokens"] if t["special"]}
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
-    writer.add_token_types([3 if i in specials else 1 for i in range(len(tokens))])
+    writer.add_token_types([3 if i in specials else (5 if tokens[i].startswith("[PAD") else 1)
+                            for i in range(len(tokens))])
     merges = data["model"]["merges"]
     writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
     writer.add_bos_token_id(config.bos_token_id)

@@ -177,9 +177,22 @@ def sample_choice(distribution: Tensor, order: Tensor, draw: float) -> int:
     return int(retained[int(above[0, 0])]) if len(above) else int(retained[-1])
 
 
-def rank_order(logits: Tensor) -> Tensor:
-    """Every id by logit descending, then id ascending (the rank's order)."""
-    return torch.sort(logits.to(torch.float64), descending=True, stable=True).indices
+def token_rank(logits: Tensor, token_id: int) -> int:
+    """1-based rank over the whole vocabulary by logit descending, then id ascending."""
+    value = logits[token_id]
+    above = int((logits > value).sum())
+    ties_before = int((logits[:token_id] == value).sum())
+    return above + ties_before + 1
+
+
+def top_ranked(logits: Tensor, count: int) -> list[int]:
+    """The first ``count`` ids by logit descending, then id ascending: the prefix of a full
+    stable sort, found by sorting only the ids at or above the count-th largest value."""
+    count = min(count, logits.shape[-1])
+    threshold = torch.topk(logits, count).values[-1]
+    ids = torch.nonzero(logits >= threshold, as_tuple=False).flatten()  # ascending ids
+    order = torch.sort(logits[ids], descending=True, stable=True).indices
+    return ids[order][:count].tolist()
 
 
 # -- records -----------------------------------------------------------------------------
@@ -431,14 +444,18 @@ class DecisionStepper:
             order = selection_order(logits, self.eligible, rule.temperature)
             rule_choice = sample_choice(selection, order, draw)
         chosen_id = rule_choice if forced_id is None else forced_id
-        ranking = rank_order(logits).tolist()
-        # Plain lists: reading a few hundred tensor elements one by one costs more than the forward.
-        logit_values, raw_values, selection_values = logits.tolist(), raw.tolist(), selection.tolist()
-        eligible_values = self.eligible.tolist()
+        logits64 = logits.to(torch.float64)
+        ranking = top_ranked(logits64, self.top_n)
+        # Plain lists of the few ids shown: reading tensor elements one by one costs more than
+        # the forward, and converting a whole 50,000-id vocabulary nearly as much.
+        shown = [*ranking, chosen_id]
+        columns = [values[shown].tolist() for values in (logits, raw, selection, self.eligible)]
+        at = {token_id: index for index, token_id in enumerate(shown)}
 
         def candidate(token_id: int, rank: int) -> Candidate:
-            return Candidate(token_id, self._piece(token_id), logit_values[token_id], raw_values[token_id],
-                             selection_values[token_id], rank, eligible_values[token_id])
+            i = at[token_id]
+            return Candidate(token_id, self._piece(token_id), columns[0][i], columns[1][i], columns[2][i], rank,
+                             columns[3][i])
 
         decision = Decision(
             step=len(self._steps) + 1,
@@ -447,7 +464,7 @@ class DecisionStepper:
             raw_probabilities=raw,
             eligible=self.eligible.clone(),
             selection_probabilities=selection,
-            chosen=candidate(chosen_id, ranking.index(chosen_id) + 1),
+            chosen=candidate(chosen_id, token_rank(logits64, chosen_id)),
             rule_choice=rule_choice,
             forced=forced_id is not None,
             draw=draw,

@@ -23,8 +23,9 @@ name                               shape       what it is
 
 **Logit lens.** Lens layer 0 is ``blocks.0.hook_resid_pre`` (the embeddings); lens layer
 l >= 1 is ``blocks.{l-1}.hook_resid_post``. Each is passed through the model's own final
-norm and tied head in the same shape as the model's forward, so the last lens row is the
-model's logits bit for bit.
+norm and head in the same shape as the model's forward (for a large vocabulary, at the
+last position alone: the same values to rounding); the last lens row is the model's
+logits bit for bit.
 
 **Direct contributions.** The final residual at the last position is a sum of parts: the
 embedding (token row, plus the position row in gpt2), each head's output (its slice of
@@ -54,10 +55,12 @@ import torch
 from torch import Tensor
 
 from minigpt_tui.engine.errors import GenerationError
+from minigpt_tui.engine.generation import token_rank, top_ranked
 from minigpt_tui.engine.model import MiniGPT
 from minigpt_tui.engine.tokenizer import ByteBPETokenizer
 
 DEFAULT_LENS_TOP = 5
+LENS_WORK = 200_000_000
 
 
 # -- named activations --------------------------------------------------------------------
@@ -206,30 +209,29 @@ def check_token_id(model: MiniGPT, token_id: int) -> None:
 
 
 # -- the views ----------------------------------------------------------------------------
-def token_rank(logits: Tensor, token_id: int) -> int:
-    """1-based rank over the whole vocabulary by logit descending, then id ascending."""
-    value = logits[token_id]
-    above = int((logits > value).sum())
-    ties_before = int((logits[:token_id] == value).sum())
-    return above + ties_before + 1
-
-
 def logit_lens(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationCache, chosen_id: int,
                top: int = DEFAULT_LENS_TOP) -> tuple[LensRow, ...]:
     """Every layer's residual at the last position through the final norm and the head."""
     check_token_id(model, chosen_id)
     head = model.head_weight
+    layers = model.config.layers
+    # Each row through the final norm and the head in the model's own shape [1, T, D], so a
+    # residual the blocks leave alone reads exactly as the model's logits; where that would
+    # cost more than LENS_WORK multiply-adds (a large vocabulary), at the last position alone.
+    positions = len(cache.ids) if len(cache.ids) * head.shape[0] * head.shape[1] * layers <= LENS_WORK else 1
     rows = []
     with torch.no_grad():
-        for layer in range(model.config.layers + 1):
+        for layer in range(layers + 1):
             stream = lens_stream_name(layer)
-            # The model's own shape [1, T, D]: the last layer's row equals its logits bit for bit.
-            logits = (model.final_norm(cache[stream][None]) @ head.t())[0, -1].to(torch.float64)
+            if layer == layers:  # after the last block: the model's own logits, bit for bit
+                logits = cache["logits"][-1].to(torch.float64)
+            else:
+                logits = (model.final_norm(cache[stream][None, -positions:]) @ head.t())[0, -1].to(torch.float64)
             probabilities = torch.softmax(logits, dim=-1)
-            order = torch.sort(logits, descending=True, stable=True).indices[:top].tolist()
-            values = probabilities.tolist()
-            entries = tuple(LensEntry(i, tokenizer.piece_text(i), values[i]) for i in order)
-            rows.append(LensRow(layer, stream, entries, token_rank(logits, chosen_id), values[chosen_id], logits))
+            order = top_ranked(logits, top)
+            values = probabilities[[*order, chosen_id]].tolist()
+            entries = tuple(LensEntry(i, tokenizer.piece_text(i), v) for i, v in zip(order, values))
+            rows.append(LensRow(layer, stream, entries, token_rank(logits, chosen_id), values[-1], logits))
     return tuple(rows)
 
 
@@ -242,7 +244,7 @@ def _norm_parts(model: MiniGPT, cache: ActivationCache) -> tuple[list[Tensor], l
     rows = [embedding[None]]
     for index, block in enumerate(model.blocks):
         z = cache[f"blocks.{index}.attn.hook_z"][-1]  # [H, K]
-        out_map = block.attn.o_proj.weight.view(config.width, config.heads, config.head_dim)
+        out_map = block.attn.o_proj.weight.reshape(config.width, config.heads, config.head_dim)
         rows.append(torch.einsum("hk,dhk->hd", z, out_map))  # [H, D]
         bias = block.attn.o_proj.bias
         rows.append((bias if bias is not None else torch.zeros_like(embedding))[None])

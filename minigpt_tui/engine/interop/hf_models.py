@@ -7,9 +7,10 @@ compute dtype (float32, or float64 when asked). Its ``tokenizer.json`` runs thro
 ``tokenizers`` library; BOS comes from the config, EOS ids from ``generation_config.json``
 (else the config). A folder our own export wrote keeps our byte-level tokenizer.
 
-The model is built on the meta device and the folder's tensors assigned to it, so opening
-costs one read of the weights; its identity is the SHA-256 of the config and of every
-weights file read.
+The model is built on the meta device and the folder's tensors, over the memory-mapped
+files, assigned to it: opening reads the headers, and a page of weights is read when a
+forward first uses it. Its identity is the SHA-256 of the config and of every weights
+file's name, size and header.
 """
 
 from __future__ import annotations
@@ -55,9 +56,21 @@ def special_ids(folder: Path, config: dict[str, Any]) -> tuple[int | None, tuple
     return (bos[0] if bos else None), eos
 
 
+def _mapped(path: Path) -> memoryview:
+    """The file mapped copy-on-write: tensors over it are writable, and nothing is read
+    until a page is used."""
+    import mmap
+
+    with path.open("rb") as fh:
+        return memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY))
+
+
 def _weights(folder: Path) -> tuple[dict[str, "torch.Tensor"], list[str]]:
-    """Every tensor in the folder's weights by name, and each file's SHA-256."""
-    from minigpt_tui.engine.checkpoint.safetensors_io import load_file
+    """Every tensor in the folder's weights by name (over the mapped files), and what
+    identifies each file: its name, size and validated header."""
+    import json
+
+    from minigpt_tui.engine.checkpoint.safetensors_io import opening_errors, tensor_from_bytes
     from minigpt_tui.engine.interop.foreign import pickle_tensors
 
     pickled = next((folder / n for n in PICKLED_WEIGHTS if (folder / n).is_file()), None)
@@ -65,20 +78,24 @@ def _weights(folder: Path) -> tuple[dict[str, "torch.Tensor"], list[str]]:
     if pickled is not None and not safetensors:
         if pickled.name.endswith(".index.json"):
             raise CheckpointError(f"{folder}: sharded pickled weights are not supported; save the model as safetensors")
-        data = pickled.read_bytes()
-        return pickle_tensors(pickled), [hashlib.sha256(data).hexdigest()]
+        return pickle_tensors(pickled), [f"{pickled.name}:{pickled.stat().st_size}"]
     read = read_hf_folder(folder)
     tensors: dict[str, torch.Tensor] = {}
-    digests = []
+    parts = []
     for shard in read.shards:
-        loaded = load_file(shard)
-        digests.append(loaded.sha256)
-        for entry in loaded.header.entries:
+        header = read.headers[shard.name]
+        with opening_errors(shard, "a safetensors file"):
+            buffer = _mapped(shard)
+        if len(buffer) != header.file_size:
+            raise CheckpointError(f"{shard} changed size while it was read")
+        for entry in header.entries:
             if entry.dtype not in WIDENED:
                 raise CheckpointError(f"{shard}: tensor '{entry.name}' is {entry.dtype}; weights must be "
                                       "float16, bfloat16, float32 or float64")
-            tensors[entry.name] = loaded.tensor(entry.name)
-    return tensors, digests
+            tensors[entry.name] = tensor_from_bytes(entry, buffer, header.data_start + entry.begin)
+        listed = [[e.name, e.dtype, list(e.shape), e.begin, e.end] for e in header.entries]
+        parts.append(json.dumps([shard.name, header.file_size, listed, dict(header.metadata)], sort_keys=True))
+    return tensors, parts
 
 
 def assign_weights(model: Any, named: dict[str, "torch.Tensor"], dtype: "torch.dtype", where: Path) -> None:
@@ -92,7 +109,7 @@ def assign_weights(model: Any, named: dict[str, "torch.Tensor"], dtype: "torch.d
         if tuple(tensor.shape) != tuple(param.shape):
             raise CheckpointError(f"{where}: tensor for {name} has shape {list(tensor.shape)}, "
                                   f"the config makes it {list(param.shape)}")
-        state[name] = tensor.to(dtype).contiguous()
+        state[name] = tensor.to(dtype)  # a transposed view stays a view: matmul reads it as it is
     model.load_state_dict(state, assign=True, strict=True)
 
 
@@ -142,9 +159,12 @@ def open_hf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel
     model.eval()
     if tokenizer.vocab_size != vocab_size:
         raise CheckpointError(f"{folder}: the tokenizer has {tokenizer.vocab_size} ids, the model {vocab_size} rows")
+    # The identity of a folder: its config and every weights file's name, size and header
+    # (tensor names, dtypes, shapes, offsets). Hashing the bytes too would read every page
+    # of the weights before the first decision.
     digest = hashlib.sha256(b"transformers-folder\0" + config_path.read_bytes())
     for part in digests:
-        digest.update(part.encode())
+        digest.update(len(part).to_bytes(8, "little") + part.encode())
     metadata = {"source": "transformers", "architecture": (data.get("architectures") or [None])[0],
                 "family": config.family, "dtype": dtype}
     return PortableModel(model, tokenizer, config, digest.hexdigest(), folder, metadata)
