@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "minigpt_tui.commands.generate",
     "minigpt_tui.commands.cache",
     "minigpt_tui.commands.contrast",
+    "minigpt_tui.commands.analysis",
     "minigpt_tui.commands.attach",
 )
 

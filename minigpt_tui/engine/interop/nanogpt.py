@@ -97,6 +97,9 @@ class CharTokenizer:
             ids.append(self._stoi[ch])
         return ids
 
+    def encode(self, text: str, *, bos: bool = False, eos: bool = False) -> list[int]:
+        return self.encode_prompt(text)  # no BOS or EOS to add
+
     def piece(self, token_id: int) -> bytes:
         if not 0 <= token_id < self.vocab_size:
             raise TokenizerError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}")

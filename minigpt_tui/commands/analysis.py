@@ -1,0 +1,145 @@
+"""``score`` (per-token loss over a text) and ``patch`` (activation patching)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from minigpt_tui.commands.common import emit_json, output_console
+from minigpt_tui.commands.generate import MODEL_HELP, add_dtype_flag
+
+TEXT_LIMIT = 64 * 1024 * 1024
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    score = subparsers.add_parser("score", help="every token's loss, probability, rank and alternatives over a text")
+    score.add_argument("--model", required=True, help=MODEL_HELP)
+    score.add_argument("--text", required=True, metavar="FILE", help="a UTF-8 text file to score")
+    score.add_argument("--compare", metavar="MODEL", help="a second model (same tokenizer): which tokens it "
+                                                          "predicts better or worse")
+    score.add_argument("--stride", type=int, help="ids a window advances by, for a text longer than the context "
+                                                  "(default: half the context)")
+    score.add_argument("--json", action="store_true", help="print the scores as JSON")
+    score.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
+    add_dtype_flag(score)
+    score.set_defaults(handler=run_score)
+
+    patch = subparsers.add_parser("patch", help="activation patching: which site restores the clean answer")
+    patch.add_argument("--model", required=True, help=MODEL_HELP)
+    patch.add_argument("--clean", required=True, metavar="TEXT", help="the prompt whose answer is A")
+    patch.add_argument("--corrupt", required=True, metavar="TEXT", help="a prompt of the same token length")
+    patch.add_argument("--answer", required=True, metavar="A", help="one token: the clean prompt's answer")
+    patch.add_argument("--against", required=True, metavar="B", help="one token: the answer it is measured against")
+    patch.add_argument("--sites", default="resid,attn,mlp", help="comma-separated: resid, attn, mlp, head "
+                                                                 "(default: resid,attn,mlp)")
+    patch.add_argument("--json", action="store_true", help="print the effects as JSON")
+    patch.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
+    add_dtype_flag(patch)
+    patch.set_defaults(handler=run_patch)
+
+
+def _read_text(path: str) -> str:
+    from minigpt_tui.engine.errors import GenerationError
+    from minigpt_tui.engine.files import read_small_file
+
+    data = read_small_file(Path(path).expanduser(), TEXT_LIMIT, "a text file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise GenerationError(f"{path}: not UTF-8 text (byte {err.start})") from None
+
+
+def run_score(args: argparse.Namespace) -> int:
+    from minigpt_tui.commands.generate import load_model
+    from minigpt_tui.engine.contrast import check_same_tokenizer
+    from minigpt_tui.engine.scoring import compare_scores, most_changed, score_text
+
+    text = _read_text(args.text)
+    first = load_model(args.model, args)
+    scored = score_text(first.model, first.tokenizer, text, stride=args.stride)
+    data: dict[str, Any] = {"model": str(first.path), **scored.to_json()}
+    compared = None
+    if args.compare:
+        second = load_model(args.compare, args)
+        check_same_tokenizer(first, second)
+        other = score_text(second.model, second.tokenizer, text, stride=scored.stride)
+        compared = compare_scores(scored, other)
+        data["compare"] = {"model": str(second.path), "mean_loss": other.mean_loss,
+                           "tokens": [t.to_json() for t in compared]}
+    if args.json:
+        emit_json(data)
+        return 0
+    _print_scores(scored, compared, most_changed)
+    return 0
+
+
+def _print_scores(scored: Any, compared: Any, most_changed: Any) -> None:
+    import math
+
+    from rich.table import Table
+    from rich.text import Text
+
+    from minigpt_tui.engine.printable import escape_controls
+
+    console = output_console()
+    loss = scored.mean_loss
+    console.print(Text(f"{len(scored.tokens)} tokens scored in {scored.windows} window(s) of {scored.window} ids "
+                       f"(stride {scored.stride}): mean loss {loss:.4f} nats, perplexity {math.exp(loss):.3g}"))
+    table = Table(title="the most surprising tokens", title_justify="left")
+    for column in ("position", "piece", "loss", "p", "rank", "the model expected"):
+        table.add_column(column)
+    for token in sorted(scored.tokens, key=lambda t: -t.loss)[:12]:
+        expected = "  ".join(f"{escape_controls(p)!r} {q:.2f}" for _, p, q in token.top[:3])
+        table.add_row(str(token.position), repr(escape_controls(token.piece)), f"{token.loss:.3f}",
+                      f"{token.probability:.3g}", str(token.rank), expected)
+    console.print(table)
+    if compared:
+        better, worse = most_changed(compared)
+        for title, rows in (("predicted better by the second model", better), ("predicted worse", worse)):
+            table = Table(title=title, title_justify="left")
+            for column in ("position", "piece", "loss A", "loss B", "change"):
+                table.add_column(column)
+            for t in rows:
+                table.add_row(str(t.position), repr(escape_controls(t.piece)), f"{t.loss_a:.3f}", f"{t.loss_b:.3f}",
+                              f"{t.change:+.3f}")
+            console.print(table)
+
+
+def run_patch(args: argparse.Namespace) -> int:
+    from minigpt_tui.commands.generate import _prompt, load_model
+    from minigpt_tui.engine.patching import patch_prompts
+
+    sites = [s.strip() for s in args.sites.split(",") if s.strip()]
+    portable = load_model(args.model, args)
+    result = patch_prompts(portable.model, portable.tokenizer, _prompt(args.clean), _prompt(args.corrupt),
+                           _prompt(args.answer), _prompt(args.against), sites)
+    if args.json:
+        emit_json(result.to_json())
+        return 0
+    _print_patching(result, portable.tokenizer)
+    return 0
+
+
+def _print_patching(result: Any, tokenizer: Any) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from minigpt_tui.engine.printable import escape_controls
+
+    console = output_console()
+    console.print(Text(f"logit difference {result.answer[1]!r} − {result.against[1]!r}: clean "
+                       f"{result.clean_difference:.4f}, corrupt {result.corrupt_difference:.4f}"))
+    pieces = [escape_controls(tokenizer.piece_text(i)) for i in result.corrupt_ids]
+    for site in dict.fromkeys(e.site for e in result.effects):
+        effects = [e for e in result.effects if e.site == site]
+        table = Table(title=f"{site}: share of the clean difference restored, layer × position", title_justify="left")
+        table.add_column("layer" if site != "head" else "layer.head")
+        for position, piece in enumerate(pieces):
+            table.add_column(f"{position} {piece!r}"[:12], justify="right")
+        keys = dict.fromkeys((e.layer, e.head) for e in effects)
+        for layer, head in keys:
+            row = [e for e in effects if (e.layer, e.head) == (layer, head)]
+            label = str(layer) if head is None else f"{layer}.{head}"
+            table.add_row(label, *("–" if e.restored is None else f"{e.restored:.2f}" for e in row))
+        console.print(table)
