@@ -25,6 +25,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_dtype_flag(score)
     score.set_defaults(handler=run_score)
 
+    heads = subparsers.add_parser("heads", help="score every head as induction, previous-token, duplicate-token "
+                                                "and first-token on repeated random sequences")
+    heads.add_argument("--model", required=True, help=MODEL_HELP)
+    heads.add_argument("--json", action="store_true", help="print the scores as JSON")
+    heads.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
+    add_dtype_flag(heads)
+    heads.set_defaults(handler=run_heads)
+
     patch = subparsers.add_parser("patch", help="activation patching: which site restores the clean answer")
     patch.add_argument("--model", required=True, help=MODEL_HELP)
     patch.add_argument("--clean", required=True, metavar="TEXT", help="the prompt whose answer is A")
@@ -143,3 +151,24 @@ def _print_patching(result: Any, tokenizer: Any) -> None:
             label = str(layer) if head is None else f"{layer}.{head}"
             table.add_row(label, *("–" if e.restored is None else f"{e.restored:.2f}" for e in row))
         console.print(table)
+
+
+def run_heads(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from minigpt_tui.commands.generate import load_model
+    from minigpt_tui.engine.head_roles import ROLES, score_heads
+
+    portable = load_model(args.model, args)
+    roles = score_heads(portable.model, portable.tokenizer)
+    if args.json:
+        emit_json({"model": str(portable.path), "heads": [r.to_json() for r in roles]})
+        return 0
+    table = Table(title="head roles (mean attention on repeated random sequences)", title_justify="left")
+    table.add_column("head")
+    for role in ROLES:
+        table.add_column(role.replace("_", "-"), justify="right")
+    for r in roles:
+        table.add_row(f"{r.layer}.{r.head}", *(f"{getattr(r, role):.3f}" for role in ROLES))
+    output_console().print(table)
+    return 0
