@@ -221,10 +221,16 @@ def logit_lens(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationCac
     positions = len(cache.ids) if len(cache.ids) * head.shape[0] * head.shape[1] * layers <= LENS_WORK else 1
     rows = []
     with torch.no_grad():
+        if positions == 1:  # every layer's last position in one product: the head is read once
+            normed = torch.cat([model.final_norm(cache[lens_stream_name(layer)][None, -1:]) for layer in range(layers)],
+                               dim=1)
+            earlier = (normed @ head.t())[0]
         for layer in range(layers + 1):
             stream = lens_stream_name(layer)
             if layer == layers:  # after the last block: the model's own logits, bit for bit
                 logits = cache["logits"][-1].to(torch.float64)
+            elif positions == 1:
+                logits = earlier[layer].to(torch.float64)
             else:
                 logits = (model.final_norm(cache[stream][None, -positions:]) @ head.t())[0, -1].to(torch.float64)
             probabilities = torch.softmax(logits, dim=-1)
