@@ -98,8 +98,8 @@ def _print_scores(scored: Any, compared: Any, most_changed: Any) -> None:
     for column in ("position", "piece", "loss", "p", "rank", "the model expected"):
         table.add_column(column)
     for token in sorted(scored.tokens, key=lambda t: -t.loss)[:12]:
-        expected = "  ".join(f"{escape_controls(p)!r} {q:.2f}" for _, p, q in token.top[:3])
-        table.add_row(str(token.position), repr(escape_controls(token.piece)), f"{token.loss:.3f}",
+        expected = "  ".join(f"'{escape_controls(p)}' {q:.2f}" for _, p, q in token.top[:3])
+        table.add_row(str(token.position), f"'{escape_controls(token.piece)}'", f"{token.loss:.3f}",
                       f"{token.probability:.3g}", str(token.rank), expected)
     console.print(table)
     if compared:
@@ -109,7 +109,7 @@ def _print_scores(scored: Any, compared: Any, most_changed: Any) -> None:
             for column in ("position", "piece", "loss A", "loss B", "change"):
                 table.add_column(column)
             for t in rows:
-                table.add_row(str(t.position), repr(escape_controls(t.piece)), f"{t.loss_a:.3f}", f"{t.loss_b:.3f}",
+                table.add_row(str(t.position), f"'{escape_controls(t.piece)}'", f"{t.loss_a:.3f}", f"{t.loss_b:.3f}",
                               f"{t.change:+.3f}")
             console.print(table)
 
@@ -136,7 +136,8 @@ def _print_patching(result: Any, tokenizer: Any) -> None:
     from minigpt_tui.engine.printable import escape_controls
 
     console = output_console()
-    console.print(Text(f"logit difference {result.answer[1]!r} − {result.against[1]!r}: clean "
+    answer, against = (escape_controls(piece) for piece in (result.answer[1], result.against[1]))
+    console.print(Text(f"logit difference '{answer}' − '{against}': clean "
                        f"{result.clean_difference:.4f}, corrupt {result.corrupt_difference:.4f}"))
     pieces = [escape_controls(tokenizer.piece_text(i)) for i in result.corrupt_ids]
     for site in dict.fromkeys(e.site for e in result.effects):
@@ -144,7 +145,7 @@ def _print_patching(result: Any, tokenizer: Any) -> None:
         table = Table(title=f"{site}: share of the clean difference restored, layer × position", title_justify="left")
         table.add_column("layer" if site != "head" else "layer.head")
         for position, piece in enumerate(pieces):
-            table.add_column(f"{position} {piece!r}"[:12], justify="right")
+            table.add_column(f"{position} '{piece}'"[:12], justify="right")
         keys = dict.fromkeys((e.layer, e.head) for e in effects)
         for layer, head in keys:
             row = [e for e in effects if (e.layer, e.head) == (layer, head)]
