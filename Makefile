@@ -24,7 +24,7 @@ run: $(STAMP)
 
 # The suite without the long multi-process experiments (marked slow); CI runs both.
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=15
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

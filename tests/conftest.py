@@ -36,3 +36,12 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.01)
     return predicate()
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """The command line in this process (fast: no new interpreter): exit code, stdout, stderr."""
+    from minigpt_tui.cli import main
+
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

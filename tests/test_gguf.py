@@ -146,31 +146,26 @@ def test_fuzzed_headers_never_escape_as_other_errors(tmp_path):
     assert refused > 100
 
 
-def test_inspect_and_generate_take_a_gguf_file(tmp_path):
+def test_inspect_and_generate_take_a_gguf_file(tmp_path, capsys):
     import json
-    import subprocess
 
-    from conftest import cli_command, cli_env
+    from conftest import run_cli
 
     path = _file(tmp_path, "qwen2", "Q5_1")
-    env = cli_env(tmp_path)
-    shown = subprocess.run(cli_command("inspect", str(path), "--json"), capture_output=True, text=True, env=env,
-                           timeout=120)
-    assert shown.returncode == 0, shown.stderr
-    record = json.loads(shown.stdout)
+    code, out, err = run_cli(capsys, "inspect", str(path), "--json")
+    assert code == 0, err
+    record = json.loads(out)
     assert record["kind"] == "gguf"
     assert {e["dtype"] for e in record["entries"]} == {"F32", "Q5_1"}
     groups = record["state"]
     assert groups["tokenizer"]["tokenizer.ggml.tokens"] == {"items": 400, "type": "array[string]"}
     assert groups["architecture"]["qwen2.block_count"] == 2
-    stats = subprocess.run(cli_command("inspect", str(path), "--tensor", "blk.0.attn_q.weight", "--json"),
-                           capture_output=True, text=True, env=env, timeout=120)
-    assert stats.returncode == 0, stats.stderr
-    run = subprocess.run(cli_command("generate", "--model", str(path), "--prompt", "The json", "--max-new-tokens", "2",
-                                     "--greedy", "--json", "--contributions"),
-                         capture_output=True, text=True, env=env, timeout=120)
-    assert run.returncode == 0, run.stderr
-    trace = json.loads(run.stdout)
+    code, _, err = run_cli(capsys, "inspect", str(path), "--tensor", "blk.0.attn_q.weight", "--json")
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "generate", "--model", str(path), "--prompt", "The json", "--max-new-tokens",
+                             "2", "--greedy", "--json", "--contributions")
+    assert code == 0, err
+    trace = json.loads(out)
     assert trace["model"]["family"] == "qwen2" and len(trace["decisions"]) == 2
 
 

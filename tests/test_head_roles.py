@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 import torch
 
-from conftest import cli_command, cli_env
+from conftest import run_cli
 from lens_support import BYTES_ONLY, varied_model
 from minigpt_tui.engine.head_roles import ROLES, repeated_sequences, role_scores, score_heads
 
@@ -41,7 +40,7 @@ def test_sequences_repeat_and_skip_special_ids():
     assert torch.equal(ids[:, 1:7], ids[:, 7:]) and not bool(((ids[:, 1:] == 0) | (ids[:, 1:] == 1)).any())
 
 
-def test_every_head_is_scored_and_the_command_prints_them(tmp_path):
+def test_every_head_is_scored_and_the_command_prints_them(tmp_path, capsys):
     model = varied_model("gpt2")
     roles = score_heads(model, BYTES_ONLY)
     assert len(roles) == model.config.layers * model.config.heads
@@ -50,9 +49,8 @@ def test_every_head_is_scored_and_the_command_prints_them(tmp_path):
 
     path = tmp_path / "model.safetensors"
     save_portable_model(model, BYTES_ONLY, path)
-    run = subprocess.run(cli_command("heads", "--model", str(path), "--json"), capture_output=True, text=True,
-                         env=cli_env(tmp_path), timeout=120)
-    assert run.returncode == 0, run.stderr
-    heads = json.loads(run.stdout)["heads"]
+    code, out, err = run_cli(capsys, "heads", "--model", str(path), "--json")
+    assert code == 0, err
+    heads = json.loads(out)["heads"]
     assert [(h["layer"], h["head"]) for h in heads] == [(r.layer, r.head) for r in roles]
     assert heads[0]["induction"] == pytest.approx(roles[0].induction, abs=1e-12)

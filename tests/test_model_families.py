@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import cli_command, cli_env
+from conftest import run_cli
 from family_support import FAMILIES, byte_level_tokenizer, make_family_folder, metaspace_tokenizer, reference
 from minigpt_tui.engine.errors import CheckpointError
 from minigpt_tui.engine.generation import DecisionStepper
@@ -142,13 +141,12 @@ def test_a_float16_folder_is_widened(tmp_path):
                                    atol=1e-5, rtol=1e-5)
 
 
-def test_generate_and_infer_take_a_folder(folders, tmp_path):
+def test_generate_and_infer_take_a_folder(folders, capsys):
     folder = folders["gpt2"]
-    run = subprocess.run(cli_command("generate", "--model", str(folder), "--prompt", "The json", "--max-new-tokens",
-                                     "3", "--greedy", "--json", "--lens"),
-                         capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
-    assert run.returncode == 0, run.stderr
-    trace = json.loads(run.stdout)
+    code, out, err = run_cli(capsys, "generate", "--model", str(folder), "--prompt", "The json", "--max-new-tokens",
+                             "3", "--greedy", "--json", "--lens")
+    assert code == 0, err
+    trace = json.loads(out)
     assert trace["model"]["family"] == "gpt2" and len(trace["decisions"]) == 3
     assert trace["tokenizer"]["kind"] == "tokenizers"
 

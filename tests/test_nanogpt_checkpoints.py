@@ -123,18 +123,14 @@ def test_not_a_nanogpt_checkpoint(tmp_path):
         open_nanogpt(tmp_path / "other.pt")
 
 
-def test_infer_takes_a_ckpt_pt(tmp_path):
+def test_infer_takes_a_ckpt_pt(tmp_path, capsys):
     import json
-    import subprocess
 
-    from conftest import cli_command, cli_env
+    from conftest import run_cli
 
     path = write_ckpt(reference_gpt2(5), tmp_path / "out")
-    run = subprocess.run(cli_command("infer", "--model", str(path), "--prompt", "Before we", "--json"),
-                         capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
-    assert run.returncode == 0, run.stderr
-    record = json.loads(run.stdout)
-    assert record["prompt_ids"] == [CHARS.index(c) for c in "Before we"]
-    bad = subprocess.run(cli_command("infer", "--model", str(path), "--prompt", "€", "--json"),
-                         capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
-    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    code, out, err = run_cli(capsys, "infer", "--model", str(path), "--prompt", "Before we", "--json")
+    assert code == 0, err
+    assert json.loads(out)["prompt_ids"] == [CHARS.index(c) for c in "Before we"]
+    code, _, err = run_cli(capsys, "infer", "--model", str(path), "--prompt", "€", "--json")
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err

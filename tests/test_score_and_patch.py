@@ -4,13 +4,12 @@ scores add up to the evaluation loss of the same windows; patching is exact at b
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import cli_command, cli_env
+from conftest import run_cli
 from family_support import make_family_folder
 from lens_support import varied_model
 from minigpt_tui.engine.errors import GenerationError
@@ -109,7 +108,7 @@ def test_patching_refuses_unequal_prompts_and_long_answers():
         patch_prompts(model, merged, "ab", "ba", "xy", "a")
 
 
-def test_score_and_patch_on_a_model_from_elsewhere(tmp_path):
+def test_score_and_patch_on_a_model_from_elsewhere(tmp_path, capsys):
     folder = make_family_folder("gpt_neox", tmp_path / "neox", seed=4)
     opened = open_hf_model(folder, dtype="float64")
     tokenizer = opened.tokenizer
@@ -121,16 +120,18 @@ def test_score_and_patch_on_a_model_from_elsewhere(tmp_path):
     assert patcher.difference([Patch("resid", last, (len(patcher.clean_ids) - 1,))]) == patcher.clean_difference
     text = tmp_path / "text.txt"
     text.write_text("The json module exposes an API familiar to users of the standard library.")
-    env = cli_env(tmp_path)
-    run = subprocess.run(cli_command("score", "--model", str(folder), "--text", str(text), "--json",
-                                     "--compare", str(folder)),
-                         capture_output=True, text=True, env=env, timeout=120)
-    assert run.returncode == 0, run.stderr
-    data = json.loads(run.stdout)
+    code, out, err = run_cli(capsys, "score", "--model", str(folder), "--text", str(text), "--json",
+                             "--compare", str(folder))
+    assert code == 0, err
+    data = json.loads(out)
     assert data["tokens_scored"] == len(data["ids"]) - 1
     assert all(t["change"] == 0 for t in data["compare"]["tokens"])
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    bad = subprocess.run(cli_command("score", "--model", str(folder), "--text", str(empty)),
-                         capture_output=True, text=True, env=env, timeout=120)
-    assert bad.returncode == 1 and "empty" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    code, _, err = run_cli(capsys, "score", "--model", str(folder), "--text", str(empty))
+    assert code == 1 and "empty" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_cli(capsys, "patch", "--model", str(folder), "--clean", "The json", "--corrupt", "The json",
+                             "--answer", "s", "--against", "x", "--json")
+    assert code == 0, err
+    effects = json.loads(out)["effects"]
+    assert effects and all(e["restored"] is None for e in effects)  # clean and corrupt agree: nothing to restore
