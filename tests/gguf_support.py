@@ -68,16 +68,23 @@ def write_gguf(model, tokenizer, family: str, path: Path, quant: str = "F32", pr
     # A vocabulary as long as the model's rows (transformers' GGUF loader takes its size from it).
     tokens += [f"[PAD{i}]" for i in range(len(tokens), model.config.vocab_size)]
     specials = {t["id"] for t in data["added_tokens"] if t["special"]}
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
-    writer.add_token_types([3 if i in specials else (5 if tokens[i].startswith("[PAD") else 1)
-                            for i in range(len(tokens))])
-    merges = data["model"]["merges"]
-    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    if data["model"].get("byte_fallback"):
+        # A SentencePiece vocabulary as llama.cpp writes one: scores, token types, no merges.
+        writer.add_tokenizer_model("llama")
+        writer.add_token_scores([-float(i) for i in range(len(tokens))])
+        kinds = {"<unk>": 2, "<s>": 3, "</s>": 3}
+        writer.add_token_types([kinds.get(t, 6 if t.startswith("<0x") else 1) for t in tokens])
+    else:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre(pre)
+        writer.add_token_types([3 if i in specials else (5 if tokens[i].startswith("[PAD") else 1)
+                                for i in range(len(tokens))])
+        merges = data["model"]["merges"]
+        writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+        writer.add_add_bos_token(False)
     writer.add_bos_token_id(config.bos_token_id)
     writer.add_eos_token_id(config.eos_token_id)
-    writer.add_add_bos_token(False)
     kind = getattr(gguf.GGMLQuantizationType, quant)
     for name, array in _tensors(model, family):
         if quant != "F32" and name.endswith(QUANTIZABLE) and array.shape[-1] % 32 == 0:

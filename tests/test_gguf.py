@@ -167,6 +167,7 @@ def test_inspect_and_generate_take_a_gguf_file(tmp_path, capsys):
     assert code == 0, err
     trace = json.loads(out)
     assert trace["model"]["family"] == "qwen2" and len(trace["decisions"]) == 2
+    assert trace["model"]["source"] == "gguf"
 
 
 @pytest.mark.parametrize("quant", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
@@ -235,3 +236,29 @@ def test_the_generation_screen_steps_through_a_gguf_model(tmp_path):
             assert [p.id for p in screen.view.prompt] == expected
 
     scenario()
+
+
+def test_a_sentencepiece_vocabulary_encodes_as_transformers_gguf_loader_does(tmp_path):
+    import transformers as tr
+
+    from family_support import metaspace_tokenizer
+
+    raw = metaspace_tokenizer()
+    bos, eos = raw.token_to_id("<s>"), raw.token_to_id("</s>")
+    torch.manual_seed(2)
+    model = tr.AutoModelForCausalLM.from_config(family_config("llama", raw.get_vocab_size(), bos, eos,
+                                                              hidden_size=64)).eval()
+    path = write_gguf(model, raw, "llama", tmp_path / "spm.gguf", quant="Q8_0")
+    ours = open_gguf_model(path)
+    reference = tr.AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
+    rng = random.Random(8)
+    texts = [PROMPT, "héllo wörld", " leading space", "日本語", "tab\tand\nnewline"]
+    texts += ["".join(rng.choice("abc xyz éü日🙂\n.,") for _ in range(rng.randrange(1, 40))) for _ in range(100)]
+    for text in texts:
+        assert ours.tokenizer.encode_prompt(text) == reference(text).input_ids, text
+    assert ours.tokenizer.encode_prompt("a")[0] == bos  # BOS first, as llama.cpp adds it
+    ref = tr.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32).eval()
+    ids = reference(PROMPT).input_ids
+    with torch.no_grad():
+        torch.testing.assert_close(ours.model(torch.tensor([ids])).logits, ref(torch.tensor([ids])).logits,
+                                   atol=1e-4, rtol=1e-5)

@@ -310,6 +310,7 @@ class DecisionStepper:
         top_n: int = 10,
         model_identity: str | None = None,
         model_path: str | Path | None = None,
+        model_source: str = "minigpt-tui",
     ) -> None:
         if model.vocab_size != tokenizer.vocab_size:
             raise GenerationError(
@@ -326,6 +327,7 @@ class DecisionStepper:
         self.top_n = top_n
         self.model_identity = model_identity
         self.model_path = None if model_path is None else str(model_path)
+        self.model_source = model_source  # minigpt-tui, transformers, gguf or nanogpt
         self.context = model.config.context
         self.prompt_ids: tuple[int, ...] = tuple(tokenizer.encode_prompt(prompt))
         if not self.prompt_ids:
@@ -347,6 +349,7 @@ class DecisionStepper:
     def from_portable(portable: Any, prompt: str, rule: GenerationRule, **options: Any) -> "DecisionStepper":
         """A stepper over a loaded portable model, carrying its identity and path."""
         options.setdefault("model_identity", getattr(portable, "identity", None))
+        options.setdefault("model_source", (getattr(portable, "metadata", None) or {}).get("source", "minigpt-tui"))
         options.setdefault("model_path", getattr(portable, "path", None))
         return DecisionStepper(portable.model, portable.tokenizer, prompt, rule, **options)
 
@@ -541,6 +544,7 @@ class DecisionStepper:
             "model": {
                 "path": None if path is None else str(path),
                 "identity": self.model_identity,
+                "source": self.model_source,
                 "family": config.family,
                 "config": config.declared(),
                 "dtype": str(self.model.dtype).removeprefix("torch."),

@@ -11,8 +11,9 @@ weights with q, k and v side by side.
 The tokenizer is built from ``tokenizer.ggml.*``: a ``gpt2`` BPE vocabulary and merges,
 with the split regex that ``tokenizer.ggml.pre`` names (as transformers' GGUF loader
 builds it), control tokens as special tokens, and BOS added where
-``tokenizer.ggml.add_bos_token`` says so. SentencePiece (``llama``) vocabularies are refused
-in one line for now.
+``tokenizer.ggml.add_bos_token`` says so; or a ``llama`` SentencePiece vocabulary as BPE
+with byte fallback, its merges recovered from the tokens' scores, Metaspace, and BOS added
+unless the file says otherwise.
 """
 
 from __future__ import annotations
@@ -128,29 +129,73 @@ def gguf_tensors(data: GGUFData, config: Any, dtype: "torch.dtype") -> dict[str,
     return out
 
 
+def recovered_merges(tokens: list[str], scores: list[float]) -> list[list[str]]:
+    """A SentencePiece vocabulary's BPE merges, recovered from its scores (llama.cpp writes
+    no merges for it): every split of a token into two tokens of the vocabulary, ranked by
+    the whole token's score, best first; ties keep the longer left part first, then the
+    vocabulary's order (the order transformers' GGUF loader recovers them in)."""
+    index = {token: i for i, token in enumerate(tokens)}
+    found = []
+    for token, score in zip(tokens, scores):
+        pairs = [(token[:cut], token[cut:]) for cut in range(1, len(token))
+                 if token[:cut] in index and token[cut:] in index]
+        pairs.sort(key=lambda pair: (index[pair[0]], index[pair[1]]))
+        found += [(left, right, score) for left, right in pairs]
+    found.sort(key=lambda item: (item[2], len(item[0]), len(item[1])), reverse=True)
+    return [[left, right] for left, right, _ in found]
+
+
+def _sentencepiece_parts(meta: dict[str, Any], tokens: list[str], where: Path) -> dict[str, Any]:
+    """tokenizer.json parts of a llama SentencePiece vocabulary: BPE with byte fallback,
+    Metaspace (a ▁ before the first word), BOS added unless the file says not to."""
+    scores = meta.get("tokenizer.ggml.scores")
+    if not isinstance(scores, list) or len(scores) != len(tokens):
+        raise CheckpointError(f"{where}: tokenizer.ggml.scores must give one score per token")
+    merges = meta.get("tokenizer.ggml.merges")
+    merges = merges if isinstance(merges, list) else recovered_merges(tokens, scores)
+    return {"pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False},
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"},
+                {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+            "merges": merges, "byte_fallback": True, "fuse_unk": True, "add_bos": True}
+
+
 def _tokenizer_json(header: GGUFHeader) -> tuple[str, int | None, tuple[int, ...]]:
-    """A tokenizer.json for the file's gpt2 BPE vocabulary (see the module doc)."""
+    """A tokenizer.json for the file's vocabulary (see the module doc)."""
     meta, where = header.metadata, header.path
     model = meta.get("tokenizer.ggml.model")
-    if model != "gpt2":
-        raise CheckpointError(f"{where}: tokenizer.ggml.model {model!r} is not read yet (supported: gpt2 BPE)")
-    tokens, merges = meta.get("tokenizer.ggml.tokens"), meta.get("tokenizer.ggml.merges")
-    if not isinstance(tokens, list) or not isinstance(merges, list) or not all(isinstance(t, str) for t in tokens):
-        raise CheckpointError(f"{where}: tokenizer.ggml.tokens and tokenizer.ggml.merges must be lists of strings")
+    if model not in ("gpt2", "llama"):
+        raise CheckpointError(f"{where}: tokenizer.ggml.model {model!r} is not read (supported: gpt2 BPE, "
+                              "llama SentencePiece)")
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise CheckpointError(f"{where}: tokenizer.ggml.tokens must be a list of strings")
+    if model == "llama":
+        return _assembled(meta, tokens, _sentencepiece_parts(meta, tokens, where))
+    merges = meta.get("tokenizer.ggml.merges")
+    if not isinstance(merges, list):
+        raise CheckpointError(f"{where}: tokenizer.ggml.merges must be a list of strings")
     pre = meta.get("tokenizer.ggml.pre", "default")
     if pre not in SPLITS:
         raise CheckpointError(f"{where}: tokenizer.ggml.pre {pre!r} is not known (known: {', '.join(SPLITS)})")
-    types = meta.get("tokenizer.ggml.token_type") or []
-    added = [{"id": i, "content": tokens[i], "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True}
-             for i, kind in enumerate(types[: len(tokens)]) if kind == CONTROL]
     split = SPLITS[pre]
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": split is None}
     pre_tokenizer = byte_level if split is None else {"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"Regex": split}, "behavior": "Isolated", "invert": False}, byte_level]}
+    return _assembled(meta, tokens, {
+        "pre_tokenizer": pre_tokenizer, "merges": merges, "byte_fallback": False, "fuse_unk": False, "add_bos": False,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}})
+
+
+def _assembled(meta: dict[str, Any], tokens: list[str], parts: dict[str, Any]) -> tuple[str, int | None, tuple[int, ...]]:
+    types = meta.get("tokenizer.ggml.token_type") or []
+    added = [{"id": i, "content": tokens[i], "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True}
+             for i, kind in enumerate(types[: len(tokens)]) if kind == CONTROL]
     bos = meta.get("tokenizer.ggml.bos_token_id")
     eos = meta.get("tokenizer.ggml.eos_token_id")
-    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False)) and isinstance(bos, int)
+    bos = bos if isinstance(bos, int) and not isinstance(bos, bool) and 0 <= bos < len(tokens) else None
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", parts["add_bos"])) and bos is not None
     post = None
     if add_bos:
         post = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": tokens[bos], "type_id": 0}},
@@ -158,13 +203,12 @@ def _tokenizer_json(header: GGUFHeader) -> tuple[str, int | None, tuple[int, ...
                 "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
                 "special_tokens": {tokens[bos]: {"id": tokens[bos], "ids": [bos], "tokens": [tokens[bos]]}}}
     data = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-            "pre_tokenizer": pre_tokenizer, "post_processor": post,
-            "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+            "pre_tokenizer": parts["pre_tokenizer"], "post_processor": post, "decoder": parts["decoder"],
             "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                      "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges}}
-    eos_ids = (eos,) if isinstance(eos, int) else ()
-    return json.dumps(data), (bos if isinstance(bos, int) else None), eos_ids
+                      "end_of_word_suffix": None, "fuse_unk": parts["fuse_unk"], "byte_fallback": parts["byte_fallback"],
+                      "ignore_merges": False, "vocab": {t: i for i, t in enumerate(tokens)}, "merges": parts["merges"]}}
+    eos_ids = (eos,) if isinstance(eos, int) and not isinstance(eos, bool) else ()
+    return json.dumps(data), bos, eos_ids
 
 
 def gguf_tokenizer(header: GGUFHeader, vocab_size: int) -> Any:
