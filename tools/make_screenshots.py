@@ -3,13 +3,16 @@ would, saved as SVG in ``assets/``. Run with ``make screenshots``.
 
 A mini run is trained in the app (space), then the Checkpoints screen opens its newest
 checkpoint, and the Generation screen loads it, runs a greedy continuation and shows the
-logit lens. Everything happens in a temporary runs directory.
+logit lens. Last, the Generation screen opens a GGUF file (a random-weight llama written
+here with the gguf package, Q8_0, with a byte-level BPE tokenizer trained here) and shows
+a decision's lens. Everything happens in a temporary folder; nothing is downloaded.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +31,7 @@ async def _until(pilot, condition, seconds: float, what: str) -> None:  # type: 
     await pilot.pause(0.5)
 
 
-async def capture(out: Path, runs_dir: Path) -> list[Path]:
+async def capture(out: Path, runs_dir: Path, gguf: Path) -> list[Path]:
     app = MiniGPTApp(LaunchSettings(runs_dir=runs_dir, preset="mini"))
     saved: list[Path] = []
 
@@ -52,7 +55,42 @@ async def capture(out: Path, runs_dir: Path) -> list[Path]:
         await pilot.press("l")
         await pilot.pause(2.0)
         shot("generation")
+        from textual.widgets import Input
+
+        generation = app.screen
+        field = generation.query_one("#model", Input)
+        field.value = str(gguf)
+        field.focus()
+        await pilot.press("enter")
+        await pilot.pause(3.0)  # loaded; this tokenizer adds no BOS, so the prompt field has the keyboard
+        generation.query_one("#prompt", Input).value = "The json module"
+        generation.query_one("#prompt", Input).focus()
+        await pilot.press("enter")
+        await pilot.pause(2.0)
+        await pilot.press("escape", "n", "n", "n")
+        await pilot.pause(2.0)
+        await pilot.press("l")
+        await pilot.pause(2.0)
+        shot("generation-gguf")
     return saved
+
+
+def make_gguf(folder: Path) -> Path:
+    """A random-weight llama (SmolLM-like, small) as a Q8_0 GGUF file."""
+    import torch
+    import transformers as tr
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from family_support import byte_level_tokenizer, family_config
+    from gguf_support import write_gguf
+
+    raw = byte_level_tokenizer(vocab=1000)
+    end = raw.token_to_id("<|endoftext|>")
+    torch.manual_seed(0)
+    config = family_config("llama", raw.get_vocab_size(), end, end, hidden_size=128, intermediate_size=256,
+                           num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=4)
+    model = tr.AutoModelForCausalLM.from_config(config).eval()
+    return write_gguf(model, raw, "llama", folder / "smol-random-Q8_0.gguf", quant="Q8_0")
 
 
 def main() -> None:
@@ -62,7 +100,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="minigpt-screenshots-") as tmp:
-        for path in asyncio.run(capture(out, Path(tmp) / "runs")):
+        for path in asyncio.run(capture(out, Path(tmp) / "runs", make_gguf(Path(tmp)))):
             print(path)
 
 
