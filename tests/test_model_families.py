@@ -193,3 +193,16 @@ def test_bad_folders_are_refused_in_one_line(folders, tmp_path):
     before = sorted(p.name for p in bad_tokenizer.iterdir())
     _refusal(bad_tokenizer)
     assert sorted(p.name for p in bad_tokenizer.iterdir()) == before  # nothing written
+
+
+def test_contrast_of_two_folders_that_share_a_tokenizer(tmp_path):
+    """An instruct model against its base: two llama folders with one tokenizer."""
+    from minigpt_tui.engine.contrast import contrast_models
+
+    base = make_family_folder("llama", tmp_path / "base", seed=1)
+    tuned = make_family_folder("llama", tmp_path / "tuned", seed=2)
+    a, b = open_hf_model(base, dtype="float64"), open_hf_model(tuned, dtype="float64")
+    result = contrast_models(a, b, PROMPT, rule=GenerationRule("greedy", max_new_tokens=4)).to_json()
+    assert len(result["positions"]) == 4
+    assert all(p["kl"] >= 0 for p in result["positions"])
+    assert result["models"]["a"]["family"] == "llama" and result["models"]["b"]["path"] == str(tuned)
