@@ -43,35 +43,7 @@ class GenerationScreen(Screen):
     AUTO_FOCUS = "#candidates"  # once a model is loaded the step keys work at once; tab reaches the form
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
 
-    DEFAULT_CSS = """
-    GenerationScreen #prefix {
-        border: round $primary 50%; border-title-color: $text; border-subtitle-color: $text-muted;
-    }
-    GenerationScreen #gen-body { height: 1fr; }
-    GenerationScreen #decisions {
-        width: 28; border: round $primary 50%; border-title-color: $text;
-    }
-    GenerationScreen.-narrow #decisions { width: 20; }
-    GenerationScreen #gen-right { width: 1fr; }
-    GenerationScreen #decision-info { height: auto; max-height: 3; padding: 0 1; }
-    GenerationScreen #candidates, GenerationScreen #attention {
-        border: round $primary 50%; border-title-color: $text; border-subtitle-color: $text-muted;
-    }
-    GenerationScreen #decisions:focus, GenerationScreen #candidates:focus,
-    GenerationScreen #attention:focus, GenerationScreen #insight:focus-within { border: round $primary; }
-    GenerationScreen #attention { height: auto; max-height: 50%; }
-    GenerationScreen.-short #attention { display: none; }
-    GenerationScreen.-short.-show-attention #attention { display: block; height: 1fr; max-height: 100%; }
-    GenerationScreen.-short.-show-attention #candidates { display: none; }
-    GenerationScreen #gen-output { height: auto; max-height: 3; padding: 0 1; background: $boost; }
-    GenerationScreen #insight {
-        display: none; border: round $primary 50%; border-title-color: $text; border-subtitle-color: $text-muted;
-    }
-    GenerationScreen.-show-insight #insight { display: block; }
-    GenerationScreen.-show-insight #candidates, GenerationScreen.-show-insight #attention { display: none; }
-    GenerationScreen.-contrast #decisions { width: 40; }
-    GenerationScreen.-narrow.-contrast #decisions { width: 24; }
-    """
+    CSS_PATH = Path(__file__).with_name("generation.tcss")
 
     BINDINGS = [
         Binding("n", "step", "Next"),
@@ -378,8 +350,9 @@ class GenerationScreen(Screen):
         view = message.view
         self.view = view
         if view is None:
-            if self.session is not None and self.session.portable is not None:
-                self.query_one("#prompt", Input).focus()  # loaded, and waiting for a prompt
+            if self.session is not None and self.session.portable is not None:  # loaded, waiting for a prompt
+                self.queue.follow(self.session, "load")
+                self.query_one("#prompt", Input).focus()
             return
         self.query_one(DecisionList).show_view(view, message.select)
         self.set_class(bool(view.second_opinions) or view.second_label is not None, "-contrast")

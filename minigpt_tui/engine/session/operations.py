@@ -114,7 +114,6 @@ class OperationQueue:
             loaded = f"loaded {session.display(str(session.model_path))}"
             if not session.portable.tokenizer.encode_prompt(settings.prompt):
                 # A model from elsewhere whose tokenizer adds no BOS needs a prompt to start from.
-                self.settings_applied = None
                 return f"{loaded}: its tokenizer adds no BOS, so type a prompt and press enter"
             session.configure(settings)
             return loaded
