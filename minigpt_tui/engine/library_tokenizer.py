@@ -79,7 +79,9 @@ class LibraryTokenizer:
         data = json.loads(text)
         specials = frozenset(t["id"] for t in data.get("added_tokens") or []
                              if isinstance(t, dict) and t.get("special") and isinstance(t.get("id"), int))
-        return LibraryTokenizer(text, size, bos_id, eos_ids, source, specials)
+        made = LibraryTokenizer(text, size, bos_id, eos_ids, source, specials)
+        made.__dict__.update(_library=library, _data=data)  # what was just parsed, not parsed again
+        return made
 
     @cached_property
     def _library(self) -> Any:
@@ -146,13 +148,7 @@ class LibraryTokenizer:
         return self.piece(token_id).decode("utf-8", errors="backslashreplace")
 
     def decode(self, ids: list[int]) -> Decoded:
-        data = b"".join(self.piece(i) for i in ids if i not in self.specials or self._is_byte(i))
-        try:
-            data.decode("utf-8")
-            valid = True
-        except UnicodeDecodeError:
-            valid = False
-        return Decoded(data, valid)
+        return Decoded.of(b"".join(self.piece(i) for i in ids if i not in self.specials or self._is_byte(i)))
 
     def _is_byte(self, token_id: int) -> bool:
         return self._byte_fallback and bool(_BYTE_PIECE.fullmatch(self._tokens[token_id] or ""))

@@ -36,6 +36,14 @@ class Decoded:
     def display(self) -> str:
         return self.data.decode("utf-8", errors="replace")
 
+    @staticmethod
+    def of(data: bytes) -> "Decoded":
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return Decoded(data, False)
+        return Decoded(data, True)
+
 
 @dataclass(frozen=True)
 class ByteBPETokenizer:
@@ -124,13 +132,7 @@ class ByteBPETokenizer:
         return self.piece(token_id).decode("utf-8", errors="backslashreplace")
 
     def decode(self, ids: list[int]) -> Decoded:
-        data = b"".join(self.piece(i) for i in ids if i not in (BOS, EOS))
-        try:
-            data.decode("utf-8")
-            valid = True
-        except UnicodeDecodeError:
-            valid = False
-        return Decoded(data, valid)
+        return Decoded.of(b"".join(self.piece(i) for i in ids if i not in (BOS, EOS)))
 
     # -- training ---------------------------------------------------------------------
     @staticmethod
