@@ -222,25 +222,17 @@ def gguf_tokenizer(header: GGUFHeader, vocab_size: int) -> Any:
 
 
 def open_gguf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel":
-    import torch
-
     from minigpt_tui.engine.checkpoint.portable import PortableModel
-    from minigpt_tui.engine.interop.hf_models import DTYPES, assign_weights
-    from minigpt_tui.engine.model import MiniGPT
+    from minigpt_tui.engine.interop.hf_models import built_model, compute_dtype
 
-    if dtype not in DTYPES:
-        raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
+    torch_dtype = compute_dtype(dtype)
     header = read_gguf_header(Path(path).expanduser())
     config = gguf_config(header)
-    torch_dtype = torch.float64 if dtype == "float64" else torch.float32
     data = GGUFData(header)
     named = gguf_tensors(data, config, torch_dtype)
     vocab_size = int(named["token_embedding.weight"].shape[0])
     tokenizer = gguf_tokenizer(header, vocab_size)
-    with torch.device("meta"):
-        model = MiniGPT(config, vocab_size, torch_dtype)
-    assign_weights(model, named, torch_dtype, header.path)
-    model.eval()
+    model = built_model(config, named, torch_dtype, header.path)
     digest = hashlib.sha256(b"gguf\0")
     for t in sorted(header.tensors, key=lambda t: t.name):
         digest.update(f"{t.name}|{t.type_name}|{list(t.shape)}".encode())

@@ -98,6 +98,27 @@ def _weights(folder: Path) -> tuple[dict[str, "torch.Tensor"], list[str]]:
     return tensors, parts
 
 
+def compute_dtype(name: str) -> "torch.dtype":
+    """The compute type of a model from elsewhere: float32, or float64 when asked for."""
+    import torch
+
+    if name not in DTYPES:
+        raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got '{name}'")
+    return torch.float64 if name == "float64" else torch.float32
+
+
+def built_model(config: Any, named: dict[str, "torch.Tensor"], dtype: "torch.dtype", where: Path) -> Any:
+    """Our model of ``config`` on the meta device, the named tensors assigned, in eval mode."""
+    import torch
+
+    from minigpt_tui.engine.model import MiniGPT
+
+    with torch.device("meta"):
+        model = MiniGPT(config, int(named["token_embedding.weight"].shape[0]), dtype)
+    assign_weights(model, named, dtype, where)
+    return model.eval()
+
+
 def assign_weights(model: Any, named: dict[str, "torch.Tensor"], dtype: "torch.dtype", where: Path) -> None:
     """Copy-free where the dtype already matches; shapes checked name by name."""
     expected = dict(model.named_parameters())
@@ -132,13 +153,9 @@ def _tokenizer(folder: Path, config: dict[str, Any], vocab_size: int) -> Any:
 
 def open_hf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel":
     """A transformers folder as a ready model: built from its config, its weights assigned."""
-    import torch
-
     from minigpt_tui.engine.checkpoint.portable import PortableModel
-    from minigpt_tui.engine.model import MiniGPT
 
-    if dtype not in DTYPES:
-        raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
+    torch_dtype = compute_dtype(dtype)
     folder = Path(path).expanduser()
     config_path = folder / "config.json"
     data = read_json_file(config_path, "config.json: not a transformers model folder")
@@ -152,11 +169,7 @@ def open_hf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel
         raise CheckpointError(f"{folder}: {err}") from None
     vocab_size = int(named["token_embedding.weight"].shape[0])
     tokenizer = _tokenizer(folder, data, vocab_size)
-    torch_dtype = torch.float64 if dtype == "float64" else torch.float32
-    with torch.device("meta"):
-        model = MiniGPT(config, vocab_size, torch_dtype)
-    assign_weights(model, named, torch_dtype, folder)
-    model.eval()
+    model = built_model(config, named, torch_dtype, folder)
     if tokenizer.vocab_size != vocab_size:
         raise CheckpointError(f"{folder}: the tokenizer has {tokenizer.vocab_size} ids, the model {vocab_size} rows")
     # The identity of a folder: its config and every weights file's name, size and header

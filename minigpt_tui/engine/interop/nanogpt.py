@@ -109,12 +109,7 @@ class CharTokenizer:
         return self.piece(token_id).decode("utf-8", errors="backslashreplace")
 
     def decode(self, ids: list[int]) -> Decoded:
-        data = b"".join(self.piece(i) for i in ids)
-        try:
-            data.decode("utf-8")
-            return Decoded(data, True)
-        except UnicodeDecodeError:
-            return Decoded(data, False)
+        return Decoded.of(b"".join(self.piece(i) for i in ids))
 
 
 def _model_args(obj: Any, path: Path) -> dict[str, Any]:
@@ -150,28 +145,18 @@ def _our_tensors(state: dict[str, "torch.Tensor"], config: Any, path: Path) -> d
             raise CheckpointError(f"{path}: the state dict has no 'transformer.{name}'")
         return tensor
 
-    width, bias = config.width, bool(config.ffn_bias)
+    kinds = ("weight", "bias") if config.ffn_bias else ("weight",)
     out = {"token_embedding.weight": get("wte.weight"), "position_embedding.weight": get("wpe.weight")}
     for i in range(config.layers):
         ours, theirs = f"blocks.{i}.", f"h.{i}."
-        for proj, rows in zip("qkv", get(theirs + "attn.c_attn.weight").split(width, dim=0)):
-            out[f"{ours}attn.{proj}_proj.weight"] = rows
-        out[ours + "attn.o_proj.weight"] = get(theirs + "attn.c_proj.weight")
-        out[ours + "ffn.up_proj.weight"] = get(theirs + "mlp.c_fc.weight")
-        out[ours + "ffn.down_proj.weight"] = get(theirs + "mlp.c_proj.weight")
-        out[ours + "attn_norm.weight"] = get(theirs + "ln_1.weight")
-        out[ours + "ffn_norm.weight"] = get(theirs + "ln_2.weight")
-        if bias:
-            for proj, rows in zip("qkv", get(theirs + "attn.c_attn.bias").split(width, dim=0)):
-                out[f"{ours}attn.{proj}_proj.bias"] = rows
-            out[ours + "attn.o_proj.bias"] = get(theirs + "attn.c_proj.bias")
-            out[ours + "ffn.up_proj.bias"] = get(theirs + "mlp.c_fc.bias")
-            out[ours + "ffn.down_proj.bias"] = get(theirs + "mlp.c_proj.bias")
-            out[ours + "attn_norm.bias"] = get(theirs + "ln_1.bias")
-            out[ours + "ffn_norm.bias"] = get(theirs + "ln_2.bias")
-    out["final_norm.weight"] = get("ln_f.weight")
-    if bias:
-        out["final_norm.bias"] = get("ln_f.bias")
+        for kind in kinds:
+            for proj, rows in zip("qkv", get(f"{theirs}attn.c_attn.{kind}").split(config.width, dim=0)):
+                out[f"{ours}attn.{proj}_proj.{kind}"] = rows
+            for mine, file in (("attn.o_proj", "attn.c_proj"), ("ffn.up_proj", "mlp.c_fc"),
+                               ("ffn.down_proj", "mlp.c_proj"), ("attn_norm", "ln_1"), ("ffn_norm", "ln_2")):
+                out[f"{ours}{mine}.{kind}"] = get(f"{theirs}{file}.{kind}")
+    for kind in kinds:
+        out[f"final_norm.{kind}"] = get(f"ln_f.{kind}")
     return out
 
 
@@ -192,15 +177,11 @@ def _tokenizer(path: Path, vocab_size: int, given: Path | None) -> Any:
 
 def open_nanogpt(path: Path | str, *, dtype: str = "float32", tokenizer: Path | str | None = None) -> "PortableModel":
     """A nanoGPT ``ckpt.pt`` as a ready model with its character table (see module doc)."""
-    import torch
-
     from minigpt_tui.engine.checkpoint.portable import PortableModel
     from minigpt_tui.engine.interop.foreign import load_torch_pickle
-    from minigpt_tui.engine.interop.hf_models import DTYPES, assign_weights
-    from minigpt_tui.engine.model import MiniGPT
+    from minigpt_tui.engine.interop.hf_models import built_model, compute_dtype
 
-    if dtype not in DTYPES:
-        raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
+    torch_dtype = compute_dtype(dtype)
     path = Path(path).expanduser()
     obj = load_torch_pickle(path, mmap=True)
     args = _model_args(obj, path)
@@ -208,11 +189,7 @@ def open_nanogpt(path: Path | str, *, dtype: str = "float32", tokenizer: Path | 
     named = _our_tensors(obj["model"], config, path)
     vocab_size = int(named["token_embedding.weight"].shape[0])
     chars = _tokenizer(path, vocab_size, None if tokenizer is None else Path(tokenizer).expanduser())
-    torch_dtype = torch.float64 if dtype == "float64" else torch.float32
-    with torch.device("meta"):
-        model = MiniGPT(config, vocab_size, torch_dtype)
-    assign_weights(model, named, torch_dtype, path)
-    model.eval()
+    model = built_model(config, named, torch_dtype, path)
     digest = hashlib.sha256(b"nanogpt-ckpt\0")
     for name in sorted(named):
         digest.update(name.encode() + b"\0" + named[name].detach().to(torch_dtype).contiguous().numpy().tobytes())
