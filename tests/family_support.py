@@ -114,3 +114,11 @@ def reference(folder: Path, dtype=torch.float32):
     model = tr.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     model.eval()
     return model, tr.AutoTokenizer.from_pretrained(folder)
+
+
+def reference_greedy(model, ids: list[int], steps: int) -> list[int]:
+    """transformers' greedy continuation of ``ids`` (every position attended, no EOS stop)."""
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             max_new_tokens=steps, do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, len(ids):].tolist()

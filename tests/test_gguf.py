@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from family_support import byte_level_tokenizer, family_config
+from family_support import byte_level_tokenizer, family_config, reference_greedy
 from gguf_support import write_gguf
 from minigpt_tui.engine.errors import CheckpointError
 from minigpt_tui.engine.generation import DecisionStepper
@@ -62,10 +62,7 @@ def test_tokens_logits_and_greedy_ids_equal_transformers_gguf_loading(tmp_path, 
         got = ours.model(torch.tensor([ids])).logits[0]
     # Both dequantize the same blocks to float32; what differs is float32 rounding.
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-5)
-    with torch.no_grad():
-        greedy = ref.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                              max_new_tokens=5, do_sample=False, eos_token_id=None,
-                              pad_token_id=0)[0, len(ids):].tolist()
+    greedy = reference_greedy(ref, ids, 5)
     chosen = [d.chosen.id for d in DecisionStepper.from_portable(ours, PROMPT, GenerationRule("greedy", max_new_tokens=5)).run()]
     assert chosen == greedy[: len(chosen)]
     assert ours.metadata["source"] == "gguf" and ours.config.family == family

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from conftest import run_cli
-from family_support import FAMILIES, byte_level_tokenizer, make_family_folder, metaspace_tokenizer, reference
+from family_support import (FAMILIES, byte_level_tokenizer, make_family_folder, metaspace_tokenizer, reference,
+                            reference_greedy)
 from minigpt_tui.engine.errors import CheckpointError
 from minigpt_tui.engine.generation import DecisionStepper
 from minigpt_tui.engine.generation_rule import GenerationRule
@@ -48,10 +49,7 @@ def test_ids_logits_and_greedy_ids_equal_transformers(folders, family):
         got = ours.model(torch.tensor([ids])).logits[0]
     assert got.shape == expected.shape
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)  # float32 rounding (rotary tables)
-    with torch.no_grad():
-        generated = ref.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                 max_new_tokens=STEPS, do_sample=False,
-                                 eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
+    generated = reference_greedy(ref, ids, STEPS)
     rule = GenerationRule("greedy", max_new_tokens=STEPS, forbidden_ids=())
     for cache in (False, True):
         stepper = DecisionStepper.from_portable(ours, PROMPT, rule, use_kv_cache=cache)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from family_support import reference_greedy
 from minigpt_tui.engine.errors import CheckpointError, GenerationError
 from minigpt_tui.engine.generation import DecisionStepper
 from minigpt_tui.engine.generation_rule import GenerationRule
@@ -77,10 +78,7 @@ def test_a_ckpt_pt_gives_transformers_logits_and_greedy_ids(tmp_path, compiled):
         expected = ref(torch.tensor([ids])).logits[0]
         got = ours.model(torch.tensor([ids])).logits[0]
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
-    with torch.no_grad():
-        greedy = ref.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                 max_new_tokens=6, do_sample=False, eos_token_id=None,
-                              pad_token_id=0)[0, len(ids):].tolist()
+    greedy = reference_greedy(ref, ids, 6)
     stepper = DecisionStepper.from_portable(ours, PROMPT, GenerationRule("greedy", max_new_tokens=6))
     assert [d.chosen.id for d in stepper.run()] == greedy
     assert ours.tied_alias and ours.metadata["iter_num"] == 250
