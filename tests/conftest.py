@@ -14,6 +14,9 @@ def _isolated_runs_dir(tmp_path, monkeypatch):
     """No test writes to the user's data directory."""
     monkeypatch.setenv("MINIGPT_TUI_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("MINIGPT_TUI_CACHE_DIR", str(tmp_path / "token-cache"))
+    # A parallel worker is given COLUMNS=80 and LINES=24; output is tested as a pipe sees it.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
 
 
 def cli_command(*args: str) -> list[str]:

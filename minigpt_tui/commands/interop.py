@@ -11,7 +11,8 @@ from pathlib import Path
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
 
-MODEL_HELP = "a model file, a checkpoint folder, or RUN:best / RUN:latest from the runs directory"
+MODEL_HELP = ("a model file, a checkpoint folder, RUN:best / RUN:latest from the runs directory, "
+              "a transformers folder or a GGUF file")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,7 +54,12 @@ def run_export(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.interop.hf_export import prepare_output_folder
 
     prepare_output_folder(out)  # refuse before reading a large model
-    portable = load_portable_model(_model_path(args.model, args))
+    from minigpt_tui.engine.opening import is_foreign_model, open_model
+
+    if is_foreign_model(args.model):  # a transformers folder, GGUF file or nanoGPT checkpoint
+        portable = open_model(args.model, runs_dir_from_args(args))
+    else:
+        portable = load_portable_model(_model_path(args.model, args))
     result = export_hf(portable, out)
     if args.json:
         emit_json({**result.to_json(), "source": str(portable.path)})

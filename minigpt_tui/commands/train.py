@@ -29,8 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best, 1 to 1,000,000")
     parser.add_argument(
         "--init-from",
-        metavar="CHECKPOINT",
-        help="weights-only warm start from a model file, checkpoint or RUN:latest|best (a new training history)",
+        metavar="MODEL",
+        help="start from this model's weights, architecture and tokenizer (a new training history): a model "
+             "file, checkpoint, RUN:latest|best, transformers folder or GGUF file",
     )
     add_probe_arguments(parser)
     add_process_arguments(parser)

@@ -20,7 +20,7 @@ from typing import Any
 from minigpt_tui.engine.devices import DEVICE_CHOICES
 from minigpt_tui.engine.errors import ConfigError
 
-FAMILIES = ("llama", "gpt2")  # what a run here trains; models from elsewhere add the others
+FAMILIES = ("llama", "gpt2", "qwen2", "gpt_neo", "gpt_neox")  # each a setting of the parts (FAMILY_PARTS)
 NORMS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("learned", "rotary")
 ATTENTION_BIASES = ("none", "qkv", "out", "all")  # which projections carry a bias
@@ -182,6 +182,8 @@ class TrainConfig:
     loss_scale_growth_interval: int = 2000
     loss_scale_growth_factor: float = 2.0
     loss_scale_backoff_factor: float = 0.5
+    # Training windows of this many tokens (at most the model's context); 0: the model's context.
+    context: int = 0
     eval_every: int = 50
     eval_batch_size: int = 8
     # 0: evaluate the complete splits. N: N fixed batches per split, drawn once from
@@ -225,6 +227,11 @@ class RunConfig:
         return _build(self.preset, data)
 
     @property
+    def window(self) -> int:
+        """How many tokens a training or evaluation window holds."""
+        return self.train.context or self.model.context
+
+    @property
     def dtype_name(self) -> str:
         return "float64" if self.train.precision == "exact" else "float32"
 
@@ -238,6 +245,7 @@ LATER_SETTINGS: dict[tuple[str, str], Any] = {
     ("seeds", "evaluation"): 0,
     ("train", "eval_batches"): 0,
     ("corpus", "follow_links"): False,
+    ("train", "context"): 0,
 }
 
 
@@ -445,6 +453,8 @@ def validate(config: RunConfig) -> None:
         "train.loss_scale_init must lie within [loss_scale_min, loss_scale_max]",
     )
     need(t.loss_scale_growth_interval >= 1, "train.loss_scale_growth_interval must be at least 1")
+    need(0 <= t.context <= m.context,
+         f"train.context ({t.context}) must be 0 (the model's context) or at most the model's context of {m.context}")
     need(t.eval_every >= 0, "train.eval_every must be 0 (off) or positive")
     need(t.eval_batch_size >= 1, "train.eval_batch_size must be at least 1")
     need(t.eval_batches >= 0, "train.eval_batches must be 0 (complete splits) or positive")
@@ -478,6 +488,7 @@ LIMITS: dict[str, int] = {
     "train.warmup": 1_000_000_000,
     "train.batch_size": 65_536,
     "train.microbatches": 65_536,
+    "train.context": 65_536,
     "train.eval_every": 1_000_000_000,
     "train.eval_batch_size": 65_536,
     "train.monitor_tokens": 1_000_000_000,

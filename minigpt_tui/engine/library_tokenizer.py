@@ -126,6 +126,14 @@ class LibraryTokenizer:
         tail = [self.eos_ids[0]] if eos and self.eos_ids else []
         return head + ids + tail
 
+    def encode_many(self, texts: list[str]) -> list[list[int]]:
+        """Training records, each between the document markers this model was trained with:
+        its BOS (where it has one other than its end of text) before, its EOS after."""
+        head = [self.bos_id] if self.bos_id is not None and self.bos_id not in self.eos_ids else []
+        tail = [self.eos_ids[0]] if self.eos_ids else []
+        encoded = self._library.encode_batch(list(texts), add_special_tokens=False)
+        return [head + list(e.ids) + tail for e in encoded]
+
     # -- decoding ---------------------------------------------------------------------------
     def piece(self, token_id: int) -> bytes:
         if not 0 <= token_id < self.vocab_size:

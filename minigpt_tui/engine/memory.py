@@ -97,7 +97,8 @@ def training_bytes(config: Any, vocab_size: int | None = None, *, processes: int
     element = 8 if train.precision == "exact" else 4
     from minigpt_tui.engine.config import estimated_parameters
 
-    width, layers, context, ffn, heads = model.width, model.layers, model.context, model.ffn, model.heads
+    width, layers, ffn, heads = model.width, model.layers, model.ffn, model.heads
+    context = config.window if hasattr(config, "window") else model.context
     weights = 4 * estimated_parameters(model, vocab) * element  # weights, gradients, two Adam moments
     tokens = train.batch_size * context
     # Saved for backward per token and block: norms, q/k/v, attention scores and

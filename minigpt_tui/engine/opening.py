@@ -31,6 +31,15 @@ def is_torch_checkpoint(spec: str) -> bool:
     return len(spec) <= 4096 and path.suffix in TORCH_SUFFIXES and path.is_file()
 
 
+def is_gguf_file(spec: str) -> bool:
+    return len(spec) <= 4096 and spec.lower().endswith(".gguf") and Path(spec).expanduser().is_file()
+
+
+def is_foreign_model(spec: str) -> bool:
+    """Whether ``spec`` names a model from elsewhere (not one of ours)."""
+    return is_transformers_folder(spec) or is_gguf_file(spec) or is_torch_checkpoint(spec)
+
+
 def open_model(spec: str, runs_dir: Path, *, dtype: str | None = None,
                tokenizer: str | None = None) -> "PortableModel":
     """The model ``spec`` names, ready for inference (see the module doc). ``tokenizer``
@@ -42,7 +51,7 @@ def open_model(spec: str, runs_dir: Path, *, dtype: str | None = None,
         from minigpt_tui.engine.interop.hf_models import open_hf_model
 
         return open_hf_model(spec, dtype=dtype or "float32")
-    if len(spec) <= 4096 and spec.lower().endswith(".gguf") and Path(spec).expanduser().is_file():
+    if is_gguf_file(spec):
         from minigpt_tui.engine.interop.gguf_models import open_gguf_model
 
         return open_gguf_model(spec, dtype=dtype or "float32")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -52,6 +52,8 @@ def encode_records(
     dtype = token_dtype(tokenizer.vocab_size)
     if not texts:
         return np.zeros(0, dtype=dtype)
+    if getattr(tokenizer, "kind", "") == "tokenizers":  # a model's own tokenizer.json
+        return _encode_with_library(texts, tokenizer, dtype, progress, label)
     if not tokenizer.merges:
         return _encode_bytes_only(texts, dtype, progress, label)
     from minigpt_tui.engine.fast_encoder import fast_encoder
@@ -62,6 +64,18 @@ def encode_records(
     for start in range(0, len(texts), ENCODE_CHUNK):
         chunk = list(texts[start : start + ENCODE_CHUNK])
         ids = encode_many(chunk)
+        parts.append(np.fromiter(chain.from_iterable(ids), dtype=dtype, count=sum(map(len, ids))))
+        if progress is not None:
+            progress(label, min(start + ENCODE_CHUNK, len(texts)), len(texts))
+    return np.concatenate(parts)
+
+
+def _encode_with_library(texts: Sequence[str], tokenizer: Any, dtype: np.dtype, progress: Progress | None,
+                         label: str) -> np.ndarray:
+    """Each record as the model's own tokenizer encodes it, between its document markers."""
+    parts: list[np.ndarray] = []
+    for start in range(0, len(texts), ENCODE_CHUNK):
+        ids = tokenizer.encode_many(list(texts[start : start + ENCODE_CHUNK]))
         parts.append(np.fromiter(chain.from_iterable(ids), dtype=dtype, count=sum(map(len, ids))))
         if progress is not None:
             progress(label, min(start + ENCODE_CHUNK, len(texts)), len(texts))

@@ -227,7 +227,7 @@ class TrainingSetup:
             from minigpt_tui.engine.source_index import SourceIndex
             from minigpt_tui.engine.token_cache import cached_stream
 
-            corpus, tokenizer, context = self.corpus, self.tokenizer, self.config.model.context
+            corpus, tokenizer, context = self.corpus, self.tokenizer, self.config.window
 
             def build() -> TokenStream:
                 return TokenStream(
@@ -278,7 +278,7 @@ class Trainer:
         self.placement = choose_device(train.device, local_rank=self.parallel.world.local_rank)
         self.device = self.placement.torch_device()
         self.tokenizer = setup.tokenizer
-        context = config.model.context
+        context = config.window
         self.stream_mode = config.corpus.mode == "stream"
         if self.stream_mode:
             stream = setup.token_stream()
@@ -378,7 +378,7 @@ class Trainer:
                 "train_tokens": int(self.train_examples.tokens.size),
                 "validation_tokens": int(self.validation_examples.tokens.size),
                 "train_windows": len(self.train_examples),
-                "window": self.config.model.context + 1,
+                "window": self.config.window + 1,
             }
         return {"mode": "records", "train_examples": len(self.train_examples),
                 "validation_examples": len(self.validation_examples)}

@@ -4,7 +4,9 @@ model, and nothing about training.
 Entries: the distinct learned tensors by parameter name (the tied token table once), one
 F64 ``constants`` tensor holding the family's numerical settings whose bits matter (llama:
 RoPE base and RMSNorm epsilon; gpt2: LayerNorm epsilon), and the tokenizer's ordered merge
-pairs as ``tokenizer.merges`` (U32 [n, 2]). The metadata records (JSON strings) name the
+pairs as ``tokenizer.merges`` (U32 [n, 2]), or for a model that brought its own tokenizer,
+that tokenizer.json's UTF-8 bytes as ``tokenizer.json`` (U8 [n]). An untied head is its own
+entry, ``lm_head.weight``, with no alias record. The metadata records (JSON strings) name the
 format and version, the composition (encoder, backbone, head), the normalized model
 config, special ids, alias records and the model identity. See docs/checkpoint-format.md.
 """
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 
     from minigpt_tui.engine.config import ModelConfig
     from minigpt_tui.engine.model import MiniGPT
+    from minigpt_tui.engine.library_tokenizer import LibraryTokenizer
     from minigpt_tui.engine.tokenizer import ByteBPETokenizer
 
 FORMAT_NAME = "minigpt-tui/portable-model"
@@ -45,7 +48,10 @@ IDENTITY_SCHEME = "minigpt-tui/model-identity/v1"
 MODEL_FILE = "model.safetensors"
 CONSTANTS = "constants"
 MERGES = "tokenizer.merges"
+TOKENIZER_JSON = "tokenizer.json"
+ASSETS = (CONSTANTS, MERGES, TOKENIZER_JSON)  # entries that are not learned tensors
 TABLE = "token_embedding.weight"
+UNTIED_HEAD = "lm_head.weight"
 TEXT_DECODER = "text-decoder"
 BACKBONE = "backbone"
 # Settings that shape training but not the function the model computes: not in its identity.
@@ -67,7 +73,7 @@ class PortableModel:
     """A restored text model: built through the constructor, weights copied in, eval mode."""
 
     model: "MiniGPT"
-    tokenizer: "ByteBPETokenizer | None"
+    tokenizer: "ByteBPETokenizer | LibraryTokenizer | None"
     config: "ModelConfig"
     identity: str
     path: Path
@@ -214,42 +220,36 @@ class PortablePayload:
 
 
 def portable_payload(
-    model: "MiniGPT", tokenizer: "ByteBPETokenizer | None", provenance: dict[str, Any] | None = None
+    model: "MiniGPT", tokenizer: "ByteBPETokenizer | LibraryTokenizer | None", provenance: dict[str, Any] | None = None
 ) -> PortablePayload:
-    import torch
-
     if tokenizer is None:
         raise CheckpointError("a text model file needs its tokenizer; use save_backbone for a backbone export")
     if tokenizer.vocab_size != model.vocab_size:
         raise CheckpointError(
             f"the tokenizer's vocabulary ({tokenizer.vocab_size}) differs from the model's ({model.vocab_size})"
         )
-    if model.head_weight is not model.token_embedding.weight:
-        raise CheckpointError("the model's head is not its token table: the sharing policy cannot be recorded")
     config = model.config
+    tied = model.head_weight is model.token_embedding.weight
+    if tied != config.tied_head:
+        raise CheckpointError("the model's head does not follow its config's tied_head: the sharing policy cannot be recorded")
     # Distinct named parameters: named_parameters() yields the tied table once.
     learned = [(name, p.detach().cpu()) for name, p in model.named_parameters()]
-    merges = torch.tensor(tokenizer.merges, dtype=torch.uint32).reshape(len(tokenizer.merges), 2)
-    tensors = learned + [(CONSTANTS, _constants_tensor(config)), (MERGES, merges)]
+    tokenizer_tensor, tokenizer_record, encoder, special_ids = _tokenizer_payload(tokenizer)
+    tensors = learned + [(CONSTANTS, _constants_tensor(config)), tokenizer_tensor]
+    head = {"kind": "tied-table-transpose", "table": TABLE} if tied else {"kind": "own-table", "table": UNTIED_HEAD}
     records: dict[str, Any] = {
         "format": {"name": FORMAT_NAME, "version": FORMAT_VERSION},
         "composition": {
             "kind": TEXT_DECODER,
-            "encoder": {"kind": "byte-bpe-token-table", "table": TABLE, "vocab_size": tokenizer.vocab_size},
+            "encoder": {"kind": encoder, "table": TABLE, "vocab_size": tokenizer.vocab_size},
             "backbone": {"kind": "minigpt-decoder", "family": config.family, "layers": config.layers},
-            "head": {"kind": "tied-table-transpose", "table": TABLE},
+            "head": head,
         },
         "model_config": config.declared(),
         "constants": {"tensor": CONSTANTS, "dtype": "F64", "layout": constant_layout(config.family)},
-        "tokenizer": {
-            "kind": "byte-bpe",
-            "merges_tensor": MERGES,
-            "merges": len(tokenizer.merges),
-            "vocab_size": tokenizer.vocab_size,
-            "identity": tokenizer.identity,
-        },
-        "special_ids": _special_ids(),
-        "aliases": [HEAD_ALIAS],
+        "tokenizer": tokenizer_record,
+        "special_ids": special_ids,
+        "aliases": [HEAD_ALIAS] if tied else [],
         "parameters": {
             "tensors": len(learned),
             "scalars": sum(p.numel() for _, p in learned),
@@ -260,6 +260,24 @@ def portable_payload(
     if provenance:
         records["provenance"] = provenance
     return PortablePayload(tensors, records, semantic_settings(config, tokenizer.vocab_size))
+
+
+def _tokenizer_payload(tokenizer: Any) -> tuple[tuple[str, "torch.Tensor"], dict[str, Any], str, dict[str, Any]]:
+    """The tokenizer's entry, its record, the encoder kind and the special ids: our merges,
+    or the tokenizer.json a model from elsewhere brought (its bytes are in the identity)."""
+    import torch
+
+    if getattr(tokenizer, "kind", "") == "tokenizers":
+        data = tokenizer.text.encode("utf-8")
+        entry = (TOKENIZER_JSON, torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        record = {"kind": "tokenizers", "file_tensor": TOKENIZER_JSON, "bytes": len(data),
+                  "vocab_size": tokenizer.vocab_size, "identity": tokenizer.identity}
+        special = {"bos": tokenizer.bos_id, "eos": list(tokenizer.eos_ids)}
+        return entry, record, "tokenizer-json-token-table", special
+    merges = torch.tensor(tokenizer.merges, dtype=torch.uint32).reshape(len(tokenizer.merges), 2)
+    record = {"kind": "byte-bpe", "merges_tensor": MERGES, "merges": len(tokenizer.merges),
+              "vocab_size": tokenizer.vocab_size, "identity": tokenizer.identity}
+    return (MERGES, merges), record, "byte-bpe-token-table", _special_ids()
 
 
 def write_portable_model(
@@ -389,7 +407,7 @@ def resolve_model_path(path: Path | str) -> Path:
 
 
 def _learned_entries(path: Path, loaded: LoadedFile, expected: dict[str, tuple[tuple[int, ...], Any]], dtype: str) -> None:
-    present = {e.name: e for e in loaded.header.entries if e.name not in (CONSTANTS, MERGES)}
+    present = {e.name: e for e in loaded.header.entries if e.name not in ASSETS}
     missing = [n for n in expected if n not in present]
     extra = [n for n in present if n not in expected]
     if missing:
@@ -421,12 +439,14 @@ def _constants(path: Path, loaded: LoadedFile, config: "ModelConfig", records: d
             )
 
 
-def _tokenizer(path: Path, loaded: LoadedFile, records: dict[str, Any]) -> "ByteBPETokenizer":
+def _tokenizer(path: Path, loaded: LoadedFile, records: dict[str, Any]) -> "ByteBPETokenizer | LibraryTokenizer":
     import torch
 
     from minigpt_tui.engine.tokenizer import ByteBPETokenizer
 
     info = records["tokenizer"]
+    if isinstance(info, dict) and info.get("kind") == "tokenizers":
+        return _library_tokenizer(path, loaded, records)
     if not isinstance(info, dict) or info.get("merges_tensor") != MERGES or not loaded.header.has(MERGES):
         raise CheckpointError(f"{path}: the tokenizer merges tensor is missing")
     entry = loaded.header.entry(MERGES)
@@ -441,6 +461,30 @@ def _tokenizer(path: Path, loaded: LoadedFile, records: dict[str, Any]) -> "Byte
         raise CheckpointError(f"{path}: the tokenizer merges do not match the recorded tokenizer identity")
     if records["special_ids"] != _special_ids():
         raise CheckpointError(f"{path}: special ids {records['special_ids']!r} differ from this tokenizer's")
+    return tokenizer
+
+
+def _library_tokenizer(path: Path, loaded: LoadedFile, records: dict[str, Any]) -> "LibraryTokenizer":
+    """The tokenizer.json a model from elsewhere brought, with its recorded special ids."""
+    from minigpt_tui.engine.library_tokenizer import LibraryTokenizer
+
+    info, special = records["tokenizer"], records["special_ids"]
+    if info.get("file_tensor") != TOKENIZER_JSON or not loaded.header.has(TOKENIZER_JSON):
+        raise CheckpointError(f"{path}: the tokenizer.json entry is missing")
+    entry = loaded.header.entry(TOKENIZER_JSON)
+    if entry.dtype != "U8" or len(entry.shape) != 1:
+        raise CheckpointError(f"{path}: the tokenizer.json entry must be U8 [n], found {entry.dtype} {list(entry.shape)}")
+    if not isinstance(special, dict) or not isinstance(special.get("eos"), list):
+        raise CheckpointError(f"{path}: the special ids record is not an object with a list of eos ids")
+    view = memoryview(loaded.buffer)[loaded.header.data_start + entry.begin : loaded.header.data_start + entry.end]
+    try:
+        text = bytes(view).decode("utf-8")
+        tokenizer = LibraryTokenizer.from_text(text, info.get("vocab_size"), bos_id=special.get("bos"),
+                                               eos_ids=tuple(special["eos"]), source=f"{path} ({TOKENIZER_JSON})")
+    except (UnicodeDecodeError, TokenizerError) as err:
+        raise CheckpointError(f"{path}: the saved tokenizer is invalid: {err}") from None
+    if tokenizer.identity != info.get("identity"):
+        raise CheckpointError(f"{path}: the tokenizer.json does not match the recorded tokenizer identity")
     return tokenizer
 
 
@@ -470,7 +514,7 @@ def _check_declared_shapes(
     that."""
     import torch
 
-    learned = [e for e in loaded.header.entries if e.name not in (CONSTANTS, MERGES)]
+    learned = [e for e in loaded.header.entries if e.name not in ASSETS]
     if config.layers > len(learned):
         raise CheckpointError(
             f"{path}: the saved config declares {config.layers} blocks but the file holds {len(learned)} "
@@ -529,7 +573,7 @@ class PortableFile:
     loaded: LoadedFile
     records: dict[str, Any]
     config: "ModelConfig"
-    tokenizer: "ByteBPETokenizer"
+    tokenizer: "ByteBPETokenizer | LibraryTokenizer"
     identity: str
     dtype: str  # F64 or F32
 
@@ -579,7 +623,7 @@ def _read_portable(path: Path | str, verify_identity: bool | None) -> PortableFi
     config = _model_config(path, records["model_config"])
     tokenizer = _tokenizer(path, loaded, records)
     aliases = records["aliases"]
-    if aliases != [HEAD_ALIAS]:
+    if aliases != ([HEAD_ALIAS] if config.tied_head else []):
         raise CheckpointError(f"{path}: unknown sharing policy {aliases!r}")
     vocab = composition.get("encoder", {}).get("vocab_size")
     if vocab != tokenizer.vocab_size:

@@ -82,6 +82,10 @@ def hf_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[
     model, tokenizer = portable.model, portable.tokenizer
     if tokenizer is None:
         raise CheckpointError(f"{portable.path}: a model without its tokenizer cannot be exported")
+    if getattr(tokenizer, "kind", "") == "tokenizers":  # a model from elsewhere, with its own tokenizer.json
+        return _family_folder_contents(portable)
+    if getattr(tokenizer, "kind", None) is not None:
+        raise CheckpointError(f"{portable.path}: its tokenizer ({tokenizer.kind}) cannot be written as a tokenizer.json")
     if model.head_weight is not model.token_embedding.weight:
         raise CheckpointError(f"{portable.path}: the head is not the token table; only tied models export")
     config = model.config
@@ -109,6 +113,44 @@ def hf_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[
     return hf_config, tensors, files
 
 
+def _family_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[tuple[str, Any]], dict[str, bytes]]:
+    """The folder of the family's own class, with the model's own tokenizer.json; refused in
+    one line when the model sets a part that class has no setting for."""
+    from minigpt_tui.engine.checkpoint.portable import TRAINING_ONLY_SETTINGS
+    from minigpt_tui.engine.interop.hf_families import model_config
+    from minigpt_tui.engine.interop.hf_family_export import family_config, family_tensors
+
+    model, tokenizer = portable.model, portable.tokenizer
+    config = model.config
+    dtype = dtype_name(model.dtype)
+    if dtype not in hf_layout.TORCH_DTYPE_NAMES:
+        raise CheckpointError(f"{portable.path}: learned tensors of dtype {dtype} cannot be exported")
+    hf_config = family_config(config, tokenizer.vocab_size, hf_layout.TORCH_DTYPE_NAMES[dtype], tokenizer.bos_id,
+                              list(tokenizer.eos_ids))
+    read_back = model_config(hf_config, str(portable.path))
+    for field in config.__dataclass_fields__:
+        if field not in TRAINING_ONLY_SETTINGS and getattr(read_back, field) != getattr(config, field):
+            raise CheckpointError(f"{portable.path}: {hf_config['architectures'][0]} has no setting for this model's "
+                                  f"{field} ({getattr(config, field)!r}); it cannot be exported to transformers")
+    tensors = family_tensors({name: p.detach() for name, p in model.named_parameters()}, config)
+
+    def token(token_id: int | None) -> str | None:
+        return None if token_id is None else tokenizer.piece_text(token_id)
+
+    eos = list(tokenizer.eos_ids)
+    files = {
+        hf_tokenizer.TOKENIZER_FILE: tokenizer.text.encode("utf-8"),
+        hf_tokenizer.TOKENIZER_CONFIG_FILE: _json_bytes({
+            "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": token(tokenizer.bos_id),
+            "eos_token": token(eos[0]) if eos else None, "clean_up_tokenization_spaces": False,
+            "model_max_length": config.context}),
+        GENERATION_CONFIG_FILE: _json_bytes({"bos_token_id": tokenizer.bos_id, "eos_token_id": hf_config["eos_token_id"],
+                                             "do_sample": False}),
+        CONFIG_FILE: _json_bytes(hf_config),
+    }
+    return hf_config, tensors, files
+
+
 def export_hf(portable: "PortableModel", out: Path | str) -> HFExport:
     """Write the transformers folder for ``portable`` at ``out`` (which must not hold anything)."""
     out = Path(out).expanduser()
@@ -116,7 +158,13 @@ def export_hf(portable: "PortableModel", out: Path | str) -> HFExport:
     hf_config, tensors, files = hf_folder_contents(portable)
     family = portable.model.config.family
     # The dropped head, recorded as safetensors.torch.save_model records a dropped alias.
-    metadata = {"format": "pt", hf_layout.HEAD_NAME: hf_layout.table_name(family)}
+    metadata = {"format": "pt"}
+    if getattr(portable.tokenizer, "kind", "") == "tokenizers":
+        from minigpt_tui.engine.interop.hf_family_export import dropped_head
+
+        metadata.update(dropped_head(portable.model.config))
+    else:
+        metadata[hf_layout.HEAD_NAME] = hf_layout.table_name(family)
     work = work_path(out)
     try:
         work.mkdir()

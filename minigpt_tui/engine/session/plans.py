@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from minigpt_tui.engine.runs import RunDirectory, RunLock
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup
 
+FINETUNE_PRESET = "finetune"
 WARM_START_NOTE = (
     "weights-only warm start: a new training history (fresh optimizer moments, schedule clock, "
     "data position, random streams and loss scaler); not a resume, so it does not continue the saved run"
@@ -156,18 +157,22 @@ def _prepare_new(plan: NewRun, progress: Progress | None = None) -> PreparedRun:
     config = plan.config
     if plan.until is not None and not 1 <= plan.until <= config.train.steps:
         raise ConfigError(f"--until must be between 1 and {config.train.steps}")
+    if config.preset == FINETUNE_PRESET and not plan.init_from:
+        raise ConfigError("the finetune preset trains a model you already have: give it with --init-from MODEL "
+                          "(a checkpoint, a transformers folder or a GGUF file)")
+    portable = None
+    if plan.init_from:
+        portable = _warm_start_model(plan.init_from, plan.runs_dir, config)
+        config = fitted_config(config, portable, plan.init_from)
     if plan.parallel is None or not plan.parallel.distributed:  # a launcher checked its processes together
         from minigpt_tui.engine.memory import require_memory_for_training
 
-        require_memory_for_training(config)
+        require_memory_for_training(config, portable.tokenizer.vocab_size if portable is not None else None)
     # Reading and hashing the corpus run while torch and the trainer are imported.
     loading = CorpusLoading(config.corpus)
     from minigpt_tui.engine.runs import RunDirectory, RunLock
     from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
 
-    portable = _warm_start_model(plan.init_from, plan.runs_dir, config) if plan.init_from else None
-    if portable is not None:
-        config = config.replace(tokenizer={"merges": len(portable.tokenizer.merges)})
     apply_precision(config.train)
     corpus = loading.result()
     setup = TrainingSetup.build(config, corpus, portable.tokenizer if portable is not None else None,
@@ -189,19 +194,59 @@ def _prepare_new(plan: NewRun, progress: Progress | None = None) -> PreparedRun:
 
 
 def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableModel:
-    """The saved weights and tokenizer for a weights-only warm start, checked to fit."""
-    from minigpt_tui.engine.checkpoint.portable import load_portable_model
+    """The model a run starts from (its weights, architecture and tokenizer): one of ours,
+    a transformers folder, a GGUF file or a nanoGPT checkpoint, as the Generation screen
+    opens them."""
     from minigpt_tui.engine.errors import ConfigError
-    from minigpt_tui.engine.runs import resolve_model_file
+    from minigpt_tui.engine.opening import open_model
 
-    portable = load_portable_model(resolve_model_file(spec, runs_dir))
-    saved = dataclasses.replace(portable.config, dropout=config.model.dropout, init_std=config.model.init_std)
-    if saved != config.model:
+    portable = open_model(spec, runs_dir, dtype=config.dtype_name)
+    if getattr(portable.tokenizer, "kind", "tokenizers") != "tokenizers":  # ours have no kind
         raise ConfigError(
-            f"--init-from {spec}: the saved model ({portable.config.family}, width {portable.config.width}, "
-            f"{portable.config.layers} layers) does not fit this run's model config (preset {config.preset})"
+            f"--init-from {spec}: its tokenizer ({portable.tokenizer.kind}) cannot be saved with a run; "
+            "fine-tuning takes models with a tokenizer.json or a GGUF vocabulary"
         )
     return portable
+
+
+def fitted_config(config: RunConfig, portable: PortableModel, spec: str) -> RunConfig:
+    """The run's config with the architecture and tokenizer of the model it starts from.
+    A model or tokenizer setting the user chose (one that differs from the preset's) that
+    would change them is refused, naming the field; the training window is at most the
+    model's context (a preset's longer window is shortened to it)."""
+    from minigpt_tui.engine.config import ModelConfig, RunConfig, load_config
+    from minigpt_tui.engine.checkpoint.portable import TRAINING_ONLY_SETTINGS
+    from minigpt_tui.engine.errors import ConfigError
+
+    try:
+        preset: RunConfig | None = load_config(config.preset)
+    except ConfigError:
+        preset = None
+    model = portable.config
+
+    def chosen(section: str, name: str) -> bool:
+        return preset is None or getattr(getattr(config, section), name) != getattr(getattr(preset, section), name)
+
+    for field in dataclasses.fields(ModelConfig):
+        mine, theirs = getattr(config.model, field.name), getattr(model, field.name)
+        if field.name not in TRAINING_ONLY_SETTINGS and mine != theirs and chosen("model", field.name):
+            raise ConfigError(f"--init-from {spec}: model.{field.name} = {mine!r} would change the model "
+                              f"(its {field.name} is {theirs!r}); the architecture comes from the model")
+    merges = len(portable.tokenizer.merges)
+    if config.tokenizer.merges != merges and chosen("tokenizer", "merges"):
+        raise ConfigError(f"--init-from {spec}: tokenizer.merges = {config.tokenizer.merges} would change the "
+                          "model's tokenizer; the tokenizer comes from the model")
+    window = config.train.context
+    if window > model.context:
+        if chosen("train", "context"):
+            raise ConfigError(f"--init-from {spec}: train.context = {window} is longer than the model's context "
+                              f"of {model.context}")
+        window = model.context
+    data = config.to_dict()
+    data["model"] = {**model.declared(), **{name: getattr(config.model, name) for name in TRAINING_ONLY_SETTINGS}}
+    data["tokenizer"]["merges"] = merges
+    data["train"]["context"] = 0 if window == model.context else window
+    return RunConfig.from_dict(data)
 
 
 def _prepare_resume(plan: ResumeRun, progress: Progress | None = None) -> PreparedRun:
