@@ -138,3 +138,57 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path, capsys, corpus):
         assert len(lines) == 1 and message in lines[0], (extra, err)
         assert "Traceback" not in err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.parametrize("family, quant", [("llama", "f32"), ("qwen2", "q8_0"), ("gpt2", "f16")])
+def test_a_fine_tune_exports_to_gguf_that_transformers_reads(tmp_path, capsys, corpus, family, quant):
+    # transformers reads a GGUF GPT-2 as 1024 positions whatever the file says.
+    folder = make_family_folder(family, tmp_path / family, **({"n_positions": 1024} if family == "gpt2" else {}))
+    straight = _train(capsys, "--init-from", str(folder), "--corpus", str(corpus), "--steps", "2")
+    checkpoint = straight["checkpoints"][-1]
+    out = tmp_path / "tuned.gguf"
+    code, printed, err = run_cli(capsys, "export", "--model", checkpoint, "--format", "gguf", "--quant", quant,
+                                 "--out", str(out), "--json")
+    assert code == 0, err
+    assert json.loads(printed)["architecture"] == family
+    tuned = load_portable_model(Path(checkpoint))
+    back = open_model(str(out), tmp_path, dtype="float64")  # our reader
+    text = "The json module: héllo 🙂"
+    assert back.tokenizer.encode_prompt(text) == tuned.tokenizer.encode_prompt(text)
+    assert back.config.declared() == {**tuned.config.declared(), "dropout": 0.0}
+    prompt = tuned.tokenizer.encode_prompt(text)
+    with torch.no_grad():
+        mine, theirs = tuned.model(torch.tensor([prompt])).logits, back.model(torch.tensor([prompt])).logits
+    tolerance = {"f32": 1e-5, "f16": 5e-2, "q8_0": 2e-1}[quant]  # the file's own rounding
+    assert float((mine - theirs).abs().max()) < tolerance * float(mine.abs().max())
+
+    # transformers' GGUF loader reads the file and continues as our reading of it does.
+    import transformers as tr
+    from family_support import reference_greedy
+
+    hf_model = tr.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=out.name).eval()
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(5):
+            ids.append(int(back.model(torch.tensor([ids])).logits[0, -1].argmax()))
+    assert reference_greedy(hf_model, prompt, 5) == ids[len(prompt):]
+
+
+def test_gguf_export_refusals_are_one_line_and_write_nothing(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "train", "--preset", "tiny", "--run", "ours", "--json")
+    assert code == 0, err
+    model = json.loads(out)["checkpoints"][-1]
+    folder = make_family_folder("gpt_neox", tmp_path / "neox")
+    capsys.readouterr()
+    cases = [
+        (model, "f16", "has no llama.cpp form"),
+        (str(folder), "f16", "the gpt_neox family has no GGUF architecture here"),
+        (str(folder), "q4_k", "--quant 'q4_k' is not supported"),
+    ]
+    for source, quant, message in cases:
+        out_path = tmp_path / "out.gguf"
+        code, _, err = run_cli(capsys, "export", "--model", source, "--format", "gguf", "--quant", quant,
+                               "--out", str(out_path))
+        lines = err.strip().splitlines()
+        assert code != 0 and len(lines) == 1 and message in lines[0], (source, err)
+        assert not out_path.exists() and not list(tmp_path.glob(".out.gguf*"))

@@ -101,9 +101,13 @@ def runs_dir_from_args(args: argparse.Namespace) -> Any:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="mini", help="preset: tiny, mini, small or text (default: mini)")
+    parser.add_argument("--preset", default="mini",
+                        help="preset: tiny, mini, small, text or finetune (with --init-from) (default: mini)")
     parser.add_argument("--config", help="TOML file whose sections override the preset")
-    parser.add_argument("--corpus", help="UTF-8 text file (one record per line or paragraphs) or folder")
+    parser.add_argument("--corpus", help="UTF-8 text file (one record per line or paragraphs), JSON Lines file "
+                                         "(.jsonl, one record per object) or a folder of them")
+    parser.add_argument("--text-field", metavar="NAME", help="the field of each .jsonl object that holds its text "
+                                                              "(default: text)")
     parser.add_argument("--follow-links", action="store_true", default=None,
                         help="read symbolic links in a corpus folder that point outside it (refused otherwise)")
     parser.add_argument("--val-every", type=int, help="every Nth record is validation: 0 (none) or 2 to 1,000,000,000")
@@ -136,7 +140,8 @@ HYPERPARAMETER_FLAGS: tuple[tuple[str, type, str], ...] = (
 FLAG_SETTINGS = {"--batch-size": ("train", "batch_size"), "--lr": ("train", "lr"),
                  "--eval-every": ("train", "eval_every"), "--width": ("model", "width"),
                  "--layers": ("model", "layers"), "--heads": ("model", "heads"),
-                 "--context": ("model", "context"), "--dropout": ("model", "dropout")}
+                 "--context": ("model", "context"), "--dropout": ("model", "dropout"),
+                 "--text-field": ("corpus", "text_field")}
 
 
 def settings_from_flags(args: argparse.Namespace) -> dict[str, dict[str, Any]]:

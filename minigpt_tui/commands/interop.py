@@ -16,10 +16,12 @@ MODEL_HELP = ("a model file, a checkpoint folder, RUN:best / RUN:latest from the
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    export = subparsers.add_parser("export", help="write a model as a Hugging Face transformers folder")
+    export = subparsers.add_parser("export", help="write a model as a transformers folder or a GGUF file")
     export.add_argument("--model", required=True, help=MODEL_HELP)
-    export.add_argument("--format", default="hf", help="output format: hf (transformers folder; the default)")
-    export.add_argument("--out", required=True, metavar="DIR", help="new folder to create")
+    export.add_argument("--format", default="hf",
+                        help="hf: a transformers folder (the default); gguf: one file for llama.cpp and Ollama")
+    export.add_argument("--quant", default="f16", help="GGUF weights: f32, f16 (the default) or q8_0")
+    export.add_argument("--out", required=True, metavar="PATH", help="new folder (hf) or file (gguf) to create")
     export.add_argument("--json", action="store_true", help="print one JSON object")
     export.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     export.set_defaults(handler=run_export)
@@ -48,11 +50,14 @@ def run_export(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.errors import ConfigError
     from minigpt_tui.engine.interop.hf_export import FORMATS, export_hf
 
-    if args.format not in FORMATS:
-        raise ConfigError(f"--format {args.format!r} is not supported (choose from {', '.join(FORMATS)})")
+    if args.format not in (*FORMATS, "gguf"):
+        raise ConfigError(f"--format {args.format!r} is not supported (choose from {', '.join((*FORMATS, 'gguf'))})")
     out = Path(args.out).expanduser()
+    from minigpt_tui.engine.interop.gguf_export import QUANTS
     from minigpt_tui.engine.interop.hf_export import prepare_output_folder
 
+    if args.format == "gguf" and args.quant not in QUANTS:
+        raise ConfigError(f"--quant {args.quant!r} is not supported (choose from {', '.join(QUANTS)})")
     prepare_output_folder(out)  # refuse before reading a large model
     from minigpt_tui.engine.opening import is_foreign_model, open_model
 
@@ -60,6 +65,8 @@ def run_export(args: argparse.Namespace) -> int:
         portable = open_model(args.model, runs_dir_from_args(args))
     else:
         portable = load_portable_model(_model_path(args.model, args))
+    if args.format == "gguf":
+        return _report_gguf(args, portable, out)
     result = export_hf(portable, out)
     if args.json:
         emit_json({**result.to_json(), "source": str(portable.path)})
@@ -68,6 +75,19 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"  {result.architecture}, {result.dtype}, {result.tensors} tensors, {result.scalars} parameters")
         print(f"  files: {', '.join(result.files)}")
         print(f"  load with: AutoModelForCausalLM.from_pretrained({str(result.path)!r})")
+    return 0
+
+
+def _report_gguf(args: argparse.Namespace, portable: object, out: Path) -> int:
+    from minigpt_tui.engine.interop.gguf_export import export_gguf
+
+    result = export_gguf(portable, out, args.quant)  # type: ignore[arg-type]
+    if args.json:
+        emit_json({**result.to_json(), "source": str(portable.path)})  # type: ignore[attr-defined]
+    else:
+        print(f"exported {portable.path} -> {result.path}")  # type: ignore[attr-defined]
+        print(f"  GGUF {result.architecture}, {result.quant}, {result.tensors} tensors, {result.bytes:,} bytes")
+        print(f"  run with: llama-cli -m {str(result.path)!r}   (Ollama: FROM {result.path} in a Modelfile)")
     return 0
 
 

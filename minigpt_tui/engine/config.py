@@ -139,6 +139,8 @@ class CorpusConfig:
     mode: str = "records"
     # A folder corpus reads the links in it only where they stay inside the folder, unless this.
     follow_links: bool = False
+    # The field of each JSON Lines object (a .jsonl file) that holds its record's text.
+    text_field: str = "text"
 
 
 @dataclass(frozen=True)
@@ -246,6 +248,7 @@ LATER_SETTINGS: dict[tuple[str, str], Any] = {
     ("train", "eval_batches"): 0,
     ("corpus", "follow_links"): False,
     ("train", "context"): 0,
+    ("corpus", "text_field"): "text",
 }
 
 
@@ -422,6 +425,8 @@ def validate(config: RunConfig) -> None:
     need(config.tokenizer.merges >= 0, "tokenizer.merges must be 0 or more")
     need(config.tokenizer.train_bytes >= 0, "tokenizer.train_bytes must be 0 (all) or positive")
     need(c.val_every >= 0 and c.val_every != 1, "corpus.val_every must be 0 (none) or at least 2")
+    need(isinstance(c.text_field, str) and 0 < len(c.text_field) <= 200,
+         "corpus.text_field must name a JSON field (1 to 200 characters)")
     need(c.mode in CORPUS_MODES, f"corpus.mode must be one of {CORPUS_MODES}, got '{c.mode}'")
     need(
         c.mode != "stream" or t.batch_policy == "replacement",

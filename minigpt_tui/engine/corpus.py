@@ -239,16 +239,53 @@ def _source_files(source: str, follow_links: bool = False) -> list[Path]:
     return files
 
 
-def source_fingerprint(contents: Sequence[bytes], val_every: int) -> SourceFingerprint:
+def source_fingerprint(contents: Sequence[bytes], val_every: int, text_field: str | None = None) -> SourceFingerprint:
+    """The bytes' SHA-256 (with the JSON field read, for a corpus with JSON Lines files)."""
     digest = hashlib.sha256(b"minigpt-tui-source-v1\0")
+    if text_field is not None:
+        digest.update(b"jsonl-field\0" + text_field.encode("utf-8") + b"\0")
     for data in contents:
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)  # hashlib releases the GIL on large buffers
     return SourceFingerprint(digest.hexdigest(), sum(map(len, contents)), val_every)
 
 
-def _records_of(files: Sequence[Path], contents: Sequence[bytes]) -> list[str]:
-    return [t for path, data in zip(files, contents) for t in parse_records(_decode(path, data))]
+JSONL_SUFFIX = ".jsonl"
+
+
+def _records_of(files: Sequence[Path], contents: Sequence[bytes], text_field: str = "text") -> list[str]:
+    records: list[str] = []
+    for path, data in zip(files, contents):
+        text = _decode(path, data)
+        records += jsonl_records(path, text, text_field) if path.suffix == JSONL_SUFFIX else parse_records(text)
+    return records
+
+
+def jsonl_records(path: Path, text: str, field: str) -> list[str]:
+    """One record per JSON Lines object: its ``field`` (a string); blank lines are skipped.
+    A line that is not an object with that string names its file and line number."""
+    import json
+
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as err:
+            raise CorpusError(f"{path} line {number}: not JSON ({str(err).split(':')[0]})") from None
+        if not isinstance(item, dict) or field not in item:
+            raise CorpusError(f"{path} line {number}: no field '{field}' (--text-field names another)")
+        value = item[field]
+        if not isinstance(value, str):
+            raise CorpusError(f"{path} line {number}: the field '{field}' is {type(value).__name__}, not text")
+        if value.strip():
+            records.append(value)
+    return records
+
+
+def _jsonl_field(files: Sequence[Path], field: str) -> str | None:
+    return field if any(path.suffix == JSONL_SUFFIX for path in files) else None
 
 
 def _checked(corpus: Corpus) -> Corpus:
@@ -275,16 +312,17 @@ def load_corpus(config: CorpusConfig, cache_dir: str | Path | None = None) -> Co
     if config.mode == "stream":  # records mode reads every record anyway: no index
         from minigpt_tui.engine.source_index import SourceIndex
 
-        fingerprint = source_fingerprint(contents, config.val_every)
+        jsonl = _jsonl_field(files, config.text_field)
+        fingerprint = source_fingerprint(contents, config.val_every, jsonl)
         known = SourceIndex.at(cache_dir).lookup(fingerprint)
         if known is not None:
             del contents  # the records are read again only if something asks for them
 
             def read_again() -> list[str]:
                 again = [_read_bytes(path) for path in files]
-                if source_fingerprint(again, config.val_every) != fingerprint:
+                if source_fingerprint(again, config.val_every, jsonl) != fingerprint:
                     raise CorpusError(f"corpus {source} changed while it was in use; start again")
-                return _records_of(files, again)
+                return _records_of(files, again, config.text_field)
 
             return Corpus(source, config.val_every, read_again, known, fingerprint)
     from minigpt_tui.engine.memory import require_memory
@@ -292,7 +330,7 @@ def load_corpus(config: CorpusConfig, cache_dir: str | Path | None = None) -> Co
     # Records, their token arrays and the passes between take about this many times the
     # text's bytes at their peak: a text too large for memory is refused before, not killed in.
     require_memory(READING_FACTOR * sum(map(len, contents)), f"reading the corpus {source}")
-    texts = _records_of(files, contents)
+    texts = _records_of(files, contents, config.text_field)
     del contents
     return _checked(Corpus(source, config.val_every, lambda: texts, fingerprint=fingerprint))
 

@@ -49,6 +49,13 @@ def _need(header: GGUFHeader, key: str, kind: type = int) -> Any:
     return value
 
 
+def _decimal(value: Any) -> float:
+    """A float32 setting as the decimal it was written from (1e-06, not 9.99999997e-07)."""
+    import numpy as np
+
+    return float(str(np.float32(value)))
+
+
 def gguf_config(header: GGUFHeader) -> Any:
     from minigpt_tui.engine.config import ModelConfig
 
@@ -67,12 +74,12 @@ def gguf_config(header: GGUFHeader) -> Any:
         "dropout": 0.0, "tied_head": not any(t.name == "output.weight" for t in header.tensors),
     }
     if arch == "gpt2":
-        values.update(kv_heads=heads, norm_eps=float(header.metadata.get("gpt2.attention.layer_norm_epsilon", 1e-5)),
+        values.update(kv_heads=heads, norm_eps=_decimal(header.metadata.get("gpt2.attention.layer_norm_epsilon", 1e-5)),
                       gelu_approximation="tanh")
     else:
         values.update(kv_heads=header.metadata.get(f"{arch}.attention.head_count_kv", heads),
-                      norm_eps=float(header.metadata.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
-                      rope_base=float(header.metadata.get(f"{arch}.rope.freq_base", 10000.0)))
+                      norm_eps=_decimal(header.metadata.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
+                      rope_base=_decimal(header.metadata.get(f"{arch}.rope.freq_base", 10000.0)))
     if width % heads or heads % values["kv_heads"]:
         raise CheckpointError(f"{header.path}: {heads} heads and {values['kv_heads']} kv heads do not divide width {width}")
     return ModelConfig(family=arch, **values)
