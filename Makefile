@@ -22,9 +22,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/minigpt-tui
 
-# The suite without the long multi-process experiments (marked slow); CI runs both.
+# The suite without the long multi-process experiments (marked slow); CI runs both. Two
+# workers, one per core of a two-core machine (TEST_WORKERS=0 runs it in this process).
+TEST_WORKERS ?= 2
+TEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" --durations=15
+	$(PY) -m pytest -q -m "not slow" $(TEST_PARALLEL) --durations=15
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
