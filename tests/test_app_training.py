@@ -350,6 +350,41 @@ async def test_an_invalid_form_value_is_refused_with_its_reason(tmp_path, field,
 
 
 @run_async
+async def test_the_form_fine_tunes_the_model_it_is_given(tmp_path):
+    from textual.widgets import Select
+
+    from family_support import make_family_folder, training_text
+    from minigpt_tui.engine.opening import open_model
+
+    folder = make_family_folder("gpt2", tmp_path / "gpt2")
+    corpus = tmp_path / "notes.txt"
+    corpus.write_text("\n\n".join(training_text() * 3), encoding="utf-8")
+    app = make_app(tmp_path / "runs", preset="tiny")
+    notes = record_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = training(app)
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        form.query_one("#preset", Select).value = "finetune"
+        await pilot.pause()
+        form.query_one("#corpus", Input).value = str(corpus)
+        form.query_one("#steps", Input).value = "2"
+        await pilot.click("#start")
+        await pilot.pause()
+        assert app.screen is form and form.focused is form.query_one("#model", Input)  # no model: refused
+        assert any("the finetune preset trains a model you already have" in m for m, _ in notes), notes
+        form.query_one("#model", Input).value = str(folder)
+        form.query_one("#name", Input).value = "tuned"
+        await press_button(pilot, "#start")
+        await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "finished", timeout=60)
+        original = open_model(str(folder), tmp_path).model
+        assert screen.run.summary.parameter_scalars == sum(p.numel() for p in original.parameters())
+    warm = json.loads((tmp_path / "runs" / "tuned" / "warm_start.json").read_text())
+    assert warm["from"] == str(folder)
+
+
+@run_async
 async def test_one_seed_and_stream_seeds_together_are_refused(tmp_path):
     app = make_app(tmp_path / "runs", preset="tiny")
     notes = record_notifications(app)

@@ -75,7 +75,7 @@ def test_every_form_field_a_refusal_can_name_exists():
     from minigpt_tui.screens.new_run import REFUSED_FIELDS, refused_field
 
     assert {field for _, field in REFUSED_FIELDS} == {
-        "name", "steps", "save_every", "seed", "init", "data", "dropout", "sampling", "corpus", "threads"}
+        "name", "steps", "save_every", "seed", "init", "data", "dropout", "sampling", "corpus", "threads", "model"}
     assert refused_field("give one seed or separate stream seeds, not both (also set: data)") == "seed"
     assert refused_field("something else entirely") is None
 

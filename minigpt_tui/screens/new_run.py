@@ -1,4 +1,5 @@
-"""The new-run form: preset, corpus, updates, precision, seeds and save interval.
+"""The new-run form: preset, the model to start from, corpus, updates, precision, seeds and
+save interval.
 
 The form resolves the configuration itself (``load_config`` does not import torch), so an
 invalid value is refused with the engine's one-line reason while the form stays open.
@@ -28,7 +29,7 @@ REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
     ("train.warmup", "steps"), ("save interval", "save_every"), ("train.save_every", "save_every"),
     *((f"{name} seed", name) for name in SEED_STREAMS), *((f"seeds.{name}", name) for name in SEED_STREAMS),
     ("seed ", "seed"), ("give one seed", "seed"), ("corpus", "corpus"), ("threads", "threads"),
-    ("train.threads", "threads"),
+    ("train.threads", "threads"), ("model:", "model"), ("--init-from", "model"), ("the finetune preset", "model"),
 )
 
 
@@ -41,6 +42,7 @@ def refused_field(message: str) -> str | None:
 class NewRunRequest:
     config: Any  # a resolved RunConfig
     name: str | None  # the run's folder name; None: PRESET-TIMESTAMP
+    init_from: str | None = None  # the model whose weights, architecture and tokenizer it starts from
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class NewRunForm:
 
     preset: str
     name: str = ""
+    model: str = ""
     corpus: str = ""
     steps: str = ""
     precision: str = ""
@@ -70,7 +73,11 @@ class NewRunForm:
             check_run_name(name)
             if (runs_dir / name).exists():
                 raise ConfigError(f"run '{name}' already exists in {runs_dir}")
-        return NewRunRequest(self.resolve(), name)
+        model = self.model.strip() or None
+        if model is None and self.preset == "finetune":
+            raise ConfigError("model: the finetune preset trains a model you already have (a checkpoint, "
+                              "a transformers folder or a GGUF file)")
+        return NewRunRequest(self.resolve(), name, model)
 
     def resolve(self) -> Any:
         from minigpt_tui.engine.session.inputs import RunChoices, parse_number
@@ -116,6 +123,9 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
                 yield Label("preset")
                 yield Select([(name, name) for name in preset_names()], value=current.preset,
                              allow_blank=False, compact=True, id="preset")
+                yield Label("model")
+                yield Input(placeholder="none: new weights (or a checkpoint, transformers folder, GGUF file)",
+                            compact=True, id="model")
                 yield Label("run name")
                 yield Input(placeholder=f"{current.preset}-YYYYMMDD-HHMMSS", compact=True, id="name")
                 yield Label("corpus")
@@ -163,6 +173,7 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
         return NewRunForm(
             preset=str(self.query_one("#preset", Select).value),
             name=text("name"),
+            model=text("model"),
             corpus=text("corpus"),
             steps=text("steps"),
             precision=str(self.query_one("#precision", Select).value),

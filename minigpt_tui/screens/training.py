@@ -192,7 +192,7 @@ class TrainingScreen(RunFilesScreen):
         def chosen(request: NewRunRequest | None) -> None:
             if request is not None:
                 self.mini_app.next_config = request.config
-                self.start_run(request.config, request.name)
+                self.start_run(request.config, request.name, init_from=request.init_from)
 
         self.app.push_screen(NewRunScreen(self.mini_app.next_config, self.mini_app.settings.runs_dir), chosen)
 
@@ -261,12 +261,15 @@ class TrainingScreen(RunFilesScreen):
             self.notify(note, timeout=2, markup=False)
 
     # -- starting a run ------------------------------------------------------------------
-    def start_run(self, config: Any, name: str | None = None) -> None:
+    def start_run(self, config: Any, name: str | None = None, *, init_from: str | None = None) -> None:
         """Start a new run from a resolved RunConfig (the engine builds it on the worker);
-        ``name`` is its folder in the runs directory (default: PRESET-TIMESTAMP)."""
+        ``name`` is its folder in the runs directory (default: PRESET-TIMESTAMP);
+        ``init_from`` the model it starts from (its architecture and tokenizer too)."""
         if not self._refuse_if_active():
-            self._launch(NewRun(config, self.mini_app.settings.runs_dir, name), config, "started",
-                         f"building preset {config.preset} ({config.train.steps} updates, {config.train.precision})")
+            start = f" from {init_from}" if init_from else ""
+            self._launch(NewRun(config, self.mini_app.settings.runs_dir, name, init_from=init_from), config, "started",
+                         f"building preset {config.preset}{start} ({config.train.steps} updates, "
+                         f"{config.train.precision})")
 
     def resume_from_checkpoint(self, checkpoint: Path) -> None:
         """Continue the run saved in ``checkpoint`` (a checkpoint folder) exactly where it
