@@ -43,6 +43,11 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                         help="score this probes file after every scheduled evaluation (default: the bundled "
                              "probes on a bundled corpus, none on your own text)")
     parser.add_argument("--no-probes", action="store_true", help="score no probes during the run")
+    parser.add_argument("--sample-prompts", metavar="FILE",
+                        help="continue these prompts (a probes file) at every scheduled evaluation (default: the "
+                             "probes' prompts, or the first words of a few validation records)")
+    parser.add_argument("--no-watch", action="store_true",
+                        help="record no samples or head roles at the evaluations")
 
 
 def probe_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -50,7 +55,10 @@ def probe_options(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.no_probes and args.probes:
         raise ConfigError("choose either --probes FILE or --no-probes, not both")
-    return {"probes": args.probes, "score_probes": not args.no_probes}
+    if args.no_watch and args.sample_prompts:
+        raise ConfigError("choose either --sample-prompts FILE or --no-watch, not both")
+    return {"probes": args.probes, "score_probes": not args.no_probes, "sample_prompts": args.sample_prompts,
+            "watch": not args.no_watch}
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -98,6 +106,8 @@ class RunRecorder:
         self.evaluations: list[dict[str, Any]] = []
         self.saved: list[str] = []
         self.probes: list[dict[str, Any]] = []
+        self.samples: list[dict[str, Any]] = []
+        self.heads: list[dict[str, Any]] = []
 
     def __call__(self, event: Any) -> None:
         from dataclasses import asdict
@@ -112,6 +122,7 @@ class RunRecorder:
             Saved,
             UpdateDone,
         )
+        from minigpt_tui.engine.session.events import HeadsScored, SamplesTaken
 
         if isinstance(event, UpdateDone):
             self.updates.append(event.record.exact_fields())
@@ -121,6 +132,11 @@ class RunRecorder:
         elif isinstance(event, ProbesScored):
             self.probes.append({"step": event.step, "source": event.source, "matched": event.matched,
                                 "probes": [score.to_json() for score in event.scores]})
+        elif isinstance(event, SamplesTaken):
+            self.samples.append(event.to_json())
+        elif isinstance(event, HeadsScored):
+            record = event.to_json()
+            self.heads.append({"step": record["step"], "top": record["top"]})
         elif isinstance(event, Saved):
             self.saved.append(str(event.path))
         elif isinstance(event, Refused) and event.action == "save":
@@ -176,6 +192,8 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "updates": recorder.updates,
         "evaluations": recorder.evaluations,
         "probes": recorder.probes,
+        "samples": recorder.samples,
+        "heads": recorder.heads,
         "best_step": trainer.best_step,
         "state_digest": trainer.state_digest(),
         "weights_digest": trainer.weights_digest(),
@@ -312,6 +330,15 @@ def print_summary(result: dict[str, Any]) -> None:
         last = result["probes"][-1]
         table.add_row("probes", f"step {last['step']}: {last['matched']} of {len(last['probes'])} match "
                       f"({last['source']})")
+    if result.get("samples") and result["samples"][-1]["samples"]:
+        last = result["samples"][-1]
+        first = last["samples"][0]
+        table.add_row("sample", Text(f"step {last['step']}: {escape_controls(first['prompt'])!s} → "
+                                     f"{escape_controls(first['greedy'])[:60]!r}"))
+    if result.get("heads"):
+        top = result["heads"][-1]["top"]["induction"]
+        table.add_row("induction head", f"step {result['heads'][-1]['step']}: layer {top['layer']} head "
+                      f"{top['head']} ({top['score']:.3f})")
     if result["best_step"] is not None:
         best = str(result["best_step"])
     else:

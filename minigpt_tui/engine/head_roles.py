@@ -27,7 +27,7 @@ from minigpt_tui.engine.errors import GenerationError
 
 SEQUENCES = 4
 SEED = 20240521
-ROLES = ("induction", "previous_token", "duplicate_token", "first_token")
+from minigpt_tui.engine.session.events import HEAD_ROLES as ROLES  # noqa: E402 - one list of the roles
 
 
 @dataclass(frozen=True)

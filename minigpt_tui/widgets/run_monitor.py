@@ -20,6 +20,7 @@ from minigpt_tui.engine.session import events as engine
 from minigpt_tui.engine.session.history import LoadedCurve, RunHistory
 from minigpt_tui.engine.session.plans import RunPlan
 from minigpt_tui.engine.session.training import TrainingSession
+from minigpt_tui.engine.session.events import HeadsScored, SamplesTaken
 from minigpt_tui.messages import RunFeed, RunSummary
 from minigpt_tui.widgets.event_log import EventLog
 from minigpt_tui.widgets.loss_plot import LossPlot
@@ -57,6 +58,7 @@ class ActiveRun:
     requested_saves: int = 0
     refusals_logged: set[str] = field(default_factory=set)
     probe_matches: int | None = None  # the event log notes when the number of matching probes changes
+    induction_shown: tuple[int, int, int] | None = None  # the strongest induction head last noted
 
     @classmethod
     def training(cls, plan: RunPlan, config: Any, post: Callable[[Message], Any]) -> "ActiveRun":
@@ -151,6 +153,8 @@ class RunMonitor:
             engine.UpdateDone: self._on_update_done,
             engine.EvaluationDone: self._on_evaluation_done,
             engine.ProbesScored: self._on_probes_scored,
+            SamplesTaken: self._on_samples,
+            HeadsScored: self._on_heads,
             RunSummary: self._on_run_summary,
             engine.RunStarted: self._on_run_started,
             engine.Paused: self._on_paused,
@@ -268,6 +272,21 @@ class RunMonitor:
         if event.matched != run.probe_matches and (run.probe_matches is not None or event.matched):
             self.widgets.log.record("probes", f"update {event.step}: {event.matched} of {len(event.scores)} match")
         run.probe_matches = event.matched
+
+    def _on_samples(self, run: ActiveRun, event: SamplesTaken, applied: AppliedEvents) -> None:
+        """The first prompt's greedy continuation in the event log: output becoming text."""
+        if event.samples:
+            first = event.samples[0]
+            self.widgets.log.record("sample", f"update {event.step}: {first.prompt} → {first.greedy!r}")
+
+    def _on_heads(self, run: ActiveRun, event: HeadsScored, applied: AppliedEvents) -> None:
+        """The strongest induction head, when it changes or its score moves by 0.05."""
+        top = event.top("induction")
+        shown = (top.layer, top.head, round(top.induction / 0.05))
+        if shown != run.induction_shown:
+            self.widgets.log.record("heads", f"update {event.step}: induction strongest in layer {top.layer} "
+                                    f"head {top.head} ({top.induction:.2f})")
+        run.induction_shown = shown
 
     def _on_run_summary(self, run: ActiveRun, event: RunSummary, applied: AppliedEvents) -> None:
         run.summary = event

@@ -28,6 +28,9 @@ class Command(enum.Enum):
     SAVE = "save"  # a manual checkpoint
 
 
+HEAD_ROLES = ("induction", "previous_token", "duplicate_token", "first_token")  # as engine.head_roles scores them
+
+
 class SaveReason(enum.StrEnum):
     """Why a checkpoint was written (recorded in the checkpoint; joined with '+')."""
 
@@ -144,6 +147,46 @@ class ProbesScored:
 
 
 @dataclass(frozen=True)
+class Sample:
+    prompt: str
+    greedy: str
+    sampled: str
+    greedy_ids: tuple[int, ...]
+    sampled_ids: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, "greedy": self.greedy, "sampled": self.sampled,
+                "greedy_ids": list(self.greedy_ids), "sampled_ids": list(self.sampled_ids)}
+
+
+@dataclass(frozen=True)
+class SamplesTaken:
+    """A scheduled evaluation's samples (an event, and a ``samples`` record in metrics.jsonl)."""
+
+    step: int
+    samples: tuple[Sample, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "samples", "step": self.step, "samples": [s.to_json() for s in self.samples]}
+
+
+@dataclass(frozen=True)
+class HeadsScored:
+    """Every head's role scores at a scheduled evaluation (a ``heads`` record)."""
+
+    step: int
+    roles: tuple[Any, ...]  # HeadRole
+
+    def top(self, role: str) -> Any:
+        return max(self.roles, key=lambda r: (getattr(r, role), -r.layer, -r.head))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "heads", "step": self.step, "heads": [r.to_json() for r in self.roles],
+                "top": {role: {"layer": self.top(role).layer, "head": self.top(role).head,
+                               "score": getattr(self.top(role), role)} for role in HEAD_ROLES}}
+
+
+@dataclass(frozen=True)
 class Paused:
     step: int
 
@@ -193,7 +236,8 @@ class Failed:
     message: str
 
 
-Event = (Preparing | RunSummary | RunStarted | UpdateDone | EvaluationDone | ProbesScored | Paused | Resumed | Saved
+Event = (Preparing | RunSummary | RunStarted | UpdateDone | EvaluationDone | ProbesScored | SamplesTaken
+         | HeadsScored | Paused | Resumed | Saved
          | ThreadsChanged | Refused | Finished | Failed)
 EventSink = Callable[[Any], None]
 

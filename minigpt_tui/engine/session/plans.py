@@ -48,6 +48,8 @@ class NewRun:
     probes: str | None = None  # a probes file; None: the bundled probes on a bundled corpus, else none
     score_probes: bool = True  # score the probes after every scheduled evaluation
     parallel: DataParallel | None = None  # this process's rank when several train together
+    sample_prompts: str | None = None  # a probes file whose prompts are continued at evaluations
+    watch: bool = True  # samples and head roles after every scheduled evaluation
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class ResumeRun:
     parallel: DataParallel | None = None
     allow_world_size_change: bool = False
     device: str | None = None  # run on this device instead of the saved config's
+    sample_prompts: str | None = None
+    watch: bool = True
 
 
 RunPlan = NewRun | ResumeRun
@@ -98,6 +102,7 @@ class PreparedRun:
     warm_start: WarmStart | None = None
     lock: RunLock | None = None  # held while the session writes to ``run``; released at its end
     probes: ProbeSet | None = None  # scored after every scheduled evaluation
+    sample_prompts: list[str] | None = None  # continued after every scheduled evaluation; None: not watched
     agreement: CommandAgreement | None = None  # several processes: commands agreed by all ranks
 
     def release(self) -> None:
@@ -121,14 +126,52 @@ def _placed(trainer: Trainer, run: RunDirectory | None) -> dict[str, Any]:
 def prepare(plan: RunPlan, progress: Progress | None = None) -> PreparedRun:
     """The plan's trainer and run folder; ``progress`` hears about long preparation work
     (tokenizer training, encoding, cache writing)."""
-    # A bad probes file is refused before anything is built or written.
+    # A bad probes or sample-prompts file is refused before anything is built or written.
     probes = _run_probes(plan)
+    chosen = _chosen_prompts(plan)
     prepared = _prepare_resume(plan, progress) if isinstance(plan, ResumeRun) else _prepare_new(plan, progress)
     _hold_on_every_rank(prepared)
     if plan.probes is None and not prepared.trainer.config.corpus.source.startswith(BUNDLED_PREFIX):
         probes = None  # the bundled probes ask about the bundled texts: nothing to learn from your own
     prepared.probes = probes
+    if plan.watch:
+        prepared.sample_prompts = chosen or _default_prompts(prepared.trainer, probes)
     return prepared
+
+
+def _chosen_prompts(plan: RunPlan) -> list[str] | None:
+    from minigpt_tui.engine.generation import load_probes
+
+    if not plan.watch or plan.sample_prompts is None:
+        return None
+    return [probe.prompt for probe in load_probes(plan.sample_prompts).probes][:8]
+
+
+def _default_prompts(trainer: Trainer, probes: ProbeSet | None) -> list[str]:
+    """The probes' first prompts, else the first words of a few validation records (from
+    the token arrays in stream mode, so the text is not read again)."""
+    from minigpt_tui.engine.watching import PROMPTS, corpus_prompts
+
+    if probes is not None:
+        return [probe.prompt for probe in probes.probes][:PROMPTS]
+    if trainer.stream_mode:
+        tokens = trainer.validation_examples.tokens
+        tokens = tokens if tokens.size else trainer.train_examples.tokens
+        head = [int(t) for t in tokens[:2048]]
+        markers = {getattr(trainer.tokenizer, "bos_id", None), *getattr(trainer.tokenizer, "eos_ids", ())}
+        records, current = [], []
+        for token in head:
+            if token in markers:
+                if current:
+                    records.append(trainer.tokenizer.decode(current).display)
+                current = []
+            else:
+                current.append(token)
+        if current:
+            records.append(trainer.tokenizer.decode(current).display)
+        return corpus_prompts(records)
+    corpus = trainer.setup.corpus
+    return corpus_prompts(list(corpus.validation) or list(corpus.train))
 
 
 def _hold_on_every_rank(prepared: PreparedRun) -> None:

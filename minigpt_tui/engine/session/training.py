@@ -26,7 +26,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.errors import EvaluationInterrupted, MiniGPTError, TrainingDiverged
 from minigpt_tui.engine.session.events import (
@@ -214,6 +214,7 @@ class TrainingSession:
                     best_changed = improved_best(item, trainer.best_step)
                     self._sink(EvaluationDone(item, trainer.best_step, best_changed))
                     self._score_probes(trainer)
+                    self._watch(trainer)
                     if best_changed and trainer.step > 0 and watch.healthy:
                         due.append(SaveReason.BEST)
                 # One checkpoint per step, after that step's scheduled evaluation.
@@ -321,11 +322,30 @@ class TrainingSession:
         self._write_metric(event)
         self._sink(event)
 
-    def _write_metric(self, item: UpdateRecord | EvaluationRecord | ProbesScored) -> None:
+    def _watch(self, trainer: Trainer) -> None:
+        """Samples and head roles after a scheduled evaluation, on the process that writes
+        (see engine.watching: neither changes the trajectory)."""
+        from minigpt_tui.engine.watching import score_heads_at, take_samples
+
+        prepared = self.prepared
+        if prepared is None or prepared.sample_prompts is None or not trainer.parallel.world.is_writer:
+            return
+        if prepared.sample_prompts:
+            self._write_metric(samples := take_samples(trainer.model, trainer.tokenizer, prepared.sample_prompts,
+                                                       trainer.step, trainer.config.seeds.sampling))
+            self._sink(samples)
+        heads = score_heads_at(trainer.model, trainer.tokenizer, trainer.step)
+        if heads is not None:
+            self._write_metric(heads)
+            self._sink(heads)
+
+    def _write_metric(self, item: Any) -> None:
         run = self.prepared.run if self.prepared is not None else None
         if run is None:
             return
-        if isinstance(item, ProbesScored):
+        if hasattr(item, "to_json") and not isinstance(item, ProbesScored):  # samples, head roles
+            record = item.to_json()
+        elif isinstance(item, ProbesScored):
             record = {"kind": "probes", "step": item.step, "source": item.source,
                       "probes": [score.to_json() for score in item.scores]}
         elif hasattr(item, "exact_fields"):

@@ -1,0 +1,75 @@
+"""Samples and head roles at every scheduled evaluation: recorded, shown, and without any
+effect on the run (the same records and state digest as a run that does not watch)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import run_cli
+
+from minigpt_tui.engine.checkpoint.portable import load_portable_model
+from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
+
+
+def _train(capsys, *args: str) -> dict:
+    code, out, err = run_cli(capsys, "train", "--json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _records(run_dir: Path, kind: str) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+def test_watching_changes_nothing_and_records_every_evaluation(tmp_path, capsys):
+    common = ("--preset", "mini", "--steps", "100", "--save-every", "50")
+    watched = _train(capsys, *common, "--run", "watched")
+    plain = _train(capsys, *common, "--run", "plain", "--no-watch")
+    assert watched["state_digest"] == plain["state_digest"]
+    assert watched["updates"] == plain["updates"] and watched["evaluations"] == plain["evaluations"]
+    assert plain["samples"] == [] and plain["heads"] == []
+
+    run_dir = Path(watched["run_dir"])
+    samples, heads = _records(run_dir, "samples"), _records(run_dir, "heads")
+    steps = [e["step"] for e in watched["evaluations"]]
+    assert [r["step"] for r in samples] == [r["step"] for r in heads] == steps == [0, 50, 100]
+    assert not _records(Path(plain["run_dir"]), "samples")
+    # The bundled corpus's probes give the prompts; each is continued greedily as `generate` does.
+    at_50 = samples[1]["samples"]
+    assert len(at_50) == 3 and all(s["prompt"] for s in at_50)
+    portable = load_portable_model(run_dir / "checkpoints" / "step-000050")
+    for sample in at_50:
+        rule = GenerationRule("greedy", max_new_tokens=24)
+        stepper = DecisionStepper.from_portable(portable, sample["prompt"], rule)
+        assert [d.chosen.id for d in stepper.run()] == sample["greedy_ids"]
+    # Every head scored for each role; the run's summary names the strongest induction head.
+    layers, width_heads = 1, 2  # the mini preset
+    assert len(heads[-1]["heads"]) == layers * width_heads
+    assert set(heads[-1]["top"]) == {"induction", "previous_token", "duplicate_token", "first_token"}
+    assert watched["heads"][-1]["top"] == heads[-1]["top"]
+    # The seeded samples are the same in a second run.
+    again = _train(capsys, *common, "--run", "again")
+    assert again["samples"] == watched["samples"]
+
+
+def test_own_text_prompts_are_the_first_words_of_validation_records(tmp_path, capsys):
+    corpus = tmp_path / "notes.txt"
+    corpus.write_text("\n".join(f"record {i} says the river runs north of town" for i in range(60)), encoding="utf-8")
+    result = _train(capsys, "--preset", "text", "--corpus", str(corpus), "--steps", "2", "--set", "train.eval_every=2",
+                    "--set", "model.layers=1", "--set", "model.width=32", "--set", "model.heads=2",
+                    "--set", "model.ffn=64")
+    prompts = [s["prompt"] for s in result["samples"][-1]["samples"]]
+    assert prompts == ["record 9 says the", "record 19 says the", "record 29 says the"]  # every 10th is validation
+
+
+def test_sample_prompt_refusals_are_one_line(tmp_path, capsys):
+    bad = tmp_path / "prompts.json"
+    bad.write_text("{not json", encoding="utf-8")
+    for extra, message in ((("--sample-prompts", str(bad)), "is not valid JSON"),
+                           (("--sample-prompts", str(bad), "--no-watch"), "not both")):
+        code, out, err = run_cli(capsys, "train", "--preset", "tiny", *extra)
+        lines = err.strip().splitlines()
+        assert code != 0 and len(lines) == 1 and message in lines[0], err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
