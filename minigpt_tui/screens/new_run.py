@@ -124,7 +124,7 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
                 yield Select([(name, name) for name in preset_names()], value=current.preset,
                              allow_blank=False, compact=True, id="preset")
                 yield Label("model")
-                yield Input(placeholder="none: new weights (or a checkpoint, transformers folder, GGUF file)",
+                yield Input(placeholder="none, or a checkpoint, transformers folder, .gguf",
                             compact=True, id="model")
                 yield Label("run name")
                 yield Input(placeholder=f"{current.preset}-YYYYMMDD-HHMMSS", compact=True, id="name")

@@ -61,7 +61,7 @@ class RunSummaryView(Static):
             escape_controls(summary.corpus_source), counts, (short_identity(summary.corpus_identity), "cyan"),
         ))
         grid.add_row("tokenizer", Text.assemble(
-            f"{merges_text(summary.merges)} · vocab {summary.vocab_size} · id ",
+            f"{tokenizer_text(summary)} · vocab {summary.vocab_size:,} · id ",
             (short_identity(summary.tokenizer_identity), "cyan"),
         ))
         self.update(grid)
@@ -73,6 +73,13 @@ class RunSummaryView(Static):
         grid.add_column(style="dim", no_wrap=True, min_width=9)
         grid.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
         return grid
+
+
+def tokenizer_text(summary: Any) -> str:
+    """Our byte-level BPE by its merges, or the model's own tokenizer.json."""
+    if getattr(summary, "tokenizer_kind", "") == "tokenizers":
+        return "the model's own tokenizer"
+    return merges_text(summary.merges)
 
 
 def merges_text(merges: int) -> str:

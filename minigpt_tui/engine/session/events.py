@@ -67,6 +67,7 @@ class RunSummary:
     train_tokens: int = 0  # stream mode: tokens in each split's array
     validation_tokens: int = 0
     evaluation_rule: str = ""
+    tokenizer_kind: str = ""  # "tokenizers": the model's own tokenizer.json; "": our byte-level BPE
 
 
 @dataclass(frozen=True)

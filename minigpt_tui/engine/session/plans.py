@@ -394,6 +394,7 @@ def summarize(trainer: Trainer, run: RunDirectory | None, resumed_from: Path | N
         train_tokens=trainer.data_summary().get("train_tokens", 0),
         validation_tokens=trainer.data_summary().get("validation_tokens", 0),
         evaluation_rule=trainer.evaluation_rule,
+        tokenizer_kind=getattr(trainer.tokenizer, "kind", ""),
     )
 
 
