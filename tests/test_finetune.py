@@ -192,3 +192,20 @@ def test_gguf_export_refusals_are_one_line_and_write_nothing(tmp_path, capsys):
         lines = err.strip().splitlines()
         assert code != 0 and len(lines) == 1 and message in lines[0], (source, err)
         assert not out_path.exists() and not list(tmp_path.glob(".out.gguf*"))
+
+
+def test_a_fine_tune_that_would_not_fit_is_refused_before_the_model_is_read(tmp_path, capsys, corpus, monkeypatch):
+    import minigpt_tui.engine.interop.hf_models as hf_models
+    import minigpt_tui.engine.memory as memory
+
+    folder = make_family_folder("llama", tmp_path / "llama")
+    capsys.readouterr()
+    monkeypatch.setattr(memory, "available_memory", lambda: memory.Available(64 * 2**20, "machine"))
+    opened = []
+    monkeypatch.setattr(hf_models, "_weights", lambda *a: opened.append(a) or (_ for _ in ()).throw(AssertionError))
+    code, out, err = run_cli(capsys, "train", "--preset", "finetune", "--init-from", str(folder), "--corpus", str(corpus))
+    lines = err.strip().splitlines()
+    assert code != 0 and len(lines) == 1, err
+    assert f"fine-tuning {folder} needs about" in lines[0] and "67 MB available (machine)" in lines[0], lines[0]
+    assert not opened  # refused from config.json alone, before any weight was read
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -123,21 +123,24 @@ def suggest_batch(config: Any, room: int, vocab_size: int | None, processes: int
     return 0
 
 
-def require_memory_for_training(config: Any, vocab_size: int | None = None, *, processes: int = 1) -> None:
+def require_memory_for_training(config: Any, vocab_size: int | None = None, *, processes: int = 1,
+                                extra_bytes: int = 0, what: str = "this run") -> None:
     """Refuse, before anything is allocated, a run that would need more memory than is
-    available, with the estimate, what is available and a batch size that would fit."""
+    available, with the estimate, what is available and a batch size that would fit
+    (``extra_bytes``: memory the run holds besides its training, such as the model it is
+    read from)."""
     room = available_memory()
     if room is None:
         return
-    needed = training_bytes(config, vocab_size, processes=processes)
+    needed = training_bytes(config, vocab_size, processes=processes) + extra_bytes
     if needed <= room.bytes:
         return
     each = f" ({processes} processes)" if processes > 1 else ""
     fitting = room.bytes // training_bytes(config, vocab_size) if processes > 1 else 0
-    batch = suggest_batch(config, room.bytes, vocab_size, processes)
+    batch = suggest_batch(config, room.bytes - extra_bytes, vocab_size, processes)
     hint = (f"try --nproc {fitting}" if fitting >= 1 else f"try [train] batch_size = {batch}" if batch
             else "choose a smaller model")
-    raise ConfigError(f"this run needs about {amount(needed)} of memory{each}; {amount(room.bytes)} "
+    raise ConfigError(f"{what} needs about {amount(needed)} of memory{each}; {amount(room.bytes)} "
                       f"available ({room.source}); {hint}")
 
 

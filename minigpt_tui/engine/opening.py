@@ -10,7 +10,7 @@ in one line, the same wherever it is opened.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.errors import GenerationError
 
@@ -38,6 +38,31 @@ def is_gguf_file(spec: str) -> bool:
 def is_foreign_model(spec: str) -> bool:
     """Whether ``spec`` names a model from elsewhere (not one of ours)."""
     return is_transformers_folder(spec) or is_gguf_file(spec) or is_torch_checkpoint(spec)
+
+
+def peek_model(spec: str) -> tuple[Any, int] | None:
+    """(model config, vocabulary rows) of a transformers folder or a GGUF file, read from its
+    config.json or header alone (no weights); None for other models."""
+    if is_transformers_folder(spec):
+        from minigpt_tui.engine.interop.hf_families import model_config
+        from minigpt_tui.engine.interop.hf_import import read_json_file
+
+        path = Path(spec).expanduser() / "config.json"
+        data = read_json_file(path, "config.json: not a transformers model folder")
+        vocab = data.get("vocab_size") if isinstance(data, dict) else None
+        if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
+            return None
+        return model_config(data, str(path)), vocab
+    if is_gguf_file(spec):
+        from minigpt_tui.engine.interop.gguf_file import read_gguf_header
+        from minigpt_tui.engine.interop.gguf_models import gguf_config
+
+        header = read_gguf_header(Path(spec).expanduser())
+        table = next((t for t in header.tensors if t.name == "token_embd.weight"), None)
+        if table is None:
+            return None
+        return gguf_config(header), int(max(table.shape))
+    return None
 
 
 def open_model(spec: str, runs_dir: Path, *, dtype: str | None = None,

@@ -204,10 +204,13 @@ def _prepare_new(plan: NewRun, progress: Progress | None = None) -> PreparedRun:
         raise ConfigError("the finetune preset trains a model you already have: give it with --init-from MODEL "
                           "(a checkpoint, a transformers folder or a GGUF file)")
     portable = None
+    single = plan.parallel is None or not plan.parallel.distributed  # a launcher checked its processes together
     if plan.init_from:
+        if single:
+            _require_memory_to_start_from(plan.init_from, config)  # before the model is read
         portable = _warm_start_model(plan.init_from, plan.runs_dir, config)
         config = fitted_config(config, portable, plan.init_from)
-    if plan.parallel is None or not plan.parallel.distributed:  # a launcher checked its processes together
+    if single:
         from minigpt_tui.engine.memory import require_memory_for_training
 
         require_memory_for_training(config, portable.tokenizer.vocab_size if portable is not None else None)
@@ -234,6 +237,29 @@ def _prepare_new(plan: NewRun, progress: Progress | None = None) -> PreparedRun:
     lock.announce()
     return PreparedRun(trainer, run, until=plan.until, summary=summarize(trainer, run), warm_start=warm,
                        lock=lock, **_placed(trainer, run))
+
+
+def _require_memory_to_start_from(spec: str, config: RunConfig) -> None:
+    """Refuse, before a model from elsewhere is read, a run from it that would not fit: its
+    training (weights, gradients, AdamW moments, activations) and the copy it is read into."""
+    from minigpt_tui.engine.config import estimated_parameters
+    from minigpt_tui.engine.memory import require_memory_for_training
+    from minigpt_tui.engine.opening import peek_model
+
+    peeked = peek_model(spec)
+    if peeked is None:
+        return
+    model, vocab = peeked
+    data = config.to_dict()
+    data["model"] = {**model.declared(), "dropout": config.model.dropout}
+    data["train"]["context"] = min(config.train.context, model.context)
+    try:
+        fitted = type(config).from_dict(data)
+    except Exception:  # a setting the model refuses is named later, when the model is read
+        return
+    element = 8 if config.train.precision == "exact" else 4
+    require_memory_for_training(fitted, vocab, extra_bytes=estimated_parameters(model, vocab) * element,
+                                what=f"fine-tuning {spec}")
 
 
 def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableModel:
