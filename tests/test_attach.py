@@ -28,7 +28,7 @@ from minigpt_tui.widgets.loss_table import LossTable
 from textual.widgets import Label
 from tests.app_support import run_async
 from tests.conftest import cli_command, cli_env
-from tests.test_app_training import key, wait_until
+from tests.test_app_training import key, press_button, wait_until
 
 
 def test_a_line_still_being_written_is_waited_for(tmp_path):
@@ -137,7 +137,7 @@ async def test_the_app_follows_and_steers_a_headless_run_in_another_process(tmp_
             assert _live_state(run_dir) == "running" and screen.run.state == "running"
             await key(pilot, "x")
             await wait_until(pilot, lambda: isinstance(app.screen, ConfirmStopScreen))
-            await pilot.click("#act")
+            await press_button(pilot, "#act")  # a click can land before the dialog is laid out on a busy machine
             await wait_until(pilot, lambda: screen.run.state == "stopped")
         assert trainer.wait(timeout=60) == 0
         said = trainer.stderr.read()  # type: ignore[union-attr]
