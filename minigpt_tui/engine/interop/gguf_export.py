@@ -65,17 +65,17 @@ def gguf_tensor_list(named: dict[str, Any], config: "ModelConfig") -> list[tuple
     def get(name: str) -> np.ndarray:
         return np.ascontiguousarray(named[name].detach().cpu().float().numpy())
 
+    from minigpt_tui.engine.interop.gguf_models import BLOCK_NAMES, GLOBAL_NAMES, GPT2_GLOBAL_NAMES
+
     arch = config.family
-    out = {"token_embd.weight": get("token_embedding.weight"), "output_norm.weight": get("final_norm.weight")}
+    out = {theirs: get(ours) for ours, theirs in GLOBAL_NAMES}
     if not config.tied_head:
         out["output.weight"] = get("lm_head.weight")
     if arch == "gpt2":
-        out["position_embd.weight"] = get("position_embedding.weight")
-        out["output_norm.bias"] = get("final_norm.bias")
+        out.update({theirs: get(ours) for ours, theirs in GPT2_GLOBAL_NAMES})
     for i in range(config.layers):
         ours, theirs = f"blocks.{i}.", f"blk.{i}."
-        for mine, file in (("attn_norm", "attn_norm"), ("ffn_norm", "ffn_norm"), ("attn.o_proj", "attn_output"),
-                           ("ffn.up_proj", "ffn_up"), ("ffn.down_proj", "ffn_down")):
+        for mine, file in BLOCK_NAMES:
             out[f"{theirs}{file}.weight"] = get(f"{ours}{mine}.weight")
             if arch == "gpt2":
                 out[f"{theirs}{file}.bias"] = get(f"{ours}{mine}.bias")

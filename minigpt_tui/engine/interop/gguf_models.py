@@ -85,6 +85,14 @@ def gguf_config(header: GGUFHeader) -> Any:
     return ModelConfig(family=arch, **values)
 
 
+# Our parameter names and llama.cpp's, where a tensor moves unchanged (the reader and the
+# GGUF writer both read this table).
+GLOBAL_NAMES = (("token_embedding.weight", "token_embd.weight"), ("final_norm.weight", "output_norm.weight"))
+GPT2_GLOBAL_NAMES = (("position_embedding.weight", "position_embd.weight"), ("final_norm.bias", "output_norm.bias"))
+BLOCK_NAMES = (("attn_norm", "attn_norm"), ("ffn_norm", "ffn_norm"), ("attn.o_proj", "attn_output"),
+               ("ffn.up_proj", "ffn_up"), ("ffn.down_proj", "ffn_down"))  # weight (and, in gpt2, bias)
+
+
 def _unpermute(rows: "torch.Tensor", heads: int) -> "torch.Tensor":
     """llama.cpp's q/k row order (pairs interleaved per head) back to rotate-half order."""
     half = rows.shape[0] // heads // 2
@@ -102,26 +110,21 @@ def gguf_tensors(data: GGUFData, config: Any, dtype: "torch.dtype") -> dict[str,
         return torch.from_numpy(data.float32(name)).to(dtype)
 
     arch = config.family
-    out = {"token_embedding.weight": get("token_embd.weight"), "final_norm.weight": get("output_norm.weight")}
+    out = {ours: get(theirs) for ours, theirs in GLOBAL_NAMES}
     if not config.tied_head:
         out["lm_head.weight"] = get("output.weight")
     if arch == "gpt2":
-        out["position_embedding.weight"] = get("position_embd.weight")
-        out["final_norm.bias"] = get("output_norm.bias")
+        out.update({ours: get(theirs) for ours, theirs in GPT2_GLOBAL_NAMES})
     for i in range(config.layers):
         ours, theirs = f"blocks.{i}.", f"blk.{i}."
-        out[ours + "attn_norm.weight"] = get(theirs + "attn_norm.weight")
-        out[ours + "ffn_norm.weight"] = get(theirs + "ffn_norm.weight")
-        out[ours + "attn.o_proj.weight"] = get(theirs + "attn_output.weight")
-        out[ours + "ffn.up_proj.weight"] = get(theirs + "ffn_up.weight")
-        out[ours + "ffn.down_proj.weight"] = get(theirs + "ffn_down.weight")
+        for mine, file in BLOCK_NAMES:
+            out[f"{ours}{mine}.weight"] = get(f"{theirs}{file}.weight")
         if arch == "gpt2":
             for proj, rows in zip("qkv", get(theirs + "attn_qkv.weight").split(config.width, dim=0)):
                 out[f"{ours}attn.{proj}_proj.weight"] = rows
             for proj, rows in zip("qkv", get(theirs + "attn_qkv.bias").split(config.width, dim=0)):
                 out[f"{ours}attn.{proj}_proj.bias"] = rows
-            for mine, file in (("attn_norm", "attn_norm"), ("ffn_norm", "ffn_norm"), ("attn.o_proj", "attn_output"),
-                               ("ffn.up_proj", "ffn_up"), ("ffn.down_proj", "ffn_down")):
+            for mine, file in BLOCK_NAMES:
                 out[f"{ours}{mine}.bias"] = get(f"{theirs}{file}.bias")
             continue
         out[ours + "ffn.gate_proj.weight"] = get(theirs + "ffn_gate.weight")
