@@ -209,3 +209,14 @@ def test_a_fine_tune_that_would_not_fit_is_refused_before_the_model_is_read(tmp_
     assert f"fine-tuning {folder} needs about" in lines[0] and "67 MB available (machine)" in lines[0], lines[0]
     assert not opened  # refused from config.json alone, before any weight was read
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.slow
+def test_verify_has_a_finetune_experiment_that_holds(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "verify", "--preset", "finetune", "--json", "--keep", str(tmp_path / "kept"))
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["all_equal"] and len(result["comparisons"]) == 10
+    tuned = load_portable_model(tmp_path / "kept" / "saved" / "checkpoints" / "step-000003")
+    assert tuned.config.family == "gpt_neox" and not tuned.config.tied_head
+    assert isinstance(tuned.tokenizer, LibraryTokenizer)

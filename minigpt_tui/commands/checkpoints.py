@@ -18,7 +18,7 @@ from minigpt_tui.commands.launch import add_process_arguments, joined_world, lau
 from minigpt_tui.engine.printable import escape_controls
 
 # The three-process experiment per preset: save after CUT updates, resume to END.
-EXPERIMENTS = {"tiny": (2, 4), "mini": (300, 600), "stream": (30, 60)}
+EXPERIMENTS = {"tiny": (2, 4), "mini": (300, 600), "stream": (30, 60), "finetune": (3, 6)}
 # The stream experiment: the mini model on the bundled patterns corpus as a token stream,
 # windows drawn at random offsets, bounded evaluation of fixed batches every 10 updates.
 STREAM_EXPERIMENT = """\
@@ -72,7 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     verify = subparsers.add_parser("verify", help="run the exact-resume experiment in fresh processes")
     verify.add_argument("--preset", choices=sorted(EXPERIMENTS), default="tiny",
-                        help="experiment: tiny, mini, or stream (the mini model on a token stream)")
+                        help="experiment: tiny, mini, stream (the mini model on a token stream), or finetune (a "
+                             "random GPT-NeoX-style model with its own tokenizer.json, made here, fine-tuned)")
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.add_argument("--keep", metavar="DIR", help="keep the experiment's runs in DIR")
     verify.add_argument("--nproc", type=int, help="run every step of the experiment in N processes")
@@ -226,14 +227,20 @@ def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> 
         runs_dir.mkdir(parents=True, exist_ok=True)
         (runs_dir / "stream.toml").write_text(STREAM_EXPERIMENT, "utf-8")
         setting = ["--preset", "mini", "--config", str(runs_dir / "stream.toml")]
+    if preset == "finetune":
+        model = finetune_model(runs_dir / "model-to-tune")
+        setting = ["--preset", "finetune", "--init-from", str(model), "--precision", "exact",
+                   "--corpus", "bundled:patterns.txt"]
     saved_at = f"saved:step-{cut}"
     saved = _run_json(command_line("train", *setting, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
     resumed = _run_json(
         command_line("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
     )
     straight = _run_json(command_line("train", *setting, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
+    warm_setting = [item for i, item in enumerate(setting)
+                    if "--init-from" not in (item, setting[i - 1] if i else "")]  # started from the saved weights instead
     warm = _run_json(
-        command_line("train", *setting, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
+        command_line("train", *warm_setting, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
         env,
         "warm-start",
     )
@@ -276,6 +283,39 @@ def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> 
         },
         "runs_dir": str(runs_dir),
     }
+
+
+def finetune_model(folder: Path) -> Path:
+    """A random-weight GPT-NeoX-style model (parallel residual, partial rotary, its own head)
+    with a byte-level BPE tokenizer.json trained here on the bundled teaching corpus, saved
+    as a model file: what the finetune experiment starts from."""
+    from importlib import resources
+
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from minigpt_tui.engine.checkpoint.portable import save_portable_model
+    from minigpt_tui.engine.config import ModelConfig
+    from minigpt_tui.engine.corpus import parse_records
+    from minigpt_tui.engine.library_tokenizer import LibraryTokenizer
+    from minigpt_tui.engine.model import MiniGPT
+
+    text = resources.files("minigpt_tui").joinpath("assets/corpus/teaching.txt").read_text("utf-8")
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    raw.train_from_iterator(parse_records(text), trainers.BpeTrainer(
+        vocab_size=320, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    end = raw.token_to_id("<|endoftext|>")
+    tokenizer = LibraryTokenizer.from_text(raw.to_str(), None, bos_id=end, eos_ids=(end,), source="verify")
+    config = ModelConfig(family="gpt_neox", width=32, heads=4, kv_heads=4, ffn=64, layers=2, context=64,
+                         rotary_fraction=0.5, tied_head=False, gelu_approximation="none")
+    model = MiniGPT(config, tokenizer.vocab_size, torch.float64)
+    model.initialize(20261201)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_portable_model(model, tokenizer, folder / "model.safetensors")
+    return folder / "model.safetensors"
 
 
 def _first(result: dict[str, Any]) -> dict[str, Any] | None:
