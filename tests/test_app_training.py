@@ -350,6 +350,35 @@ async def test_an_invalid_form_value_is_refused_with_its_reason(tmp_path, field,
 
 
 @run_async
+async def test_the_watch_panel_shows_samples_and_head_roles_and_plots_a_role(tmp_path):
+    from minigpt_tui.widgets.watch_panel import WatchPanel
+
+    app = make_app(tmp_path / "runs", {"train": {"steps": 100, "eval_every": 50, "save_every": 0}})
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = training(app)
+        await pilot.press("space")
+        await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "finished", timeout=60)
+        await pilot.press("h")
+        await pilot.pause()
+        panel = screen.query_one(WatchPanel)
+        assert panel.display and not screen.query_one(LossTable).display and app.focused is panel
+        assert list(panel.roles) == ["induction", "previous_token", "duplicate_token", "first_token"]
+        assert [p[0] for p in panel.roles["induction"]] == [0, 50, 100]
+        assert panel.row_count == 4 + 2 * len(panel.samples.samples) and panel.samples.step == 100
+        assert panel.border_subtitle == "update 100"
+        plot = screen.widgets.plot
+        assert plot.probe == ("induction head", tuple((p[0], p[1]) for p in panel.roles["induction"]))  # as named
+        await pilot.press("down")
+        await pilot.pause()
+        assert plot.probe[0] == "previous token head"
+        await pilot.press("h")  # back to the loss table; the plot draws no role
+        await pilot.pause()
+        assert not panel.display and plot.probe is None
+    records = [json.loads(line) for line in (screen.run.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "heads"] == [0, 50, 100]
+
+
+@run_async
 async def test_the_form_fine_tunes_the_model_it_is_given(tmp_path):
     from textual.widgets import Select
 

@@ -17,6 +17,7 @@ Trains a run on a thread of its own; this screen shows what it does, live.
 | `w` | export this run's metrics to `metrics.csv` in its run directory |
 | `v` | on a narrow terminal, switch between the loss table and the plot |
 | `p` | show the probes table in place of the loss table (and back); the highlighted probe's probability is drawn on the plot |
+| `h` | show the Watch panel in place of the loss table (and back): samples and head roles; the highlighted role's score is drawn on the plot |
 
 ## Run summary
 - **run**: the run's name (its folder in the runs directory), its preset, and its parameters: the number of learned scalars in how many tensors (the tied token table counts once).
@@ -44,11 +45,17 @@ After every scheduled evaluation the run continues each probe's prompt greedily 
 - **p**: the probability of the expected answer's first token at the first decision (small ones as 4e-3), and its **rank** (1 is the model's top choice).
 - **p by evaluation**: that probability at each evaluation so far, a full cell being 1.
 
+## Watch
+After every scheduled evaluation the run continues a few prompts (the probes', the file given with `--sample-prompts`, or the first words of your validation records) greedily and by a seeded sample, and scores every attention head. For each role, the head that does it most and its score (0 to 1), with a sparkline of that score by evaluation:
+- **induction**: from a repeated token to the token that followed its earlier copy (what an induction head does; its rise is the induction bump);
+- **previous token**, **duplicate token** (to the earlier copy of the same token) and **first token** (an attention sink).
+Then each prompt with its **greedy** and **sampled** continuation at the latest evaluation. Neither changes the run.
+
 ## Plot
-Batch loss per update (blue, averaged into buckets when there are more points than columns), train loss (orange) and validation loss (green) per evaluation; an overlaid run's curves appear under its name. With the probes table shown, the highlighted probe's probability (red) is drawn against the right axis, 0 to 1.
+Batch loss per update (blue, averaged into buckets when there are more points than columns), train loss (orange) and validation loss (green) per evaluation; an overlaid run's curves appear under its name. With the probes table shown, the highlighted probe's probability (red) is drawn against the right axis, 0 to 1; with the Watch panel shown, the highlighted role's top score.
 
 ## Events
-Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, the number of matching probes when it changes, refused actions with their reason, finished or stopped with the final state digest, and failures.
+Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, the number of matching probes when it changes, the first prompt's greedy sample at each evaluation, the strongest induction head when it changes, refused actions with their reason, finished or stopped with the final state digest, and failures.
 """
 
 

@@ -29,6 +29,7 @@ from minigpt_tui.screens.help_texts import TRAINING_HELP
 from minigpt_tui.screens.run_files import RunFilesScreen
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.probes_table import ProbesTable
+from minigpt_tui.widgets.watch_panel import WatchPanel
 from minigpt_tui.widgets.run_monitor import ACTIVE_STATES, ActiveRun, DrainPacer, RunMonitor, RunWidgets
 
 if TYPE_CHECKING:
@@ -62,9 +63,11 @@ class TrainingScreen(RunFilesScreen):
         Binding("w", "export_csv", "Export CSV", show=False),
         Binding("v", "toggle_view", "Table/Plot", show=False),
         Binding("p", "toggle_probes", "Probes", show=False),
+        Binding("h", "toggle_watch", "Watch", show=False),
     ]
     PALETTE_COMMANDS = (
         ("New run", "Configure and start a new training run (n)", "new_run"),
+        ("Watch", "Samples and head roles at the latest evaluation; a role's score on the plot (h)", "toggle_watch"),
         ("Overlay a run", "Overlay another run's loss curves on the plot (o)", "overlay"),
         ("Export metrics to CSV", "Write this run's metrics.csv (w)", "export_csv"),
     )
@@ -92,6 +95,7 @@ class TrainingScreen(RunFilesScreen):
         with Horizontal(id="losses"):
             yield widgets.table
             yield widgets.probes
+            yield widgets.watch
             yield widgets.plot
         yield widgets.log
         yield KeyBar()
@@ -224,6 +228,7 @@ class TrainingScreen(RunFilesScreen):
         self._update_view_hint()
 
     def action_toggle_probes(self) -> None:
+        self.remove_class("-show-watch")
         self.toggle_class("-show-probes")
         probes = self.widgets.probes
         if self.has_class("-show-probes"):
@@ -232,10 +237,27 @@ class TrainingScreen(RunFilesScreen):
         else:
             self.widgets.plot.set_probe(None)
 
+    def action_toggle_watch(self) -> None:
+        """The Watch panel (samples and head roles) in the table's place; the highlighted
+        role's score is drawn on the plot."""
+        self.remove_class("-show-probes")
+        self.toggle_class("-show-watch")
+        watch = self.widgets.watch
+        if self.has_class("-show-watch"):
+            watch.focus()
+            watch._announce()
+        else:
+            self.widgets.plot.set_probe(None)
+
     @on(ProbesTable.ProbeHighlighted)
     def _probe_highlighted(self, message: ProbesTable.ProbeHighlighted) -> None:
         if self.has_class("-show-probes"):
             self.widgets.plot.set_probe(message.name, message.points)
+
+    @on(WatchPanel.RoleHighlighted)
+    def _role_highlighted(self, message: WatchPanel.RoleHighlighted) -> None:
+        if self.has_class("-show-watch"):
+            self.widgets.plot.set_probe(message.name, message.points, label=message.name)
 
     def on_resize(self, event: events.Resize) -> None:
         self._update_view_hint(event.size.width)

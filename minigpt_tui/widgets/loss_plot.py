@@ -66,6 +66,7 @@ class LossPlot(PlotextPlot):
         self.validation: list[Point] = []
         self.overlay: LoadedCurve | None = None
         self.probe: tuple[str, tuple[Point, ...]] | None = None  # a probe's probability, right axis
+        self.probe_label = ""  # how the right-axis series is named in the legend
         self.redraws = 0
         self._rendered: tuple[tuple[Any, ...], Text] | None = None
 
@@ -105,9 +106,11 @@ class LossPlot(PlotextPlot):
         self.overlay = curve
         self.redraw()
 
-    def set_probe(self, name: str | None, points: Sequence[Point] = ()) -> None:
-        """Draw a probe's expected-answer probability by update on the right axis (0 to 1)."""
+    def set_probe(self, name: str | None, points: Sequence[Point] = (), *, label: str | None = None) -> None:
+        """Draw a probe's expected-answer probability by update on the right axis (0 to 1);
+        ``label`` names another 0-to-1 series (a head role's score) as it is."""
         probe = (name, tuple(points)) if name is not None and points else None
+        self.probe_label = label or f"p({name})"
         if probe != self.probe:
             self.probe = probe
             self.request_redraw()
@@ -143,7 +146,7 @@ class LossPlot(PlotextPlot):
         self._line(self.validation, "val", "green", limit)
         if self.probe is not None:
             name, points = self.probe
-            self._line(points, f"p({name})", "red", limit, yside="right")
+            self._line(points, self.probe_label, "red", limit, yside="right")
             self.plt.ylim(0, 1, yside="right")
         drawn = [series for series in self._series() if series]
         if drawn:  # every series is in update order: its ends are its range

@@ -26,6 +26,7 @@ from minigpt_tui.widgets.event_log import EventLog
 from minigpt_tui.widgets.loss_plot import LossPlot
 from minigpt_tui.widgets.loss_table import LossTable
 from minigpt_tui.widgets.probes_table import ProbesTable
+from minigpt_tui.widgets.watch_panel import WatchPanel
 from minigpt_tui.widgets.run_progress import RunProgress
 from minigpt_tui.widgets.run_summary import RunSummaryView
 
@@ -59,6 +60,7 @@ class ActiveRun:
     refusals_logged: set[str] = field(default_factory=set)
     probe_matches: int | None = None  # the event log notes when the number of matching probes changes
     induction_shown: tuple[int, int, int] | None = None  # the strongest induction head last noted
+    sample_shown: str | None = None  # the first prompt's greedy continuation last noted
 
     @classmethod
     def training(cls, plan: RunPlan, config: Any, post: Callable[[Message], Any]) -> "ActiveRun":
@@ -116,6 +118,7 @@ class RunWidgets:
     probes: ProbesTable
     plot: LossPlot
     log: EventLog
+    watch: WatchPanel
 
     @classmethod
     def build(cls, *, clock: Callable[[], float], wall_clock: Callable[[], float], table_refreshes_per_second: float,
@@ -130,7 +133,7 @@ class RunWidgets:
         plot.border_title = "Loss"
         log = EventLog(wall_clock=wall_clock, id="events")
         log.border_title = "Events"
-        return cls(summary, progress, table, probes, plot, log)
+        return cls(summary, progress, table, probes, plot, log, WatchPanel(id="watch-panel"))
 
 
 class RunMonitor:
@@ -173,6 +176,7 @@ class RunMonitor:
         widgets.plot.reset()
         widgets.plot.set_probe(None)
         widgets.probes.reset()
+        widgets.watch.reset()
         widgets.summary.show_pending(config)
         widgets.progress.show_pending(config.train.steps)
         widgets.log.record(kind, note)
@@ -275,12 +279,15 @@ class RunMonitor:
 
     def _on_samples(self, run: ActiveRun, event: SamplesTaken, applied: AppliedEvents) -> None:
         """The first prompt's greedy continuation in the event log: output becoming text."""
-        if event.samples:
-            first = event.samples[0]
-            self.widgets.log.record("sample", f"update {event.step}: {first.prompt} → {first.greedy!r}")
+        self.widgets.watch.add_samples(event)
+        greedy = event.samples[0].greedy if event.samples else None
+        if greedy is not None and greedy != run.sample_shown:  # noted when what it writes changes
+            self.widgets.log.record("sample", f"update {event.step}: {event.samples[0].prompt} → {greedy!r}")
+        run.sample_shown = greedy
 
     def _on_heads(self, run: ActiveRun, event: HeadsScored, applied: AppliedEvents) -> None:
         """The strongest induction head, when it changes or its score moves by 0.05."""
+        self.widgets.watch.add_heads(event)
         top = event.top("induction")
         shown = (top.layer, top.head, round(top.induction / 0.05))
         if shown != run.induction_shown:
