@@ -50,7 +50,7 @@ def step_loss(step: int, offset: float = 0.0) -> float:
 
 
 def machine_independent(event):  # type: ignore[no-untyped-def]
-    from minigpt_tui.engine.session.events import EvaluationDone, Finished, UpdateDone
+    from minigpt_tui.engine.session.events import EvaluationDone, Finished, HeadsScored, SamplesTaken, UpdateDone
 
     if isinstance(event, UpdateDone):
         step = event.record.step
@@ -62,6 +62,14 @@ def machine_independent(event):  # type: ignore[no-untyped-def]
         validation = None if event.record.validation_loss is None else step_loss(step, 0.9)
         record = dataclasses.replace(event.record, train_loss=step_loss(step, -0.05), validation_loss=validation)
         return dataclasses.replace(event, record=record)
+    if isinstance(event, SamplesTaken):
+        samples = tuple(dataclasses.replace(s, greedy=f"update {event.step}", sampled="", greedy_ids=(), sampled_ids=())
+                        for s in event.samples)
+        return dataclasses.replace(event, samples=samples)
+    if isinstance(event, HeadsScored):
+        roles = tuple(dataclasses.replace(r, induction=0.1 * (r.layer + r.head + 1), previous_token=0.2,
+                                          duplicate_token=0.3, first_token=0.4) for r in event.roles)
+        return dataclasses.replace(event, roles=roles)
     if isinstance(event, Finished):
         return dataclasses.replace(event, state_digest=hashlib.sha256(f"update {event.step}".encode()).hexdigest())
     return event

@@ -128,12 +128,15 @@ BAD_INPUTS = [
 ]
 
 
-def test_bad_inputs_exit_1_with_one_line(model_file, tmp_path):
+def test_bad_inputs_exit_1_with_one_line(model_file, tmp_path, capsys):
+    # In this process (the command line's own main, which prints the error line and returns
+    # the exit code); other tests run the command as a process of its own.
+    from conftest import run_cli
+
     garbage = tmp_path / "garbage.safetensors"
     garbage.write_bytes(b"not a safetensors file at all")
     bad_prompts = tmp_path / "bad.json"
     bad_prompts.write_text("{oops")
-    running = []
     for args, message in BAD_INPUTS:
         command, *rest = args
         model, prompt, extra = str(model_file), PROMPT, list(rest)
@@ -146,14 +149,8 @@ def test_bad_inputs_exit_1_with_one_line(model_file, tmp_path):
         elif rest == ["--bad-prompts"]:
             extra = ["--prompts", str(bad_prompts)]
         full = [command, "--model", model, *([] if command == "probes" else ["--prompt", prompt]), *extra]
-        process = subprocess.Popen(cli_command(*full), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, env=cli_env(tmp_path))
-        running.append((args, message, process))
-        if len(running) % 4 == 0:  # a few at a time on a small machine
-            running[-4][2].wait(timeout=120)
-    for args, message, process in running:
-        stdout, stderr = process.communicate(timeout=120)
-        assert process.returncode == 1, (args, stderr)
+        code, stdout, stderr = run_cli(capsys, *full)
+        assert code == 1, (args, stderr)
         lines = stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("minigpt-tui: error: "), (args, stderr)
         assert message in lines[0], (args, lines[0])

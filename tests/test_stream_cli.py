@@ -61,21 +61,28 @@ def test_verify_runs_the_stream_experiment(tmp_path):
     assert result["all_equal"] is True and result["saved_after"] == 30
 
 
-def test_cache_list_and_clear(tmp_path):
-    assert run_json(tmp_path, "cache", "list")["entries"] == []
-    run_json(tmp_path, "train", "--preset", "text", "--steps", "200", "--until", "1", "--run", "t")
-    (entry,) = run_json(tmp_path, "cache", "list")["entries"]
+def test_cache_list_and_clear(tmp_path, capsys):
+    from conftest import run_cli
+
+    def in_process(*args: str) -> dict:
+        code, out, err = run_cli(capsys, *args, "--json")
+        assert code == 0, err
+        return json.loads(out)
+
+    assert in_process("cache", "list")["entries"] == []
+    in_process("train", "--preset", "text", "--steps", "200", "--until", "1", "--run", "t")
+    (entry,) = in_process("cache", "list")["entries"]
     assert entry["source"] == "bundled:patterns.txt" and entry["dtype"] == "uint16"
-    listed = run(tmp_path, "cache", "list")
-    assert listed.returncode == 0 and entry["key"] in listed.stdout
+    code, listed, _ = run_cli(capsys, "cache", "list")
+    assert code == 0 and entry["key"] in listed
     # Sizes in the app's decimal units: 123,604 bytes read "123.6 kB" here as in the runs tree.
     from minigpt_tui.engine.session.display import human_bytes
 
-    assert f" {human_bytes(entry['bytes'])} " in listed.stdout and "kB" in human_bytes(entry["bytes"])
-    cleared = run_json(tmp_path, "cache", "clear")
+    assert f" {human_bytes(entry['bytes'])} " in listed and "kB" in human_bytes(entry["bytes"])
+    cleared = in_process("cache", "clear")
     assert cleared["removed"] == 1 and cleared["bytes_freed"] >= entry["bytes"]
     assert [e["key"] for e in cleared["removed_entries"]] == [entry["key"]]
-    assert run_json(tmp_path, "cache", "list")["entries"] == []
+    assert in_process("cache", "list")["entries"] == []
 
 
 def _write(path, data: bytes):

@@ -141,8 +141,14 @@ def probe_records(run_dir: Path, until_step: int | None = None) -> list[dict[str
     return [by_step[step] for step in sorted(by_step)]
 
 
+NOT_IN_CSV = ("samples", "heads")  # texts and per-head tables: metrics.jsonl holds them
+
+
 def _csv_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """A probes record becomes one row per probe (kind ``probe``); any other record one row."""
+    """A probes record becomes one row per probe (kind ``probe``); samples and head roles
+    none; any other record one row."""
+    if record.get("kind") in NOT_IN_CSV:
+        return []
     if record.get("kind") != "probes":
         return [record]
     return [{"kind": "probe", "step": record.get("step"), "probe": score.get("name"), **score}
