@@ -50,16 +50,7 @@ def _version() -> str:
 MAX_ERROR_LINE = 600  # characters of an error message shown; the middle of a longer one is cut
 
 
-def wait_passively() -> None:
-    """OpenMP's workers sleep instead of spinning while they wait for each other (unless the
-    user chose a policy): with a core busy elsewhere, spinning threads wait on it and a run
-    takes several times longer. Set before torch is imported, which reads it once."""
-    if "torch" not in sys.modules:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
 def main(argv: list[str] | None = None) -> int:
-    wait_passively()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:  # torchrun ... -m minigpt_tui -- train ...: the separator may reach us
