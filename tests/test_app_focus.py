@@ -309,6 +309,7 @@ async def assert_focus_visible(pilot, where: str) -> int:
     return checked
 
 
+@pytest.mark.slow  # every focusable widget at two sizes: CI runs it with the slow ones
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
 @run_async
 async def test_the_focused_widget_always_looks_focused(runs, size):

@@ -81,6 +81,7 @@ async def test_training_screen_in_every_state_shows_no_python_repr(tmp_path):
     assert not found, "\n".join(found)
 
 
+@pytest.mark.slow  # every panel of every file kind: CI runs it with the slow ones
 @run_async
 async def test_every_checkpoints_panel_and_preflight_shows_no_python_repr(saved, tmp_path):
     runs = saved.copy_to(tmp_path)

@@ -77,6 +77,7 @@ def test_a_given_probe_file_is_scored_and_a_bad_one_refused_before_anything_is_w
     assert not runs.exists() or not any(runs.iterdir())
 
 
+@pytest.mark.slow  # two processes of the command: CI runs it with the slow ones
 def test_train_and_inspect_commands_show_the_probes(tmp_path):
     import subprocess
 
