@@ -28,8 +28,7 @@ from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
 from minigpt_tui.screens.help_texts import TRAINING_HELP
 from minigpt_tui.screens.run_files import RunFilesScreen
 from minigpt_tui.widgets.key_bar import KeyBar
-from minigpt_tui.widgets.probes_table import ProbesTable
-from minigpt_tui.widgets.watch_panel import WatchPanel
+from minigpt_tui.screens.side_panels import SidePanels
 from minigpt_tui.widgets.run_monitor import ACTIVE_STATES, ActiveRun, DrainPacer, RunMonitor, RunWidgets
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
 IDLE_RUN_KEYS = {"s": "save", "e": "evaluate", "x": "stop"}  # dimmed while no run is active; pressed, they say why
 
 
-class TrainingScreen(RunFilesScreen):
+class TrainingScreen(SidePanels, RunFilesScreen):
     HELP = TRAINING_HELP
     HELP_TITLE = "Training"
     WIDE_FROM = 120
@@ -226,38 +225,6 @@ class TrainingScreen(RunFilesScreen):
     def action_toggle_view(self) -> None:
         self.toggle_class("-show-plot")
         self._update_view_hint()
-
-    def action_toggle_probes(self) -> None:
-        self.remove_class("-show-watch")
-        self.toggle_class("-show-probes")
-        probes = self.widgets.probes
-        if self.has_class("-show-probes"):
-            probes.focus()
-            self.monitor.show_probe(probes.highlighted_probe)
-        else:
-            self.widgets.plot.set_probe(None)
-
-    def action_toggle_watch(self) -> None:
-        """The Watch panel (samples and head roles) in the table's place; the highlighted
-        role's score is drawn on the plot."""
-        self.remove_class("-show-probes")
-        self.toggle_class("-show-watch")
-        watch = self.widgets.watch
-        if self.has_class("-show-watch"):
-            watch.focus()
-            watch._announce()
-        else:
-            self.widgets.plot.set_probe(None)
-
-    @on(ProbesTable.ProbeHighlighted)
-    def _probe_highlighted(self, message: ProbesTable.ProbeHighlighted) -> None:
-        if self.has_class("-show-probes"):
-            self.widgets.plot.set_probe(message.name, message.points)
-
-    @on(WatchPanel.RoleHighlighted)
-    def _role_highlighted(self, message: WatchPanel.RoleHighlighted) -> None:
-        if self.has_class("-show-watch"):
-            self.widgets.plot.set_probe(message.name, message.points, label=message.name)
 
     def on_resize(self, event: events.Resize) -> None:
         self._update_view_hint(event.size.width)

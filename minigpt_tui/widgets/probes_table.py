@@ -33,18 +33,22 @@ def probability_sparkline(points: Sequence[ProbePoint], cells: int = HISTORY_CEL
     return "".join(LEVELS[min(int(p.probability * len(LEVELS)), len(LEVELS) - 1)] for p in points[-cells:])
 
 
+class SeriesHighlighted(Message):
+    """A panel's highlighted row: the 0-to-1 series the plot should draw (None: none)."""
+
+    def __init__(self, name: str | None, points: tuple[tuple[int, float], ...]) -> None:
+        super().__init__()
+        self.name = name
+        self.points = points
+
+
 class ProbesTable(DataTable):
     DEFAULT_CSS = """
     ProbesTable { height: 1fr; scrollbar-size-vertical: 1; }
     """
 
-    class ProbeHighlighted(Message):
+    class ProbeHighlighted(SeriesHighlighted):
         """The probe whose probability the plot should draw (None: no probe)."""
-
-        def __init__(self, name: str | None, points: tuple[tuple[int, float], ...]) -> None:
-            super().__init__()
-            self.name = name
-            self.points = points
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)

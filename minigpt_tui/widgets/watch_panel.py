@@ -8,11 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual.message import Message
 from textual.widgets import DataTable
 
 from minigpt_tui.engine.session.events import HEAD_ROLES
-from minigpt_tui.widgets.probes_table import LEVELS
+from minigpt_tui.widgets.probes_table import LEVELS, SeriesHighlighted
 
 ROLE_NAMES = {"induction": "induction", "previous_token": "previous token", "duplicate_token": "duplicate token",
               "first_token": "first token"}
@@ -28,13 +27,8 @@ class WatchPanel(DataTable):
     WatchPanel { height: 1fr; scrollbar-size-vertical: 1; }
     """
 
-    class RoleHighlighted(Message):
+    class RoleHighlighted(SeriesHighlighted):
         """The role whose top score the plot should draw (None: a sample row)."""
-
-        def __init__(self, name: str | None, points: tuple[tuple[int, float], ...]) -> None:
-            super().__init__()
-            self.name = name
-            self.points = points
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
