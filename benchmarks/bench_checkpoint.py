@@ -40,13 +40,14 @@ import torch
 from safetensors import safe_open
 from timing import interleaved, ratio
 
-from minigpt_tui.engine.checkpoint import directory, portable, safetensors_io, state_parts, training_state
-from minigpt_tui.engine.checkpoint.directory import load_into_trainer, save_checkpoint
-from minigpt_tui.engine.checkpoint.inspect import inspect_path, tensor_statistics
-from minigpt_tui.engine.checkpoint.safetensors_io import load_file, read_header, read_tensor, write_safetensors
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
+from minigpt_tui.engine.training import checkpoints as directory, state_parts, training_state
+from minigpt_tui.engine.formats import portable, safetensors_io
+from minigpt_tui.engine.training.checkpoints import load_into_trainer, save_checkpoint
+from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
+from minigpt_tui.engine.formats.safetensors_io import load_file, read_header, read_tensor, write_safetensors
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision
 
 ROUNDS = 25
 HEADER_ROUNDS = 7

@@ -38,11 +38,11 @@ def ours(nproc: int, updates: int, runs_dir: Path) -> float:
 BARE = r"""
 import os, sys, time, torch, torch.distributed as dist, torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
-from minigpt_tui.engine.batches import make_batch, make_examples
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.model import MiniGPT
-from minigpt_tui.engine.trainer import TrainingSetup
+from minigpt_tui.engine.training.batches import make_batch, make_examples
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.training.trainer import TrainingSetup
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
 rank = dist.get_rank()

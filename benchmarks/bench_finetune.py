@@ -51,10 +51,10 @@ def main() -> None:
     import transformers as tr
     from family_support import training_text
 
-    from minigpt_tui.engine.config import load_config
-    from minigpt_tui.engine.corpus import Corpus
+    from minigpt_tui.engine.core.config import load_config
+    from minigpt_tui.engine.training.corpus import Corpus
     from minigpt_tui.engine.session.plans import _warm_start_model, fitted_config
-    from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
+    from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
@@ -69,7 +69,7 @@ def main() -> None:
         config = fitted_config(config, portable, str(folder))
         apply_precision(config.train)
         torch.set_num_threads(2)
-        from minigpt_tui.engine.corpus import load_corpus
+        from minigpt_tui.engine.training.corpus import load_corpus
 
         corpus: Corpus = load_corpus(config.corpus)
         setup = TrainingSetup.build(config, corpus, portable.tokenizer)

@@ -20,11 +20,11 @@ from __future__ import annotations
 import torch
 from timing import Timing, interleaved, ratio
 
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
-from minigpt_tui.engine.model import MiniGPT
-from minigpt_tui.engine.trainer import TrainingSetup, apply_precision, dtype_for
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
+from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.training.trainer import TrainingSetup, apply_precision, dtype_for
 
 ROUNDS = 5
 PROMPT = "The key is red. Answer: "

@@ -22,13 +22,13 @@ from types import SimpleNamespace
 
 import torch
 
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.contrast import contrast_models
-from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
-from minigpt_tui.engine.lens import inspect_decision
-from minigpt_tui.engine.model import MiniGPT
-from minigpt_tui.engine.trainer import TrainingSetup, dtype_for
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.analysis.contrast import contrast_models
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
+from minigpt_tui.engine.analysis.lens import inspect_decision
+from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.training.trainer import TrainingSetup, dtype_for
 
 ROUNDS = 15
 CONTRAST_ROUNDS = 5

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from timing import interleaved, ratio
 
-from minigpt_tui.engine.checkpoint.directory import load_checkpoint, save_checkpoint
-from minigpt_tui.engine.checkpoint.portable import read_portable
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
+from minigpt_tui.engine.training.checkpoints import load_checkpoint, save_checkpoint
+from minigpt_tui.engine.formats.portable import read_portable
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision
 
 ROUNDS = 41
 WARMUP = 3

@@ -15,13 +15,13 @@ from __future__ import annotations
 import statistics
 import time
 
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.generation import load_probes
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.analysis.generation import load_probes
 from minigpt_tui.engine.session.events import EvaluationDone, ProbesScored
 from minigpt_tui.engine.session.plans import PreparedRun
 from minigpt_tui.engine.session.training import TrainingSession
-from minigpt_tui.engine.trainer import Trainer, TrainingSetup
+from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup
 
 ROUNDS = 3
 

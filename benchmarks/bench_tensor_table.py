@@ -52,7 +52,7 @@ async def _settle(pilot) -> None:
 async def one_round(path: Path, runs: Path) -> dict[str, float]:
     """Warm each measure once on ``path``, then time it once."""
     from minigpt_tui.app import LaunchSettings, MiniGPTApp
-    from minigpt_tui.engine.checkpoint.inspect import inspect_path
+    from minigpt_tui.engine.formats.inspect import inspect_path
     from minigpt_tui.widgets.tensor_table import TensorTable
 
     def inspect_json() -> None:

@@ -173,9 +173,9 @@ UPDATE_SHAPES = [
 
 
 def bench_update(work: Path, rounds: int, updates: int, shapes: list[dict[str, int]]) -> list[dict[str, object]]:
-    from minigpt_tui.engine.config import load_config
-    from minigpt_tui.engine.corpus import load_corpus
-    from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
+    from minigpt_tui.engine.core.config import load_config
+    from minigpt_tui.engine.training.corpus import load_corpus
+    from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision
 
     results = []
     text_path = work / "update.txt"
@@ -232,11 +232,11 @@ def bench_update(work: Path, rounds: int, updates: int, shapes: list[dict[str, i
 def bench_encode(rounds: int, megabytes: int, merges: int) -> dict[str, object]:
     from tokenizers import Tokenizer
 
-    from minigpt_tui.engine.corpus import parse_records
-    from minigpt_tui.engine.fast_encoder import FastEncoder
-    from minigpt_tui.engine.interop.hf_tokenizer import tokenizer_json
-    from minigpt_tui.engine.stream import encode_records
-    from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+    from minigpt_tui.engine.training.corpus import parse_records
+    from minigpt_tui.engine.training.fast_encoder import FastEncoder
+    from minigpt_tui.engine.formats.hf_tokenizer import tokenizer_json
+    from minigpt_tui.engine.training.stream import encode_records
+    from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
     text = english_text(megabytes * 1_000_000)
     records = parse_records(text)
@@ -277,7 +277,7 @@ def bench_merges(rounds: int, train_text: list[str], merges: int) -> dict[str, o
     same number of merges; rounds alternate which side runs first."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from minigpt_tui.engine.tokenizer import learn_merges
+    from minigpt_tui.engine.core.tokenizer import learn_merges
 
     def our_training() -> float:
         start = time.perf_counter()
@@ -378,7 +378,7 @@ print(json.dumps(last))
 def bare_split_tokens(text: str) -> tuple[np.ndarray, np.ndarray]:
     """The bare loop's token arrays: each paragraph as BOS bytes EOS (ids: byte + 2), record
     i (1-based) validation when i % 10 == 0."""
-    from minigpt_tui.engine.corpus import parse_records
+    from minigpt_tui.engine.training.corpus import parse_records
 
     records = parse_records(text)
 
@@ -412,10 +412,10 @@ def final_losses_on_the_same_tokens(corpus: Path, our_checkpoint: str, bare_weig
     checks that our run's validation tokens are the bare loop's."""
     from safetensors.torch import load_file
 
-    from minigpt_tui.engine.checkpoint.portable import load_portable_model
-    from minigpt_tui.engine.corpus import CorpusConfig, load_corpus
-    from minigpt_tui.engine.stream import encode_records
-    from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+    from minigpt_tui.engine.training.model_file import load_portable_model
+    from minigpt_tui.engine.training.corpus import CorpusConfig, load_corpus
+    from minigpt_tui.engine.training.stream import encode_records
+    from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
     _, validation = bare_split_tokens(corpus.read_text("utf-8"))
     ours_split = encode_records(load_corpus(CorpusConfig(source=str(corpus), val_every=10)).validation, ByteBPETokenizer())
@@ -559,9 +559,9 @@ def measured_train(work: Path, corpus: Path, tree: Path = ROOT) -> dict[str, Any
 PREPARATION = """
 import json, sys, time
 import torch
-from minigpt_tui.engine.corpus import load_corpus
+from minigpt_tui.engine.training.corpus import load_corpus
 from minigpt_tui.engine.session.inputs import RunChoices
-from minigpt_tui.engine.trainer import TrainingSetup, apply_precision
+from minigpt_tui.engine.training.trainer import TrainingSetup, apply_precision
 config = RunChoices("text", None, corpus=sys.argv[1]).resolve()
 apply_precision(config.train)
 wall, cpu = time.perf_counter(), time.process_time()
@@ -691,7 +691,7 @@ def main() -> None:
         if run_all or args.section == "encode":
             bench_encode(args.rounds, args.megabytes or 20, args.merges)
         if args.section == "merges":
-            from minigpt_tui.engine.corpus import parse_records
+            from minigpt_tui.engine.training.corpus import parse_records
 
             megabytes = args.megabytes or 20
             records = parse_records(english_text(megabytes * 1_000_000))

@@ -17,7 +17,7 @@ import random
 
 from timing import interleaved, ratio
 
-from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 MERGES = 256
 SIZE = int(os.environ.get("BENCH_TOKENIZER_BYTES", "5000000"))  # fewer bytes for a quick look

@@ -16,11 +16,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from minigpt_tui.engine.batches import NO_TARGET, make_batch
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.model import MiniGPT
-from minigpt_tui.engine.trainer import TrainingSetup, Trainer, apply_precision, scheduled_work
+from minigpt_tui.engine.training.batches import NO_TARGET, make_batch
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.training.trainer import TrainingSetup, Trainer, apply_precision, scheduled_work
 
 UPDATES = 200
 ROUNDS = 5

@@ -83,8 +83,8 @@ class MiniGPTApp(App[None]):
         """Every notification shows its text as given: control characters escaped (a file
         or tensor name may hold terminal escapes), no markup read from it, and bounded (a
         value echoed from a hostile file is cut in the middle, as on the command line)."""
-        from minigpt_tui.engine.files import shorten_middle
-        from minigpt_tui.engine.printable import escape_controls
+        from minigpt_tui.engine.core.files import shorten_middle
+        from minigpt_tui.engine.core.printable import escape_controls
 
         super().notify(shorten_middle(escape_controls(message), NOTIFICATION_LIMIT), title=shorten_middle(escape_controls(title), 120),
                        severity=severity, timeout=timeout, markup=False)
@@ -107,8 +107,8 @@ class MiniGPTApp(App[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine-import")
     def _import_engine(self) -> None:
         started = time.perf_counter()
-        import minigpt_tui.engine.checkpoint.directory  # noqa: F401  (imports torch)
-        import minigpt_tui.engine.trainer  # noqa: F401
+        import minigpt_tui.engine.training.checkpoints  # noqa: F401  (imports torch)
+        import minigpt_tui.engine.training.trainer  # noqa: F401
 
         self.post_message(EngineImported(time.perf_counter() - started))
 
@@ -216,7 +216,7 @@ class MiniGPTApp(App[None]):
 
 
 def run_app(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.runs import resolve_runs_dir
+    from minigpt_tui.engine.session.runs import resolve_runs_dir
 
     settings = LaunchSettings(
         runs_dir=resolve_runs_dir(getattr(args, "runs_dir", None)),

@@ -61,15 +61,15 @@ def main(argv: list[str] | None = None) -> int:
         die_with_launcher()
     args = _parse(parser, argv)
     args.argv = argv  # a launcher re-runs it in each process
-    from minigpt_tui.engine.errors import MiniGPTError
+    from minigpt_tui.engine.core.errors import MiniGPTError
 
     try:
         if args.command is None:
             return _open_app(args)
         return int(args.handler(args) or 0)
     except MiniGPTError as err:
-        from minigpt_tui.engine.files import shorten_middle
-        from minigpt_tui.engine.printable import escape_controls
+        from minigpt_tui.engine.core.files import shorten_middle
+        from minigpt_tui.engine.core.printable import escape_controls
 
         # Every echoed value is bounded: a 10 MB string in a config makes a line, not 10 MB.
         line = f"minigpt-tui: error: {shorten_middle(escape_controls(err), MAX_ERROR_LINE)}"
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except OSError as err:  # a failure of the operating system no check above named: one line still
-        from minigpt_tui.engine.files import os_error_line
+        from minigpt_tui.engine.core.files import os_error_line
 
         line = f"minigpt-tui: error: {os_error_line(err)}"
         sys.stderr.write(line + "\n")

@@ -20,7 +20,7 @@ from typing import Any
 
 from textual.message import Message
 
-from minigpt_tui.engine.checkpoint.integrity import Integrity
+from minigpt_tui.engine.formats.integrity import Integrity
 from minigpt_tui.engine.session.events import RunSummary
 from minigpt_tui.engine.session.generation import StepperView
 from minigpt_tui.engine.session.insight import InsightView

@@ -17,11 +17,12 @@ import numpy as np
 import safetensors.numpy
 
 from minigpt_tui.app import LaunchSettings, MiniGPTApp
-from minigpt_tui.engine.checkpoint.directory import MANIFEST, Checkpointer
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.runs import RunDirectory
-from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
+from minigpt_tui.engine.training.checkpoints import Checkpointer
+from minigpt_tui.engine.formats.checkpoint_folder import MANIFEST
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.session.runs import RunDirectory
+from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision
 
 FROZEN_SAVED_AT = 1767225600.0  # manifests' save time, fixed so that sizes never change by a digit
 

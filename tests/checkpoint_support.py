@@ -8,11 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.engine.checkpoint.directory import MANIFEST
-from minigpt_tui.engine.checkpoint.safetensors_io import json_metadata, load_file, write_safetensors
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
+from minigpt_tui.engine.formats.checkpoint_folder import MANIFEST
+from minigpt_tui.engine.formats.safetensors_io import json_metadata, load_file, write_safetensors
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision
 
 
 def make_trainer(preset: str = "tiny", updates: int = 0, **overrides: dict[str, Any]) -> Trainer:

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from minigpt_tui.engine.config import ModelConfig
+from minigpt_tui.engine.core.config import ModelConfig
 
 TOKEN_TABLE = "token_embedding.weight"
 

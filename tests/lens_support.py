@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from minigpt_tui.engine.config import ModelConfig
-from minigpt_tui.engine.model import MiniGPT
-from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+from minigpt_tui.engine.core.config import ModelConfig
+from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 BYTES_ONLY = ByteBPETokenizer()
 FAMILY_SHAPES = {

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button, Input, Static, TabbedContent
 
-from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints, inspect_path, tensor_statistics
-from minigpt_tui.engine.checkpoint.state_groups import StateGroup
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus
+from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
+from minigpt_tui.engine.formats.compare import compare_checkpoints
+from minigpt_tui.engine.formats.state_groups import StateGroup
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus
 from minigpt_tui.engine.session.resume_preview import ResumePreview
-from minigpt_tui.engine.tokenizer import BOS, ByteBPETokenizer
+from minigpt_tui.engine.core.tokenizer import BOS, ByteBPETokenizer
 from minigpt_tui.screens.checkpoints import CheckpointsScreen
 from minigpt_tui.screens.confirm_delete import ConfirmDeleteScreen
 from minigpt_tui.screens.path_prompt import PathPromptScreen
@@ -220,7 +221,7 @@ async def test_the_palette_lists_the_checkpoint_actions_and_runs_them(runs):
 
 @run_async
 async def test_statistics_are_computed_on_a_worker_thread_and_match_the_engine(runs, monkeypatch):
-    import minigpt_tui.engine.checkpoint.inspect as inspect_module
+    import minigpt_tui.engine.formats.inspect as inspect_module
 
     threads: list[threading.Thread] = []
     original = inspect_module.tensor_statistics
@@ -376,8 +377,8 @@ async def test_opening_a_foreign_file_and_a_large_file_by_path(runs):
 
 @run_async
 async def test_a_transformers_folder_opens_with_its_tokenizer(runs):
-    from minigpt_tui.engine.checkpoint.portable import load_portable_model
-    from minigpt_tui.engine.interop.hf_export import export_hf
+    from minigpt_tui.engine.training.model_file import load_portable_model
+    from minigpt_tui.engine.formats.hf_export import export_hf
 
     portable = load_portable_model(runs / "tiny-a" / "checkpoints" / "step-000004" / "model.safetensors")
     folder = runs.parent / "files" / "hf-tiny"

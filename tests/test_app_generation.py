@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Select, Static
 
-from minigpt_tui.engine.checkpoint.portable import load_portable_model
-from minigpt_tui.engine.errors import GenerationError
-from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
-from minigpt_tui.engine.tokenizer import BOS
+from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
+from minigpt_tui.engine.core.tokenizer import BOS
 from minigpt_tui.engine.session.generation import parse_settings
 from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.screens.path_prompt import PathPromptScreen
@@ -337,8 +337,8 @@ async def test_attention_view_shows_every_layer_and_head(runs):
 
 @run_async
 async def test_forward_passes_and_loading_never_run_on_the_ui_thread(runs, monkeypatch):
-    from minigpt_tui.engine import model as model_module
-    from minigpt_tui.engine.checkpoint import portable
+    from minigpt_tui.engine.training import model as model_module
+    from minigpt_tui.engine.training import model_file as portable
 
     threads: list[threading.Thread] = []
     forward = model_module.MiniGPT.forward
@@ -466,7 +466,7 @@ def test_snapshot_generation_screen(saved, tmp_path, snap_compare, size):
 
 @run_async
 async def test_lens_contributions_and_head_pattern_of_the_selected_decision(runs):
-    from minigpt_tui.engine.lens import inspect_decision
+    from minigpt_tui.engine.analysis.lens import inspect_decision
     from minigpt_tui.widgets.insight_panel import InsightPanel
 
     expected = engine_stepper(runs, GenerationRule.greedy())
@@ -507,7 +507,7 @@ async def test_lens_contributions_and_head_pattern_of_the_selected_decision(runs
 @run_async
 async def test_a_second_model_adds_its_probability_and_kl_to_each_decision(runs, tmp_path):
     from lens_support import BYTES_ONLY, varied_model
-    from minigpt_tui.engine.checkpoint.portable import save_portable_model
+    from minigpt_tui.engine.formats.portable import save_portable_model
 
     other = tmp_path / "other.safetensors"
     save_portable_model(varied_model("llama"), BYTES_ONLY, other)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lens_support import BYTES_ONLY, varied_model
-from minigpt_tui.engine.lens import inspect_decision
+from minigpt_tui.engine.analysis.lens import inspect_decision
 from minigpt_tui.widgets.contributions_view import contribution_rows, contributions_text, signed_bar
 from minigpt_tui.widgets.head_pattern_view import LABEL_CELLS, pattern_text
 from minigpt_tui.widgets.lens_view import lens_text, rank_sparkline

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from minigpt_tui.engine import stream as stream_module
+from minigpt_tui.engine.training import stream as stream_module
 from minigpt_tui.widgets.run_progress import RunProgress
 from tests.app_support import run_async, static_text
 from tests.test_app_training import SIZE, key, make_app, training, wait_until

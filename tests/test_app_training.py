@@ -94,9 +94,9 @@ async def press_button(pilot, selector: str) -> None:  # type: ignore[no-untyped
 
 def reference_run(overrides: dict[str, dict[str, Any]], until: int | None = None, preset: str = "mini"):
     """The same run never paused, in this process: its records and final state digest."""
-    from minigpt_tui.engine.config import load_config
-    from minigpt_tui.engine.corpus import load_corpus
-    from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision, scheduled_work
+    from minigpt_tui.engine.core.config import load_config
+    from minigpt_tui.engine.training.corpus import load_corpus
+    from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision, scheduled_work
 
     config = load_config(preset, None, overrides)
     apply_precision(config.train)
@@ -302,7 +302,7 @@ async def test_save_and_quit_saves_the_last_update(tmp_path):
 # -- the new-run form and errors ----------------------------------------------------------------
 @run_async
 async def test_new_run_form_starts_a_named_run_with_one_seed(tmp_path):
-    from minigpt_tui.engine.config import SeedConfig
+    from minigpt_tui.engine.core.config import SeedConfig
 
     app = make_app(tmp_path / "runs", preset="tiny")
     async with app.run_test(size=SIZE) as pilot:
@@ -383,7 +383,7 @@ async def test_the_form_fine_tunes_the_model_it_is_given(tmp_path):
     from textual.widgets import Select
 
     from family_support import make_family_folder, training_text
-    from minigpt_tui.engine.opening import open_model
+    from minigpt_tui.engine.session.opening import open_model
 
     folder = make_family_folder("gpt2", tmp_path / "gpt2")
     corpus = tmp_path / "notes.txt"
@@ -545,7 +545,7 @@ async def test_clicking_a_key_in_the_key_bar_presses_it_and_v_switches_table_and
 # -- overlay and export -------------------------------------------------------------------------
 @run_async
 async def test_overlay_another_run_and_export_metrics_to_csv(tmp_path):
-    from minigpt_tui.engine.runs import RunDirectory
+    from minigpt_tui.engine.session.runs import RunDirectory
 
     runs = tmp_path / "runs"
     other = RunDirectory.create(runs, "other", "mini")

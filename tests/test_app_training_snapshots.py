@@ -38,7 +38,7 @@ def utc_event_times(monkeypatch):
 @pytest.fixture
 def frozen_trainer_clock(monkeypatch):
     """Each update appears to take exactly 5 ms, so its tokens/s is the same every run."""
-    import minigpt_tui.engine.trainer as trainer_module
+    import minigpt_tui.engine.training.trainer as trainer_module
 
     ticks = itertools.count()
     monkeypatch.setattr(trainer_module, "time", SimpleNamespace(perf_counter=lambda: next(ticks) * 0.005))

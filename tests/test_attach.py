@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from minigpt_tui.app import LaunchSettings, MiniGPTApp
-from minigpt_tui.engine.errors import ConfigError
+from minigpt_tui.engine.core.errors import ConfigError
 from minigpt_tui.engine.session.events import Command, Refused
 from minigpt_tui.engine.session.run_control import (
     CONTROL_FILE,

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minigpt_tui.engine.errors import CacheError
-from minigpt_tui.engine.stream import TokenStream
-from minigpt_tui.engine.token_cache import TAG_FILE, TokenCache, entry_key
+from minigpt_tui.engine.core.errors import CacheError
+from minigpt_tui.engine.training.stream import TokenStream
+from minigpt_tui.engine.training.token_cache import TAG_FILE, TokenCache, entry_key
 from tests.conftest import cli_command, cli_env
 
 

@@ -13,20 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from minigpt_tui.engine.checkpoint.directory import (
-    MANIFEST,
+from minigpt_tui.engine.training.checkpoints import (
     Checkpointer,
-    list_checkpoints,
     load_checkpoint,
     prune_checkpoints,
     recover_interrupted,
     restore_trainer,
     save_checkpoint,
 )
-from minigpt_tui.engine.checkpoint.portable import MODEL_FILE
-from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE
-from minigpt_tui.engine.errors import CheckpointError
-from minigpt_tui.engine.runs import RunDirectory, resolve_checkpoint, resolve_model_file
+from minigpt_tui.engine.formats.checkpoint_folder import MANIFEST, list_checkpoints
+from minigpt_tui.engine.formats.portable import MODEL_FILE
+from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
+from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.session.runs import RunDirectory, resolve_checkpoint, resolve_model_file
 from minigpt_tui.engine.session.events import Command, Paused, Saved, UpdateDone
 from minigpt_tui.engine.session.training import TrainingSession
 from tests.checkpoint_support import make_trainer
@@ -131,7 +130,7 @@ def test_retention_keeps_the_last_k_plus_the_best(tmp_path):
     trainer = make_trainer("mini", train={"steps": 12, "eval_every": 3})
     checkpointer = Checkpointer(tmp_path, keep_last=2)
     saved_steps = []
-    from minigpt_tui.engine.trainer import UpdateRecord, scheduled_work
+    from minigpt_tui.engine.training.trainer import UpdateRecord, scheduled_work
 
     for item in scheduled_work(trainer):
         if isinstance(item, UpdateRecord) and item.step % 2 == 0:
@@ -160,7 +159,7 @@ def test_run_specs_resolve_to_checkpoints(tmp_path):
     run = RunDirectory.create(runs, "alpha", "mini")
     trainer = make_trainer("mini", train={"steps": 6, "eval_every": 2})
     checkpointer = Checkpointer(run, keep_last=10)
-    from minigpt_tui.engine.trainer import UpdateRecord, scheduled_work
+    from minigpt_tui.engine.training.trainer import UpdateRecord, scheduled_work
 
     for item in scheduled_work(trainer):
         if isinstance(item, UpdateRecord):

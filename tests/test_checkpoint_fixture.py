@@ -10,14 +10,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from minigpt_tui.engine.checkpoint.directory import load_checkpoint, restore_trainer
-from minigpt_tui.engine.checkpoint.state_groups import StateGroup, group_of
-from minigpt_tui.engine.checkpoint.state_parts import STATE_PARTS
-from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE, capture_state, read_training_state
+from minigpt_tui.engine.training.checkpoints import load_checkpoint, restore_trainer
+from minigpt_tui.engine.formats.state_groups import StateGroup, group_of
+from minigpt_tui.engine.training.state_parts import STATE_PARTS
+from minigpt_tui.engine.training.training_state import capture_state, read_training_state
+from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 from minigpt_tui.engine.session.events import Saved
 from minigpt_tui.engine.session.plans import ResumeRun
 from minigpt_tui.engine.session.training import TrainingSession
-from minigpt_tui.engine.trainer import apply_precision
+from minigpt_tui.engine.training.trainer import apply_precision
 from tests.checkpoint_support import make_trainer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny-format1" / "step-000002"
@@ -69,8 +70,8 @@ def test_every_tensor_of_the_fixture_belongs_to_a_declared_part_and_a_group():
 
 
 def test_integrity_has_one_shape_for_our_folders_and_transformers_folders(tmp_path):
-    from minigpt_tui.engine.checkpoint.directory import verify_checkpoint
-    from minigpt_tui.engine.checkpoint.integrity import Integrity, IntegrityScope
+    from minigpt_tui.engine.formats.checkpoint_folder import verify_checkpoint
+    from minigpt_tui.engine.formats.integrity import Integrity, IntegrityScope
 
     ours = verify_checkpoint(FIXTURE, hashes=True)
     assert ours.ok and ours.step == 2 and ours.hashes_checked and [f.name for f in ours.files] == [

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.cli import main
-from minigpt_tui.engine.checkpoint.inspect import inspect_path
-from minigpt_tui.engine.checkpoint.state_groups import InspectionState, StateGroup
-from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE
+from minigpt_tui.engine.formats.inspect import inspect_path
+from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup
+from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE = FIXTURES / "tiny-format1" / "step-000002"

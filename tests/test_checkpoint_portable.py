@@ -9,17 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minigpt_tui.engine.checkpoint.portable import (
-    CONSTANTS,
-    MERGES,
-    load_backbone,
-    load_portable_model,
-    save_backbone,
-    save_portable_model,
-)
-from minigpt_tui.engine.checkpoint.safetensors_io import encode_header, load_file, read_header, write_safetensors
-from minigpt_tui.engine.errors import CheckpointError
-from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+from minigpt_tui.engine.formats.portable import CONSTANTS, MERGES, save_portable_model
+from minigpt_tui.engine.training.model_file import load_backbone, load_portable_model, save_backbone
+from minigpt_tui.engine.formats.safetensors_io import encode_header, load_file, read_header, write_safetensors
+from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 from tests.checkpoint_support import data_offset, flip_bit, make_trainer
 
 

@@ -10,7 +10,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from minigpt_tui.engine.checkpoint.safetensors_io import (
+from minigpt_tui.engine.formats.safetensors_io import (
     MAX_HEADER_BYTES,
     InvalidSafetensors,
     load_file,
@@ -18,8 +18,8 @@ from minigpt_tui.engine.checkpoint.safetensors_io import (
     read_tensor,
     write_safetensors,
 )
-from minigpt_tui.engine.errors import CheckpointError
-from minigpt_tui.engine.tensors import u64_values
+from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.core.tensors import u64_values
 
 
 def raw_file(path: Path, header: dict | bytes, data: bytes = b"", declared: int | None = None) -> Path:

@@ -9,13 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minigpt_tui.engine.checkpoint.directory import load_checkpoint, restore_trainer, save_checkpoint
-from minigpt_tui.engine.checkpoint.portable import MODEL_FILE, save_portable_model
-from minigpt_tui.engine.checkpoint.safetensors_io import load_file
-from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE, capture_training_state
-from minigpt_tui.engine.errors import CaptureRefused, ResumeRefused
-from minigpt_tui.engine.tensors import u64_values
-from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+from minigpt_tui.engine.training.checkpoints import load_checkpoint, restore_trainer, save_checkpoint
+from minigpt_tui.engine.formats.portable import MODEL_FILE, save_portable_model
+from minigpt_tui.engine.formats.safetensors_io import load_file
+from minigpt_tui.engine.training.training_state import capture_training_state
+from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
+from minigpt_tui.engine.core.errors import CaptureRefused, ResumeRefused
+from minigpt_tui.engine.core.tensors import u64_values
+from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 from tests.checkpoint_support import make_trainer, refresh_manifest, rewrite_metadata, snapshot
 
 

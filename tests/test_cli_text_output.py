@@ -67,8 +67,8 @@ def test_a_training_state_given_as_a_model_says_where_the_model_is(capsys):
 
 @pytest.mark.parametrize("name", ["other-tool/model", "x"])
 def test_a_foreign_format_record_is_named_not_printed_as_a_dict(tmp_path, name):
-    from minigpt_tui.engine.checkpoint.portable import read_model_records
-    from minigpt_tui.engine.errors import CheckpointError
+    from minigpt_tui.engine.formats.portable import read_model_records
+    from minigpt_tui.engine.core.errors import CheckpointError
 
     with pytest.raises(CheckpointError) as err:
         read_model_records(tmp_path / "m.safetensors", {"format": f'{{"name": "{name}", "version": 1}}'})
@@ -188,7 +188,7 @@ def test_a_step_the_run_has_no_checkpoint_at_lists_the_steps_it_has(capsys, tmp_
 
 
 def test_many_checkpoints_are_listed_by_their_ends():
-    from minigpt_tui.engine.runs import _steps_held
+    from minigpt_tui.engine.session.runs import _steps_held
 
     assert _steps_held([]) == "it has none"
     assert _steps_held(list(range(100, 1100, 100))) == "its checkpoints: 100, 200, 300, …, 1000 (10 in all)"

@@ -12,11 +12,11 @@ import torch
 
 from conftest import cli_command, cli_env
 from lens_support import BYTES_ONLY, FAMILY_SHAPES, varied_model
-from minigpt_tui.engine.contrast import contrast_models
-from minigpt_tui.engine.errors import GenerationError
-from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
-from minigpt_tui.engine.model import MiniGPT
-from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+from minigpt_tui.engine.analysis.contrast import contrast_models
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
+from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 PROMPT = "Compare"
 
@@ -81,7 +81,7 @@ def test_a_path_longer_than_a_context_is_refused():
 # -- the command ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def model_files(tmp_path_factory) -> dict[str, Path]:
-    from minigpt_tui.engine.checkpoint.portable import save_portable_model
+    from minigpt_tui.engine.formats.portable import save_portable_model
 
     folder = tmp_path_factory.mktemp("contrast")
     files = {"a": folder / "a.safetensors", "b": folder / "b.safetensors", "other": folder / "other.safetensors"}
@@ -132,7 +132,7 @@ def test_contrast_refusals_are_one_line(model_files, tmp_path, models, extra, me
 
 
 def test_a_second_opinion_on_each_decision_of_a_stepper():
-    from minigpt_tui.engine.contrast import check_same_tokenizer, second_opinion
+    from minigpt_tui.engine.analysis.contrast import check_same_tokenizer, second_opinion
 
     a, b = varied_model("gpt2", seed=3), varied_model("gpt2", seed=5)
     stepper = DecisionStepper(a, BYTES_ONLY, PROMPT, GenerationRule.greedy(4))

@@ -7,18 +7,14 @@ import json
 
 import pytest
 
-from minigpt_tui.engine.checkpoint.directory import restore_trainer, save_checkpoint
-from minigpt_tui.engine.checkpoint.safetensors_io import load_file
-from minigpt_tui.engine.checkpoint.training_state import (
-    TRAINING_FILE,
-    capture_state,
-    config_identity,
-    envelope_differences,
-)
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.devices import choose_device
-from minigpt_tui.engine.distributed import ProcessWorld, rank_seed, world_from_environment
-from minigpt_tui.engine.errors import ConfigError, ResumeRefused
+from minigpt_tui.engine.training.checkpoints import restore_trainer, save_checkpoint
+from minigpt_tui.engine.formats.safetensors_io import load_file
+from minigpt_tui.engine.training.training_state import capture_state, config_identity, envelope_differences
+from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.core.devices import choose_device
+from minigpt_tui.engine.training.distributed import ProcessWorld, rank_seed, world_from_environment
+from minigpt_tui.engine.core.errors import ConfigError, ResumeRefused
 from tests.checkpoint_support import make_trainer, refresh_manifest, rewrite_metadata, snapshot
 
 

@@ -345,8 +345,8 @@ def test_a_stop_signal_to_the_launcher_saves_and_every_process_exits_0(tmp_path,
 
 @pytest.mark.slow
 def test_no_resume_starts_while_any_process_of_the_run_lives(tmp_path):
-    from minigpt_tui.engine.errors import RunLocked
-    from minigpt_tui.engine.runs import lock_run
+    from minigpt_tui.engine.core.errors import RunLocked
+    from minigpt_tui.engine.session.runs import lock_run
 
     launcher, run_dir = _start_long_two_process_run(tmp_path, "held")
     try:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from minigpt_tui.engine.batches import NO_TARGET, DocumentOrder, ReplacementSampler, make_batch, make_examples
-from minigpt_tui.engine.config import CorpusConfig, SeedConfig, load_config
-from minigpt_tui.engine.corpus import load_corpus, parse_records, split_records
-from minigpt_tui.engine.errors import ConfigError, CorpusError, TokenizerError
-from minigpt_tui.engine.tokenizer import BOS, EOS, ByteBPETokenizer
+from minigpt_tui.engine.training.batches import NO_TARGET, DocumentOrder, ReplacementSampler, make_batch, make_examples
+from minigpt_tui.engine.core.config import CorpusConfig, SeedConfig, load_config
+from minigpt_tui.engine.training.corpus import load_corpus, parse_records, split_records
+from minigpt_tui.engine.core.errors import ConfigError, CorpusError, TokenizerError
+from minigpt_tui.engine.core.tokenizer import BOS, EOS, ByteBPETokenizer
 
 
 def test_bundled_corpus_splits_every_fourth_record_into_validation():
@@ -20,7 +20,7 @@ def test_bundled_corpus_splits_every_fourth_record_into_validation():
 
 def test_corpus_identity_covers_text_and_split():
     texts = ["one", "two", "three", "four"]
-    from minigpt_tui.engine.corpus import Corpus
+    from minigpt_tui.engine.training.corpus import Corpus
 
     a = Corpus.of_texts(texts, "x", 4)
     b = Corpus.of_texts(texts, "x", 2)
@@ -193,7 +193,7 @@ def _reference_merges(texts: list[str], merges: int) -> tuple[tuple[int, int], .
     """The definition, recounting everything after each merge: slow and obviously right."""
     from collections import Counter
 
-    from minigpt_tui.engine.tokenizer import BYTE_OFFSET, FIRST_MERGE_ID, _merge
+    from minigpt_tui.engine.core.tokenizer import BYTE_OFFSET, FIRST_MERGE_ID, _merge
 
     words = [[b + BYTE_OFFSET for b in t.encode()] for t in texts]
     learned: list[tuple[int, int]] = []

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 import torch
 
-from minigpt_tui.engine import stream as stream_module
-from minigpt_tui.engine.config import ModelConfig, load_config
-from minigpt_tui.engine.corpus import load_corpus, parse_records
-from minigpt_tui.engine.errors import CorpusError
-from minigpt_tui.engine.fast_encoder import FastEncoder, fast_encoder
-from minigpt_tui.engine.model import MiniGPT
-from minigpt_tui.engine.stream import TokenStream, TokenWindows, encode_records, token_dtype
-from minigpt_tui.engine.token_cache import TokenCache, entry_key
-from minigpt_tui.engine.tokenizer import BOS, EOS, ByteBPETokenizer
-from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
+from minigpt_tui.engine.training import stream as stream_module
+from minigpt_tui.engine.core.config import ModelConfig, load_config
+from minigpt_tui.engine.training.corpus import load_corpus, parse_records
+from minigpt_tui.engine.core.errors import CorpusError
+from minigpt_tui.engine.training.fast_encoder import FastEncoder, fast_encoder
+from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.training.stream import TokenStream, TokenWindows, encode_records, token_dtype
+from minigpt_tui.engine.training.token_cache import TokenCache, entry_key
+from minigpt_tui.engine.core.tokenizer import BOS, EOS, ByteBPETokenizer
+from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision
 
 STREAM = {"corpus": {"mode": "stream", "source": "bundled:patterns.txt"}}
 
@@ -80,7 +80,7 @@ def test_stream_training_draws_window_offsets_from_the_data_generator():
 
 
 def test_stream_mode_refuses_document_order():
-    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="replacement"):
         load_config("tiny", overrides={"corpus": {"mode": "stream"}})
@@ -276,7 +276,7 @@ def test_exact_precision_never_uses_fused_attention():
 
 
 def test_merges_can_be_learned_from_a_declared_prefix_of_the_training_split():
-    from minigpt_tui.engine.trainer import merge_training_records
+    from minigpt_tui.engine.training.trainer import merge_training_records
 
     texts = ["abc", "defg", "hi", "jklmn"]
     assert merge_training_records(texts, 0) == texts

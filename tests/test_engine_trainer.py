@@ -10,12 +10,12 @@ import threading
 import pytest
 import torch
 
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.errors import CaptureRefused
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.core.errors import CaptureRefused
 from minigpt_tui.engine.session.events import Command, EvaluationDone, Finished, Paused, UpdateDone
 from minigpt_tui.engine.session.training import TrainingSession
-from minigpt_tui.engine.trainer import (
+from minigpt_tui.engine.training.trainer import (
     LossScaler,
     TrainingSetup,
     Trainer,

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from minigpt_tui.engine.config import ModelConfig, load_config
-from minigpt_tui.engine.errors import GenerationError
-from minigpt_tui.engine.generation import (
+from minigpt_tui.engine.core.config import ModelConfig, load_config
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.analysis.generation import (
     DecisionStepper,
     GenerationRule,
     eligibility_mask,
@@ -25,8 +25,8 @@ from minigpt_tui.engine.generation import (
     selection_distribution,
     selection_order,
 )
-from minigpt_tui.engine.model import MiniGPT
-from minigpt_tui.engine.tokenizer import BOS, BYTE_OFFSET, EOS, ByteBPETokenizer
+from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.core.tokenizer import BOS, BYTE_OFFSET, EOS, ByteBPETokenizer
 
 BYTES_ONLY = ByteBPETokenizer()  # 258 ids: BOS, EOS, 256 bytes
 SMALL_CONTEXT = ModelConfig(family="gpt2", width=4, heads=1, kv_heads=1, ffn=8, layers=1, context=8)
@@ -297,8 +297,8 @@ def test_entropy_of_uniform_logits_is_log_vocab():
 # -- the stepper on trained and random models ---------------------------------------------
 @pytest.fixture(scope="module")
 def trained_mini():
-    from minigpt_tui.engine.corpus import load_corpus
-    from minigpt_tui.engine.trainer import TrainingSetup, Trainer, apply_precision
+    from minigpt_tui.engine.training.corpus import load_corpus
+    from minigpt_tui.engine.training.trainer import TrainingSetup, Trainer, apply_precision
 
     config = load_config("mini")
     config = config.replace(train={"steps": 300, "eval_every": 0})
@@ -434,10 +434,10 @@ def test_stepper_leaves_the_models_mode_and_grad_state_alone():
 
 TRACE_SCRIPT = """
 import json, sys, torch
-from minigpt_tui.engine.config import ModelConfig
-from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
-from minigpt_tui.engine.model import MiniGPT
-from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+from minigpt_tui.engine.core.config import ModelConfig
+from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
+from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 config = ModelConfig(family="llama", width=16, heads=4, kv_heads=2, ffn=32, layers=2, context=32)
 model = MiniGPT(config, 258, torch.float64)
 model.initialize(21)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli_command, cli_env
-from minigpt_tui.engine.config import load_config
+from minigpt_tui.engine.core.config import load_config
 
 PROMPT = "The key is red. Answer: "
 
@@ -17,9 +17,9 @@ PROMPT = "The key is red. Answer: "
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory) -> Path:
     """The mini preset trained 300 updates, saved as a portable model."""
-    from minigpt_tui.engine.checkpoint.portable import save_portable_model
-    from minigpt_tui.engine.corpus import load_corpus
-    from minigpt_tui.engine.trainer import TrainingSetup, Trainer, apply_precision
+    from minigpt_tui.engine.formats.portable import save_portable_model
+    from minigpt_tui.engine.training.corpus import load_corpus
+    from minigpt_tui.engine.training.trainer import TrainingSetup, Trainer, apply_precision
 
     config = load_config("mini").replace(train={"steps": 300, "eval_every": 0})
     apply_precision(config.train)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from minigpt_tui.engine.errors import GenerationError
-from minigpt_tui.engine.generation_rule import GenerationRule
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.analysis.generation_rule import GenerationRule
 from minigpt_tui.engine.session.generation import NO_MODEL, GenerationSession, GenerationSettings
 from minigpt_tui.engine.session.operations import Operation, OperationQueue, failure_reason
 

@@ -12,12 +12,12 @@ import torch
 
 from family_support import byte_level_tokenizer, family_config, reference_greedy
 from gguf_support import write_gguf
-from minigpt_tui.engine.errors import CheckpointError
-from minigpt_tui.engine.generation import DecisionStepper
-from minigpt_tui.engine.generation_rule import GenerationRule
-from minigpt_tui.engine.interop.gguf_file import InvalidGGUF, read_gguf_header
-from minigpt_tui.engine.interop.gguf_models import open_gguf_model
-from minigpt_tui.engine.lens import inspect_decision
+from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.analysis.generation import DecisionStepper
+from minigpt_tui.engine.analysis.generation_rule import GenerationRule
+from minigpt_tui.engine.formats.gguf_file import InvalidGGUF, read_gguf_header
+from minigpt_tui.engine.training.gguf_models import open_gguf_model
+from minigpt_tui.engine.analysis.lens import inspect_decision
 
 PROMPT = "The json module: héllo wörld 🙂 — tabs\tand spaces, 12345"
 QUANTS = ("F32", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
@@ -174,7 +174,7 @@ def test_k_quants_dequantize_as_transformers_does(tmp_path, quant):
     import numpy as np
     from transformers.integrations.gguf.dequant import dequantize as reference
 
-    from minigpt_tui.engine.interop.gguf_file import GGUFData
+    from minigpt_tui.engine.formats.gguf_file import GGUFData
 
     kind = getattr(gguf.GGMLQuantizationType, quant)
     block, block_bytes = gguf.GGML_QUANT_SIZES[kind]

@@ -9,7 +9,7 @@ import torch
 
 from conftest import run_cli
 from lens_support import BYTES_ONLY, varied_model
-from minigpt_tui.engine.head_roles import ROLES, repeated_sequences, role_scores, score_heads
+from minigpt_tui.engine.analysis.head_roles import ROLES, repeated_sequences, role_scores, score_heads
 
 
 def _pattern(key_of, length: int = 9) -> torch.Tensor:
@@ -45,7 +45,7 @@ def test_every_head_is_scored_and_the_command_prints_them(tmp_path, capsys):
     roles = score_heads(model, BYTES_ONLY)
     assert len(roles) == model.config.layers * model.config.heads
     assert all(0.0 <= getattr(r, role) <= 1.0 for r in roles for role in ROLES)
-    from minigpt_tui.engine.checkpoint.portable import save_portable_model
+    from minigpt_tui.engine.formats.portable import save_portable_model
 
     path = tmp_path / "model.safetensors"
     save_portable_model(model, BYTES_ONLY, path)

@@ -20,27 +20,17 @@ import pytest
 import torch
 
 from minigpt_tui.cli import main
-from minigpt_tui.engine.checkpoint.directory import (
-    MANIFEST,
-    Checkpointer,
-    load_checkpoint,
-    read_manifest,
-    restore_trainer,
-)
-from minigpt_tui.engine.checkpoint.inspect import inspect_path
-from minigpt_tui.engine.checkpoint.portable import (
-    MODEL_FILE,
-    load_portable_model,
-    model_identity,
-    read_portable,
-    semantic_settings,
-)
-from minigpt_tui.engine.checkpoint.safetensors_io import InvalidSafetensors, load_file, read_header
-from minigpt_tui.engine.checkpoint.state_groups import StateGroup
-from minigpt_tui.engine.checkpoint.training_state import TRAINING_FILE
-from minigpt_tui.engine.config import ModelConfig, load_config
-from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.errors import (
+from minigpt_tui.engine.training.checkpoints import Checkpointer, load_checkpoint, restore_trainer
+from minigpt_tui.engine.formats.checkpoint_folder import MANIFEST, read_manifest
+from minigpt_tui.engine.formats.inspect import inspect_path
+from minigpt_tui.engine.formats.portable import MODEL_FILE, model_identity, read_portable, semantic_settings
+from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.engine.formats.safetensors_io import InvalidSafetensors, load_file, read_header
+from minigpt_tui.engine.formats.state_groups import StateGroup
+from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
+from minigpt_tui.engine.core.config import ModelConfig, load_config
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.core.errors import (
     CheckpointError,
     InputRefused,
     MiniGPTError,
@@ -48,10 +38,10 @@ from minigpt_tui.engine.errors import (
     RunLocked,
     WriteRefused,
 )
-from minigpt_tui.engine.files import write_file
-from minigpt_tui.engine.interop.foreign import WALK_DEPTH
-from minigpt_tui.engine.printable import escape_controls
-from minigpt_tui.engine.runs import RunDirectory, lock_run, run_for_checkpoint
+from minigpt_tui.engine.core.files import write_file
+from minigpt_tui.engine.formats.foreign import WALK_DEPTH
+from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.session.runs import RunDirectory, lock_run, run_for_checkpoint
 from tests.checkpoint_support import data_offset, flip_bit, make_trainer, refresh_manifest, snapshot
 from tests.conftest import ROOT, cli_command, cli_env
 
@@ -150,7 +140,7 @@ def _resign_config(path: Path, **changes: int) -> None:
         settings, records["composition"], records["special_ids"], records["aliases"], tensors
     )
     named = [(e.name, loaded.tensor(e.name).clone()) for e in loaded.header.entries]
-    from minigpt_tui.engine.checkpoint.safetensors_io import json_metadata, write_safetensors
+    from minigpt_tui.engine.formats.safetensors_io import json_metadata, write_safetensors
 
     write_safetensors(path, named, json_metadata(records))
 
@@ -158,7 +148,7 @@ def _resign_config(path: Path, **changes: int) -> None:
 @pytest.mark.parametrize("changes", [{"width": 4096, "heads": 1, "kv_heads": 1}, {"layers": 1000}, {"ffn": 2**31}])
 def test_a_config_the_file_cannot_hold_is_refused_before_the_model_is_built(tmp_path, changes):
     trainer = make_trainer("tiny")
-    from minigpt_tui.engine.checkpoint.portable import save_portable_model
+    from minigpt_tui.engine.formats.portable import save_portable_model
 
     path = tmp_path / MODEL_FILE
     save_portable_model(trainer.model, trainer.tokenizer, path)
@@ -206,7 +196,7 @@ def _file(tmp_path: Path, header: bytes, data: bytes = b"", name: str = "x.safet
 
 def _model_with_record(tmp_path: Path, key: str, text: str) -> Path:
     trainer = make_trainer("tiny")
-    from minigpt_tui.engine.checkpoint.portable import save_portable_model
+    from minigpt_tui.engine.formats.portable import save_portable_model
 
     path = tmp_path / MODEL_FILE
     save_portable_model(trainer.model, trainer.tokenizer, path)
@@ -559,7 +549,7 @@ def test_a_file_larger_than_memory_is_refused_before_it_is_read(tmp_path):
     start = time.perf_counter()
     with pytest.raises(CheckpointError, match="more than this machine's"):
         load_file(path)
-    from minigpt_tui.engine.checkpoint.inspect import tensor_statistics
+    from minigpt_tui.engine.formats.inspect import tensor_statistics
 
     with pytest.raises(CheckpointError, match="more than this machine's"):
         tensor_statistics(path, "big")

@@ -132,7 +132,7 @@ def test_too_many_processes_for_memory_are_refused_before_any_starts(tmp_path):
 
 
 def test_the_memory_estimate_reads_a_cgroup_limit(tmp_path, monkeypatch):
-    from minigpt_tui.engine import memory
+    from minigpt_tui.engine.core import memory
 
     root = tmp_path / "cgroup"
     (root / "box").mkdir(parents=True)
@@ -164,21 +164,21 @@ def test_inspect_of_an_index_with_a_million_entries_is_bounded_and_linear(tmp_pa
 
 
 def test_convert_counts_parameters_with_the_tokenizers_vocabulary_before_allocating():
-    from minigpt_tui.engine.config import ModelConfig
-    from minigpt_tui.engine.errors import CheckpointError
-    from minigpt_tui.engine.interop.hf_import import _require_room_for
+    from minigpt_tui.engine.core.config import ModelConfig
+    from minigpt_tui.engine.core.errors import CheckpointError
+    from minigpt_tui.engine.formats.hf_import import require_room_for
 
     config = ModelConfig(family="llama", width=4096, heads=32, kv_heads=8, ffn=11008, layers=1, context=64)
-    _require_room_for(config, 258, 4, "small.hf")  # a few hundred million scalars at most: fits the limit
+    require_room_for(config, 258, 4, "small.hf")  # a few hundred million scalars at most: fits the limit
     with pytest.raises(CheckpointError, match=r"about [\d,]+ parameters with the tokenizer's 1,000,258 ids"):
-        _require_room_for(config, 1_000_258, 4, "big.hf")
+        require_room_for(config, 1_000_258, 4, "big.hf")
 
 
 def test_a_corpus_too_large_to_read_in_memory_is_refused_before_reading_it(tmp_path, monkeypatch):
-    from minigpt_tui.engine import memory
-    from minigpt_tui.engine.config import CorpusConfig
-    from minigpt_tui.engine.corpus import load_corpus
-    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.core import memory
+    from minigpt_tui.engine.core.config import CorpusConfig
+    from minigpt_tui.engine.training.corpus import load_corpus
+    from minigpt_tui.engine.core.errors import ConfigError
 
     text = tmp_path / "book.txt"
     text.write_text("a line of the book\n" * 50_000)  # about 1 MB

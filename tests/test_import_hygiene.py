@@ -44,14 +44,14 @@ def loaded_after_importing(modules: list[str], forbidden_packages: tuple[str, ..
 def test_the_checker_catches_a_module_that_breaks_the_contract():
     assert "rich" in loaded_after_importing(["json", "rich.text"], UI_PACKAGES)
     assert "minigpt_tui.messages" in loaded_after_importing(["minigpt_tui.messages"], (), UI_MODULES)
-    assert "torch" in loaded_after_importing(["minigpt_tui.engine.trainer"], ("torch",))
+    assert "torch" in loaded_after_importing(["minigpt_tui.engine.training.trainer"], ("torch",))
     assert loaded_after_importing(["json"], UI_PACKAGES, UI_MODULES) == []
 
 
 def test_no_engine_module_imports_the_ui():
     modules = modules_under(minigpt_tui.engine)
-    assert {"minigpt_tui.engine.trainer", "minigpt_tui.engine.session.training",
-            "minigpt_tui.engine.checkpoint.state_parts", "minigpt_tui.engine.interop.foreign"} <= set(modules)
+    assert {"minigpt_tui.engine.training.trainer", "minigpt_tui.engine.session.training",
+            "minigpt_tui.engine.training.state_parts", "minigpt_tui.engine.formats.foreign"} <= set(modules)
     assert loaded_after_importing(modules, UI_PACKAGES, UI_MODULES) == []
 
 

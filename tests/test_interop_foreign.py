@@ -15,11 +15,11 @@ import torch
 from torch import nn
 
 from conftest import cli_command, cli_env
-from minigpt_tui.engine.checkpoint.inspect import inspect_path
-from minigpt_tui.engine.checkpoint.state_groups import StateGroup
-from minigpt_tui.engine.errors import CheckpointError
-from minigpt_tui.engine.interop import inspect_foreign
-from minigpt_tui.engine.interop.foreign import pickle_imports
+from minigpt_tui.engine.formats.inspect import inspect_path
+from minigpt_tui.engine.formats.state_groups import StateGroup
+from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.formats.foreign import inspect_foreign
+from minigpt_tui.engine.formats.foreign import pickle_imports
 
 
 class TinyNanoGPT(nn.Module):

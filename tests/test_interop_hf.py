@@ -23,18 +23,19 @@ from safetensors.torch import save_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from conftest import cli_command, cli_env
-from minigpt_tui.engine.checkpoint.inspect import inspect_path
-from minigpt_tui.engine.checkpoint.portable import PortableModel, load_portable_model, save_portable_model
-from minigpt_tui.engine.checkpoint.state_groups import StateGroup
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus
-from minigpt_tui.engine.errors import WriteRefused, CheckpointError, TokenizerError
-from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
-from minigpt_tui.engine.interop import hf_tokenizer
-from minigpt_tui.engine.interop.hf_export import export_hf
-from minigpt_tui.engine.interop.hf_import import convert_hf
-from minigpt_tui.engine.model import MiniGPT
-from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+from minigpt_tui.engine.formats.inspect import inspect_path
+from minigpt_tui.engine.formats.portable import save_portable_model
+from minigpt_tui.engine.training.model_file import PortableModel, load_portable_model
+from minigpt_tui.engine.formats.state_groups import StateGroup
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.core.errors import WriteRefused, CheckpointError, TokenizerError
+from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
+from minigpt_tui.engine.formats import hf_tokenizer
+from minigpt_tui.engine.formats.hf_export import export_hf
+from minigpt_tui.engine.training.hf_models import convert_hf
+from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -580,7 +581,7 @@ def test_export_run_best_of_a_trained_run(tmp_path):
 def test_a_shared_tensor_in_a_pickle_compares_equal_to_the_alias_record_of_safetensors(saved_by_transformers, tmp_path):
     """The .bin lists the tied head as a shared tensor, the safetensors folder as an alias of
     the token table: both are the same tensor, so nothing is reported as only in one side."""
-    from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints
+    from minigpt_tui.engine.formats.compare import compare_checkpoints
 
     folder = tmp_path / "gpt2-bin"
     folder.mkdir()

@@ -18,11 +18,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from minigpt_tui.cli import main
-from minigpt_tui.engine.checkpoint import inspect as inspect_module
-from minigpt_tui.engine.checkpoint import safetensors_io
-from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints, inspect_path, tensor_statistics
-from minigpt_tui.engine.errors import CheckpointError
-from minigpt_tui.engine.interop import foreign
+from minigpt_tui.engine.formats import inspect as inspect_module
+from minigpt_tui.engine.formats import safetensors_io
+from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
+from minigpt_tui.engine.formats.compare import compare_checkpoints
+from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.formats import foreign
 from tests.test_interop_foreign import RunsAShellCommand, nanogpt_checkpoint
 
 INDEX = "model.safetensors.index.json"

@@ -9,8 +9,8 @@ import pytest
 
 from conftest import run_cli
 
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus
 
 
 def _lines(records: list[object]) -> str:

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import legacy_model
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.model import DropoutKey, MiniGPT
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.model import DropoutKey, MiniGPT
 
 PRESETS = ("tiny", "mini", "small", "text")
 

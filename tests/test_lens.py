@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from lens_support import BYTES_ONLY, varied_model
-from minigpt_tui.engine.errors import GenerationError
-from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
-from minigpt_tui.engine.lens import inspect_decision, lens_stream_name, run_with_cache
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
+from minigpt_tui.engine.analysis.lens import inspect_decision, lens_stream_name, run_with_cache
 
 PROMPT = "Attribution"
 FAMILIES = ("llama", "gpt2")

@@ -16,7 +16,7 @@ PROMPT = "Lens"
 
 @pytest.fixture(scope="module")
 def model_files(tmp_path_factory) -> dict[str, Path]:
-    from minigpt_tui.engine.checkpoint.portable import save_portable_model
+    from minigpt_tui.engine.formats.portable import save_portable_model
 
     folder = tmp_path_factory.mktemp("models")
     paths = {}

@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from minigpt_tui.engine.checkpoint.directory import restore_trainer, save_checkpoint
-from minigpt_tui.engine.checkpoint.portable import MODEL_FILE
-from minigpt_tui.engine.checkpoint.safetensors_io import load_file
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.errors import ConfigError
-from minigpt_tui.engine.trainer import autocast_for, mixed_precision_note
+from minigpt_tui.engine.training.checkpoints import restore_trainer, save_checkpoint
+from minigpt_tui.engine.formats.portable import MODEL_FILE
+from minigpt_tui.engine.formats.safetensors_io import load_file
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.core.errors import ConfigError
+from minigpt_tui.engine.training.trainer import autocast_for, mixed_precision_note
 from tests.checkpoint_support import make_trainer
 
 MIXED = {"steps": 6, "eval_every": 3}

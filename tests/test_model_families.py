@@ -14,12 +14,12 @@ import torch
 from conftest import run_cli
 from family_support import (FAMILIES, byte_level_tokenizer, make_family_folder, metaspace_tokenizer, reference,
                             reference_greedy)
-from minigpt_tui.engine.errors import CheckpointError
-from minigpt_tui.engine.generation import DecisionStepper
-from minigpt_tui.engine.generation_rule import GenerationRule
-from minigpt_tui.engine.interop.hf_models import open_hf_model
-from minigpt_tui.engine.lens import inspect_decision
-from minigpt_tui.engine.library_tokenizer import LibraryTokenizer
+from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.analysis.generation import DecisionStepper
+from minigpt_tui.engine.analysis.generation_rule import GenerationRule
+from minigpt_tui.engine.training.hf_models import open_hf_model
+from minigpt_tui.engine.analysis.lens import inspect_decision
+from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
 
 PROMPT = "The json module: héllo wörld 🙂 — tabs\tand spaces, 12345"
 STEPS = 8
@@ -195,7 +195,7 @@ def test_bad_folders_are_refused_in_one_line(folders, tmp_path):
 
 def test_contrast_of_two_folders_that_share_a_tokenizer(tmp_path):
     """An instruct model against its base: two llama folders with one tokenizer."""
-    from minigpt_tui.engine.contrast import contrast_models
+    from minigpt_tui.engine.analysis.contrast import contrast_models
 
     base = make_family_folder("llama", tmp_path / "base", seed=1)
     tuned = make_family_folder("llama", tmp_path / "tuned", seed=2)

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from family_support import reference_greedy
-from minigpt_tui.engine.errors import CheckpointError, GenerationError
-from minigpt_tui.engine.generation import DecisionStepper
-from minigpt_tui.engine.generation_rule import GenerationRule
-from minigpt_tui.engine.interop.nanogpt import open_nanogpt
-from minigpt_tui.engine.lens import inspect_decision
+from minigpt_tui.engine.core.errors import CheckpointError, GenerationError
+from minigpt_tui.engine.analysis.generation import DecisionStepper
+from minigpt_tui.engine.analysis.generation_rule import GenerationRule
+from minigpt_tui.engine.training.nanogpt import open_nanogpt
+from minigpt_tui.engine.analysis.lens import inspect_decision
 
 CHARS = sorted(set("\n !',.:;?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZé"))
 PROMPT = "First Citizen:\nBefore we proceed, hear me speak."

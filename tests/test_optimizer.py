@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from minigpt_tui.engine.optimizer import AdamW
+from minigpt_tui.engine.training.optimizer import AdamW
 
 
 def _train(optimizer_class: type, kernel: dict, steps: int = 5) -> tuple[list[torch.Tensor], dict]:
@@ -71,8 +71,8 @@ def test_training_in_exact_precision_imports_no_compiler(tmp_path):
 
 
 def test_exact_precision_turns_deterministic_algorithms_on_and_fast_turns_them_off():
-    from minigpt_tui.engine.config import load_config
-    from minigpt_tui.engine.trainer import apply_precision
+    from minigpt_tui.engine.core.config import load_config
+    from minigpt_tui.engine.training.trainer import apply_precision
 
     threads = torch.get_num_threads()
     try:

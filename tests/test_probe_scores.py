@@ -8,12 +8,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from minigpt_tui.engine.config import ModelConfig
-from minigpt_tui.engine.errors import GenerationError
-from minigpt_tui.engine.generation import DecisionStepper, GenerationRule, Probe, ProbeSet, load_probes, run_probes
-from minigpt_tui.engine.model import MiniGPT
-from minigpt_tui.engine.probe_scores import score_probes
-from minigpt_tui.engine.tokenizer import BYTE_OFFSET, EOS, ByteBPETokenizer
+from minigpt_tui.engine.core.config import ModelConfig
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule, Probe, ProbeSet, load_probes, run_probes
+from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.analysis.probe_scores import score_probes
+from minigpt_tui.engine.core.tokenizer import BYTE_OFFSET, EOS, ByteBPETokenizer
 
 BYTES_ONLY = ByteBPETokenizer()
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.errors import GenerationError
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.session.events import EvaluationDone, Finished, ProbesScored
 from minigpt_tui.engine.session.history import export_csv, load_history, probe_records, read_metrics
 from minigpt_tui.engine.session.plans import NewRun
@@ -111,7 +111,7 @@ def test_train_and_inspect_commands_show_the_probes(tmp_path):
 def test_a_run_on_your_own_text_scores_the_bundled_probes_only_when_asked(tmp_path):
     """The bundled probes ask about the bundled texts: on your own corpus none are scored by
     default, a given file still is, and a bundled corpus keeps them."""
-    from minigpt_tui.engine.generation import load_probes
+    from minigpt_tui.engine.analysis.generation import load_probes
 
     own = tmp_path / "own.txt"
     own.write_text("".join(f"Line {i} of a text about rivers and hills.\n" for i in range(60)))

@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from minigpt_tui.engine.checkpoint.directory import read_manifest
-from minigpt_tui.engine.errors import CheckpointError
-from minigpt_tui.engine.interop.hf_import import read_hf_folder
-from minigpt_tui.engine.interop.hf_layout import model_config_from_hf
+from minigpt_tui.engine.formats.checkpoint_folder import read_manifest
+from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.formats.hf_import import read_hf_folder
+from minigpt_tui.engine.formats.hf_layout import model_config_from_hf
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny-format1" / "step-000002"
 SHA = "0" * 64

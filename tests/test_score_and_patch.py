@@ -12,11 +12,11 @@ import torch.nn.functional as F
 from conftest import run_cli
 from family_support import make_family_folder
 from lens_support import varied_model
-from minigpt_tui.engine.errors import GenerationError
-from minigpt_tui.engine.interop.hf_models import open_hf_model
-from minigpt_tui.engine.patching import Patch, Patcher, patch_prompts
-from minigpt_tui.engine.scoring import score_text, windows
-from minigpt_tui.engine.tokenizer import ByteBPETokenizer
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.training.hf_models import open_hf_model
+from minigpt_tui.engine.analysis.patching import Patch, Patcher, patch_prompts
+from minigpt_tui.engine.analysis.scoring import score_text, windows
+from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 BYTES = ByteBPETokenizer()
 TEXT = "the cat sat on the mat; the dog sat on the log. " * 3

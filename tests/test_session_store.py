@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from minigpt_tui.engine.config import SeedConfig, load_config
-from minigpt_tui.engine.errors import CheckpointError, ConfigError, CorpusError, GenerationError
+from minigpt_tui.engine.core.config import SeedConfig, load_config
+from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, CorpusError, GenerationError
 from minigpt_tui.engine.session.inputs import RunChoices, parse_number
 from minigpt_tui.engine.session.plans import NewRun
 from minigpt_tui.engine.session.run_store import RunStore, read_saved_tokenizer

@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from minigpt_tui.engine.checkpoint.directory import Checkpointer, list_checkpoints
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.errors import CorpusError
-from minigpt_tui.engine.runs import RunDirectory
+from minigpt_tui.engine.training.checkpoints import Checkpointer
+from minigpt_tui.engine.formats.checkpoint_folder import list_checkpoints
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.core.errors import CorpusError
+from minigpt_tui.engine.session.runs import RunDirectory
 from minigpt_tui.engine.session.events import (
     Command,
     EvaluationDone,
@@ -24,7 +25,7 @@ from minigpt_tui.engine.session.events import (
 )
 from minigpt_tui.engine.session.plans import NewRun, ResumeRun, run_for_checkpoint
 from minigpt_tui.engine.session.training import TrainingSession, improved_best
-from minigpt_tui.engine.trainer import EvaluationRecord
+from minigpt_tui.engine.training.trainer import EvaluationRecord
 from tests.checkpoint_support import make_trainer
 
 
@@ -188,7 +189,7 @@ def _poisoned_trainer(**train):
 
 
 def test_a_diverged_run_stops_at_the_patience_naming_the_last_good_checkpoint(tmp_path):
-    from minigpt_tui.engine.errors import TrainingDiverged
+    from minigpt_tui.engine.core.errors import TrainingDiverged
 
     run = RunDirectory.create(tmp_path / "runs", "nan", "tiny")
     trainer, poison = _poisoned_trainer(divergence_patience=5, monitor_tokens=3)

@@ -9,13 +9,13 @@ import json
 import numpy as np
 import pytest
 
-from minigpt_tui.engine import corpus as corpus_module
-from minigpt_tui.engine.config import load_config
-from minigpt_tui.engine.corpus import load_corpus, split_records
-from minigpt_tui.engine.errors import CorpusError
-from minigpt_tui.engine.source_index import SourceIndex
-from minigpt_tui.engine.token_cache import TokenCache
-from minigpt_tui.engine.trainer import TrainingSetup
+from minigpt_tui.engine.training import corpus as corpus_module
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.training.corpus import load_corpus, split_records
+from minigpt_tui.engine.core.errors import CorpusError
+from minigpt_tui.engine.training.source_index import SourceIndex
+from minigpt_tui.engine.training.token_cache import TokenCache
+from minigpt_tui.engine.training.trainer import TrainingSetup
 
 
 def reference_identity(texts: list[str], val_every: int) -> str:

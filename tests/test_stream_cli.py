@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from minigpt_tui.engine.checkpoint.training_state import config_identity
-from minigpt_tui.engine.config import load_config
+from minigpt_tui.engine.training.training_state import config_identity
+from minigpt_tui.engine.core.config import load_config
 from tests.checkpoint_support import snapshot
 from tests.conftest import cli_command, cli_env
 

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from minigpt_tui.commands.train import _announcing, _progress
 from minigpt_tui.engine.session.events import Preparing, RunStarted
-from minigpt_tui.engine.token_cache import TokenCache
+from minigpt_tui.engine.training.token_cache import TokenCache
 from tests.conftest import cli_command, cli_env
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -3,7 +3,7 @@ neighbouring count now and then and keeps the faster one (simulated update times
 
 from __future__ import annotations
 
-from minigpt_tui.engine.threads import ThreadChange, ThreadTuner, initial_threads, thread_hint
+from minigpt_tui.engine.core.threads import ThreadChange, ThreadTuner, initial_threads, thread_hint
 
 
 def simulate(tuner: ThreadTuner, seconds_at: dict[int, float], updates: int) -> list[tuple[int, int, int, str]]:
@@ -72,7 +72,7 @@ def test_a_fast_run_with_automatic_threads_records_each_updates_count(tmp_path):
 def test_the_new_run_form_takes_auto_or_a_number_of_threads():
     import pytest
 
-    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.core.errors import ConfigError
     from minigpt_tui.screens.new_run import NewRunForm, refused_field
 
     assert NewRunForm("text").resolve().train.threads == 0  # the preset's automatic threads

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from conftest import run_cli
 
-from minigpt_tui.engine.checkpoint.portable import load_portable_model
-from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
+from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
 
 
 def _train(capsys, *args: str) -> dict:

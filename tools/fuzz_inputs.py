@@ -82,10 +82,10 @@ def mutate(text: str, rng: random.Random) -> str:
 
 
 def _readers(folder: Path) -> dict[str, Callable[[str], object]]:
-    from minigpt_tui.engine.checkpoint.safetensors_io import read_json_input
-    from minigpt_tui.engine.interop.hf_tokenizer import read_tokenizer_json
+    from minigpt_tui.engine.formats.safetensors_io import read_json_input
+    from minigpt_tui.engine.formats.hf_tokenizer import read_tokenizer_json
     from minigpt_tui.engine.session.run_control import RunControl, read_live
-    from minigpt_tui.engine.token_cache import TokenCache, entry_key
+    from minigpt_tui.engine.training.token_cache import TokenCache, entry_key
 
     (folder / "config.json").write_text("{}")
 
@@ -115,8 +115,8 @@ def _readers(folder: Path) -> dict[str, Callable[[str], object]]:
         (folder / "tokenizer.json").write_text(text, errors="surrogatepass")
         return read_tokenizer_json(folder / "tokenizer.json")
 
-    from minigpt_tui.engine.corpus import SourceFingerprint
-    from minigpt_tui.engine.source_index import SourceIndex
+    from minigpt_tui.engine.training.source_index import SourceFingerprint
+    from minigpt_tui.engine.training.source_index import SourceIndex
 
     index = SourceIndex(folder / "cache")
     fingerprint = SourceFingerprint("a" * 64, 1000, 4)
@@ -132,7 +132,7 @@ def _readers(folder: Path) -> dict[str, Callable[[str], object]]:
 
 
 def run_cases(count: int, seed: int, folder: Path) -> Tally:
-    from minigpt_tui.engine.errors import MiniGPTError
+    from minigpt_tui.engine.core.errors import MiniGPTError
 
     rng = random.Random(seed)
     readers = _readers(folder)

@@ -76,10 +76,10 @@ class CaseResult:
 
 def base_model_bytes(folder: Path) -> bytes:
     """The tiny preset's model file, freshly initialized and saved by this package."""
-    from minigpt_tui.engine.checkpoint.portable import save_portable_model
-    from minigpt_tui.engine.config import load_config
-    from minigpt_tui.engine.corpus import load_corpus
-    from minigpt_tui.engine.trainer import Trainer, TrainingSetup, apply_precision
+    from minigpt_tui.engine.formats.portable import save_portable_model
+    from minigpt_tui.engine.core.config import load_config
+    from minigpt_tui.engine.training.corpus import load_corpus
+    from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision
 
     config = load_config("tiny")
     apply_precision(config.train)
@@ -195,10 +195,10 @@ def _state(folder: Path) -> dict[str, str]:
 
 def check_case(index: int, mutation: str, path: Path) -> CaseResult:
     """Open the file at ``path`` every way the product does; name what went wrong."""
-    from minigpt_tui.engine.checkpoint.inspect import inspect_path
-    from minigpt_tui.engine.checkpoint.portable import load_portable_model
-    from minigpt_tui.engine.checkpoint.safetensors_io import InvalidSafetensors, read_header
-    from minigpt_tui.engine.errors import MiniGPTError
+    from minigpt_tui.engine.formats.inspect import inspect_path
+    from minigpt_tui.engine.training.model_file import load_portable_model
+    from minigpt_tui.engine.formats.safetensors_io import InvalidSafetensors, read_header
+    from minigpt_tui.engine.core.errors import MiniGPTError
 
     before = _state(path.parent)
     start = time.perf_counter()

@@ -48,8 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _read_text(path: str) -> str:
-    from minigpt_tui.engine.errors import GenerationError
-    from minigpt_tui.engine.files import read_small_file
+    from minigpt_tui.engine.core.errors import GenerationError
+    from minigpt_tui.engine.core.files import read_small_file
 
     data = read_small_file(Path(path).expanduser(), TEXT_LIMIT, "a text file")
     try:
@@ -60,8 +60,8 @@ def _read_text(path: str) -> str:
 
 def run_score(args: argparse.Namespace) -> int:
     from minigpt_tui.commands.generate import load_model
-    from minigpt_tui.engine.contrast import check_same_tokenizer
-    from minigpt_tui.engine.scoring import compare_scores, most_changed, score_text
+    from minigpt_tui.engine.analysis.contrast import check_same_tokenizer
+    from minigpt_tui.engine.analysis.scoring import compare_scores, most_changed, score_text
 
     text = _read_text(args.text)
     first = load_model(args.model, args)
@@ -88,7 +88,7 @@ def _print_scores(scored: Any, compared: Any, most_changed: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from minigpt_tui.engine.printable import escape_controls
+    from minigpt_tui.engine.core.printable import escape_controls
 
     console = output_console()
     loss = scored.mean_loss
@@ -116,7 +116,7 @@ def _print_scores(scored: Any, compared: Any, most_changed: Any) -> None:
 
 def run_patch(args: argparse.Namespace) -> int:
     from minigpt_tui.commands.generate import _prompt, load_model
-    from minigpt_tui.engine.patching import patch_prompts
+    from minigpt_tui.engine.analysis.patching import patch_prompts
 
     sites = [s.strip() for s in args.sites.split(",") if s.strip()]
     portable = load_model(args.model, args)
@@ -133,7 +133,7 @@ def _print_patching(result: Any, tokenizer: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from minigpt_tui.engine.printable import escape_controls
+    from minigpt_tui.engine.core.printable import escape_controls
 
     console = output_console()
     answer, against = (escape_controls(piece) for piece in (result.answer[1], result.against[1]))
@@ -158,7 +158,7 @@ def run_heads(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from minigpt_tui.commands.generate import load_model
-    from minigpt_tui.engine.head_roles import ROLES, score_heads
+    from minigpt_tui.engine.analysis.head_roles import ROLES, score_heads
 
     portable = load_model(args.model, args)
     roles = score_heads(portable.model, portable.tokenizer)

@@ -15,7 +15,7 @@ from typing import Any
 from minigpt_tui.commands.common import emit_json, output_console, runs_dir_from_args
 from minigpt_tui.commands.train import add_probe_arguments
 from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
-from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.core.printable import escape_controls
 
 # The three-process experiment per preset: save after CUT updates, resume to END.
 EXPERIMENTS = {"tiny": (2, 4), "mini": (300, 600), "stream": (30, 60), "finetune": (3, 6)}
@@ -81,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _resolve(spec: str, runs_dir: Path) -> Path:
-    from minigpt_tui.engine.runs import resolve_checkpoint
+    from minigpt_tui.engine.session.runs import resolve_checkpoint
 
     return resolve_checkpoint(spec, runs_dir)
 
@@ -117,8 +117,9 @@ def run_resume(args: argparse.Namespace) -> int:
 
 # -- inspect --------------------------------------------------------------------------------------
 def run_inspect(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.checkpoint.inspect import compare_checkpoints, inspect_path, tensor_statistics
-    from minigpt_tui.engine.runs import checkpoint_target
+    from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
+    from minigpt_tui.engine.formats.compare import compare_checkpoints
+    from minigpt_tui.engine.session.runs import checkpoint_target
 
     runs_dir = runs_dir_from_args(args)
     target = checkpoint_target(args.path, runs_dir)
@@ -146,8 +147,8 @@ def run_inspect(args: argparse.Namespace) -> int:
 def _probes_at_checkpoint(folder: Path) -> dict[str, Any] | None:
     """The run's last probes record at or before the checkpoint's step (None outside a run
     folder, or when the run scored none)."""
-    from minigpt_tui.engine.checkpoint.directory import STEP_DIR
-    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR
+    from minigpt_tui.engine.core.errors import ConfigError
     from minigpt_tui.engine.session.history import probe_records
 
     match = STEP_DIR.match(folder.name)
@@ -176,10 +177,10 @@ def _print_probes(record: dict[str, Any]) -> None:
 
 def _verify_fully(path: Path, kind: str) -> dict[str, Any]:
     """Read everything and check it: manifest hashes, identities, content digests."""
-    from minigpt_tui.engine.checkpoint.directory import load_checkpoint
-    from minigpt_tui.engine.checkpoint.portable import load_portable_model
-    from minigpt_tui.engine.checkpoint.safetensors_io import load_file
-    from minigpt_tui.engine.checkpoint.training_state import read_training_state
+    from minigpt_tui.engine.training.checkpoints import load_checkpoint
+    from minigpt_tui.engine.training.model_file import load_portable_model
+    from minigpt_tui.engine.formats.safetensors_io import load_file
+    from minigpt_tui.engine.training.training_state import read_training_state
 
     if kind == "checkpoint-dir":
         loaded = load_checkpoint(path, recompute_digests=True)
@@ -200,7 +201,7 @@ def _command(*args: str) -> list[str]:
 
 
 def _run_json(args: list[str], env: dict[str, str], label: str) -> dict[str, Any]:
-    from minigpt_tui.engine.errors import MiniGPTError
+    from minigpt_tui.engine.core.errors import MiniGPTError
 
     done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
     if done.returncode != 0:
@@ -294,11 +295,11 @@ def finetune_model(folder: Path) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from minigpt_tui.engine.checkpoint.portable import save_portable_model
-    from minigpt_tui.engine.config import ModelConfig
-    from minigpt_tui.engine.corpus import parse_records
-    from minigpt_tui.engine.library_tokenizer import LibraryTokenizer
-    from minigpt_tui.engine.model import MiniGPT
+    from minigpt_tui.engine.formats.portable import save_portable_model
+    from minigpt_tui.engine.core.config import ModelConfig
+    from minigpt_tui.engine.training.corpus import parse_records
+    from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
+    from minigpt_tui.engine.training.model import MiniGPT
 
     text = resources.files("minigpt_tui").joinpath("assets/corpus/teaching.txt").read_text("utf-8")
     raw = Tokenizer(models.BPE())
@@ -337,7 +338,7 @@ def _same(name: str, a: Any, b: Any) -> dict[str, Any]:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.files import make_folder
+    from minigpt_tui.engine.core.files import make_folder
 
     if args.keep:
         runs_dir = make_folder(Path(args.keep).expanduser().resolve(), what="--keep folder")

@@ -95,7 +95,7 @@ def graceful_stop() -> Iterator[StopFlag]:
 def runs_dir_from_args(args: argparse.Namespace) -> Any:
     """The runs directory: a subcommand's ``--runs-dir``, else the top-level one, else the
     environment variable or the user data dir."""
-    from minigpt_tui.engine.runs import resolve_runs_dir
+    from minigpt_tui.engine.session.runs import resolve_runs_dir
 
     return resolve_runs_dir(getattr(args, "runs_dir_sub", None) or getattr(args, "runs_dir", None))
 
@@ -148,8 +148,8 @@ def settings_from_flags(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The settings the hyperparameter flags and ``--set`` give, by section."""
     import tomllib
 
-    from minigpt_tui.engine.config import load_config
-    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.core.config import load_config
+    from minigpt_tui.engine.core.errors import ConfigError
 
     extra: dict[str, dict[str, Any]] = {}
     for flag, (section, field) in FLAG_SETTINGS.items():
@@ -202,3 +202,11 @@ def config_from_args(args: argparse.Namespace) -> Any:
         threads=getattr(args, "threads", None), device=getattr(args, "device", None), save_every=getattr(args, "save_every", None),
         keep_last=getattr(args, "keep_last", None), seed=getattr(args, "seed", None), seed_label="--seed",
     ).resolve(extra)
+
+
+def generation_number(text: str | None, option: str, kind: type) -> Any:
+    """A number option of generate and its views, refused as a generation error."""
+    from minigpt_tui.engine.core.errors import GenerationError
+    from minigpt_tui.engine.session.inputs import parse_number
+
+    return parse_number(text, option, kind, error=GenerationError)

@@ -34,8 +34,8 @@ def _rule_given(args: argparse.Namespace) -> bool:
 
 def run_contrast(args: argparse.Namespace) -> int:
     from minigpt_tui.commands.generate import _check_output, _prompt, _write_json, load_model, rules_from_args
-    from minigpt_tui.engine.contrast import contrast_models
-    from minigpt_tui.engine.errors import GenerationError
+    from minigpt_tui.engine.analysis.contrast import contrast_models
+    from minigpt_tui.engine.core.errors import GenerationError
 
     if len(args.model) != 2:
         raise GenerationError(f"contrast takes exactly two --model options (A and B), got {len(args.model)}")
@@ -59,7 +59,7 @@ def run_contrast(args: argparse.Namespace) -> int:
 
 def print_contrast(result: Any, specs: list[str]) -> None:
 
-    from minigpt_tui.engine.printable import escape_controls
+    from minigpt_tui.engine.core.printable import escape_controls
     from rich.table import Table
     from rich.text import Text
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.commands.common import emit_json, output_console, runs_dir_from_args
+from minigpt_tui.commands.common import emit_json, generation_number, output_console, runs_dir_from_args
 from minigpt_tui.commands.insight import add_insight_arguments, insight_request_from_args, print_insights
 
 MODEL_HELP = ("a model file, a checkpoint folder, RUN:best / RUN:latest from the runs directory, "
@@ -83,27 +83,20 @@ def _add_rule_arguments(parser: argparse.ArgumentParser, *, several_temperatures
 
 
 # -- reading arguments -------------------------------------------------------------------
-def _number(text: str | None, option: str, kind: type) -> Any:
-    from minigpt_tui.engine.errors import GenerationError
-    from minigpt_tui.engine.session.inputs import parse_number
-
-    return parse_number(text, option, kind, error=GenerationError)
-
-
 def rules_from_args(args: argparse.Namespace) -> list[Any]:
     """The rules asked for: greedy by default; one sampling rule per temperature."""
-    from minigpt_tui.engine.errors import GenerationError
-    from minigpt_tui.engine.generation import GenerationRule
+    from minigpt_tui.engine.core.errors import GenerationError
+    from minigpt_tui.engine.analysis.generation import GenerationRule
 
-    budget = _number(args.max_new_tokens, "--max-new-tokens", int)
-    top_k = _number(args.top_k, "--top-k", int)
-    top_p = _number(args.top_p, "--top-p", float)
-    seed = _number(args.seed, "--seed", int)
-    forbidden = tuple(_number(value, "--forbid", int) for value in args.forbid)
+    budget = generation_number(args.max_new_tokens, "--max-new-tokens", int)
+    top_k = generation_number(args.top_k, "--top-k", int)
+    top_p = generation_number(args.top_p, "--top-p", float)
+    seed = generation_number(args.seed, "--seed", int)
+    forbidden = tuple(generation_number(value, "--forbid", int) for value in args.forbid)
     temperatures = args.temperature
     if isinstance(temperatures, str):
         temperatures = [temperatures]
-    temperatures = [_number(t, "--temperature", float) for t in temperatures or []]
+    temperatures = [generation_number(t, "--temperature", float) for t in temperatures or []]
     several = isinstance(args.temperature, list)
     if temperatures and args.greedy and not several:
         raise GenerationError("choose either --greedy or --temperature, not both")
@@ -120,21 +113,21 @@ def rules_from_args(args: argparse.Namespace) -> list[Any]:
 def load_model(spec: str, args: argparse.Namespace) -> Any:
     """Resolve FILE | checkpoint folder | RUN:best | RUN:latest | a transformers folder and
     open the model."""
-    from minigpt_tui.engine.opening import open_model
+    from minigpt_tui.engine.session.opening import open_model
 
     return open_model(spec, runs_dir_from_args(args), dtype=getattr(args, "dtype", None),
                       tokenizer=getattr(args, "tokenizer", None))
 
 
 def _write_json(path_text: str, data: Any, force: bool) -> Path:
-    from minigpt_tui.engine.files import write_file
+    from minigpt_tui.engine.core.files import write_file
 
     return write_file(Path(path_text), (json.dumps(data, indent=2) + "\n").encode("utf-8"), replace=force)
 
 
 def _check_output(path_text: str | None, force: bool) -> None:
     """Refuse an unusable output path before any model is loaded."""
-    from minigpt_tui.engine.files import check_writable_target
+    from minigpt_tui.engine.core.files import check_writable_target
 
     if path_text:
         check_writable_target(Path(path_text), replace=force)
@@ -143,7 +136,7 @@ def _check_output(path_text: str | None, force: bool) -> None:
 def _prompt(text: str) -> str:
     """The prompt as given; bytes that are not UTF-8 (kept by the command line as lone
     surrogates) are refused in one line."""
-    from minigpt_tui.engine.errors import GenerationError
+    from minigpt_tui.engine.core.errors import GenerationError
 
     try:
         text.encode("utf-8")
@@ -154,11 +147,11 @@ def _prompt(text: str) -> str:
 
 # -- generate ----------------------------------------------------------------------------
 def run_generate(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.errors import GenerationError
-    from minigpt_tui.engine.generation import DecisionStepper
+    from minigpt_tui.engine.core.errors import GenerationError
+    from minigpt_tui.engine.analysis.generation import DecisionStepper
 
     (rule,) = rules_from_args(args)
-    top = _number(args.top, "--top", int)
+    top = generation_number(args.top, "--top", int)
     if top < 1:
         raise GenerationError(f"--top must be at least 1, got {top}")
     request = insight_request_from_args(args)
@@ -184,7 +177,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def _shown(piece: str) -> str:
     """A piece with its boundaries visible: quoted, spaces kept, control characters escaped."""
-    from minigpt_tui.engine.printable import escape_controls
+    from minigpt_tui.engine.core.printable import escape_controls
 
     return escape_controls(json.dumps(piece, ensure_ascii=False))
 
@@ -193,7 +186,7 @@ def print_decisions(stepper: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from minigpt_tui.engine.printable import escape_controls
+    from minigpt_tui.engine.core.printable import escape_controls
 
     console = output_console()
     trace_model = stepper.model_path or "(in memory)"
@@ -222,7 +215,7 @@ def print_decisions(stepper: Any) -> None:
 
 # -- probes ------------------------------------------------------------------------------
 def run_probes_command(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.generation import load_probes, run_probes
+    from minigpt_tui.engine.analysis.generation import load_probes, run_probes
 
     rules = rules_from_args(args)
     _check_output(args.out, args.force)
@@ -244,7 +237,7 @@ def print_probes(result: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from minigpt_tui.engine.printable import escape_controls
+    from minigpt_tui.engine.core.printable import escape_controls
 
     console = output_console()
     source = result["probes"]["source"]
@@ -278,11 +271,11 @@ def print_probes(result: dict[str, Any]) -> None:
 
 # -- infer -------------------------------------------------------------------------------
 def run_infer(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.generation import DecisionStepper, GenerationRule
-    from minigpt_tui.engine.model import count_parameters
-    from minigpt_tui.engine.tensors import tensor_bytes
+    from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
+    from minigpt_tui.engine.training.model import count_parameters
+    from minigpt_tui.engine.core.tensors import tensor_bytes
 
-    rule = GenerationRule("greedy", max_new_tokens=_number(args.tokens, "--tokens", int))
+    rule = GenerationRule("greedy", max_new_tokens=generation_number(args.tokens, "--tokens", int))
     portable = load_model(args.model, args)
     stepper = DecisionStepper.from_portable(portable, _prompt(args.prompt), rule, top_n=1)
     stepper.run()
@@ -313,7 +306,7 @@ def run_infer(args: argparse.Namespace) -> int:
         from rich.text import Text
 
         console = output_console()
-        from minigpt_tui.engine.printable import escape_controls
+        from minigpt_tui.engine.core.printable import escape_controls
 
         for key in ("model_path", "model_id", "prompt_ids", "generated_ids", "generated_bytes", "stop_reason"):
             console.print(Text(escape_controls(f"{key}: {result[key]}")))

@@ -6,7 +6,7 @@ ones with one line, and prints the views as text when ``--json`` is not given.
 
 from __future__ import annotations
 
-from minigpt_tui.commands.common import output_console
+from minigpt_tui.commands.common import generation_number, output_console
 
 import argparse
 import json
@@ -46,7 +46,7 @@ class InsightRequest:
 
     def check(self, model: Any) -> None:
         """Refuse an unknown block, head or candidate before any decision is made."""
-        from minigpt_tui.engine.lens import check_head, check_token_id
+        from minigpt_tui.engine.analysis.lens import check_head, check_token_id
 
         if self.pattern is not None:
             check_head(model, *self.pattern)
@@ -55,7 +55,7 @@ class InsightRequest:
 
     def inspect(self, stepper: Any, top: int) -> list[Any]:
         """One insight per decision the stepper made (none when no view was asked for)."""
-        from minigpt_tui.engine.lens import inspect_decision
+        from minigpt_tui.engine.analysis.lens import inspect_decision
 
         if not self.wanted:
             return []
@@ -66,14 +66,13 @@ class InsightRequest:
 
 
 def insight_request_from_args(args: argparse.Namespace) -> InsightRequest:
-    from minigpt_tui.commands.generate import _number
-    from minigpt_tui.engine.errors import GenerationError
+    from minigpt_tui.engine.core.errors import GenerationError
 
-    layer = _number(args.layer, "--layer", int)
-    head = _number(args.head, "--head", int)
+    layer = generation_number(args.layer, "--layer", int)
+    head = generation_number(args.head, "--head", int)
     if (layer is None) != (head is None):
         raise GenerationError("--layer and --head go together: give both to see one head's pattern")
-    candidates = tuple(_number(value, "--candidate", int) for value in args.candidate)
+    candidates = tuple(generation_number(value, "--candidate", int) for value in args.candidate)
     return InsightRequest(args.lens, args.contributions, candidates, None if layer is None else (layer, head))
 
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.display import shorten
 
 WIDE_FROM = 110  # below this width the group and offset columns give their room to the name

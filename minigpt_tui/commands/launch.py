@@ -43,9 +43,9 @@ def launch_requested(args: argparse.Namespace) -> bool:
 
 def check_launch(nproc: int, port: int | None, device: str) -> None:
     """Bad launch settings, refused before any process starts."""
-    from minigpt_tui.engine.devices import choose_device
-    from minigpt_tui.engine.distributed import backend_for
-    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.core.devices import choose_device
+    from minigpt_tui.engine.training.distributed import backend_for
+    from minigpt_tui.engine.core.errors import ConfigError
 
     if nproc < 1:
         raise ConfigError(f"--nproc must be at least 1, got {nproc}")
@@ -85,7 +85,7 @@ def launch(args: argparse.Namespace, device: str) -> int:
 
     from torch.distributed import TCPStore
 
-    from minigpt_tui.engine.errors import ProcessGroupError
+    from minigpt_tui.engine.core.errors import ProcessGroupError
 
     try:
         store = TCPStore("127.0.0.1", args.port or 0, is_master=True, wait_for_workers=False,
@@ -244,9 +244,9 @@ def joined_world(device: str) -> Iterator[Any]:
     """This process's :class:`DataParallel` (one process, or a rank ``torchrun`` started),
     joined to its process group for the duration. A collective that fails because another
     rank died becomes one line."""
-    from minigpt_tui.engine.devices import choose_device
-    from minigpt_tui.engine.distributed import DataParallel, world_from_environment
-    from minigpt_tui.engine.errors import MiniGPTError, ProcessGroupError
+    from minigpt_tui.engine.core.devices import choose_device
+    from minigpt_tui.engine.training.distributed import DataParallel, world_from_environment
+    from minigpt_tui.engine.core.errors import MiniGPTError, ProcessGroupError
 
     world = world_from_environment()
     parallel = DataParallel(world)

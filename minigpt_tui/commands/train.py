@@ -51,7 +51,7 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def probe_options(args: argparse.Namespace) -> dict[str, Any]:
-    from minigpt_tui.engine.errors import ConfigError
+    from minigpt_tui.engine.core.errors import ConfigError
 
     if args.no_probes and args.probes:
         raise ConfigError("choose either --probes FILE or --no-probes, not both")
@@ -66,7 +66,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     if launch_requested(args):
-        from minigpt_tui.engine.memory import require_memory_for_training
+        from minigpt_tui.engine.core.memory import require_memory_for_training
 
         if args.nproc >= 1:  # before any process starts: all of them together must fit
             require_memory_for_training(config, processes=args.nproc)
@@ -88,8 +88,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _note_mixed_precision(config: Any) -> None:
-    from minigpt_tui.engine.devices import choose_device
-    from minigpt_tui.engine.trainer import mixed_precision_note
+    from minigpt_tui.engine.core.devices import choose_device
+    from minigpt_tui.engine.training.trainer import mixed_precision_note
 
     note = mixed_precision_note(config.train.precision, choose_device(config.train.device).kind)
     if note is not None:
@@ -112,7 +112,7 @@ class RunRecorder:
     def __call__(self, event: Any) -> None:
         from dataclasses import asdict
 
-        from minigpt_tui.engine.errors import CheckpointError
+        from minigpt_tui.engine.core.errors import CheckpointError
         from minigpt_tui.engine.session.events import (
             EvaluationDone,
             Paused,
@@ -142,7 +142,7 @@ class RunRecorder:
         elif isinstance(event, Refused) and event.action == "save":
             raise CheckpointError(event.message)
         elif isinstance(event, Refused) and event.action == "token cache":
-            from minigpt_tui.engine.printable import escape_controls
+            from minigpt_tui.engine.core.printable import escape_controls
 
             self._say(f"minigpt-tui: warning: {escape_controls(event.message)}")
         elif isinstance(event, Paused):  # only a command from the control file pauses a headless run
@@ -163,7 +163,7 @@ class RunRecorder:
 def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
     """Prepare and run a training session to its end (the schedule, ``until``, or Ctrl+C /
     SIGTERM, which finish the current update, save, then stop); the result as JSON-ready data."""
-    from minigpt_tui.engine.errors import WriteRefused
+    from minigpt_tui.engine.core.errors import WriteRefused
     from minigpt_tui.engine.session.events import FinishReason
     from minigpt_tui.engine.session.training import TrainingSession
 
@@ -214,7 +214,7 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
     if prepared.warm_start is not None:
         result["warm_start"] = prepared.warm_start.to_json()
     if prepared.resumed_from is not None:
-        from minigpt_tui.engine.checkpoint.directory import continuation_record
+        from minigpt_tui.engine.training.checkpoints import continuation_record
 
         result["resumed_from"] = str(prepared.resumed_from)
         result["continuation"] = continuation_record(trainer)
@@ -301,7 +301,7 @@ def print_summary(result: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from minigpt_tui.engine.printable import escape_controls
+    from minigpt_tui.engine.core.printable import escape_controls
 
     console = output_console()
     table = Table(title=Text(escape_controls(f"run {result['run_dir']}")))

@@ -177,8 +177,8 @@ class CheckpointsScreen(RunActionsScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-inspect")
     def _inspect(self, serial: int, path: Path, loud: bool) -> None:
-        from minigpt_tui.engine.checkpoint.inspect import inspect_path
-        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.formats.inspect import inspect_path
+        from minigpt_tui.engine.core.errors import MiniGPTError
 
         try:
             inspection = inspect_path(path)
@@ -258,7 +258,7 @@ class CheckpointsScreen(RunActionsScreen):
     # -- open by path ---------------------------------------------------------------------------------
     def _typed_target(self, text: str | None, title: str) -> Path | None:
         """What a dialog's text names: a path, or RUN / RUN:latest|best|STEP as on the command line."""
-        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.core.errors import MiniGPTError
 
         if not text:
             return None

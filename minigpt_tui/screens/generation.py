@@ -157,7 +157,7 @@ class GenerationScreen(Screen):
 
     # -- the form -----------------------------------------------------------------------------
     def _read_form(self) -> GenerationSettings | None:
-        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.core.errors import MiniGPTError
 
         try:
             return self.query_one(GenerationForm).settings()
@@ -181,7 +181,7 @@ class GenerationScreen(Screen):
     def _ready(self, *, force_reset: bool = False) -> bool:
         """Queue a load and/or a fresh stepper when the form differs from what is applied;
         False when the form cannot be applied."""
-        from minigpt_tui.engine.errors import GenerationError
+        from minigpt_tui.engine.core.errors import GenerationError
 
         settings = self._read_form()
         if settings is None:

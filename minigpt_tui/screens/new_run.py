@@ -65,8 +65,8 @@ class NewRunForm:
 
     def request(self, runs_dir: Path) -> NewRunRequest:
         """The resolved run, or a MiniGPTError naming the first invalid field."""
-        from minigpt_tui.engine.errors import ConfigError
-        from minigpt_tui.engine.runs import check_run_name
+        from minigpt_tui.engine.core.errors import ConfigError
+        from minigpt_tui.engine.session.runs import check_run_name
 
         name = self.name.strip() or None
         if name is not None:
@@ -113,7 +113,7 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
         self.runs_dir = runs_dir
 
     def compose(self) -> ComposeResult:
-        from minigpt_tui.engine.config import preset_names
+        from minigpt_tui.engine.core.config import preset_names
 
         current = self.current
         with Vertical(id="new-run") as box:
@@ -150,8 +150,8 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
 
     @on(Select.Changed, "#preset")
     def _preset_changed(self, event: Select.Changed) -> None:
-        from minigpt_tui.engine.config import load_config
-        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.core.config import load_config
+        from minigpt_tui.engine.core.errors import MiniGPTError
 
         try:
             config = load_config(str(event.value))
@@ -189,7 +189,7 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
     @on(Input.Submitted)
     @on(Button.Pressed, "#start")
     def action_start(self) -> None:
-        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.core.errors import MiniGPTError
 
         try:
             request = self.form().request(self.runs_dir)

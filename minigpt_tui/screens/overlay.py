@@ -27,7 +27,7 @@ class OverlayScreen(ModalScreen[Path | None]):
         self.has_overlay = has_overlay
 
     def compose(self) -> ComposeResult:
-        from minigpt_tui.engine.runs import list_runs
+        from minigpt_tui.engine.session.runs import list_runs
 
         runs = [r for r in list_runs(self.runs_dir)
                 if r.path != self.current_run and r.metrics_path.exists()]

@@ -19,8 +19,8 @@ from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
 from minigpt_tui.messages import EngineEventsReady
-from minigpt_tui.engine.errors import MiniGPTError
-from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.core.errors import MiniGPTError
+from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.events import Command
 from minigpt_tui.engine.session.plans import NewRun, ResumeRun, RunPlan, saved_run_config
 from minigpt_tui.engine.session.run_store import RunStore

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.text import Text
 
-from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.file_uses import file_uses
 from minigpt_tui.engine.session.display import counted, human_bytes
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.text import Text
 
-from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.core.printable import escape_controls
 
 
 def metadata_text(metadata: dict[str, Any]) -> Text:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.text import Text
 
-from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.core.printable import escape_controls
 
 SPECIAL_PIECES = ("<bos>", "<eos>")
 # Whitespace inside a piece would vanish between cell borders; these marks keep it visible.

@@ -327,7 +327,7 @@ class RunMonitor:
         self.widgets.log.record("saved", f"update {event.step} ({event.reason}): {self.run_path(run, event.path)}")
 
     def _on_threads_changed(self, run: ActiveRun, event: engine.ThreadsChanged, applied: AppliedEvents) -> None:
-        from minigpt_tui.engine.threads import ThreadChange, thread_hint
+        from minigpt_tui.engine.core.threads import ThreadChange, thread_hint
 
         change = ThreadChange(event.step, event.before, event.after, event.reason)
         self.widgets.log.record("threads", f"at update {event.step}, {thread_hint(change)}")

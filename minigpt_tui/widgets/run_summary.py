@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.display import counted
 from minigpt_tui.messages import RunSummary
 from minigpt_tui.widgets.pieces import plain_cell

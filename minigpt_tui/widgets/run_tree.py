@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.widgets import Tree
 from textual.worker import get_current_worker
 
-from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.run_store import CheckpointListing, RunListing, RunStore
 from minigpt_tui.messages import RunsScanned
 from minigpt_tui.engine.session.display import counted, human_bytes
@@ -114,7 +114,7 @@ class RunTree(Tree[TreeTarget]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
     def rename_run(self, store: RunStore, run: RunListing, new_name: str) -> None:
         """Rename ``run`` on a worker; posts :class:`Renamed` when done."""
-        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.core.errors import MiniGPTError
         from minigpt_tui.engine.session.run_store import RunStoreError
 
         try:
@@ -130,7 +130,7 @@ class RunTree(Tree[TreeTarget]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
     def delete_run(self, store: RunStore, run: RunListing) -> None:
         """Delete ``run`` on a worker; posts :class:`Deleted` when done."""
-        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.core.errors import MiniGPTError
         from minigpt_tui.engine.session.run_store import RunStoreError
 
         try:

@@ -9,8 +9,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Tree
 
-from minigpt_tui.engine.checkpoint.state_groups import InspectionState, StateGroup, StateRecords
-from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup, StateRecords
+from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.display import shorten
 
 # In reading order: what the model is, then everything that decides the next update.

@@ -111,8 +111,8 @@ class TensorDetail(VerticalScroll):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-statistics")
     def _statistics(self, serial: int, path: Path, name: str, entry: Any) -> None:
-        from minigpt_tui.engine.checkpoint.inspect import tensor_statistics
-        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.formats.inspect import tensor_statistics
+        from minigpt_tui.engine.core.errors import MiniGPTError
 
         try:
             stats = tensor_statistics(path, name, HISTOGRAM_BINS)

@@ -58,7 +58,7 @@ class TokenizerPanel(Vertical):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-tokenizer")
     def _load(self, serial: int, source: Path) -> None:
-        from minigpt_tui.engine.errors import MiniGPTError
+        from minigpt_tui.engine.core.errors import MiniGPTError
         from minigpt_tui.engine.session.run_store import read_saved_tokenizer
 
         try:

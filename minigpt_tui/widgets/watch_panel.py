@@ -10,7 +10,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from minigpt_tui.engine.session.events import HEAD_ROLES
+from minigpt_tui.engine.analysis.roles import HEAD_ROLES
 from minigpt_tui.widgets.probes_table import LEVELS, SeriesHighlighted
 
 ROLE_NAMES = {"induction": "induction", "previous_token": "previous token", "duplicate_token": "duplicate token",

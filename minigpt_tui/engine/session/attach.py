@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
-from minigpt_tui.engine.errors import ConfigError, MiniGPTError
+from minigpt_tui.engine.formats.safetensors_io import JSONRefused, load_json
+from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
 from minigpt_tui.engine.session.events import (
     Command,
     EvaluationDone,
@@ -58,7 +58,7 @@ def _finite(value: Any) -> float | None:
 
 def attached_config(run_dir: Path) -> Any:
     """The run config of a run folder (refused in one line when it is not a run)."""
-    from minigpt_tui.engine.config import RunConfig
+    from minigpt_tui.engine.core.config import RunConfig
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir() or not is_run_folder(run_dir):

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui.engine.analysis.roles import HEAD_ROLES
+
 if TYPE_CHECKING:
-    from minigpt_tui.engine.probe_scores import ProbeScore
-    from minigpt_tui.engine.trainer import EvaluationRecord, UpdateRecord
+    from minigpt_tui.engine.analysis.probe_scores import ProbeScore
+    from minigpt_tui.engine.training.trainer import EvaluationRecord, UpdateRecord
 
 
 class Command(enum.Enum):
@@ -26,9 +28,6 @@ class Command(enum.Enum):
     STOP = "stop"
     EVALUATE = "evaluate"  # an extra evaluation: never changes the best step
     SAVE = "save"  # a manual checkpoint
-
-
-HEAD_ROLES = ("induction", "previous_token", "duplicate_token", "first_token")  # as engine.head_roles scores them
 
 
 class SaveReason(enum.StrEnum):
@@ -246,7 +245,7 @@ EventSink = Callable[[Any], None]
 def report_failures(work: Callable[[], Any], sink: EventSink) -> None:
     """Run ``work`` on a worker thread: a failure becomes a :class:`Failed` event (an
     unexpected one named by its type), so a worker never dies silently."""
-    from minigpt_tui.engine.errors import MiniGPTError
+    from minigpt_tui.engine.core.errors import MiniGPTError
 
     try:
         work()

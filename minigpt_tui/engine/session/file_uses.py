@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from minigpt_tui.engine.session.display import counted
-from minigpt_tui.engine.checkpoint.state_groups import InspectionState, StateGroup
+from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup
 
 FOREIGN_KINDS = ("nanogpt", "torch-pickle", "hf-model", "safetensors")
 INSPECT_USES = (

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.engine.errors import GenerationError
-from minigpt_tui.engine.generation_rule import DEFAULT_BUDGET, DEFAULT_SEED, GenerationRule
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.analysis.generation_rule import DEFAULT_BUDGET, DEFAULT_SEED, GenerationRule
 from minigpt_tui.engine.session.inputs import parse_number
 from minigpt_tui.engine.session.insight import InsightView, SecondOpinionView, insight_view
 
@@ -209,8 +209,8 @@ class GenerationSession:
     def suggested_spec(self) -> str | None:
         """``RUN:latest`` for the newest run that has a checkpoint; None when there is none
         or the runs directory cannot be read."""
-        from minigpt_tui.engine.checkpoint.directory import latest_checkpoint
-        from minigpt_tui.engine.runs import list_runs
+        from minigpt_tui.engine.formats.checkpoint_folder import latest_checkpoint
+        from minigpt_tui.engine.session.runs import list_runs
 
         try:
             runs = [r for r in list_runs(self.runs_dir) if latest_checkpoint(r.checkpoints)]
@@ -222,7 +222,7 @@ class GenerationSession:
         return f"{newest.name}:latest"
 
     def load(self, spec: str) -> None:
-        from minigpt_tui.engine.opening import open_model
+        from minigpt_tui.engine.session.opening import open_model
 
         portable = open_model(spec, self.runs_dir)
         self.portable, self.spec, self.model_path = portable, spec, portable.path
@@ -231,7 +231,7 @@ class GenerationSession:
         self.load_second(None)  # it was compared with the previous model
 
     def configure(self, settings: GenerationSettings) -> None:
-        from minigpt_tui.engine.generation import DecisionStepper
+        from minigpt_tui.engine.analysis.generation import DecisionStepper
 
         if self.portable is None:
             raise GenerationError(NO_MODEL)
@@ -278,8 +278,8 @@ class GenerationSession:
 
     def load_second(self, spec: str | None) -> None:
         """A second model (same tokenizer) read beside each decision; None removes it."""
-        from minigpt_tui.engine.contrast import check_same_tokenizer
-        from minigpt_tui.engine.opening import open_model
+        from minigpt_tui.engine.analysis.contrast import check_same_tokenizer
+        from minigpt_tui.engine.session.opening import open_model
 
         if spec is None:
             self.second, self.second_path = None, None
@@ -295,7 +295,7 @@ class GenerationSession:
     def inspect(self, step: int, layer: int, head: int, candidate_id: int | None = None) -> InsightView:
         """Decision ``step`` (1-based) inside: lens, contributions of the chosen id (and of
         ``candidate_id``), and head ``head`` of block ``layer`` over the whole prefix."""
-        from minigpt_tui.engine.lens import inspect_decision
+        from minigpt_tui.engine.analysis.lens import inspect_decision
 
         stepper = self._require()
         if not 1 <= step <= len(stepper.decisions):
@@ -309,7 +309,7 @@ class GenerationSession:
                             model.vocab_size)
 
     def _second_opinions(self, decisions: Any) -> tuple[SecondOpinionView, ...]:
-        from minigpt_tui.engine.contrast import second_opinion
+        from minigpt_tui.engine.analysis.contrast import second_opinion
 
         opinions = []
         for decision in decisions:
@@ -325,7 +325,7 @@ class GenerationSession:
         return tuple(opinions)
 
     def save_trace(self, target: Path) -> Path:
-        from minigpt_tui.engine.files import write_file
+        from minigpt_tui.engine.core.files import write_file
 
         stepper = self._require()
         trace = stepper.trace(self.model_path)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.engine.errors import ConfigError
+from minigpt_tui.engine.core.errors import ConfigError
 
 CSV_COLUMNS = ("kind", "step", "lr", "loss", "grad_norm", "loss_scale", "next_loss_scale", "applied",
                "valid_targets", "seconds", "tokens_per_second", "train_loss", "validation_loss",

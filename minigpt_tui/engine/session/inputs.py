@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from minigpt_tui.engine.errors import ConfigError, CorpusError, MiniGPTError
+from minigpt_tui.engine.core.errors import ConfigError, CorpusError, MiniGPTError
 
 if TYPE_CHECKING:
-    from minigpt_tui.engine.config import RunConfig
+    from minigpt_tui.engine.core.config import RunConfig
 
 SEED_STREAMS = ("init", "data", "dropout", "sampling")
 BUNDLED_PREFIX = "bundled:"
@@ -70,7 +70,7 @@ class RunChoices:
     seed_label: str = "seed"
 
     def overrides(self) -> dict[str, dict[str, Any]]:
-        from minigpt_tui.engine.config import SeedConfig
+        from minigpt_tui.engine.core.config import SeedConfig
 
         train = {"steps": self.steps, "precision": self.precision or None, "threads": self.threads,
                  "device": self.device or None, "save_every": self.save_every, "keep_last": self.keep_last}
@@ -89,7 +89,7 @@ class RunChoices:
 
     def resolve(self, extra: Mapping[str, Mapping[str, Any]] | None = None) -> RunConfig:
         """The validated config: preset, then the TOML file, then ``extra``, then these choices."""
-        from minigpt_tui.engine.config import load_config
+        from minigpt_tui.engine.core.config import load_config
 
         merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (extra or {}).items()}
         for section, values in self.overrides().items():
@@ -104,7 +104,7 @@ class RunChoices:
         """A preset's warmup that would not fit a shorter run (``--steps 30`` of the text
         preset's 100-update warmup) is scaled with the updates, keeping its share of the
         schedule; a warmup the user chose, or one that fits, is left as it is."""
-        from minigpt_tui.engine.config import load_config
+        from minigpt_tui.engine.core.config import load_config
 
         assert self.steps is not None
         preset = load_config(self.preset).train

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from minigpt_tui.engine.errors import GenerationError, MiniGPTError
+from minigpt_tui.engine.core.errors import GenerationError, MiniGPTError
 from minigpt_tui.engine.session.generation import GenerationSession, GenerationSettings, StepperView
 from minigpt_tui.engine.session.insight import InsightView
 

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.checkpoint.state_groups import InspectionState, StateGroup
+from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup
 from minigpt_tui.engine.session.display import counted, shorten
 
 if TYPE_CHECKING:
-    from minigpt_tui.engine.checkpoint.inspect import Inspection
+    from minigpt_tui.engine.formats.inspection import Inspection
 
 HISTORY_RESET = "the history starts anew: a weights-only start is a new run, not a continuation"
 
@@ -63,7 +63,7 @@ def short(value: Any, limit: int = 48) -> str:
 
 
 def _blockers(inspection: Inspection, step: int | None, steps: int | None) -> list[str]:
-    from minigpt_tui.engine.checkpoint.inspect import CHECKPOINT_DIR
+    from minigpt_tui.engine.formats.inspection import CHECKPOINT_DIR
 
     blockers = []
     if inspection.kind != CHECKPOINT_DIR:

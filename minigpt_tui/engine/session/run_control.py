@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.engine.errors import ConfigError, InputRefused, WriteRefused
-from minigpt_tui.engine.files import read_small_file
-from minigpt_tui.engine.printable import escape_controls
+from minigpt_tui.engine.core.errors import ConfigError, InputRefused, WriteRefused
+from minigpt_tui.engine.core.files import read_small_file
+from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.events import (
     Command,
     Failed,
@@ -99,7 +99,7 @@ def parse_command(line: str) -> Command:
     """A control line's command, or ConfigError naming what is wrong with it (the line is
     input from anyone who can write to the folder: bounded, parsed with bounded nesting and
     numbers, and type-checked)."""
-    from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
+    from minigpt_tui.engine.formats.safetensors_io import JSONRefused, load_json
 
     shown = escape_controls(line[:40])
     if len(line) > MAX_CONTROL_LINE:
@@ -227,7 +227,7 @@ def read_live(run_dir: Path) -> LiveState | None:
     died without saying so (its lock file names a process that is gone on this host) reads
     as not listening. The file is input: a regular file of bounded size (a FIFO or a device
     is never read), bounded JSON, every field type-checked."""
-    from minigpt_tui.engine.checkpoint.safetensors_io import JSONRefused, load_json
+    from minigpt_tui.engine.formats.safetensors_io import JSONRefused, load_json
 
     path = Path(run_dir) / LIVE_FILE
     try:
@@ -262,7 +262,7 @@ def _reason(message: str, path: Path) -> str:
 def _writer_alive(run_dir: Path, live: dict[str, Any]) -> bool:
     if live.get("host") != socket.gethostname():
         return True  # another machine: trust the file
-    from minigpt_tui.engine.files import process_alive
+    from minigpt_tui.engine.core.files import process_alive
 
     pid = live.get("pid")
     return isinstance(pid, int) and process_alive(pid)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.errors import EvaluationInterrupted, MiniGPTError, TrainingDiverged
+from minigpt_tui.engine.core.errors import EvaluationInterrupted, MiniGPTError, TrainingDiverged
 from minigpt_tui.engine.session.events import (
     Command,
     EvaluationDone,
@@ -51,10 +51,10 @@ from minigpt_tui.engine.session.events import (
 from minigpt_tui.engine.session.plans import PreparedRun, RunPlan, prepare
 
 if TYPE_CHECKING:
-    from minigpt_tui.engine.threads import ThreadTuner
+    from minigpt_tui.engine.core.threads import ThreadTuner
     from minigpt_tui.engine.session.run_control import RunControl
-    from minigpt_tui.engine.checkpoint.directory import Checkpointer
-    from minigpt_tui.engine.trainer import EvaluationRecord, Trainer, UpdateRecord
+    from minigpt_tui.engine.training.checkpoints import Checkpointer
+    from minigpt_tui.engine.training.trainer import EvaluationRecord, Trainer, UpdateRecord
 
 DISCARDED = "not saved: quitting without saving"
 NO_RUN_FOLDER = "this run has no checkpoint directory"
@@ -173,7 +173,7 @@ class TrainingSession:
     def _train(self, prepared: PreparedRun) -> Finished:
         import torch
 
-        from minigpt_tui.engine.trainer import UpdateRecord, apply_precision, scheduled_work
+        from minigpt_tui.engine.training.trainer import UpdateRecord, apply_precision, scheduled_work
 
         trainer = prepared.trainer
         apply_precision(trainer.config.train)
@@ -312,7 +312,7 @@ class TrainingSession:
     def _score_probes(self, trainer: Trainer) -> None:
         """Score the run's probes after a scheduled evaluation. Scoring reads the model in
         evaluation mode and draws from no random stream, so it never changes the trajectory."""
-        from minigpt_tui.engine.probe_scores import score_probes
+        from minigpt_tui.engine.analysis.probe_scores import score_probes
 
         probes = self.prepared.probes if self.prepared is not None else None
         if probes is None:
@@ -325,7 +325,7 @@ class TrainingSession:
     def _watch(self, trainer: Trainer) -> None:
         """Samples and head roles after a scheduled evaluation, on the process that writes
         (see engine.watching: neither changes the trajectory)."""
-        from minigpt_tui.engine.watching import score_heads_at, take_samples
+        from minigpt_tui.engine.session.watching import score_heads_at, take_samples
 
         prepared = self.prepared
         if prepared is None or prepared.sample_prompts is None or not trainer.parallel.world.is_writer:
@@ -368,7 +368,7 @@ class TrainingSession:
         several processes each takes its share of the cores."""
         import torch
 
-        from minigpt_tui.engine.threads import AUTO, MAX_AUTO, ThreadTuner, initial_threads, usable_cores
+        from minigpt_tui.engine.core.threads import AUTO, MAX_AUTO, ThreadTuner, initial_threads, usable_cores
 
         train = trainer.config.train
         self._record_threads = train.precision != "exact"
@@ -396,7 +396,7 @@ class TrainingSession:
 
     def _diverged(self, watch: DivergenceWatch) -> TrainingDiverged:
         """The stop of a diverged run: nothing is saved (the weights may be lost already)."""
-        from minigpt_tui.engine.checkpoint.directory import list_checkpoints
+        from minigpt_tui.engine.formats.checkpoint_folder import list_checkpoints
 
         first = watch.first
         assert first is not None

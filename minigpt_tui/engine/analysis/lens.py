@@ -1,0 +1,336 @@
+"""Looking inside one decision: named activations, logit lens, direct contributions, head patterns.
+
+One forward pass over a prefix records every activation under a stable name (the naming
+follows TransformerLens, so a view is a loop over names, not code per view). Tensors are
+stored without the batch dimension; T is the prefix length, D the width, H the query
+heads, K the head width, V the vocabulary:
+
+=================================  ==========  ==============================================
+name                               shape       what it is
+=================================  ==========  ==============================================
+``hook_embed``                     [T, D]      token table rows of the prefix
+``hook_pos_embed``                 [T, D]      position table rows (gpt2 only)
+``blocks.{l}.hook_resid_pre``      [T, D]      residual stream entering block l
+``blocks.{l}.attn.hook_pattern``   [H, T, T]   attention weights, query x key
+``blocks.{l}.attn.hook_z``         [T, H, K]   each head's weighted values, before the output map
+``blocks.{l}.hook_attn_out``       [T, D]      the attention block's output (all heads + bias)
+``blocks.{l}.hook_resid_mid``      [T, D]      residual after the attention add
+``blocks.{l}.hook_mlp_out``        [T, D]      the feed-forward block's output
+``blocks.{l}.hook_resid_post``     [T, D]      residual leaving block l
+``ln_final.hook_normalized``       [T, D]      the final norm's output
+``logits``                         [T, V]      the head's output
+=================================  ==========  ==============================================
+
+**Logit lens.** Lens layer 0 is ``blocks.0.hook_resid_pre`` (the embeddings); lens layer
+l >= 1 is ``blocks.{l-1}.hook_resid_post``. Each is passed through the model's own final
+norm and head in the same shape as the model's forward (for a large vocabulary, at the
+last position alone: the same values to rounding); the last lens row is the model's
+logits bit for bit.
+
+**Direct contributions.** The final residual at the last position is a sum of parts: the
+embedding (token row, plus the position row in gpt2), each head's output (its slice of
+``hook_z`` through its columns of the output map), each attention output bias (gpt2),
+each feed-forward block's output (its biases included). The final norm is linear once its
+scale is fixed, so the scale is taken at the final residual and applied to every part:
+
+- llama (RMSNorm, no bias): part p gives ``(W[c] * g) . p / rms(x)``;
+- gpt2 (LayerNorm): part p gives ``(W[c] * g) . (p - mean(p)) / std(x)`` (centering is
+  linear, so each part is centered by its own mean) and the norm's bias gives
+  ``W[c] . b`` on its own (``norm_bias``).
+
+Here x is the final residual, g the norm's weight and W[c] the token table row of id c.
+The parts add up to the logit within rounding (1e-9 in float64 is checked).
+
+The analysis makes its own forward pass over the whole prefix, in evaluation mode, with
+no dropout; it never changes the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.analysis.generation import token_rank, top_ranked
+from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
+
+DEFAULT_LENS_TOP = 5
+LENS_WORK = 200_000_000
+
+
+# -- named activations --------------------------------------------------------------------
+@dataclass(frozen=True)
+class ActivationCache:
+    """Every named activation of one forward pass over ``ids`` (batch dimension removed)."""
+
+    ids: tuple[int, ...]
+    activations: Mapping[str, Tensor]
+
+    def __getitem__(self, name: str) -> Tensor:
+        try:
+            return self.activations[name]
+        except KeyError:
+            raise GenerationError(f"no activation named '{name}'") from None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.activations)
+
+
+def run_with_cache(model: MiniGPT, ids: Sequence[int]) -> ActivationCache:
+    """One evaluation-mode forward over ``ids`` recording every named activation."""
+    if not ids:
+        raise GenerationError("an empty prefix has no activations")
+    if len(ids) > model.config.context:
+        raise GenerationError(f"{len(ids)} ids exceed the context of {model.config.context}")
+    recorded: dict[str, Tensor] = {}
+    was_training = model.training
+    try:
+        if was_training:
+            model.eval()
+        with torch.no_grad():
+            out = model(torch.tensor([list(ids)], dtype=torch.int64), record=recorded)
+    finally:
+        if was_training:
+            model.train()
+    config = model.config
+    activations: dict[str, Tensor] = {}
+    for name, value in recorded.items():
+        value = value[0].detach()
+        activations[name] = value.view(len(ids), config.heads, config.head_dim) if name.endswith("hook_z") else value
+    activations["logits"] = out.logits[0].detach()
+    return ActivationCache(tuple(ids), activations)
+
+
+def lens_stream_name(layer: int) -> str:
+    """The residual stream a lens layer reads: 0 the embeddings, l after block l - 1."""
+    return "blocks.0.hook_resid_pre" if layer == 0 else f"blocks.{layer - 1}.hook_resid_post"
+
+
+# -- records -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LensEntry:
+    id: int
+    piece: str
+    probability: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "piece": self.piece, "probability": self.probability}
+
+
+@dataclass(frozen=True, eq=False)
+class LensRow:
+    """One layer of the logit lens at the last position; ``logits`` is float64 [V]."""
+
+    layer: int
+    stream: str
+    top: tuple[LensEntry, ...]
+    chosen_rank: int
+    chosen_probability: float
+    logits: Tensor
+
+    def to_json(self) -> dict[str, Any]:
+        return {"layer": self.layer, "stream": self.stream, "top": [e.to_json() for e in self.top],
+                "chosen_rank": self.chosen_rank, "chosen_probability": self.chosen_probability}
+
+
+@dataclass(frozen=True)
+class Contributions:
+    """One id's logit at the last position, split into direct contributions (see module doc)."""
+
+    id: int
+    piece: str
+    logit: float  # the model's own logit
+    embedding: float
+    heads: tuple[tuple[float, ...], ...]  # [layer][head]
+    attention_bias: tuple[float, ...]  # [layer]; zeros in llama
+    ffn: tuple[float, ...]  # [layer]
+    norm_bias: float  # zero in llama
+    total: float  # the sum of every part above
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "piece": self.piece, "logit": self.logit, "embedding": self.embedding,
+                "heads": [list(layer) for layer in self.heads], "attention_bias": list(self.attention_bias),
+                "ffn": list(self.ffn), "norm_bias": self.norm_bias, "total": self.total}
+
+
+@dataclass(frozen=True, eq=False)
+class HeadPattern:
+    """The whole prefix x prefix attention of one head: ``weights[query, key]``, float64."""
+
+    layer: int
+    head: int
+    tokens: tuple[tuple[int, str], ...]
+    weights: Tensor
+
+    def to_json(self) -> dict[str, Any]:
+        return {"layer": self.layer, "head": self.head,
+                "tokens": [{"id": i, "piece": p} for i, p in self.tokens], "weights": self.weights.tolist()}
+
+
+@dataclass(frozen=True)
+class DecisionInsight:
+    """What a decision looked like inside: lens rows, contributions (chosen first), a pattern."""
+
+    lens: tuple[LensRow, ...] | None
+    contributions: tuple[Contributions, ...]
+    pattern: HeadPattern | None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        if self.lens is not None:
+            data["lens"] = [row.to_json() for row in self.lens]
+        if self.contributions:
+            data["contributions"] = self.contributions[0].to_json()
+            if len(self.contributions) > 1:
+                data["candidate_contributions"] = [c.to_json() for c in self.contributions[1:]]
+        if self.pattern is not None:
+            data["pattern"] = self.pattern.to_json()
+        return data
+
+
+# -- checks -------------------------------------------------------------------------------
+def check_head(model: MiniGPT, layer: int, head: int) -> None:
+    """Refuse a block or head index the model does not have (one line)."""
+    layers, heads = model.config.layers, model.config.heads
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < layers:
+        raise GenerationError(f"layer {layer} does not exist: the model has blocks 0 to {layers - 1}")
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < heads:
+        raise GenerationError(f"head {head} does not exist: each block has heads 0 to {heads - 1}")
+
+
+def check_token_id(model: MiniGPT, token_id: int) -> None:
+    if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < model.vocab_size:
+        raise GenerationError(f"candidate id {token_id} is outside the vocabulary of {model.vocab_size}")
+
+
+# -- the views ----------------------------------------------------------------------------
+def logit_lens(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationCache, chosen_id: int,
+               top: int = DEFAULT_LENS_TOP) -> tuple[LensRow, ...]:
+    """Every layer's residual at the last position through the final norm and the head."""
+    check_token_id(model, chosen_id)
+    head = model.head_weight
+    layers = model.config.layers
+    # Each row through the final norm and the head in the model's own shape [1, T, D], so a
+    # residual the blocks leave alone reads exactly as the model's logits; where that would
+    # cost more than LENS_WORK multiply-adds (a large vocabulary), at the last position alone.
+    positions = len(cache.ids) if len(cache.ids) * head.shape[0] * head.shape[1] * layers <= LENS_WORK else 1
+    rows = []
+    with torch.no_grad():
+        if positions == 1:  # every layer's last position in one product: the head is read once
+            normed = torch.cat([model.final_norm(cache[lens_stream_name(layer)][None, -1:]) for layer in range(layers)],
+                               dim=1)
+            earlier = (normed @ head.t())[0]
+        for layer in range(layers + 1):
+            stream = lens_stream_name(layer)
+            if layer == layers:  # after the last block: the model's own logits, bit for bit
+                logits = cache["logits"][-1].to(torch.float64)
+            elif positions == 1:
+                logits = earlier[layer].to(torch.float64)
+            else:
+                logits = (model.final_norm(cache[stream][None, -positions:]) @ head.t())[0, -1].to(torch.float64)
+            probabilities = torch.softmax(logits, dim=-1)
+            order = top_ranked(logits, top)
+            values = probabilities[[*order, chosen_id]].tolist()
+            entries = tuple(LensEntry(i, tokenizer.piece_text(i), v) for i, v in zip(order, values))
+            rows.append(LensRow(layer, stream, entries, token_rank(logits, chosen_id), values[-1], logits))
+    return tuple(rows)
+
+
+def _norm_parts(model: MiniGPT, cache: ActivationCache) -> tuple[list[Tensor], list[int]]:
+    """The final residual's parts at the last position as rows, and how many per group."""
+    config = model.config
+    embedding = cache["hook_embed"][-1]
+    if config.positions == "learned":
+        embedding = embedding + cache["hook_pos_embed"][-1]
+    rows = [embedding[None]]
+    for index, block in enumerate(model.blocks):
+        z = cache[f"blocks.{index}.attn.hook_z"][-1]  # [H, K]
+        out_map = block.attn.o_proj.weight.reshape(config.width, config.heads, config.head_dim)
+        rows.append(torch.einsum("hk,dhk->hd", z, out_map))  # [H, D]
+        bias = block.attn.o_proj.bias
+        rows.append((bias if bias is not None else torch.zeros_like(embedding))[None])
+        rows.append(cache[f"blocks.{index}.hook_mlp_out"][-1][None])
+    return rows, [len(r) for r in rows]
+
+
+def direct_contributions(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationCache,
+                         token_ids: Sequence[int]) -> tuple[Contributions, ...]:
+    """Each id's logit at the last position as embedding + heads + biases + blocks (module doc)."""
+    for token_id in token_ids:
+        check_token_id(model, token_id)
+    config = model.config
+    norm = model.final_norm
+    with torch.no_grad():
+        final = cache[f"blocks.{config.layers - 1}.hook_resid_post"][-1].to(torch.float64)
+        rows, sizes = _norm_parts(model, cache)
+        parts = torch.cat(rows).to(torch.float64)  # [parts, D]
+        layer_norm = config.norm == "layernorm"
+        if layer_norm:
+            scale = 1.0 / torch.sqrt(final.var(unbiased=False) + norm.eps)
+            parts = parts - parts.mean(dim=-1, keepdim=True)
+        else:
+            scale = torch.rsqrt(final.pow(2).mean() + norm.eps)
+        table = model.head_weight[list(token_ids)].to(torch.float64)  # [N, D]
+        directions = table * norm.weight.to(torch.float64)
+        values = (parts @ directions.t()) * scale  # [parts, N]
+        if layer_norm and norm.bias is not None:
+            norm_bias = (table @ norm.bias.to(torch.float64)).tolist()
+        else:
+            norm_bias = [0.0] * len(token_ids)
+        logits = cache["logits"][-1]
+    groups = list(torch.split(values, sizes))
+    results = []
+    for column, token_id in enumerate(token_ids):
+        embedding = float(groups[0][0, column])
+        heads, attention_bias, ffn = [], [], []
+        for index in range(config.layers):
+            heads.append(tuple(groups[1 + 3 * index][:, column].tolist()))
+            attention_bias.append(float(groups[2 + 3 * index][0, column]))
+            ffn.append(float(groups[3 + 3 * index][0, column]))
+        total = float(values[:, column].sum()) + norm_bias[column]
+        results.append(Contributions(token_id, tokenizer.piece_text(token_id), float(logits[token_id]), embedding,
+                                     tuple(heads), tuple(attention_bias), tuple(ffn), norm_bias[column], total))
+    return tuple(results)
+
+
+def head_pattern(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationCache,
+                 layer: int, head: int) -> HeadPattern:
+    check_head(model, layer, head)
+    weights = cache[f"blocks.{layer}.attn.hook_pattern"][head].to(torch.float64).clone()
+    tokens = tuple((i, tokenizer.piece_text(i)) for i in cache.ids)
+    return HeadPattern(layer, head, tokens, weights)
+
+
+def inspect_decision(
+    model: MiniGPT,
+    tokenizer: ByteBPETokenizer,
+    prefix_ids: Sequence[int],
+    chosen_id: int,
+    *,
+    lens: bool = False,
+    lens_top: int = DEFAULT_LENS_TOP,
+    contributions: bool = False,
+    candidate_ids: Sequence[int] = (),
+    pattern: tuple[int, int] | None = None,
+) -> DecisionInsight:
+    """The asked-for views of the decision made after ``prefix_ids``, from one forward pass.
+
+    Contributions cover the chosen id first, then each of ``candidate_ids``."""
+    check_token_id(model, chosen_id)
+    for token_id in candidate_ids:
+        check_token_id(model, token_id)
+    if pattern is not None:
+        check_head(model, *pattern)
+    if lens_top < 1:
+        raise GenerationError(f"the lens shows at least 1 id per layer, got {lens_top}")
+    cache = run_with_cache(model, prefix_ids)
+    rows = logit_lens(model, tokenizer, cache, chosen_id, lens_top) if lens else None
+    ids = [chosen_id, *[i for i in candidate_ids if i != chosen_id]] if contributions or candidate_ids else []
+    parts = direct_contributions(model, tokenizer, cache, ids) if ids else ()
+    view = head_pattern(model, tokenizer, cache, *pattern) if pattern is not None else None
+    return DecisionInsight(rows, parts, view)

@@ -1,0 +1,326 @@
+"""Files the product reads and writes, handled one way everywhere.
+
+Reading: an input is opened only when it is a regular file (or a folder where a folder is
+expected); a FIFO, a device, a socket or a symlink loop is refused before anything blocks.
+Writing: every file goes through :func:`write_file`: an existing path is refused unless
+``replace`` (a user's ``--force``, or the product's own run files), anything that is not a
+regular file is refused even then, the bytes go to a temporary name in the same folder,
+flushed and fsynced, and are renamed into place; every OS error becomes one line naming
+the file. :func:`append_line` is the one way a line is added to a log.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from minigpt_tui.engine.core.errors import InputRefused, WriteRefused
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _stat_input(path: Path) -> os.stat_result:
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        raise InputRefused(f"file not found: {path}") from None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise InputRefused(f"{path}: a symbolic link loop") from None
+        if err.errno == errno.ENAMETOOLONG:
+            raise InputRefused(f"{str(path)[:60]}…: the path is too long") from None
+        raise InputRefused(f"cannot read {path}: {err.strerror or err}") from None
+
+
+def require_regular_file(path: Path | str, what: str = "a file") -> Path:
+    """``path`` when it names a regular file (after symlinks); one line otherwise."""
+    path = Path(path)
+    mode = _stat_input(path).st_mode
+    if stat.S_ISDIR(mode):
+        raise InputRefused(f"{path} is a directory, not {what}")
+    if not stat.S_ISREG(mode):
+        raise InputRefused(f"{path} is {_kind_of(mode)}, not {what}: refused before reading")
+    return path
+
+
+def require_file_or_folder(path: Path | str, what: str) -> Path:
+    """``path`` when it names a regular file or a folder; one line otherwise."""
+    path = Path(path)
+    mode = _stat_input(path).st_mode
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise InputRefused(f"{path} is {_kind_of(mode)}, not {what}: refused before reading")
+    return path
+
+
+def path_exists(path: Path | str) -> bool:
+    """Whether a directory entry named ``path`` exists (a broken link or a link loop counts,
+    so that the caller goes on to name the problem); never raises for a name too long."""
+    try:
+        os.lstat(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _unique_temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.partial-{os.getpid()}-{os.urandom(4).hex()}")
+
+
+REPLACE_WITH_FORCE = "add --force to replace it"
+
+
+def _existing_entry(path: Path) -> os.stat_result | None:
+    """What is at ``path`` itself (a link is not followed); None when nothing is."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise WriteRefused(f"cannot write {shorten_middle(str(path))}: {err.strerror or err}") from None
+
+
+def _entry_kind(info: os.stat_result) -> str:
+    mode = info.st_mode
+    return ("a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else
+            "a file" if stat.S_ISREG(mode) else _kind_of(mode))
+
+
+def check_writable_target(path: Path | str, *, replace: bool = False, what: str = "output",
+                          how_to_replace: str | None = REPLACE_WITH_FORCE) -> Path:
+    """Refuse an output path before any work is done: an existing one without ``replace``
+    (the refusal says ``how_to_replace`` where there is a way), one that is not a regular
+    file, or one whose folder does not exist."""
+    path = Path(path).expanduser()
+    info = _existing_entry(path)
+    if info is not None:
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
+            kind = _entry_kind(info)
+            raise WriteRefused(f"{path} is {kind}: the {what} is written only to a regular file or a new path")
+        if not replace:
+            way = f" or {how_to_replace}" if how_to_replace else ""
+            raise WriteRefused(f"{path} already exists: choose a new path{way}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise WriteRefused(f"cannot write {path}: the folder {parent} does not exist")
+    return path
+
+
+def write_file(path: Path | str, data: bytes, *, replace: bool = False, what: str = "output",
+               how_to_replace: str | None = REPLACE_WITH_FORCE) -> Path:
+    """Write ``data`` as ``path``: checked as :func:`check_writable_target` says, under a
+    temporary name in the same folder, flushed, fsynced, renamed into place, the folder
+    fsynced. Nothing is left behind on failure; the error is one line naming the file."""
+    path = check_writable_target(path, replace=replace, what=what, how_to_replace=how_to_replace)
+    tmp = _unique_temporary(path)
+    with removed_on_failure(tmp, f"cannot write {path}"):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            view = memoryview(data)
+            while view.nbytes:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if not replace and os.path.lexists(path):  # appeared while we wrote: never clobber it
+            raise FileExistsError(errno.EEXIST, "it appeared while writing")
+        os.replace(tmp, path)
+        fsync_folder(path.parent)
+    return path
+
+
+@contextmanager
+def removed_on_failure(work: Path, failure: str) -> Iterator[None]:
+    """Remove ``work`` (a temporary file or folder) when the block fails; an OS error
+    becomes one line, ``failure: reason``."""
+    try:
+        yield
+    except BaseException as err:
+        if work.is_dir() and not work.is_symlink():
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            _discard(work)
+        if isinstance(err, OSError):
+            raise WriteRefused(f"{failure}: {err.strerror or err}") from None
+        raise
+
+
+def append_line(path: Path | str, line: str) -> None:
+    """Append one line (a newline is added) to a log file, created if missing; one-line error."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise WriteRefused(f"{path} is {_kind_of(info.st_mode)}: refusing to append to it")
+            view = memoryview((line + "\n").encode("utf-8"))
+            while view.nbytes:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise WriteRefused(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def make_folder(path: Path | str, *, what: str = "folder") -> Path:
+    """``mkdir -p`` with one-line errors (a file in the way, a read-only parent, ...)."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise WriteRefused(f"cannot use {path} as the {what}: it is a file, not a folder") from None
+    except OSError as err:
+        raise WriteRefused(f"cannot create the {what} {path}: {err.strerror or err}") from None
+    if not path.is_dir():
+        raise WriteRefused(f"cannot use {path} as the {what}: it is not a folder")
+    return path
+
+
+def fsync_folder(path: Path) -> None:
+    """Make a rename or a new entry in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _discard(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def read_small_file(path: Path | str, limit: int, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes. It is opened without
+    blocking (a FIFO never hangs the reader), checked on the open descriptor (a link to
+    ``/dev/zero`` is a device, not a file) and read to ``limit + 1`` bytes at most, so a
+    file that grows while it is read is refused too. Failures are :class:`InputRefused`."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputRefused(f"file not found: {shorten_middle(str(path))}") from None
+    except OSError as err:
+        raise InputRefused(f"cannot read {shorten_middle(str(path))}: {err.strerror or err}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputRefused(f"{shorten_middle(str(path))} is {_kind_of(info.st_mode)}, not a {what}: refused before reading")
+        if info.st_size > limit:
+            raise InputRefused(f"{shorten_middle(str(path))} holds {info.st_size:,} bytes, more than a {what} may ({limit:,})")
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise InputRefused(f"{shorten_middle(str(path))} grew past the {limit:,} bytes a {what} may hold")
+        return b"".join(chunks)
+    except OSError as err:
+        raise InputRefused(f"cannot read {shorten_middle(str(path))}: {err.strerror or err}") from None
+    finally:
+        os.close(fd)
+
+
+def shorten_middle(text: str, limit: int = 160) -> str:
+    """``text`` cut in the middle to at most ``limit`` characters, for an error line: a
+    path keeps its start and its file name (``session.display.shorten`` keeps the start only)."""
+    if len(text) <= limit:
+        return text
+    keep = (limit - 1) // 2
+    return f"{text[:keep]}…{text[-keep:]}"
+
+
+def os_error_line(err: OSError) -> str:
+    """An operating-system failure as one line naming the path (shortened when long) and
+    the reason: "cannot use /tmp/aaa…aaa: File name too long"."""
+    from minigpt_tui.engine.core.printable import escape_controls
+
+    reason = err.strerror or type(err).__name__
+    names = [str(name) for name in (err.filename, err.filename2) if name is not None]
+    if not names:
+        return f"{reason}"
+    shown = " → ".join(shorten_middle(escape_controls(name), 120) for name in names)
+    return f"cannot use {shown}: {reason}"
+
+
+def check_new_output(path: Path | str, what: str = "--out") -> Path:
+    """A new output path, refused in one line before any work when anything is there (a
+    file, a folder even if empty, a symbolic link even if dangling), when its folder does
+    not exist, or when it lies inside a checkpoint folder (checkpoints hold their own files
+    only). Stale work files of earlier writes to it whose process died are reclaimed."""
+    path = Path(path).expanduser()
+    shown = shorten_middle(str(path))
+    info = _existing_entry(path)
+    if info is not None:
+        raise WriteRefused(f"{shown} already exists ({_entry_kind(info)}); choose a new {what}: nothing is overwritten")
+    parent = path.parent
+    if not parent.is_dir():
+        raise WriteRefused(f"cannot write {shown}: the folder {shorten_middle(str(parent))} does not exist")
+    for folder in (parent.resolve(), *parent.resolve().parents):
+        if (folder / "manifest.json").is_file() and any(
+                (folder / name).is_file() for name in ("model.safetensors", "training.safetensors")):
+            raise WriteRefused(f"{shown} is inside the checkpoint folder {shorten_middle(str(folder))}; "
+                               "write it somewhere else (a checkpoint holds its own files only)")
+    reclaim_stale_work(path)
+    return path
+
+
+def work_path(path: Path) -> Path:
+    """The hidden work name a write to ``path`` uses until it is renamed into place."""
+    return path.with_name(f".{path.name}.partial-{os.getpid()}-{os.urandom(4).hex()}")
+
+
+def reclaim_stale_work(path: Path) -> None:
+    """Remove work files and folders of writes to ``path`` whose process is gone (a kill -9)."""
+    import re
+
+    pattern = re.compile(re.escape(f".{path.name}.partial-") + r"(\d+)(?:-[0-9a-f]{8})?")
+    try:
+        candidates = [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)]
+    except OSError:
+        return
+    for candidate in candidates:
+        pid = int(pattern.fullmatch(candidate.name).group(1))  # type: ignore[union-attr]
+        if process_alive(pid):
+            continue
+        if candidate.is_dir() and not candidate.is_symlink():
+            shutil.rmtree(candidate, ignore_errors=True)
+        else:
+            _discard(candidate)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this machine."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True

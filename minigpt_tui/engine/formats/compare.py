@@ -1,0 +1,117 @@
+"""The differences between two checkpoints: settings, records and tensors, aliases resolved."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
+from minigpt_tui.engine.formats.inspect import inspect_path
+from minigpt_tui.engine.formats.inspection import TRAINING_STATE, FileSummary, Inspection
+
+
+# -- comparison ----------------------------------------------------------------------------------
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), inner, out)
+    else:
+        out[prefix] = value
+
+
+def _file_tensors(summary: FileSummary) -> dict[str, Any]:
+    """Every tensor of one file an inspection lists, read by that file's format."""
+    from minigpt_tui.engine.formats.foreign import PICKLE_KINDS, pickle_tensors
+
+    if summary.kind in PICKLE_KINDS:
+        return pickle_tensors(summary.path)
+    from minigpt_tui.engine.formats.safetensors_io import load_file
+
+    return load_file(summary.path).tensors()
+
+
+def _tensors_of(inspection: Inspection) -> dict[tuple[str, str], tuple[str, Any]]:
+    """(role, name) -> (file, tensor). A tensor matches its namesake in the other checkpoint
+    whichever file or shard holds it; only a training-state file's tensors keep their own
+    role, so they never meet a model's."""
+    out: dict[tuple[str, str], tuple[str, Any]] = {}
+    for summary in inspection.files:
+        role = TRAINING_FILE if summary.kind == TRAINING_STATE else ""
+        for name, tensor in _file_tensors(summary).items():
+            out[(role, name)] = (summary.name, tensor)
+    return out
+
+
+def _resolve_aliases(tensors: dict[tuple[str, str], tuple[str, Any]], inspection: Inspection,
+                     other: dict[tuple[str, str], tuple[str, Any]]) -> None:
+    """An alias record names a tensor stored once under another name: the same thing as a
+    shared tensor that the other side (a pickle) lists under both names, so where the other
+    side holds that name it compares as the aliased tensor."""
+    for alias in inspection.aliases:
+        key, target = ("", alias.get("name")), ("", alias.get("target"))
+        if alias.get("transform") == "none" and key not in tensors and key in other and target in tensors:
+            tensors[key] = tensors[target]
+
+
+def _max_abs_difference(a: Any, b: Any) -> float:
+    import torch
+
+    if a.numel() == 0:
+        return 0.0
+    if a.dtype == torch.uint64:
+        x = torch.from_numpy(a.numpy().astype("float64"))
+        y = torch.from_numpy(b.numpy().astype("float64"))
+    elif a.is_complex():
+        return float((a.to(torch.complex128) - b.to(torch.complex128)).abs().max())
+    else:
+        x, y = a.to(torch.float64), b.to(torch.float64)
+    diff = (x - y).abs()
+    return float(diff.max()) if not torch.isnan(diff).all() else math.nan
+
+
+def compare_checkpoints(a: Path | str, b: Path | str) -> dict[str, Any]:
+    """Which tensors changed (and by how much at most) and which state records differ,
+    between any two things ``inspect_path`` opens (tensors are matched by name)."""
+    import torch
+
+    first, second = inspect_path(a), inspect_path(b)
+    ta, tb = _tensors_of(first), _tensors_of(second)
+    _resolve_aliases(ta, first, tb)
+    _resolve_aliases(tb, second, ta)
+    tensors = []
+    for key in sorted(set(ta) | set(tb)):
+        name = key[1]
+        row: dict[str, Any] = {"file": (ta.get(key) or tb[key])[0], "name": name}
+        if key in ta and key in tb and tb[key][0] != ta[key][0]:
+            row["file_b"] = tb[key][0]  # another file or shard holds it in b
+        if key not in tb:
+            row.update(status="only_a", max_abs_diff=None)
+        elif key not in ta:
+            row.update(status="only_b", max_abs_diff=None)
+        else:
+            x, y = ta[key][1], tb[key][1]
+            if x.dtype != y.dtype or tuple(x.shape) != tuple(y.shape):
+                row.update(status="reshaped", max_abs_diff=None)
+            else:
+                same = bool(torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))) if x.numel() else True
+                row.update(status="same" if same else "changed", max_abs_diff=0.0 if same else _max_abs_difference(x, y))
+        tensors.append(row)
+    fa: dict[str, Any] = {}
+    fb: dict[str, Any] = {}
+    _flatten("", first.state.to_json(), fa)
+    _flatten("", second.state.to_json(), fb)
+    differences = []
+    for key in sorted(set(fa) | set(fb)):
+        if fa.get(key) != fb.get(key):
+            group, _, record = key.partition(".")
+            differences.append({"group": group, "record": record, "a": fa.get(key), "b": fb.get(key)})
+    return {
+        "a": str(first.path),
+        "b": str(second.path),
+        "kinds": [first.kind, second.kind],
+        "tensors": tensors,
+        "changed": [f"{t['file']}:{t['name']}" for t in tensors if t["status"] != "same"],
+        "unchanged": sum(1 for t in tensors if t["status"] == "same"),
+        "state_differences": differences,
+    }

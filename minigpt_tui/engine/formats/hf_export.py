@@ -1,0 +1,194 @@
+"""A portable model as a folder that transformers loads unchanged:
+``AutoModelForCausalLM.from_pretrained(DIR)`` and ``AutoTokenizer.from_pretrained(DIR)``.
+
+The folder holds ``config.json`` (the family's class, tied embeddings, BOS/EOS ids, dtype,
+and our own record of the settings transformers has no field for), ``generation_config.json``,
+``model.safetensors`` (the learned tensors, head left out because it is the token table;
+the dropped alias is recorded in the metadata the way ``safetensors.torch.save_model``
+does), ``tokenizer.json`` with exactly our ids and merges, ``tokenizer_config.json`` and
+``special_tokens_map.json``. The dtype is kept: a float64 model exports as float64.
+
+The folder is written under a temporary name beside the target, each file flushed and
+fsynced, then renamed into place: a refused or failed export leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from minigpt_tui.engine.formats.safetensors_io import (
+    atomic_write_bytes,
+    dtype_name,
+    fsync_directory,
+    write_safetensors,
+)
+from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.core.files import check_new_output, work_path
+from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
+
+if TYPE_CHECKING:
+    from minigpt_tui.engine.training.model_file import PortableModel
+
+CONFIG_FILE = "config.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+FORMATS = ("hf",)
+
+
+@dataclass(frozen=True)
+class HFExport:
+    path: Path
+    architecture: str
+    dtype: str
+    tensors: int
+    scalars: int
+    files: tuple[str, ...]
+    model_identity: str
+    tokenizer_identity: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "format": "hf",
+            "architecture": self.architecture,
+            "dtype": self.dtype,
+            "tensors": self.tensors,
+            "scalars": self.scalars,
+            "files": list(self.files),
+            "model_identity": self.model_identity,
+            "tokenizer_identity": self.tokenizer_identity,
+        }
+
+
+def _json_bytes(data: Any) -> bytes:
+    return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def prepare_output_folder(out: Path) -> None:
+    """Refuse a target that exists (an empty folder and a dangling link too) or lies inside
+    a checkpoint folder: an export never overwrites."""
+    check_new_output(out)
+
+
+def hf_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[tuple[str, Any]], dict[str, bytes]]:
+    """(config, tensors, other files by name) of the transformers folder for a model."""
+    model, tokenizer = portable.model, portable.tokenizer
+    if tokenizer is None:
+        raise CheckpointError(f"{portable.path}: a model without its tokenizer cannot be exported")
+    if getattr(tokenizer, "kind", "") == "tokenizers":  # a model from elsewhere, with its own tokenizer.json
+        return _family_folder_contents(portable)
+    if getattr(tokenizer, "kind", None) is not None:
+        raise CheckpointError(f"{portable.path}: its tokenizer ({tokenizer.kind}) cannot be written as a tokenizer.json")
+    if model.head_weight is not model.token_embedding.weight:
+        raise CheckpointError(f"{portable.path}: the head is not the token table; only tied models export")
+    config = model.config
+    dtype = dtype_name(model.dtype)
+    if dtype not in hf_layout.TORCH_DTYPE_NAMES:
+        raise CheckpointError(f"{portable.path}: learned tensors of dtype {dtype} cannot be exported")
+    named = {name: p.detach() for name, p in model.named_parameters()}
+    record = hf_layout.export_record(config, portable.identity, tokenizer.identity)
+    hf_config = hf_layout.hf_config(config, tokenizer.vocab_size, dtype, record)
+    tensors = hf_layout.to_hf(named, config)
+    files = {
+        hf_tokenizer.TOKENIZER_FILE: _json_bytes(hf_tokenizer.tokenizer_json(tokenizer)),
+        hf_tokenizer.TOKENIZER_CONFIG_FILE: _json_bytes(hf_tokenizer.tokenizer_config(config.context)),
+        hf_tokenizer.SPECIAL_TOKENS_FILE: _json_bytes(hf_tokenizer.special_tokens_map()),
+        GENERATION_CONFIG_FILE: _json_bytes({
+            "bos_token_id": hf_config["bos_token_id"],
+            "eos_token_id": hf_config["eos_token_id"],
+            # Our rule: BOS is never chosen; padding (batched prompts) uses EOS.
+            "pad_token_id": hf_config["eos_token_id"],
+            "suppress_tokens": [hf_config["bos_token_id"]],
+            "do_sample": False,
+        }),
+        CONFIG_FILE: _json_bytes(hf_config),
+    }
+    return hf_config, tensors, files
+
+
+def _family_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[tuple[str, Any]], dict[str, bytes]]:
+    """The folder of the family's own class, with the model's own tokenizer.json; refused in
+    one line when the model sets a part that class has no setting for."""
+    from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
+    from minigpt_tui.engine.formats.hf_families import model_config
+    from minigpt_tui.engine.formats.hf_family_export import family_config, family_tensors
+
+    model, tokenizer = portable.model, portable.tokenizer
+    config = model.config
+    dtype = dtype_name(model.dtype)
+    if dtype not in hf_layout.TORCH_DTYPE_NAMES:
+        raise CheckpointError(f"{portable.path}: learned tensors of dtype {dtype} cannot be exported")
+    hf_config = family_config(config, tokenizer.vocab_size, hf_layout.TORCH_DTYPE_NAMES[dtype], tokenizer.bos_id,
+                              list(tokenizer.eos_ids))
+    read_back = model_config(hf_config, str(portable.path))
+    for field in config.__dataclass_fields__:
+        if field not in TRAINING_ONLY_SETTINGS and getattr(read_back, field) != getattr(config, field):
+            raise CheckpointError(f"{portable.path}: {hf_config['architectures'][0]} has no setting for this model's "
+                                  f"{field} ({getattr(config, field)!r}); it cannot be exported to transformers")
+    tensors = family_tensors({name: p.detach() for name, p in model.named_parameters()}, config)
+
+    def token(token_id: int | None) -> str | None:
+        return None if token_id is None else tokenizer.piece_text(token_id)
+
+    eos = list(tokenizer.eos_ids)
+    files = {
+        hf_tokenizer.TOKENIZER_FILE: tokenizer.text.encode("utf-8"),
+        hf_tokenizer.TOKENIZER_CONFIG_FILE: _json_bytes({
+            "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": token(tokenizer.bos_id),
+            "eos_token": token(eos[0]) if eos else None, "clean_up_tokenization_spaces": False,
+            "model_max_length": config.context}),
+        GENERATION_CONFIG_FILE: _json_bytes({"bos_token_id": tokenizer.bos_id, "eos_token_id": hf_config["eos_token_id"],
+                                             "do_sample": False}),
+        CONFIG_FILE: _json_bytes(hf_config),
+    }
+    return hf_config, tensors, files
+
+
+def export_hf(portable: "PortableModel", out: Path | str) -> HFExport:
+    """Write the transformers folder for ``portable`` at ``out`` (which must not hold anything)."""
+    out = Path(out).expanduser()
+    prepare_output_folder(out)
+    hf_config, tensors, files = hf_folder_contents(portable)
+    family = portable.model.config.family
+    # The dropped head, recorded as safetensors.torch.save_model records a dropped alias.
+    metadata = {"format": "pt"}
+    if getattr(portable.tokenizer, "kind", "") == "tokenizers":
+        from minigpt_tui.engine.formats.hf_family_export import dropped_head
+
+        metadata.update(dropped_head(portable.model.config))
+    else:
+        metadata[hf_layout.HEAD_NAME] = hf_layout.table_name(family)
+    work = work_path(out)
+    try:
+        work.mkdir()
+        write_safetensors(work / WEIGHTS_FILE, tensors, metadata, atomic=False)
+        for name, data in files.items():
+            atomic_write_bytes(work / name, data, atomic=False)
+        fsync_directory(work)
+        if os.path.lexists(out):  # appeared while we wrote: never replace it
+            raise FileExistsError(errno.EEXIST, "it appeared while writing")
+        os.replace(work, out)
+        fsync_directory(out.parent)
+    except OSError as err:
+        shutil.rmtree(work, ignore_errors=True)
+        raise CheckpointError(f"cannot write {out}: {err.strerror or err}") from None
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return HFExport(
+        path=out,
+        architecture=hf_config["architectures"][0],
+        dtype=hf_config["dtype"],
+        tensors=len(tensors),
+        scalars=sum(t.numel() for _, t in tensors),
+        files=tuple(sorted([WEIGHTS_FILE, *files])),
+        model_identity=portable.identity,
+        tokenizer_identity=portable.tokenizer.identity if portable.tokenizer else "",
+    )

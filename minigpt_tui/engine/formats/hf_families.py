@@ -1,0 +1,337 @@
+"""Five transformers families as settings of our model's parts, and their tensors as ours.
+
+=============  ======================  =====================================================
+family         transformers class      what its config sets
+=============  ======================  =====================================================
+``gpt2``       GPT2LMHeadModel         LayerNorm, learned positions, Conv1D ([in, out])
+                                       weights with q, k, v side by side, biases, GELU
+``gpt_neo``    GPTNeoForCausalLM       as gpt2 with nn.Linear weights, no 1/sqrt(d) scaling,
+                                       a bias on the attention output only, local layers
+                                       that see the last ``window_size`` positions
+``gpt_neox``   GPTNeoXForCausalLM      parallel residual, partial rotary
+                                       (``partial_rotary_factor``), q, k, v interleaved per
+                                       head in one ``query_key_value``, an untied head
+``llama``      LlamaForCausalLM        RMSNorm, rotary, SwiGLU, grouped kv heads, tied or not
+``qwen2``      Qwen2ForCausalLM        as llama, with biases on q, k and v
+=============  ======================  =====================================================
+
+:func:`model_config` reads config.json into a :class:`ModelConfig` and refuses, in one
+line naming the field, what our model does not compute; :func:`our_tensors` renames and
+reshapes the folder's tensors into our parameter names. Every move is a rename, a
+transpose or a split: the values are the folder's, widened to the compute dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from minigpt_tui.engine.core.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
+
+    from minigpt_tui.engine.core.config import ModelConfig
+
+ARCHITECTURES = {
+    "gpt2": "GPT2LMHeadModel",
+    "gpt_neo": "GPTNeoForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+}
+SUPPORTED = ", ".join(ARCHITECTURES.values())
+GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
+TIED_BY_DEFAULT = {"gpt2": True, "gpt_neo": True, "gpt_neox": False, "llama": False, "qwen2": False}
+Getter = Callable[[str], "torch.Tensor"]
+
+
+class _Config:
+    """config.json's fields, each read with its type checked and the file named."""
+
+    def __init__(self, data: dict[str, Any], where: str, family: str) -> None:
+        self.data, self.where, self.family = data, where, family
+
+    def refuse(self, what: str) -> CheckpointError:
+        return CheckpointError(f"{self.where}: unsupported {ARCHITECTURES[self.family]} setting: {what}")
+
+    def int(self, key: str, default: int | None = None) -> int:
+        value = self.data.get(key, default)
+        if value is None and default is not None:
+            value = default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CheckpointError(f"{self.where}: {key} must be a positive integer, got {value!r}")
+        return value
+
+    def float(self, key: str, default: float) -> float:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise CheckpointError(f"{self.where}: {key} must be a positive number, got {value!r}")
+        return float(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise CheckpointError(f"{self.where}: {key} must be true or false, got {value!r}")
+        return value
+
+    def gelu(self, key: str) -> str:
+        name = self.data.get(key, "gelu_new")
+        if name not in GELU:
+            raise self.refuse(f"{key} {name!r} (supported: {', '.join(GELU)})")
+        return GELU[name]
+
+    def rope(self, theta_key: str = "rope_theta", fraction_key: str | None = None) -> tuple[float, float]:
+        """RoPE's base and rotated share; scaling other than none is refused."""
+        params = self.data.get("rope_parameters")
+        params = params if isinstance(params, dict) else {}
+        scaling = self.data.get("rope_scaling")
+        kind = params.get("rope_type", params.get("type", "default"))
+        if isinstance(scaling, dict):
+            kind = scaling.get("rope_type", scaling.get("type", kind))
+        if kind not in ("default", None):
+            raise self.refuse(f"rope scaling {kind!r} (supported: none)")
+        theta = params.get("rope_theta", self.data.get(theta_key, 10000.0))
+        fraction = params.get("partial_rotary_factor", self.data.get(fraction_key, 1.0) if fraction_key else 1.0)
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+            raise CheckpointError(f"{self.where}: rope_theta must be a positive number, got {theta!r}")
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+            raise CheckpointError(f"{self.where}: the rotary share must be in (0, 1], got {fraction!r}")
+        return float(theta), float(fraction)
+
+
+def family_of(data: dict[str, Any], where: str) -> str:
+    """The family config.json names (model_type, checked against architectures)."""
+    model_type = data.get("model_type")
+    architectures = data.get("architectures") or []
+    if not isinstance(architectures, list):
+        architectures = []
+    if model_type in ARCHITECTURES:
+        known = [a for a in architectures if isinstance(a, str)]
+        if known and ARCHITECTURES[model_type] not in known:
+            raise CheckpointError(f"{where}: unsupported architecture {known[0]} (supported: {SUPPORTED})")
+        return str(model_type)
+    named = architectures[0] if architectures else model_type
+    raise CheckpointError(f"{where}: unsupported architecture {named!r} (supported: {SUPPORTED})")
+
+
+def _refuse_experts(c: _Config) -> None:
+    for key in ("num_experts", "num_local_experts", "moe_intermediate_size"):
+        if c.data.get(key):
+            raise c.refuse(f"a mixture of experts ({key})")
+
+
+def _gpt2(c: _Config) -> dict[str, Any]:
+    width = c.int("n_embd")
+    if not c.flag("scale_attn_weights", True) or c.flag("scale_attn_by_inverse_layer_idx", False):
+        raise c.refuse("attention scaling other than 1/sqrt(head width)")
+    if c.flag("reorder_and_upcast_attn", False) or c.flag("add_cross_attention", False):
+        raise c.refuse("reorder_and_upcast_attn or cross-attention")
+    heads = c.int("n_head")
+    return {"width": width, "heads": heads, "kv_heads": heads, "ffn": c.int("n_inner", 4 * width),
+            "layers": c.int("n_layer"), "context": c.int("n_positions", 1024),
+            "norm_eps": c.float("layer_norm_epsilon", 1e-5), "gelu_approximation": c.gelu("activation_function")}
+
+
+def _gpt_neo(c: _Config) -> dict[str, Any]:
+    width, heads, layers = c.int("hidden_size"), c.int("num_heads"), c.int("num_layers")
+    kinds = c.data.get("attention_layers")
+    if not isinstance(kinds, list) or len(kinds) != layers:
+        kinds = []
+        for item in c.data.get("attention_types") or [[["global", "local"], max(layers // 2, 1)]]:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], list)
+                    and isinstance(item[1], int)):
+                raise CheckpointError(f"{c.where}: attention_types must be [[kinds], repeat] pairs")
+            kinds += list(item[0]) * item[1]
+    if len(kinds) != layers or any(kind not in ("global", "local") for kind in kinds):
+        raise CheckpointError(f"{c.where}: attention_layers must name global or local for each of {layers} layers")
+    return {"width": width, "heads": heads, "kv_heads": heads, "ffn": c.int("intermediate_size", 4 * width),
+            "layers": layers, "context": c.int("max_position_embeddings", 2048),
+            "norm_eps": c.float("layer_norm_epsilon", 1e-5), "gelu_approximation": c.gelu("activation_function"),
+            "attention_window": c.int("window_size", 256),
+            "local_layers": tuple(i for i, kind in enumerate(kinds) if kind == "local")}
+
+
+def _gpt_neox(c: _Config) -> dict[str, Any]:
+    width, heads = c.int("hidden_size"), c.int("num_attention_heads")
+    theta, fraction = c.rope("rotary_emb_base", "rotary_pct")
+    if "rotary_pct" not in c.data and not isinstance(c.data.get("rope_parameters"), dict):
+        fraction = 0.25  # transformers' default for this family
+    return {"width": width, "heads": heads, "kv_heads": heads, "ffn": c.int("intermediate_size", 4 * width),
+            "layers": c.int("num_hidden_layers"), "context": c.int("max_position_embeddings", 2048),
+            "norm_eps": c.float("layer_norm_eps", 1e-5), "gelu_approximation": c.gelu("hidden_act"),
+            "rope_base": theta, "rotary_fraction": fraction,
+            "residual": "parallel" if c.flag("use_parallel_residual", True) else "sequential",
+            "attention_bias": "all" if c.flag("attention_bias", True) else "none"}
+
+
+def _llama(c: _Config) -> dict[str, Any]:
+    width, heads = c.int("hidden_size"), c.int("num_attention_heads")
+    head_dim = c.data.get("head_dim") or width // heads
+    if head_dim * heads != width:
+        raise c.refuse(f"head_dim {head_dim} × {heads} heads is not hidden_size {width}")
+    if c.data.get("hidden_act", "silu") != "silu":
+        raise c.refuse(f"hidden_act {c.data.get('hidden_act')!r} (supported: silu)")
+    if c.family == "qwen2" and c.flag("use_sliding_window", False):
+        raise c.refuse("use_sliding_window")
+    theta, _ = c.rope()
+    biases = "qkv" if c.family == "qwen2" else ("all" if c.flag("attention_bias", False) else "none")
+    return {"width": width, "heads": heads, "kv_heads": c.int("num_key_value_heads", heads),
+            "ffn": c.int("intermediate_size"), "layers": c.int("num_hidden_layers"),
+            "context": c.int("max_position_embeddings", 2048), "norm_eps": c.float("rms_norm_eps", 1e-6),
+            "rope_base": theta, "attention_bias": biases, "ffn_bias": c.flag("mlp_bias", False)}
+
+
+_SETTINGS = {"gpt2": _gpt2, "gpt_neo": _gpt_neo, "gpt_neox": _gpt_neox, "llama": _llama, "qwen2": _llama}
+
+
+def model_config(data: dict[str, Any], where: str) -> "ModelConfig":
+    """Our model config for a transformers config.json (refusals name the field)."""
+    from minigpt_tui.engine.core.config import ModelConfig
+
+    family = family_of(data, where)
+    c = _Config(data, where, family)
+    _refuse_experts(c)
+    values = _SETTINGS[family](c)
+    if values["width"] % values["heads"] or values["heads"] % values["kv_heads"]:
+        raise c.refuse(f"{values['heads']} heads over width {values['width']} and {values['kv_heads']} kv heads")
+    values["tied_head"] = c.flag("tie_word_embeddings", TIED_BY_DEFAULT[family])
+    return ModelConfig(family=family, dropout=0.0, **values)
+
+
+# -- tensors --------------------------------------------------------------------------------
+def _conv1d(get: Getter, name: str) -> "torch.Tensor":
+    return get(name).t()  # Conv1D stores [in, out]; nn.Linear [out, in]
+
+
+def _split_rows(tensor: "torch.Tensor", sizes: list[int]) -> list["torch.Tensor"]:
+    return list(tensor.split(sizes, dim=0))
+
+
+def _gpt2_tensors(get: Getter, config: "ModelConfig") -> dict[str, "torch.Tensor"]:
+    width = config.width
+    out = {"token_embedding.weight": get("wte.weight"), "position_embedding.weight": get("wpe.weight")}
+    for i in range(config.layers):
+        ours, theirs = f"blocks.{i}.", f"h.{i}."
+        q, k, v = _split_rows(_conv1d(get, theirs + "attn.c_attn.weight"), [width] * 3)
+        qb, kb, vb = _split_rows(get(theirs + "attn.c_attn.bias"), [width] * 3)
+        out.update({
+            ours + "attn_norm.weight": get(theirs + "ln_1.weight"), ours + "attn_norm.bias": get(theirs + "ln_1.bias"),
+            ours + "attn.q_proj.weight": q, ours + "attn.k_proj.weight": k, ours + "attn.v_proj.weight": v,
+            ours + "attn.q_proj.bias": qb, ours + "attn.k_proj.bias": kb, ours + "attn.v_proj.bias": vb,
+            ours + "attn.o_proj.weight": _conv1d(get, theirs + "attn.c_proj.weight"),
+            ours + "attn.o_proj.bias": get(theirs + "attn.c_proj.bias"),
+            ours + "ffn_norm.weight": get(theirs + "ln_2.weight"), ours + "ffn_norm.bias": get(theirs + "ln_2.bias"),
+            ours + "ffn.up_proj.weight": _conv1d(get, theirs + "mlp.c_fc.weight"),
+            ours + "ffn.up_proj.bias": get(theirs + "mlp.c_fc.bias"),
+            ours + "ffn.down_proj.weight": _conv1d(get, theirs + "mlp.c_proj.weight"),
+            ours + "ffn.down_proj.bias": get(theirs + "mlp.c_proj.bias"),
+        })
+    out.update({"final_norm.weight": get("ln_f.weight"), "final_norm.bias": get("ln_f.bias")})
+    return out
+
+
+def _gpt_neo_tensors(get: Getter, config: "ModelConfig") -> dict[str, "torch.Tensor"]:
+    out = {"token_embedding.weight": get("wte.weight"), "position_embedding.weight": get("wpe.weight")}
+    for i in range(config.layers):
+        ours, theirs = f"blocks.{i}.", f"h.{i}."
+        attention = theirs + "attn.attention."
+        out.update({
+            ours + "attn_norm.weight": get(theirs + "ln_1.weight"), ours + "attn_norm.bias": get(theirs + "ln_1.bias"),
+            ours + "attn.q_proj.weight": get(attention + "q_proj.weight"),
+            ours + "attn.k_proj.weight": get(attention + "k_proj.weight"),
+            ours + "attn.v_proj.weight": get(attention + "v_proj.weight"),
+            ours + "attn.o_proj.weight": get(attention + "out_proj.weight"),
+            ours + "attn.o_proj.bias": get(attention + "out_proj.bias"),
+            ours + "ffn_norm.weight": get(theirs + "ln_2.weight"), ours + "ffn_norm.bias": get(theirs + "ln_2.bias"),
+            ours + "ffn.up_proj.weight": get(theirs + "mlp.c_fc.weight"),
+            ours + "ffn.up_proj.bias": get(theirs + "mlp.c_fc.bias"),
+            ours + "ffn.down_proj.weight": get(theirs + "mlp.c_proj.weight"),
+            ours + "ffn.down_proj.bias": get(theirs + "mlp.c_proj.bias"),
+        })
+    out.update({"final_norm.weight": get("ln_f.weight"), "final_norm.bias": get("ln_f.bias")})
+    return out
+
+
+def _neox_qkv(tensor: "torch.Tensor", config: "ModelConfig") -> list["torch.Tensor"]:
+    """query_key_value's rows are per head [q, k, v] (each head_dim): split into q, k, v."""
+    per_head = tensor.reshape(config.heads, 3, config.head_dim, *tensor.shape[1:])
+    return [per_head[:, j].reshape(config.heads * config.head_dim, *tensor.shape[1:]) for j in range(3)]
+
+
+def _gpt_neox_tensors(get: Getter, config: "ModelConfig") -> dict[str, "torch.Tensor"]:
+    biased = config.attention_bias == "all"
+    out = {"token_embedding.weight": get("embed_in.weight")}
+    for i in range(config.layers):
+        ours, theirs = f"blocks.{i}.", f"layers.{i}."
+        out.update({
+            ours + "attn_norm.weight": get(theirs + "input_layernorm.weight"),
+            ours + "attn_norm.bias": get(theirs + "input_layernorm.bias"),
+            ours + "ffn_norm.weight": get(theirs + "post_attention_layernorm.weight"),
+            ours + "ffn_norm.bias": get(theirs + "post_attention_layernorm.bias"),
+            ours + "attn.o_proj.weight": get(theirs + "attention.dense.weight"),
+            ours + "ffn.up_proj.weight": get(theirs + "mlp.dense_h_to_4h.weight"),
+            ours + "ffn.up_proj.bias": get(theirs + "mlp.dense_h_to_4h.bias"),
+            ours + "ffn.down_proj.weight": get(theirs + "mlp.dense_4h_to_h.weight"),
+            ours + "ffn.down_proj.bias": get(theirs + "mlp.dense_4h_to_h.bias"),
+        })
+        for proj, tensor in zip("qkv", _neox_qkv(get(theirs + "attention.query_key_value.weight"), config)):
+            out[f"{ours}attn.{proj}_proj.weight"] = tensor
+        if biased:
+            for proj, tensor in zip("qkv", _neox_qkv(get(theirs + "attention.query_key_value.bias"), config)):
+                out[f"{ours}attn.{proj}_proj.bias"] = tensor
+            out[ours + "attn.o_proj.bias"] = get(theirs + "attention.dense.bias")
+    out.update({"final_norm.weight": get("final_layer_norm.weight"), "final_norm.bias": get("final_layer_norm.bias")})
+    return out
+
+
+def _llama_tensors(get: Getter, config: "ModelConfig") -> dict[str, "torch.Tensor"]:
+    out = {"token_embedding.weight": get("embed_tokens.weight")}
+    for i in range(config.layers):
+        ours, theirs = f"blocks.{i}.", f"layers.{i}."
+        out[ours + "attn_norm.weight"] = get(theirs + "input_layernorm.weight")
+        out[ours + "ffn_norm.weight"] = get(theirs + "post_attention_layernorm.weight")
+        for proj in "qkvo":
+            out[f"{ours}attn.{proj}_proj.weight"] = get(f"{theirs}self_attn.{proj}_proj.weight")
+            if config.biased(proj):
+                out[f"{ours}attn.{proj}_proj.bias"] = get(f"{theirs}self_attn.{proj}_proj.bias")
+        for proj in ("gate", "up", "down"):
+            out[f"{ours}ffn.{proj}_proj.weight"] = get(f"{theirs}mlp.{proj}_proj.weight")
+            if config.ffn_bias:
+                out[f"{ours}ffn.{proj}_proj.bias"] = get(f"{theirs}mlp.{proj}_proj.bias")
+    out["final_norm.weight"] = get("norm.weight")
+    return out
+
+
+_TENSORS = {"gpt2": _gpt2_tensors, "gpt_neo": _gpt_neo_tensors, "gpt_neox": _gpt_neox_tensors,
+            "llama": _llama_tensors, "qwen2": _llama_tensors}
+# Where the base model's tensors sit in the causal-LM class's state dict.
+BASE_PREFIX = {"gpt2": "transformer.", "gpt_neo": "transformer.", "gpt_neox": "gpt_neox.",
+               "llama": "model.", "qwen2": "model."}
+HEAD = {"gpt2": "lm_head.weight", "gpt_neo": "lm_head.weight", "gpt_neox": "embed_out.weight",
+        "llama": "lm_head.weight", "qwen2": "lm_head.weight"}
+
+
+def our_tensors(get: Callable[[str], "torch.Tensor | None"], config: "ModelConfig") -> dict[str, "torch.Tensor"]:
+    """Our named parameters from the folder's (``get`` returns a tensor by its name, or None
+    when the folder has none of that name). A base model saved without the causal-LM
+    class's prefix is found too."""
+    family = config.family
+    prefix = BASE_PREFIX[family]
+
+    def base(name: str) -> "torch.Tensor":
+        for candidate in (prefix + name, name):
+            tensor = get(candidate)
+            if tensor is not None:
+                return tensor
+        raise CheckpointError(f"the weights have no tensor '{prefix + name}'")
+
+    out = _TENSORS[family](base, config)
+    if not config.tied_head:
+        head = get(HEAD[family])
+        if head is None:
+            raise CheckpointError(f"the config declares an untied head, and the weights have no '{HEAD[family]}'")
+        out["lm_head.weight"] = head
+    return out

@@ -1,0 +1,419 @@
+"""The runs directory: one folder per run with its resolved config, identities, metrics
+and checkpoints. The default location is platformdirs' user data dir; ``--runs-dir`` or
+the ``MINIGPT_TUI_RUNS_DIR`` environment variable override it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, ResumeRefused, RunLocked, WriteRefused
+from minigpt_tui.engine.core.files import append_line, make_folder, path_exists, process_alive, removed_on_failure, write_file
+
+ENV_RUNS_DIR = "MINIGPT_TUI_RUNS_DIR"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+RUN_FILE = "run.json"  # the run's identity: written once, when the folder is made
+LOCK_FILE = ".lock"  # held (flock) by the one process writing to the run
+
+
+def default_runs_dir() -> Path:
+    env = os.environ.get(ENV_RUNS_DIR)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return platformdirs.user_data_path("minigpt-tui", appauthor=False) / "runs"
+
+
+def resolve_runs_dir(runs_dir: str | Path | None) -> Path:
+    path = Path(runs_dir).expanduser() if runs_dir else default_runs_dir()
+    if path_exists(path) and not path.is_dir():
+        raise ConfigError(f"the runs directory {path} is not a folder")
+    return path
+
+
+def check_run_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise ConfigError(
+            f"invalid run name '{name}': use letters, digits, '.', '_' or '-' (at most 100)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class RunDirectory:
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @staticmethod
+    def create(
+        runs_dir: Path, name: str | None, preset: str, files: dict[str, Any] | None = None
+    ) -> "RunDirectory":
+        """A new run folder holding its identity (``run.json``) and ``files`` (name: JSON
+        data). It is made under a hidden name and renamed into place once every file is
+        written, so a failure leaves no half-made run behind."""
+        runs_dir = Path(runs_dir)
+        make_folder(runs_dir, what="runs directory")
+        if name is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            base = f"{preset}-{stamp}"
+            name, n = base, 1
+            while path_exists(runs_dir / name):
+                n += 1
+                name = f"{base}-{n}"
+        check_run_name(name)
+        path = runs_dir / name
+        if path_exists(path):
+            raise ConfigError(f"run '{name}' already exists in {runs_dir}")
+        work = runs_dir / f".{name}.creating-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        with removed_on_failure(work, f"cannot create the run folder {path}"):
+            work.mkdir()
+            (work / LOCK_FILE).touch()
+            staged = RunDirectory(work)
+            created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            staged.write_json(RUN_FILE, {"run_id": uuid.uuid4().hex, "name": name, "created_at": created})
+            for filename, data in (files or {}).items():
+                staged.write_json(filename, data)
+            os.rename(work, path)
+        return RunDirectory(path)
+
+    @property
+    def run_id(self) -> str | None:
+        """The identity written when the folder was made (None: a run from before run ids)."""
+        try:
+            data = json.loads((self.path / RUN_FILE).read_text("utf-8"))
+        except (OSError, ValueError):
+            return None
+        run_id = data.get("run_id") if isinstance(data, dict) else None
+        return run_id if isinstance(run_id, str) else None
+
+    def write_json(self, filename: str, data: Any) -> None:
+        write_file(self.path / filename, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"),
+                   replace=True, what="run file")
+
+    def read_json(self, filename: str) -> Any:
+        return json.loads((self.path / filename).read_text("utf-8"))
+
+    def append_metric(self, record: dict[str, Any]) -> None:
+        append_line(self.metrics_path, json.dumps(record, sort_keys=True))
+
+    def lock(self) -> "RunLock":
+        """Hold the run for this process (see :func:`lock_run`)."""
+        return lock_run(self.path)
+
+    def metrics(self) -> list[dict[str, Any]]:
+        if not self.metrics_path.exists():
+            return []
+        out = []
+        for line in self.metrics_path.read_text("utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a torn last line after a crash: keep what precedes it
+        return out
+
+
+class RunLock:
+    """An advisory lock on ``RUN/.lock`` (``flock``): one process writes to a run at a time.
+    The kernel drops it when the process ends, however it ends, so a lock left by a dead
+    process is stale by construction and the next writer simply takes it. Taking the lock
+    writes nothing (a refused command changes nothing on disk); once the run really starts,
+    :meth:`announce` writes the holder into the file for the refusal message, and release
+    empties it again."""
+
+    def __init__(self, run_path: Path, fd: int) -> None:
+        self.run_path = run_path
+        self._fd: int | None = fd
+        self._announced = False
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def announce(self) -> None:
+        """Name this process in the lock file (called when the run starts writing)."""
+        if self._fd is None or self._announced:
+            return
+        holder = {"pid": os.getpid(), "since": time.time()}
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, (json.dumps(holder) + "\n").encode(), 0)
+            self._announced = True
+        except OSError:
+            pass  # the lock holds without its description
+
+    def release(self) -> None:
+        import fcntl
+
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                if self._announced:
+                    os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> "RunLock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_run(run_path: Path | str) -> RunLock:
+    """Take the run's lock, or refuse in one line naming the process that holds it. The
+    other processes of a several-process run hold locks of their own (``.lock-rank-N``,
+    see :func:`lock_rank`): while any of them lives, the run is held too."""
+    run_path = Path(run_path)
+    lock = _take_lock(run_path, LOCK_FILE)
+    try:
+        _refuse_if_a_rank_lives(run_path)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def lock_rank(run_path: Path | str, rank: int) -> RunLock:
+    """The lock rank ``rank`` (> 0) of a several-process run holds on the run rank 0 writes."""
+    lock = _take_lock(Path(run_path), f"{LOCK_FILE}-rank-{rank}")
+    lock.announce()
+    return lock
+
+
+def _take_lock(run_path: Path, name: str) -> RunLock:
+    import fcntl
+
+    lock_path = run_path / name
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as err:
+        raise WriteRefused(f"cannot lock the run {run_path}: {err.strerror or err}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder_text(fd)
+        os.close(fd)
+        raise RunLocked(
+            f"run '{run_path.name}' is in use by {holder}: one process writes to a run at a time; "
+            "wait for it to finish or stop it"
+        ) from None
+    except OSError as err:
+        os.close(fd)
+        raise WriteRefused(f"cannot lock the run {run_path}: {err.strerror or err}") from None
+    return RunLock(run_path, fd)
+
+
+def _refuse_if_a_rank_lives(run_path: Path) -> None:
+    import fcntl
+
+    for path in sorted(run_path.glob(f"{LOCK_FILE}-rank-*")):
+        try:
+            fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            rank = path.name.rsplit("-", 1)[-1]
+            raise RunLocked(
+                f"run '{run_path.name}' is still in use by {_holder_text(fd)} (process {rank} of a several-process "
+                "run): wait for it to end"
+            ) from None
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _holder_text(fd: int) -> str:
+    """Who holds the lock: as the holder announced itself in the file, or (while it is
+    still loading, before it announces) the process that has the lock file open."""
+    try:
+        data = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        pid = int(data["pid"])
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(data["since"])))
+        if process_alive(pid):  # not the description left by a holder that was killed
+            return f"process {pid} (since {since})"
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
+        pass
+    pid = _process_with_open(os.fstat(fd))
+    return f"process {pid}" if pid is not None else "another process"
+
+
+def _process_with_open(target: os.stat_result) -> int | None:
+    """Another process that has the file ``target`` open (Linux ``/proc/PID/fd``)."""
+    try:
+        pids = sorted(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+    except OSError:
+        return None
+    for pid in pids:
+        if pid == os.getpid():
+            continue
+        try:
+            for link in Path(f"/proc/{pid}/fd").iterdir():
+                info = link.stat()
+                if (info.st_ino, info.st_dev) == (target.st_ino, target.st_dev):
+                    return pid
+        except OSError:
+            continue
+    return None
+
+
+def owning_run(folder: Path, *, fork: bool = False) -> RunDirectory | None:
+    """The run a resume from ``folder`` continues (None: a new run folder, for a loose
+    checkpoint or with ``fork``). A checkpoint inside ``RUN/checkpoints/`` continues RUN
+    only when both record the same run identity; one copied into another run's folder is
+    refused unless ``fork``."""
+    from minigpt_tui.engine.formats.checkpoint_folder import read_manifest
+
+    parent = Path(folder).parent
+    if fork or parent.name != "checkpoints" or not (parent.parent / "config.json").is_file():
+        return None
+    run = RunDirectory(parent.parent)
+    provenance = read_manifest(Path(folder)).get("provenance") or {}
+    saved_id = provenance.get("run_id") if isinstance(provenance, dict) else None
+    if saved_id != run.run_id:
+        raise ResumeRefused(
+            f"{folder} was saved by another run than '{run.name}' (run identity "
+            f"{str(saved_id)[:12]} vs {str(run.run_id)[:12]}): resuming would append to the wrong history; "
+            "add --fork to continue it in a new run folder"
+        )
+    return run
+
+
+def run_for_checkpoint(
+    folder: Path, runs_dir: Path, config: Any, *, fork: bool = False
+) -> tuple[RunDirectory, bool]:
+    """The run that a resume from ``folder`` continues (see :func:`owning_run`), made now
+    when it is a new one; and whether it is new."""
+    run = owning_run(folder, fork=fork)
+    if run is not None:
+        return run, False
+    run = RunDirectory.create(runs_dir, None, f"resumed-{config.preset}", {"config.json": config.to_dict()})
+    return run, True
+
+
+def list_runs(runs_dir: Path) -> list[RunDirectory]:
+    if not runs_dir.is_dir():
+        return []
+    return sorted(
+        (RunDirectory(p) for p in runs_dir.iterdir() if p.is_dir() and (p / "config.json").exists()),
+        key=lambda r: r.name,
+    )
+
+
+def disk_use(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _steps_held(steps: list[int]) -> str:
+    """The steps a run has checkpoints at, for a refusal: all of a few, the ends of many."""
+    if not steps:
+        return "it has none"
+    if len(steps) <= 8:
+        return "its checkpoints: " + ", ".join(str(step) for step in steps)
+    shown = ", ".join(str(step) for step in steps[:3])
+    return f"its checkpoints: {shown}, …, {steps[-1]} ({len(steps)} in all)"
+
+
+def checkpoint_target(spec: str, runs_dir: Path) -> Path:
+    """What a typed path or ``RUN``/``RUN:latest|best|STEP`` names, for inspection: an
+    existing path as it is (a file of any kind, a folder), else the run's checkpoint."""
+    path = Path(spec).expanduser()
+    if len(spec) <= 4096 and path_exists(path):
+        return path
+    return resolve_checkpoint(spec, runs_dir)
+
+
+def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
+    """A checkpoint folder from ``RUN:latest``, ``RUN:best``, ``RUN:STEP``, a run name (its
+    latest), a run folder, a checkpoint folder, or a file inside one."""
+    from minigpt_tui.engine.formats.checkpoint_folder import (
+        MANIFEST,
+        STEP_DIR,
+        best_checkpoint,
+        checkpoint_name,
+        latest_checkpoint,
+        latest_in_folder,
+        list_checkpoints,
+    )
+    from minigpt_tui.engine.core.files import require_file_or_folder
+
+    if len(spec) > 4096:
+        raise CheckpointError(f"the checkpoint '{spec[:40]}…' is {len(spec)} characters long: not a path or RUN:WHICH")
+    path = Path(spec).expanduser()
+    if path_exists(path):
+        require_file_or_folder(path, "a checkpoint")
+        if path.is_file():
+            if (path.parent / MANIFEST).exists() or STEP_DIR.match(path.parent.name):
+                return path.parent
+            raise CheckpointError(f"{path} is a file; a checkpoint is a folder with {MANIFEST}")
+        if (path / MANIFEST).exists() or STEP_DIR.match(path.name):
+            return path
+        latest = latest_in_folder(path)
+        if latest is not None:
+            return latest
+        from minigpt_tui.engine.formats.hf_import import is_hf_folder
+
+        if is_hf_folder(path):
+            from minigpt_tui.engine.formats.hf_import import conversion_refusal
+
+            refusal = conversion_refusal(path)  # suggest convert only where it works
+            way = (f"'minigpt-tui convert --hf {path} --out model.safetensors' makes a model file of it"
+                   if refusal is None else f"convert refuses it ({refusal})")
+            raise CheckpointError(f"{path} is a transformers model folder, not a checkpoint: inspect shows it, and {way}")
+        raise CheckpointError(f"{path} holds no complete checkpoint")
+    run, _, which = spec.partition(":")
+    which = which or "latest"
+    run_path = Path(runs_dir) / run
+    if not _NAME.match(run) or not run_path.is_dir():
+        raise CheckpointError(f"no checkpoint '{spec}': no such path, and no run named '{run}' in {runs_dir}")
+    checkpoints = RunDirectory(run_path).checkpoints
+    if which == "latest":
+        latest = latest_checkpoint(checkpoints)
+        if latest is None:
+            raise CheckpointError(f"run '{run}' has no complete checkpoint")
+        return latest
+    if which == "best":
+        return best_checkpoint(checkpoints)
+    step_text = which.removeprefix("step-")
+    if re.fullmatch(r"[0-9]{1,18}", step_text):
+        wanted = checkpoints / checkpoint_name(int(step_text))
+        listed = list_checkpoints(checkpoints)
+        if any(info.path == wanted for info in listed):
+            return wanted
+        raise CheckpointError(f"run '{run}' has no complete checkpoint at step {int(step_text)} "
+                              f"({_steps_held([info.step for info in listed if info.complete])})")
+    raise CheckpointError(f"'{which}' is not latest, best or a step number (in '{spec}')")
+
+
+def resolve_model_file(spec: str, runs_dir: Path) -> Path:
+    """A ``model.safetensors`` path from a model file, a checkpoint folder or a run spec."""
+    path = Path(spec).expanduser()
+    if len(spec) <= 4096 and path_exists(path) and not path.is_dir():
+        from minigpt_tui.engine.core.files import require_regular_file
+
+        return require_regular_file(path, "a model file")
+    return resolve_checkpoint(spec, runs_dir) / "model.safetensors"

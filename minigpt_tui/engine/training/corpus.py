@@ -1,0 +1,339 @@
+"""Corpus records, their deterministic train/validation split, and the corpus identity.
+
+A file or folder corpus in stream mode is first looked up in the source index
+(:mod:`minigpt_tui.engine.training.source_index`) by the SHA-256 of its bytes: when an intact index
+entry exists, the corpus's identity and record counts are known without decoding or
+splitting anything, and the records are read only if something asks for them (a records-mode
+trainer, merge training). A restart on a large text that the token cache already holds
+therefore costs one hash of the file, not one Python object per record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+
+from minigpt_tui.engine.core.config import CorpusConfig
+from minigpt_tui.engine.core.errors import CorpusError
+from minigpt_tui.engine.training.source_index import CorpusCounts, SourceFingerprint, SourceIndex
+
+TRAIN = "train"
+VALIDATION = "validation"
+IDENTITY_SCHEME = b"minigpt-tui-corpus-v1\0"
+IDENTITY_CHUNK = 65_536  # records hashed per joined update: bounds the bytes held at once
+
+
+@dataclass(frozen=True)
+class Record:
+    text: str
+    split: str
+    index: int  # position in source order, 0-based
+
+
+@dataclass(frozen=True, eq=False)
+class Corpus:
+    """A corpus's records in source order, split by ``val_every``. The records come from
+    ``read`` on first use; ``known`` (from the source index) answers identity and counts
+    without them; ``fingerprint`` is set for file and folder corpora."""
+
+    source: str
+    val_every: int
+    read: Callable[[], list[str]] = field(repr=False)
+    known: CorpusCounts | None = None
+    fingerprint: SourceFingerprint | None = None
+
+    @staticmethod
+    def of_texts(texts: Sequence[str], source: str, val_every: int) -> Corpus:
+        held = list(texts)
+        return Corpus(source, val_every, lambda: held)
+
+    @cached_property
+    def texts(self) -> list[str]:
+        return self.read()
+
+    @cached_property
+    def records(self) -> tuple[Record, ...]:
+        return split_records(self.texts, self.val_every)
+
+    @cached_property
+    def train(self) -> list[str]:
+        kept = list(self.texts)
+        if self.val_every:
+            del kept[self.val_every - 1 :: self.val_every]
+        return kept
+
+    @cached_property
+    def validation(self) -> list[str]:
+        return self.texts[self.val_every - 1 :: self.val_every] if self.val_every else []
+
+    @cached_property  # every checkpoint save and load asks
+    def counts(self) -> CorpusCounts:
+        if self.known is not None:
+            return self.known
+        validation = len(self.texts) // self.val_every if self.val_every else 0
+        return CorpusCounts(corpus_identity(self.texts, self.val_every), len(self.texts),
+                            len(self.texts) - validation, validation)
+
+    @property
+    def identity(self) -> str:
+        return self.counts.identity
+
+    @property
+    def from_index(self) -> bool:
+        return self.known is not None
+
+    def summary(self) -> dict[str, object]:
+        counts = self.counts
+        return {
+            "source": self.source,
+            "records": counts.records,
+            "train_records": counts.train_records,
+            "validation_records": counts.validation_records,
+            "split_rule": (
+                f"record i (1-based) is validation when i % {self.val_every} == 0"
+                if self.val_every
+                else "no validation split"
+            ),
+            "identity": counts.identity,
+        }
+
+
+def corpus_identity(texts: Sequence[str], val_every: int) -> str:
+    """SHA-256 over each record's split and exact UTF-8 bytes, in order, length-prefixed."""
+    digest = hashlib.sha256(IDENTITY_SCHEME)
+    tags = (TRAIN.encode() + b"\0", VALIDATION.encode() + b"\0")
+    for start in range(0, len(texts), IDENTITY_CHUNK):
+        parts: list[bytes] = []
+        for number, data in enumerate(map(str.encode, texts[start : start + IDENTITY_CHUNK]), start + 1):
+            parts += (tags[bool(val_every) and number % val_every == 0], len(data).to_bytes(8, "little"), data)
+        digest.update(b"".join(parts))
+    return digest.hexdigest()
+
+
+def split_records(texts: Sequence[str], val_every: int) -> tuple[Record, ...]:
+    return tuple(
+        Record(text, VALIDATION if val_every and (i + 1) % val_every == 0 else TRAIN, i)
+        for i, text in enumerate(texts)
+    )
+
+
+def parse_records(text: str) -> list[str]:
+    """Blank-line separated paragraphs when the text has a blank line, else one per line."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if _has_inner_blank(lines):
+        records, current = [], []
+        for line in lines:
+            if line.strip():
+                current.append(line.rstrip())
+            elif current:
+                records.append("\n".join(current))
+                current = []
+        if current:
+            records.append("\n".join(current))
+        return records
+    return [line.rstrip() for line in lines if line.strip()]
+
+
+def _has_inner_blank(lines: list[str]) -> bool:
+    seen_text = False
+    blank_after_text = False
+    for line in lines:
+        if line.strip():
+            if blank_after_text:
+                return True
+            seen_text = True
+        elif seen_text:
+            blank_after_text = True
+    return False
+
+
+READING_FACTOR = 8  # peak memory of reading and encoding a text, in multiples of its bytes (measured)
+
+
+def _read_bytes(path: Path) -> bytes:
+    from minigpt_tui.engine.core.files import require_regular_file
+
+    require_regular_file(path, "a corpus file")  # a FIFO or /dev/zero would never end
+    try:
+        # Without blocking: a kernel file that looks regular but waits for data (/proc/kmsg)
+        # is refused instead of hanging the run.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            size = os.fstat(fd).st_size
+            chunks, total = [], 0
+            while True:
+                chunk = os.read(fd, max(1 << 20, size - total))
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+                total += len(chunk)
+        finally:
+            os.close(fd)
+    except BlockingIOError:
+        raise CorpusError(f"corpus file {path} waits for data that may never come (a device or kernel file); "
+                          "refused") from None
+    except OSError as err:
+        raise CorpusError(f"cannot read corpus file {path}: {err.strerror or err}") from None
+
+
+def _decode(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CorpusError(f"corpus file {path} is not UTF-8 text (byte {err.start})") from None
+
+
+def _source_files(source: str, follow_links: bool = False) -> list[Path]:
+    """The files a path corpus reads, in order (a folder: its visible files by name). A link
+    in a folder that leads out of it (to ``/etc/passwd``, say) is refused unless
+    ``follow_links``: a corpus is what was named, not what its links reach."""
+    from minigpt_tui.engine.core.files import path_exists, require_file_or_folder
+
+    path = Path(source).expanduser()
+    if not path_exists(path):
+        raise CorpusError(f"corpus not found: {path}")
+    require_file_or_folder(path, "a corpus file or folder")
+    if not path.is_dir():
+        return [path]
+    try:
+        entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
+        inside = path.resolve()
+        files = []
+        for entry in entries:
+            if entry.is_symlink() and not follow_links:
+                target = entry.resolve()
+                if not target.is_relative_to(inside):
+                    raise CorpusError(f"corpus folder {path}: {entry.name} is a link to {target}, outside the folder; "
+                                      "refused (--follow-links reads it)")
+            if entry.is_file():
+                files.append(entry)
+    except OSError as err:
+        raise CorpusError(f"cannot read the corpus folder {path}: {err.strerror or err}") from None
+    if not files:
+        raise CorpusError(f"corpus folder {path} has no text files")
+    return files
+
+
+def source_fingerprint(contents: Sequence[bytes], val_every: int, text_field: str | None = None) -> SourceFingerprint:
+    """The bytes' SHA-256 (with the JSON field read, for a corpus with JSON Lines files)."""
+    digest = hashlib.sha256(b"minigpt-tui-source-v1\0")
+    if text_field is not None:
+        digest.update(b"jsonl-field\0" + text_field.encode("utf-8") + b"\0")
+    for data in contents:
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)  # hashlib releases the GIL on large buffers
+    return SourceFingerprint(digest.hexdigest(), sum(map(len, contents)), val_every)
+
+
+JSONL_SUFFIX = ".jsonl"
+
+
+def _records_of(files: Sequence[Path], contents: Sequence[bytes], text_field: str = "text") -> list[str]:
+    records: list[str] = []
+    for path, data in zip(files, contents):
+        text = _decode(path, data)
+        records += jsonl_records(path, text, text_field) if path.suffix == JSONL_SUFFIX else parse_records(text)
+    return records
+
+
+def jsonl_records(path: Path, text: str, field: str) -> list[str]:
+    """One record per JSON Lines object: its ``field`` (a string); blank lines are skipped.
+    A line that is not an object with that string names its file and line number."""
+    import json
+
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as err:
+            raise CorpusError(f"{path} line {number}: not JSON ({str(err).split(':')[0]})") from None
+        if not isinstance(item, dict) or field not in item:
+            raise CorpusError(f"{path} line {number}: no field '{field}' (--text-field names another)")
+        value = item[field]
+        if not isinstance(value, str):
+            raise CorpusError(f"{path} line {number}: the field '{field}' is {type(value).__name__}, not text")
+        if value.strip():
+            records.append(value)
+    return records
+
+
+def _jsonl_field(files: Sequence[Path], field: str) -> str | None:
+    return field if any(path.suffix == JSONL_SUFFIX for path in files) else None
+
+
+def _checked(corpus: Corpus) -> Corpus:
+    if not corpus.texts:
+        raise CorpusError(f"corpus {corpus.source} has no records")
+    if not corpus.train:
+        raise CorpusError(f"corpus {corpus.source} has no training records")
+    return corpus
+
+
+def load_corpus(config: CorpusConfig, cache_dir: str | Path | None = None) -> Corpus:
+    """The corpus ``config`` names, checked. In stream mode a file or folder corpus whose
+    bytes the source index knows is returned without reading its records."""
+    source = config.source
+    if source.startswith("bundled:"):
+        name = source.removeprefix("bundled:")
+        asset = resources.files("minigpt_tui").joinpath(f"assets/corpus/{name}")
+        if not asset.is_file():
+            raise CorpusError(f"no bundled corpus named '{name}'")
+        return _checked(Corpus.of_texts(parse_records(asset.read_text("utf-8")), source, config.val_every))
+    files = _source_files(source, config.follow_links)
+    contents = [_read_bytes(path) for path in files]
+    fingerprint = None
+    if config.mode == "stream":  # records mode reads every record anyway: no index
+        jsonl = _jsonl_field(files, config.text_field)
+        fingerprint = source_fingerprint(contents, config.val_every, jsonl)
+        known = SourceIndex.at(cache_dir).lookup(fingerprint)
+        if known is not None:
+            del contents  # the records are read again only if something asks for them
+
+            def read_again() -> list[str]:
+                again = [_read_bytes(path) for path in files]
+                if source_fingerprint(again, config.val_every, jsonl) != fingerprint:
+                    raise CorpusError(f"corpus {source} changed while it was in use; start again")
+                return _records_of(files, again, config.text_field)
+
+            return Corpus(source, config.val_every, read_again, known, fingerprint)
+    from minigpt_tui.engine.core.memory import require_memory
+
+    # Records, their token arrays and the passes between take about this many times the
+    # text's bytes at their peak: a text too large for memory is refused before, not killed in.
+    require_memory(READING_FACTOR * sum(map(len, contents)), f"reading the corpus {source}")
+    texts = _records_of(files, contents, config.text_field)
+    del contents
+    return _checked(Corpus(source, config.val_every, lambda: texts, fingerprint=fingerprint))
+
+
+class CorpusLoading:
+    """:func:`load_corpus` on a background thread, so reading and hashing a large file
+    overlap other start-up work (hashlib and file reads release the GIL). :meth:`result`
+    waits and returns the corpus or raises its error. The thread is a daemon: Ctrl+C in
+    the meantime never waits for it, and it writes nothing."""
+
+    def __init__(self, config: CorpusConfig) -> None:
+        self._outcome: list[Corpus | BaseException] = []
+        self._thread = threading.Thread(target=self._load, args=(config,), name="corpus-loading", daemon=True)
+        self._thread.start()
+
+    def _load(self, config: CorpusConfig) -> None:
+        try:
+            self._outcome.append(load_corpus(config))
+        except BaseException as err:  # handed to the caller of result()
+            self._outcome.append(err)
+
+    def result(self) -> Corpus:
+        self._thread.join()
+        outcome = self._outcome[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome

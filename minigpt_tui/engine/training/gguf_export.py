@@ -1,0 +1,257 @@
+"""A model as a GGUF file that llama.cpp, Ollama and transformers' GGUF loader read: the
+``llama``, ``qwen2`` and ``gpt2`` architectures, written with the ``gguf`` package's own
+writer and quantizers.
+
+The tensors are the inverse of :mod:`gguf_models`' reading: llama's q and k rows permuted
+into llama.cpp's interleaved rotary order, GPT-2's q, k and v side by side in ``attn_qkv``,
+the head left out when it is the token table. The metadata is what llama.cpp reads: the
+architecture's keys, and the tokenizer: ``gpt2`` BPE (tokens, merges, token types and the
+pre-tokenizer's name) or a ``llama`` SentencePiece vocabulary (tokens, scores from the merge
+ranks, token types), the special ids and the chat template when the model has one. The
+file is read back with our own reader before it is moved into place, and a model it would
+not describe is refused in one line naming the part.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from minigpt_tui.engine.core.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from minigpt_tui.engine.training.model_file import PortableModel
+    from minigpt_tui.engine.core.config import ModelConfig
+
+QUANTS = ("f32", "f16", "q8_0")
+ARCHITECTURES = ("llama", "qwen2", "gpt2")
+# Weight matrices that llama.cpp's converter quantizes (norms, biases and tables stay wide).
+QUANTIZED = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "attn_qkv.weight",
+             "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
+CONTROL, NORMAL, UNUSED, BYTE = 3, 1, 5, 6
+
+
+@dataclass(frozen=True)
+class GGUFExport:
+    path: Path
+    architecture: str
+    quant: str
+    tensors: int
+    bytes: int
+    model_identity: str
+    tokenizer_identity: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "format": "gguf", "architecture": self.architecture, "quant": self.quant,
+                "tensors": self.tensors, "bytes": self.bytes, "model_identity": self.model_identity,
+                "tokenizer_identity": self.tokenizer_identity}
+
+
+def _permute(rows: "np.ndarray", heads: int) -> "np.ndarray":
+    """Rotate-half q/k rows into llama.cpp's order (each head's pairs interleaved)."""
+    return rows.reshape(heads, 2, rows.shape[0] // heads // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+
+
+def gguf_tensor_list(named: dict[str, Any], config: "ModelConfig") -> list[tuple[str, "np.ndarray"]]:
+    """Our parameters under llama.cpp's names, as float32 arrays."""
+    import numpy as np
+
+    def get(name: str) -> np.ndarray:
+        return np.ascontiguousarray(named[name].detach().cpu().float().numpy())
+
+    from minigpt_tui.engine.training.gguf_models import BLOCK_NAMES, GLOBAL_NAMES, GPT2_GLOBAL_NAMES
+
+    arch = config.family
+    out = {theirs: get(ours) for ours, theirs in GLOBAL_NAMES}
+    if not config.tied_head:
+        out["output.weight"] = get("lm_head.weight")
+    if arch == "gpt2":
+        out.update({theirs: get(ours) for ours, theirs in GPT2_GLOBAL_NAMES})
+    for i in range(config.layers):
+        ours, theirs = f"blocks.{i}.", f"blk.{i}."
+        for mine, file in BLOCK_NAMES:
+            out[f"{theirs}{file}.weight"] = get(f"{ours}{mine}.weight")
+            if arch == "gpt2":
+                out[f"{theirs}{file}.bias"] = get(f"{ours}{mine}.bias")
+        if arch == "gpt2":
+            out[theirs + "attn_qkv.weight"] = np.concatenate([get(f"{ours}attn.{p}_proj.weight") for p in "qkv"])
+            out[theirs + "attn_qkv.bias"] = np.concatenate([get(f"{ours}attn.{p}_proj.bias") for p in "qkv"])
+            continue
+        out[theirs + "ffn_gate.weight"] = get(ours + "ffn.gate_proj.weight")
+        q, k = get(ours + "attn.q_proj.weight"), get(ours + "attn.k_proj.weight")
+        if arch == "llama":
+            q, k = _permute(q, config.heads), _permute(k, config.kv_heads)
+        out.update({theirs + "attn_q.weight": np.ascontiguousarray(q), theirs + "attn_k.weight": np.ascontiguousarray(k),
+                    theirs + "attn_v.weight": get(ours + "attn.v_proj.weight")})
+        if arch == "qwen2":
+            for proj in "qkv":
+                out[f"{theirs}attn_{proj}.bias"] = get(f"{ours}attn.{proj}_proj.bias")
+    return list(out.items())
+
+
+def architecture_metadata(config: "ModelConfig") -> dict[str, Any]:
+    arch = config.family
+    meta: dict[str, Any] = {
+        "general.architecture": arch, f"{arch}.block_count": config.layers, f"{arch}.context_length": config.context,
+        f"{arch}.embedding_length": config.width, f"{arch}.feed_forward_length": config.ffn,
+        f"{arch}.attention.head_count": config.heads,
+    }
+    if arch == "gpt2":
+        meta["gpt2.attention.layer_norm_epsilon"] = float(config.norm_eps)
+    else:
+        meta.update({f"{arch}.attention.head_count_kv": config.kv_heads,
+                     f"{arch}.attention.layer_norm_rms_epsilon": float(config.norm_eps),
+                     f"{arch}.rope.freq_base": float(config.rope_base),
+                     f"{arch}.rope.dimension_count": config.head_dim})
+    return meta
+
+
+def _pre_tokenizer_name(data: dict[str, Any], where: str) -> str:
+    """llama.cpp's name (``tokenizer.ggml.pre``) for a byte-level tokenizer's split rule."""
+    from minigpt_tui.engine.training.gguf_models import SPLITS
+
+    pre = data.get("pre_tokenizer") or {}
+    if pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
+        return "gpt2"
+    parts = pre.get("pretokenizers") or [] if pre.get("type") == "Sequence" else []
+    if len(parts) == 2 and parts[0].get("type") == "Split" and parts[1].get("type") == "ByteLevel":
+        regex = (parts[0].get("pattern") or {}).get("Regex")
+        for name in ("qwen2", "llama-bpe"):
+            if SPLITS[name] == regex:
+                return name
+    raise CheckpointError(f"{where}: its tokenizer's pre-tokenizer has no name llama.cpp knows; it cannot be "
+                          "written as GGUF")
+
+
+def tokenizer_metadata(tokenizer: Any, vocab_size: int, where: str) -> dict[str, Any]:
+    """``tokenizer.ggml.*`` for a model's own tokenizer.json (its ids unchanged)."""
+    data = json.loads(tokenizer.text)
+    model = data.get("model") or {}
+    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise CheckpointError(f"{where}: only BPE tokenizers can be written as GGUF (this one is {model.get('type')!r})")
+    tokens: list[str | None] = [None] * vocab_size
+    for token, token_id in model["vocab"].items():
+        if 0 <= token_id < vocab_size:
+            tokens[token_id] = token
+    specials = set()
+    for added in data.get("added_tokens") or []:
+        if 0 <= added.get("id", -1) < vocab_size:
+            tokens[added["id"]] = added["content"]
+            if added.get("special"):
+                specials.add(added["id"])
+    filled = [t if t is not None else f"[PAD{i}]" for i, t in enumerate(tokens)]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    meta: dict[str, Any] = {"tokenizer.ggml.tokens": filled}
+    if model.get("byte_fallback"):
+        # A SentencePiece vocabulary: a merged token scores by its merge's rank, best first.
+        rank = {left + right: -float(r) for r, (left, right) in enumerate(m.split(" ", 1) for m in merges)}
+        meta.update({"tokenizer.ggml.model": "llama",
+                     "tokenizer.ggml.scores": [rank.get(t, 0.0) for t in filled],
+                     "tokenizer.ggml.token_type": [
+                         CONTROL if i in specials else BYTE if t.startswith("<0x") and len(t) == 6
+                         else UNUSED if tokens[i] is None else NORMAL for i, t in enumerate(filled)]})
+    else:
+        meta.update({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": _pre_tokenizer_name(data, where),
+                     "tokenizer.ggml.merges": merges,
+                     "tokenizer.ggml.token_type": [CONTROL if i in specials else UNUSED if tokens[i] is None
+                                                   else NORMAL for i in range(vocab_size)]})
+    if tokenizer.bos_id is not None:
+        meta["tokenizer.ggml.bos_token_id"] = tokenizer.bos_id
+    if tokenizer.eos_ids:
+        meta["tokenizer.ggml.eos_token_id"] = tokenizer.eos_ids[0]
+    # BOS is added where the tokenizer's own post-processor puts it before a text.
+    meta["tokenizer.ggml.add_bos_token"] = (tokenizer.bos_id is not None
+                                            and tokenizer.encode_prompt("a")[:1] == [tokenizer.bos_id])
+    return meta
+
+
+def _check_described(meta: dict[str, Any], tensors: list[tuple[str, Any]], config: "ModelConfig", where: str) -> None:
+    """The file would describe this model: our reader's config from the metadata equals it."""
+    from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
+    from minigpt_tui.engine.training.gguf_models import gguf_config
+
+    header = SimpleNamespace(metadata=meta, path=Path(where), tensors=[SimpleNamespace(name=n) for n, _ in tensors])
+    read_back = gguf_config(header)
+    for field in config.__dataclass_fields__:
+        if field not in TRAINING_ONLY_SETTINGS and getattr(read_back, field) != getattr(config, field):
+            raise CheckpointError(f"{where}: GGUF's {config.family} architecture has no setting for this model's "
+                                  f"{field} ({getattr(config, field)!r}); it cannot be written as GGUF")
+
+
+def export_gguf(portable: "PortableModel", out: Path | str, quant: str = "f16") -> GGUFExport:
+    """Write ``portable`` as a GGUF file at ``out`` (a new path), read it back, move it in."""
+    import gguf
+
+    from minigpt_tui.engine.core.files import check_new_output, work_path
+    from minigpt_tui.engine.formats.gguf_file import read_gguf_header
+
+    out = Path(out).expanduser()
+    check_new_output(out)
+    where = str(portable.path)
+    config = portable.model.config
+    if quant not in QUANTS:
+        raise CheckpointError(f"--quant {quant!r} is not supported (choose from {', '.join(QUANTS)})")
+    if config.family not in ARCHITECTURES:
+        raise CheckpointError(f"{where}: the {config.family} family has no GGUF architecture here "
+                              f"(supported: {', '.join(ARCHITECTURES)})")
+    tokenizer = portable.tokenizer
+    if getattr(tokenizer, "kind", "") != "tokenizers":
+        raise CheckpointError(f"{where}: GGUF needs the model's own tokenizer.json; this model's tokenizer "
+                              "(byte-level BPE without a split rule) has no llama.cpp form")
+    tensors = gguf_tensor_list(dict(portable.model.named_parameters()), config)
+    meta = {**architecture_metadata(config), **tokenizer_metadata(tokenizer, tokenizer.vocab_size, where)}
+    _check_described(meta, tensors, config, where)
+    kind = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
+            "q8_0": gguf.GGMLQuantizationType.Q8_0}[quant]
+    work = work_path(out)
+    try:
+        writer = gguf.GGUFWriter(str(work), config.family)
+        for key, value in meta.items():
+            if key != "general.architecture":
+                writer.add_key_value(key, value, _value_type(value))
+        writer.add_file_type({"f32": 0, "f16": 1, "q8_0": 7}[quant])
+        for name, array in tensors:
+            if quant == "f32" or array.ndim < 2 or (quant == "q8_0" and not name.endswith(QUANTIZED)):
+                writer.add_tensor(name, array)
+            elif quant == "f16":
+                writer.add_tensor(name, array.astype("float16"))
+            elif array.shape[-1] % 32 == 0:
+                packed = gguf.quants.quantize(array, kind)
+                writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)
+            else:
+                writer.add_tensor(name, array)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        read_gguf_header(work)  # our own reader checks every count, offset and size
+        if os.path.lexists(out):
+            raise CheckpointError(f"cannot write {out}: it appeared while writing")
+        os.replace(work, out)
+    except OSError as err:
+        raise CheckpointError(f"cannot write {out}: {err.strerror or err}") from None
+    finally:
+        if work.exists():
+            work.unlink()
+    return GGUFExport(out, config.family, quant, len(tensors), out.stat().st_size, portable.identity,
+                      tokenizer.identity)
+
+
+def _value_type(value: Any) -> Any:
+    import gguf
+
+    if isinstance(value, bool):
+        return gguf.GGUFValueType.BOOL
+    if isinstance(value, int):
+        return gguf.GGUFValueType.UINT32
+    if isinstance(value, float):
+        return gguf.GGUFValueType.FLOAT32
+    if isinstance(value, str):
+        return gguf.GGUFValueType.STRING
+    return gguf.GGUFValueType.ARRAY

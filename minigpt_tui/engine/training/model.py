@@ -1,0 +1,414 @@
+"""A decoder-only transformer built from declared parts.
+
+A family is a setting of the parts in :class:`ModelConfig` (see ``FAMILY_PARTS``):
+
+- norm: ``layernorm`` (weight, and a bias unless ``norm_bias`` is off) or ``rmsnorm``
+  (weight, epsilon inside the root);
+- positions: a ``learned`` table added to the token rows, or ``rotary`` (rotate-half) on
+  the leading ``rotary_dims`` of every query and key head;
+- attention: query heads and grouped kv heads (query head h reads kv head
+  h // (heads / kv_heads)), a bias on none / the q, k, v projections / the output / all,
+  scores scaled by 1/sqrt(head width) or not, and a window over the last
+  ``attention_window`` positions in the ``local_layers``;
+- feed-forward: ``gelu`` (the declared approximation) or ``swiglu`` (silu(gate) * up), with
+  or without biases;
+- residual: ``sequential`` (x + attn(norm(x)), then + ffn(norm(x))) or ``parallel``
+  (x + attn(norm1(x)) + ffn(norm2(x)), both read the block's input);
+- head: the token table transposed (tied: one Parameter, two uses) or a table of its own.
+
+``llama`` (RMSNorm, rotary, SwiGLU, no biases) and ``gpt2`` (LayerNorm, learned positions,
+GELU, biases) are the families a run here trains; ``qwen2``, ``gpt_neo`` and ``gpt_neox``
+are the settings of models opened from elsewhere.
+
+Attention is computed explicitly (scores, causal mask, softmax, weights @ values) unless
+the model is built with ``fused_attention`` (fast precision): then a forward that needs
+no attention weights and no attention dropout calls ``scaled_dot_product_attention``.
+The explicit path is the definition; the fused one agrees with it to rounding.
+
+A forward given ``record`` (a dict) fills it with every activation a view reads, under the
+names in :data:`ACTIVATIONS`, each with its batch dimension.
+
+Dropout masks come from a counter-based stream keyed by (seed, counter). A forward call
+is given the base counter and returns how many random values it consumed, so the caller
+advances the counter outside any recomputed region: recomputation regenerates the same
+masks, and a resumed run continues the same sequence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from minigpt_tui.engine.core.config import ModelConfig
+
+TOKEN_TABLE = "token_embedding.weight"
+
+# The activations a forward records (``{l}`` is a block's index). T positions, D width,
+# H query heads, K head width, V vocabulary; every one has a leading batch dimension.
+ACTIVATIONS: dict[str, str] = {
+    "hook_embed": "[T, D] token table rows of the input",
+    "hook_pos_embed": "[T, D] position table rows (learned positions only)",
+    "blocks.{l}.hook_resid_pre": "[T, D] residual stream entering block l",
+    "blocks.{l}.attn.hook_pattern": "[H, T, S] attention weights, query x key",
+    "blocks.{l}.attn.hook_z": "[T, H * K] each head's weighted values, before the output map",
+    "blocks.{l}.hook_attn_out": "[T, D] the attention block's output (all heads + bias)",
+    "blocks.{l}.hook_resid_mid": "[T, D] residual after the attention add (sequential only)",
+    "blocks.{l}.hook_mlp_out": "[T, D] the feed-forward block's output",
+    "blocks.{l}.hook_resid_post": "[T, D] residual leaving block l",
+    "ln_final.hook_normalized": "[T, D] the final norm's output",
+}
+Record = dict[str, Tensor]
+
+
+@dataclass(frozen=True)
+class DropoutKey:
+    """Where a forward pass reads its dropout randomness: stream seed and base counter."""
+
+    seed: int
+    counter: int
+
+    def mask(self, offset: int, shape: tuple[int, ...], p: float, dtype: torch.dtype,
+             device: torch.device | str = "cpu") -> Tensor:
+        """Scaled keep mask for values counter+offset .. counter+offset+numel-1."""
+        material = f"{self.seed}:{self.counter + offset}".encode()
+        key = int.from_bytes(hashlib.blake2b(material, digest_size=8).digest(), "little")
+        generator = torch.Generator().manual_seed(key)
+        keep = torch.rand(shape, generator=generator, dtype=torch.float64) >= p
+        # Drawn on the CPU whatever the device, so a mask is the same bits everywhere.
+        return (keep.to(dtype) / (1.0 - p)).to(device)
+
+
+@dataclass
+class ForwardOutput:
+    logits: Tensor
+    consumed: int = 0  # dropout random values drawn
+    attentions: list[Tensor] = field(default_factory=list)  # per layer [B, H, T, S]
+    hidden: Tensor | None = None
+
+
+KVCache = list[tuple[Tensor, Tensor]]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, width: int, eps: float, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width, dtype=dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def make_norm(config: ModelConfig, dtype: torch.dtype) -> nn.Module:
+    if config.norm == "rmsnorm":
+        return RMSNorm(config.width, config.norm_eps, dtype)
+    return nn.LayerNorm(config.width, eps=config.norm_eps, bias=config.norm_bias, dtype=dtype)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_tables(positions: Tensor, dims: int, base: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos and sin [T, dims] for rotating the leading ``dims`` of a head at ``positions``."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.float64, device=positions.device) / dims))
+    freqs = positions.to(torch.float64)[:, None] * inv_freq[None, :]
+    angles = torch.cat((freqs, freqs), dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+    """Rotate-half positions on the leading dimensions the tables cover; the rest pass."""
+    cos, sin = rope
+    dims = cos.shape[-1]
+    if dims == x.shape[-1]:
+        return x * cos + rotate_half(x) * sin
+    turned, kept = x[..., :dims], x[..., dims:]
+    return torch.cat((turned * cos + rotate_half(turned) * sin, kept), dim=-1)
+
+
+def visible(t: int, s: int, window: int, device: torch.device) -> Tensor:
+    """[t, s] True where a query (the last t of s positions) may read a key: causal, and
+    within the last ``window`` positions when a window is set."""
+    past = s - t
+    mask = torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=past)
+    if window:
+        mask &= torch.ones(t, s, dtype=torch.bool, device=device).triu(diagonal=past - window + 1)
+    return mask
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, fused: bool = False, window: int = 0) -> None:
+        super().__init__()
+        self.config = config
+        self.fused = fused
+        self.window = window
+        hd = config.head_dim
+        self.scale = 1.0 / math.sqrt(hd) if config.attention_scale == "inverse_sqrt" else None
+        self.q_proj = nn.Linear(config.width, config.heads * hd, bias=config.biased("q"), dtype=dtype)
+        self.k_proj = nn.Linear(config.width, config.kv_heads * hd, bias=config.biased("k"), dtype=dtype)
+        self.v_proj = nn.Linear(config.width, config.kv_heads * hd, bias=config.biased("v"), dtype=dtype)
+        self.o_proj = nn.Linear(config.heads * hd, config.width, bias=config.biased("o"), dtype=dtype)
+
+    def _project(self, x: Tensor, need_weights: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values. Training in fast precision without attention weights
+        computes them as one matrix product over the three weights side by side (one kernel
+        forward and backward instead of three); otherwise each projection is called as its
+        own module, so the exact path stays bit for bit and hooks on the projections see
+        every call."""
+        if not (self.fused and self.training and not need_weights):
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight for p in projections])
+        if self.q_proj.bias is not None:
+            bias = torch.cat([p.bias for p in projections])
+        else:
+            bias = None
+        sizes = [p.out_features for p in projections]
+        q, k, v = F.linear(x, weight, bias).split(sizes, dim=-1)
+        return q, k, v
+
+    def forward(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        dropout: DropoutKey | None,
+        offset: int,
+        cache: tuple[Tensor, Tensor] | None,
+        need_weights: bool = True,
+        record: Record | None = None,
+        name: str = "",
+    ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
+        """Output, attention weights [B, H, T, S] (None when the fused path ran) and the
+        new key/value cache."""
+        c = self.config
+        b, t, _ = x.shape
+        hd = c.head_dim
+        q, k, v = self._project(x, need_weights or record is not None)
+        q = q.view(b, t, c.heads, hd).transpose(1, 2)
+        k = k.view(b, t, c.kv_heads, hd).transpose(1, 2)
+        v = v.view(b, t, c.kv_heads, hd).transpose(1, 2)
+        if rope is not None:
+            q, k = apply_rotary(q, rope), apply_rotary(k, rope)
+        if cache is not None:
+            k = torch.cat((cache[0], k), dim=2)
+            v = torch.cat((cache[1], v), dim=2)
+        new_cache = (k, v)
+        groups = c.heads // c.kv_heads
+        if groups > 1:
+            k = k.repeat_interleave(groups, dim=1)
+            v = v.repeat_interleave(groups, dim=1)
+        s = k.shape[2]
+        past = s - t
+        attention_dropout = dropout is not None and c.dropout > 0
+        if (self.fused and not need_weights and record is None and not attention_dropout and not self.window
+                and (past == 0 or t == 1)):
+            # Causal from the start, or one new position that sees every cached one.
+            fused = F.scaled_dot_product_attention(q, k, v, is_causal=past == 0,
+                                                   scale=1.0 if self.scale is None else None)
+            return self.o_proj(fused.transpose(1, 2).reshape(b, t, c.heads * hd)), None, new_cache
+        scores = q @ k.transpose(-2, -1)
+        if self.scale is not None:
+            scores = scores * self.scale
+        scores = scores.masked_fill(~visible(t, s, self.window, x.device), float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        attended = weights
+        if attention_dropout:
+            attended = weights * dropout.mask(offset, tuple(weights.shape), c.dropout, weights.dtype, x.device)
+        out = (attended @ v).transpose(1, 2).reshape(b, t, c.heads * hd)
+        if record is not None:
+            record[f"{name}.attn.hook_pattern"] = weights
+            record[f"{name}.attn.hook_z"] = out
+        return self.o_proj(out), weights, new_cache
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: ModelConfig, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.swiglu = config.ffn_kind == "swiglu"
+        self.approximate = config.gelu_approximation
+        bias = bool(config.ffn_bias)
+        if self.swiglu:
+            self.gate_proj = nn.Linear(config.width, config.ffn, bias=bias, dtype=dtype)
+        self.up_proj = nn.Linear(config.width, config.ffn, bias=bias, dtype=dtype)
+        self.down_proj = nn.Linear(config.ffn, config.width, bias=bias, dtype=dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.swiglu:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(F.gelu(self.up_proj(x), approximate=self.approximate))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, fused_attention: bool = False,
+                 layer: int = 0) -> None:
+        super().__init__()
+        self.config = config
+        self.name = f"blocks.{layer}"
+        self.parallel = config.residual == "parallel"
+        self.attn_norm = make_norm(config, dtype)
+        self.ffn_norm = make_norm(config, dtype)
+        self.attn = Attention(config, dtype, fused_attention, config.window_of(layer))
+        self.ffn = FeedForward(config, dtype)
+
+    def dropout_values(self, b: int, t: int, s: int) -> int:
+        """Random values one block draws for a [b, t] input attending over s positions."""
+        c = self.config
+        return b * c.heads * t * s + 2 * b * t * c.width if c.dropout > 0 else 0
+
+    def forward(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        dropout: DropoutKey | None,
+        offset: int,
+        cache: tuple[Tensor, Tensor] | None = None,
+        need_weights: bool = True,
+        record: Record | None = None,
+    ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
+        p = self.config.dropout
+        name = self.name
+        if record is not None:
+            record[f"{name}.hook_resid_pre"] = x
+        attn_out, weights, new_cache = self.attn(self.attn_norm(x), rope, dropout, offset, cache, need_weights,
+                                                 record, name)
+        b, t, d = x.shape
+        s = new_cache[0].shape[2]
+        offset += b * self.config.heads * t * s
+        if record is not None:
+            record[f"{name}.hook_attn_out"] = attn_out
+        if dropout is not None and p > 0:
+            attn_out = attn_out * dropout.mask(offset, (b, t, d), p, x.dtype, x.device)
+        offset += b * t * d
+        if self.parallel:
+            ffn_out = self.ffn(self.ffn_norm(x))
+        else:
+            x = x + attn_out
+            if record is not None:
+                record[f"{name}.hook_resid_mid"] = x
+            ffn_out = self.ffn(self.ffn_norm(x))
+        if record is not None:
+            record[f"{name}.hook_mlp_out"] = ffn_out
+        if dropout is not None and p > 0:
+            ffn_out = ffn_out * dropout.mask(offset, (b, t, d), p, x.dtype, x.device)
+        out = x + attn_out + ffn_out if self.parallel else x + ffn_out
+        if record is not None:
+            record[f"{name}.hook_resid_post"] = out
+        return out, weights, new_cache
+
+
+class MiniGPT(nn.Module):
+    """Token table -> blocks -> final norm -> head (the token table transposed, or its own)."""
+
+    def __init__(
+        self, config: ModelConfig, vocab_size: int, dtype: torch.dtype = torch.float64, fused_attention: bool = False
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.fused_attention = fused_attention
+        self.vocab_size = vocab_size
+        self.dtype = dtype
+        self.token_embedding = nn.Embedding(vocab_size, config.width, dtype=dtype)
+        if config.positions == "learned":
+            self.position_embedding = nn.Embedding(config.context, config.width, dtype=dtype)
+        self.blocks = nn.ModuleList(Block(config, dtype, fused_attention, i) for i in range(config.layers))
+        self.final_norm = make_norm(config, dtype)
+        if not config.tied_head:
+            self.lm_head = nn.Linear(config.width, vocab_size, bias=False, dtype=dtype)
+
+    @property
+    def head_weight(self) -> Tensor:
+        """The output head's weight [V, D]: the token table itself when tied (one Parameter,
+        two uses), else the head's own table."""
+        return self.token_embedding.weight if self.config.tied_head else self.lm_head.weight
+
+    def initialize(self, seed: int) -> None:
+        """Seeded initialization: weights N(0, init_std) in parameter order; biases 0; norms 1."""
+        generator = torch.Generator().manual_seed(seed)
+        std = self.config.init_std
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                if name.endswith("norm.weight"):
+                    param.fill_(1.0)
+                elif name.endswith(".bias"):
+                    param.zero_()
+                else:
+                    values = torch.randn(param.shape, generator=generator, dtype=torch.float64)
+                    param.copy_(values * std)
+
+    def embed(self, ids: Tensor | None, inputs_embeds: Tensor | None, past: int,
+              record: Record | None) -> tuple[Tensor, tuple[Tensor, Tensor] | None]:
+        """The residual stream's start and the rotary tables for the positions after ``past``."""
+        c = self.config
+        x = self.token_embedding(ids) if inputs_embeds is None else inputs_embeds
+        t = x.shape[1]
+        if past + t > c.context:
+            raise ValueError(f"{past + t} positions exceed the context of {c.context}")
+        positions = torch.arange(past, past + t, device=x.device)
+        if record is not None:
+            record["hook_embed"] = x
+        if c.positions == "learned":
+            rows = self.position_embedding(positions)
+            if record is not None:
+                record["hook_pos_embed"] = rows[None]
+            return x + rows[None], None
+        return x, rope_tables(positions, c.rotary_dims, c.rope_base, self.dtype)
+
+    def forward(
+        self,
+        ids: Tensor,
+        *,
+        dropout: DropoutKey | None = None,
+        recompute: bool = False,
+        return_attention: bool = False,
+        cache: KVCache | None = None,
+        inputs_embeds: Tensor | None = None,
+        skip_head: bool = False,
+        record: Record | None = None,
+    ) -> ForwardOutput:
+        """Logits for ``ids`` [B, T]. With ``cache`` (a list, filled in place) the ids
+        continue the cached positions. ``dropout`` None means no dropout (evaluation).
+        ``record`` (a dict) is filled with the named activations (:data:`ACTIVATIONS`)."""
+        c = self.config
+        past = cache[0][0].shape[2] if cache else 0
+        x, rope = self.embed(ids, inputs_embeds, past, record)
+        b, t, _ = x.shape
+        offset = 0
+        if dropout is not None and c.dropout > 0:
+            x = x * dropout.mask(offset, (b, t, c.width), c.dropout, x.dtype, x.device)
+            offset += b * t * c.width
+        attentions: list[Tensor] = []
+        new_cache: KVCache = []
+        for i, block in enumerate(self.blocks):
+            layer_cache = cache[i] if cache else None
+            if recompute and self.training and torch.is_grad_enabled():
+                x, weights, kv = checkpoint(
+                    block, x, rope, dropout, offset, layer_cache, return_attention, use_reentrant=False
+                )
+            else:
+                x, weights, kv = block(x, rope, dropout, offset, layer_cache, return_attention, record)
+            offset += block.dropout_values(b, t, kv[0].shape[2])
+            new_cache.append(kv)
+            if return_attention and weights is not None:
+                attentions.append(weights.detach())
+        if cache is not None:
+            cache[:] = new_cache
+        hidden = self.final_norm(x)
+        if record is not None:
+            record["ln_final.hook_normalized"] = hidden
+        logits = hidden if skip_head else hidden @ self.head_weight.t()
+        consumed = offset if dropout is not None and c.dropout > 0 else 0
+        return ForwardOutput(logits, consumed, attentions, hidden)
+
+
+def count_parameters(model: nn.Module) -> tuple[int, int]:
+    """(distinct learned tensors, scalars): the tied table counts once."""
+    params = list(model.parameters())  # parameters() yields each Parameter once
+    return len(params), sum(p.numel() for p in params)
