@@ -7,6 +7,8 @@ imported on a worker thread (see :meth:`MiniGPTApp.on_mount`).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -19,9 +21,15 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
+from minigpt_tui.engine.core.files import shorten_middle
+from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.events import Command
+from minigpt_tui.engine.session.inputs import RunChoices
+from minigpt_tui.engine.session.runs import resolve_runs_dir
 from minigpt_tui.messages import EngineImported
 from minigpt_tui.screens import MAIN_SCREENS, ScreenEntry
+from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
+from minigpt_tui.screens.help import HelpScreen
 
 NOTIFICATION_LIMIT = 600  # characters of a notification shown, as an error line on the command line
 
@@ -38,8 +46,6 @@ class LaunchSettings:
 
 def resolve_next_config(settings: LaunchSettings, overrides: dict[str, dict[str, Any]] | None = None) -> Any:
     """The RunConfig that ``space`` starts (config resolution does not import torch)."""
-    from minigpt_tui.engine.session.inputs import RunChoices
-
     return RunChoices(settings.preset, corpus=settings.corpus).resolve(extra=overrides)
 
 
@@ -83,9 +89,6 @@ class MiniGPTApp(App[None]):
         """Every notification shows its text as given: control characters escaped (a file
         or tensor name may hold terminal escapes), no markup read from it, and bounded (a
         value echoed from a hostile file is cut in the middle, as on the command line)."""
-        from minigpt_tui.engine.core.files import shorten_middle
-        from minigpt_tui.engine.core.printable import escape_controls
-
         super().notify(shorten_middle(escape_controls(message), NOTIFICATION_LIMIT), title=shorten_middle(escape_controls(title), 120),
                        severity=severity, timeout=timeout, markup=False)
 
@@ -107,8 +110,9 @@ class MiniGPTApp(App[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine-import")
     def _import_engine(self) -> None:
         started = time.perf_counter()
-        import minigpt_tui.engine.training.checkpoints  # noqa: F401  (imports torch)
-        import minigpt_tui.engine.training.trainer  # noqa: F401
+        # deferred: imports torch, on this worker, so the first frame never waits for it
+        import minigpt_tui.engine.training.checkpoints  # noqa: F401  # deferred: imports torch
+        import minigpt_tui.engine.training.trainer  # noqa: F401  # deferred: imports torch
 
         self.post_message(EngineImported(time.perf_counter() - started))
 
@@ -131,8 +135,6 @@ class MiniGPTApp(App[None]):
         return self.main_screens.get("training")
 
     def action_help(self) -> None:
-        from minigpt_tui.screens.help import HelpScreen
-
         if isinstance(self.screen, HelpScreen):
             self.screen.dismiss()
             return
@@ -159,8 +161,6 @@ class MiniGPTApp(App[None]):
 
     # -- quitting ------------------------------------------------------------------------
     def action_request_quit(self) -> None:
-        from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
-
         training = self.training_screen
         if training is None or not training.has_active_run:
             self.exit()
@@ -185,9 +185,6 @@ class MiniGPTApp(App[None]):
         """SIGTERM or SIGINT from outside (the terminal's Ctrl+C is a key here) end the app
         as the command line ends: a run of its own saves at its next update and stops, an
         attached run is only detached from, and the terminal is restored."""
-        import asyncio
-        import signal
-
         try:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -216,8 +213,6 @@ class MiniGPTApp(App[None]):
 
 
 def run_app(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.session.runs import resolve_runs_dir
-
     settings = LaunchSettings(
         runs_dir=resolve_runs_dir(getattr(args, "runs_dir", None)),
         preset=getattr(args, "preset", None) or "mini",

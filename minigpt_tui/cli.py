@@ -9,8 +9,17 @@ import argparse
 import contextlib
 import importlib
 import io
+import json
 import os
 import sys
+import time
+
+from minigpt_tui import __version__
+from minigpt_tui.app import run_app
+from minigpt_tui.commands.launch import die_with_launcher
+from minigpt_tui.engine.core.errors import MiniGPTError
+from minigpt_tui.engine.core.files import os_error_line, shorten_middle
+from minigpt_tui.engine.core.printable import escape_controls
 
 # Each module registers its subcommands with ``register(subparsers)`` and imports the
 # engine inside its handlers, so that ``--help`` and the app's first frame stay fast.
@@ -42,8 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from minigpt_tui import __version__
-
     return __version__
 
 
@@ -56,21 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--"]:  # torchrun ... -m minigpt_tui -- train ...: the separator may reach us
         argv = argv[1:]
     if "WORLD_SIZE" in os.environ:  # a process of a launch: it never outlives its launcher
-        from minigpt_tui.commands.launch import die_with_launcher
 
         die_with_launcher()
     args = _parse(parser, argv)
     args.argv = argv  # a launcher re-runs it in each process
-    from minigpt_tui.engine.core.errors import MiniGPTError
 
     try:
         if args.command is None:
             return _open_app(args)
         return int(args.handler(args) or 0)
     except MiniGPTError as err:
-        from minigpt_tui.engine.core.files import shorten_middle
-        from minigpt_tui.engine.core.printable import escape_controls
-
         # Every echoed value is bounded: a 10 MB string in a config makes a line, not 10 MB.
         line = f"minigpt-tui: error: {shorten_middle(escape_controls(err), MAX_ERROR_LINE)}"
         # One write: ranks of a process group share stderr, and print's separate write of the
@@ -85,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except OSError as err:  # a failure of the operating system no check above named: one line still
-        from minigpt_tui.engine.core.files import os_error_line
 
         line = f"minigpt-tui: error: {os_error_line(err)}"
         sys.stderr.write(line + "\n")
@@ -120,8 +121,6 @@ def _tell_launcher(line: str) -> None:
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path:
         return
-    import json
-    import time
 
     try:
         with open(path, "w", encoding="utf-8") as out:
@@ -131,6 +130,4 @@ def _tell_launcher(line: str) -> None:
 
 
 def _open_app(args: argparse.Namespace) -> int:
-    from minigpt_tui.app import run_app
-
     return int(run_app(args) or 0)

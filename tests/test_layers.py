@@ -1,9 +1,11 @@
-"""The package's layers hold: the import-linter contracts in pyproject.toml pass, and no two
-of the package's files import each other, directly or around a loop, counting imports
-written inside functions (only ``TYPE_CHECKING`` blocks are left out)."""
+"""The package's layers hold: the import-linter contracts in pyproject.toml pass, no two of
+the package's files import each other, directly or around a loop, counting imports written
+inside functions (only ``TYPE_CHECKING`` blocks are left out), and an import inside a
+function is there only to defer torch, saying so."""
 
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 
@@ -69,3 +71,32 @@ def test_the_cycle_finder_finds_a_loop():
     graph.add_import(importer="a.y", imported="a.x")
     graph.add_import(importer="a.z", imported="a.x")
     assert cycles(graph, {"a.x", "a.y", "a.z"}) == [["a.x", "a.y"]]
+
+
+def local_imports(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each import written inside a function, outside ``TYPE_CHECKING``."""
+    tree = ast.parse(source)
+    lines = source.split("\n")
+    typing_only = {id(node) for block in ast.walk(tree)
+                   if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+                   for node in ast.walk(block)}
+    found = set()
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(function):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in typing_only:
+                    found.add((node.lineno, lines[node.lineno - 1].strip()))
+    return sorted(found)
+
+
+def test_an_import_inside_a_function_only_defers_torch():
+    undeclared = [f"{path.relative_to(ROOT)}:{line}: {text}"
+                  for path in sorted((ROOT / "minigpt_tui").rglob("*.py"))
+                  for line, text in local_imports(path.read_text("utf-8"))
+                  if "deferred: imports torch" not in text]
+    assert undeclared == []
+
+
+def test_the_local_import_check_sees_one_without_its_reason():
+    source = "def f():\n    import json\n    import torch  # deferred: imports torch\n"
+    assert local_imports(source) == [(2, "import json"), (3, "import torch  # deferred: imports torch")]

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+from rich.text import Text
+
 from minigpt_tui.commands.common import emit_json, output_console
-from minigpt_tui.commands.generate import MODEL_HELP, add_dtype_flag
+from minigpt_tui.commands.generate import (
+    MODEL_HELP,
+    _prompt,
+    add_dtype_flag,
+    load_model,
+)
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.core.files import read_small_file
+from minigpt_tui.engine.core.printable import escape_controls
 
 TEXT_LIMIT = 64 * 1024 * 1024
 
@@ -48,9 +60,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _read_text(path: str) -> str:
-    from minigpt_tui.engine.core.errors import GenerationError
-    from minigpt_tui.engine.core.files import read_small_file
-
     data = read_small_file(Path(path).expanduser(), TEXT_LIMIT, "a text file")
     try:
         return data.decode("utf-8")
@@ -59,9 +68,14 @@ def _read_text(path: str) -> str:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    from minigpt_tui.commands.generate import load_model
-    from minigpt_tui.engine.analysis.contrast import check_same_tokenizer
-    from minigpt_tui.engine.analysis.scoring import compare_scores, most_changed, score_text
+    from minigpt_tui.engine.analysis.contrast import (  # deferred: imports torch
+        check_same_tokenizer,
+    )
+    from minigpt_tui.engine.analysis.scoring import (  # deferred: imports torch
+        compare_scores,
+        most_changed,
+        score_text,
+    )
 
     text = _read_text(args.text)
     first = load_model(args.model, args)
@@ -83,13 +97,6 @@ def run_score(args: argparse.Namespace) -> int:
 
 
 def _print_scores(scored: Any, compared: Any, most_changed: Any) -> None:
-    import math
-
-    from rich.table import Table
-    from rich.text import Text
-
-    from minigpt_tui.engine.core.printable import escape_controls
-
     console = output_console()
     loss = scored.mean_loss
     console.print(Text(f"{len(scored.tokens)} tokens scored in {scored.windows} window(s) of {scored.window} ids "
@@ -115,8 +122,9 @@ def _print_scores(scored: Any, compared: Any, most_changed: Any) -> None:
 
 
 def run_patch(args: argparse.Namespace) -> int:
-    from minigpt_tui.commands.generate import _prompt, load_model
-    from minigpt_tui.engine.analysis.patching import patch_prompts
+    from minigpt_tui.engine.analysis.patching import (  # deferred: imports torch
+        patch_prompts,
+    )
 
     sites = [s.strip() for s in args.sites.split(",") if s.strip()]
     portable = load_model(args.model, args)
@@ -130,11 +138,6 @@ def run_patch(args: argparse.Namespace) -> int:
 
 
 def _print_patching(result: Any, tokenizer: Any) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    from minigpt_tui.engine.core.printable import escape_controls
-
     console = output_console()
     answer, against = (escape_controls(piece) for piece in (result.answer[1], result.against[1]))
     console.print(Text(f"logit difference '{answer}' − '{against}': clean "
@@ -155,10 +158,10 @@ def _print_patching(result: Any, tokenizer: Any) -> None:
 
 
 def run_heads(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from minigpt_tui.commands.generate import load_model
-    from minigpt_tui.engine.analysis.head_roles import ROLES, score_heads
+    from minigpt_tui.engine.analysis.head_roles import (  # deferred: imports torch
+        ROLES,
+        score_heads,
+    )
 
     portable = load_model(args.model, args)
     roles = score_heads(portable.model, portable.tokenizer)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from minigpt_tui.app import run_app
 from minigpt_tui.commands.common import runs_dir_from_args
+from minigpt_tui.engine.session.attach import attached_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,11 +18,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_attach(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from minigpt_tui.app import run_app
-    from minigpt_tui.engine.session.attach import attached_config
-
     given = Path(args.run).expanduser()
     run_dir = given if given.is_dir() else runs_dir_from_args(args) / args.run
     attached_config(run_dir)  # not a run: one line, before any frame

@@ -6,6 +6,7 @@ import argparse
 import time
 
 from minigpt_tui.commands.common import emit_json
+from minigpt_tui.engine.core.printable import escape_controls as printable
 from minigpt_tui.engine.session.display import counted, human_bytes
 
 
@@ -22,8 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_cache_list(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.core.printable import escape_controls as printable
-    from minigpt_tui.engine.training.token_cache import TokenCache, resolve_cache_dir
+    from minigpt_tui.engine.training.token_cache import (  # deferred: imports torch
+        TokenCache,
+        resolve_cache_dir,
+    )
 
     root = resolve_cache_dir(args.cache_dir)
     cache = TokenCache(root)
@@ -49,8 +52,10 @@ def run_cache_list(args: argparse.Namespace) -> int:
 
 
 def run_cache_clear(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.core.printable import escape_controls as printable
-    from minigpt_tui.engine.training.token_cache import TokenCache, resolve_cache_dir
+    from minigpt_tui.engine.training.token_cache import (  # deferred: imports torch
+        TokenCache,
+        resolve_cache_dir,
+    )
 
     root = resolve_cache_dir(args.cache_dir)
     plan = TokenCache(root).clear()  # refused, removing nothing, when the folder holds other things

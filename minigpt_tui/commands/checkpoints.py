@@ -9,13 +9,43 @@ import os
 import subprocess
 import sys
 import tempfile
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+from rich.text import Text
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
 from minigpt_tui.commands.common import emit_json, output_console, runs_dir_from_args
-from minigpt_tui.commands.train import add_probe_arguments
-from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
+from minigpt_tui.commands.inspect_output import print_inspection
+from minigpt_tui.commands.launch import (
+    add_process_arguments,
+    joined_world,
+    launch,
+    launch_requested,
+)
+from minigpt_tui.commands.train import (
+    add_probe_arguments,
+    drive,
+    print_summary,
+    probe_options,
+)
+from minigpt_tui.engine.core.config import ModelConfig
+from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
+from minigpt_tui.engine.core.files import make_folder
+from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
 from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR
+from minigpt_tui.engine.formats.compare import compare_checkpoints
+from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
+from minigpt_tui.engine.formats.portable import save_portable_model
+from minigpt_tui.engine.formats.safetensors_io import load_file
+from minigpt_tui.engine.session.history import probe_records
+from minigpt_tui.engine.session.plans import ResumeRun, saved_run_config
+from minigpt_tui.engine.session.runs import checkpoint_target, resolve_checkpoint
+from minigpt_tui.engine.training.corpus import parse_records
+from minigpt_tui.engine.training.training_state import read_training_state
 
 # The three-process experiment per preset: save after CUT updates, resume to END.
 EXPERIMENTS = {"tiny": (2, 4), "mini": (300, 600), "stream": (30, 60), "finetune": (3, 6)}
@@ -81,16 +111,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _resolve(spec: str, runs_dir: Path) -> Path:
-    from minigpt_tui.engine.session.runs import resolve_checkpoint
-
     return resolve_checkpoint(spec, runs_dir)
 
 
 # -- resume ---------------------------------------------------------------------------------------
 def run_resume(args: argparse.Namespace) -> int:
-    from minigpt_tui.commands.train import drive, print_summary, probe_options
-    from minigpt_tui.engine.session.plans import ResumeRun, saved_run_config
-
     runs_dir = runs_dir_from_args(args)
     policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
     checkpoint = _resolve(args.checkpoint, runs_dir)
@@ -117,10 +142,6 @@ def run_resume(args: argparse.Namespace) -> int:
 
 # -- inspect --------------------------------------------------------------------------------------
 def run_inspect(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
-    from minigpt_tui.engine.formats.compare import compare_checkpoints
-    from minigpt_tui.engine.session.runs import checkpoint_target
-
     runs_dir = runs_dir_from_args(args)
     target = checkpoint_target(args.path, runs_dir)
     inspection = inspect_path(target, verify_hashes=args.verify)
@@ -136,8 +157,6 @@ def run_inspect(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
     else:
-        from minigpt_tui.commands.inspect_output import print_inspection
-
         print_inspection(result)
         if result.get("probes"):
             _print_probes(result["probes"])
@@ -147,10 +166,6 @@ def run_inspect(args: argparse.Namespace) -> int:
 def _probes_at_checkpoint(folder: Path) -> dict[str, Any] | None:
     """The run's last probes record at or before the checkpoint's step (None outside a run
     folder, or when the run scored none)."""
-    from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR
-    from minigpt_tui.engine.core.errors import ConfigError
-    from minigpt_tui.engine.session.history import probe_records
-
     match = STEP_DIR.match(folder.name)
     run_dir = folder.parent.parent
     if match is None or folder.parent.name != "checkpoints" or not (run_dir / "metrics.jsonl").is_file():
@@ -163,9 +178,6 @@ def _probes_at_checkpoint(folder: Path) -> dict[str, Any] | None:
 
 
 def _print_probes(record: dict[str, Any]) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
     table = Table(title=escape_controls(f"probes at step {record['step']} ({record.get('source')})"))
     for column in ("probe", "match", "expected id", "p(expected)", "rank"):
         table.add_column(column, justify="left" if column == "probe" else "right")
@@ -177,10 +189,12 @@ def _print_probes(record: dict[str, Any]) -> None:
 
 def _verify_fully(path: Path, kind: str) -> dict[str, Any]:
     """Read everything and check it: manifest hashes, identities, content digests."""
-    from minigpt_tui.engine.training.checkpoints import load_checkpoint
-    from minigpt_tui.engine.training.model_file import load_portable_model
-    from minigpt_tui.engine.formats.safetensors_io import load_file
-    from minigpt_tui.engine.training.training_state import read_training_state
+    from minigpt_tui.engine.training.checkpoints import (  # deferred: imports torch
+        load_checkpoint,
+    )
+    from minigpt_tui.engine.training.model_file import (  # deferred: imports torch
+        load_portable_model,
+    )
 
     if kind == "checkpoint-dir":
         loaded = load_checkpoint(path, recompute_digests=True)
@@ -201,8 +215,6 @@ def _command(*args: str) -> list[str]:
 
 
 def _run_json(args: list[str], env: dict[str, str], label: str) -> dict[str, Any]:
-    from minigpt_tui.engine.core.errors import MiniGPTError
-
     done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
@@ -290,16 +302,9 @@ def finetune_model(folder: Path) -> Path:
     """A random-weight GPT-NeoX-style model (parallel residual, partial rotary, its own head)
     with a byte-level BPE tokenizer.json trained here on the bundled teaching corpus, saved
     as a model file: what the finetune experiment starts from."""
-    from importlib import resources
+    import torch  # deferred: imports torch
 
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    from minigpt_tui.engine.formats.portable import save_portable_model
-    from minigpt_tui.engine.core.config import ModelConfig
-    from minigpt_tui.engine.training.corpus import parse_records
-    from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
-    from minigpt_tui.engine.training.model import MiniGPT
+    from minigpt_tui.engine.training.model import MiniGPT  # deferred: imports torch
 
     text = resources.files("minigpt_tui").joinpath("assets/corpus/teaching.txt").read_text("utf-8")
     raw = Tokenizer(models.BPE())
@@ -338,8 +343,6 @@ def _same(name: str, a: Any, b: Any) -> dict[str, Any]:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.core.files import make_folder
-
     if args.keep:
         runs_dir = make_folder(Path(args.keep).expanduser().resolve(), what="--keep folder")
         result = verify_experiment(args.preset, runs_dir, args.nproc)

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
+from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.core.errors import ConfigError, GenerationError
+from minigpt_tui.engine.session.inputs import RunChoices, parse_number
+from minigpt_tui.engine.session.runs import resolve_runs_dir
 
 PIPED_WIDTH = 400  # the line width when stdout is not a terminal: no cell or path is cut or folded
 
@@ -19,9 +28,6 @@ def output_console(**options: Any) -> Any:
     """A rich console for human-readable output: the terminal's width on a terminal; piped
     or redirected, wide enough that nothing wraps in the middle of a path (unless COLUMNS
     asks for a width)."""
-    from rich.console import Console
-
-    import os
 
     console = Console(**options)
     if not console.is_terminal and not os.environ.get("COLUMNS"):  # a width asked for is kept
@@ -35,8 +41,6 @@ def emit_json(data: Any) -> None:
 
 
 def _jsonable(value: Any) -> Any:
-    from pathlib import Path
-
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, (bytes, bytearray)):
@@ -95,8 +99,6 @@ def graceful_stop() -> Iterator[StopFlag]:
 def runs_dir_from_args(args: argparse.Namespace) -> Any:
     """The runs directory: a subcommand's ``--runs-dir``, else the top-level one, else the
     environment variable or the user data dir."""
-    from minigpt_tui.engine.session.runs import resolve_runs_dir
-
     return resolve_runs_dir(getattr(args, "runs_dir_sub", None) or getattr(args, "runs_dir", None))
 
 
@@ -146,10 +148,6 @@ FLAG_SETTINGS = {"--batch-size": ("train", "batch_size"), "--lr": ("train", "lr"
 
 def settings_from_flags(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The settings the hyperparameter flags and ``--set`` give, by section."""
-    import tomllib
-
-    from minigpt_tui.engine.core.config import load_config
-    from minigpt_tui.engine.core.errors import ConfigError
 
     extra: dict[str, dict[str, Any]] = {}
     for flag, (section, field) in FLAG_SETTINGS.items():
@@ -189,9 +187,6 @@ def thread_count(text: str) -> int:
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """The run config chosen by the common options (and ``--save-every``/``--keep-last``)."""
-    from pathlib import Path
-
-    from minigpt_tui.engine.session.inputs import RunChoices
 
     config_file = Path(args.config).expanduser() if getattr(args, "config", None) else None
     extra = settings_from_flags(args)
@@ -206,7 +201,4 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 def generation_number(text: str | None, option: str, kind: type) -> Any:
     """A number option of generate and its views, refused as a generation error."""
-    from minigpt_tui.engine.core.errors import GenerationError
-    from minigpt_tui.engine.session.inputs import parse_number
-
     return parse_number(text, option, kind, error=GenerationError)

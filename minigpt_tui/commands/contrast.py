@@ -6,8 +6,22 @@ import argparse
 import json
 from typing import Any
 
+from rich.table import Table
+from rich.text import Text
+
 from minigpt_tui.commands.common import emit_json, output_console
-from minigpt_tui.commands.generate import MODEL_HELP, _add_rule_arguments, add_dtype_flag
+from minigpt_tui.commands.generate import (
+    MODEL_HELP,
+    _add_rule_arguments,
+    _check_output,
+    _prompt,
+    _write_json,
+    add_dtype_flag,
+    load_model,
+    rules_from_args,
+)
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.core.printable import escape_controls
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,9 +47,9 @@ def _rule_given(args: argparse.Namespace) -> bool:
 
 
 def run_contrast(args: argparse.Namespace) -> int:
-    from minigpt_tui.commands.generate import _check_output, _prompt, _write_json, load_model, rules_from_args
-    from minigpt_tui.engine.analysis.contrast import contrast_models
-    from minigpt_tui.engine.core.errors import GenerationError
+    from minigpt_tui.engine.analysis.contrast import (  # deferred: imports torch
+        contrast_models,
+    )
 
     if len(args.model) != 2:
         raise GenerationError(f"contrast takes exactly two --model options (A and B), got {len(args.model)}")
@@ -58,11 +72,6 @@ def run_contrast(args: argparse.Namespace) -> int:
 
 
 def print_contrast(result: Any, specs: list[str]) -> None:
-
-    from minigpt_tui.engine.core.printable import escape_controls
-    from rich.table import Table
-    from rich.text import Text
-
     def shown(piece: str) -> str:
         return json.dumps(piece, ensure_ascii=False)
 

@@ -13,8 +13,24 @@ import json
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.commands.common import emit_json, generation_number, output_console, runs_dir_from_args
-from minigpt_tui.commands.insight import add_insight_arguments, insight_request_from_args, print_insights
+from rich.table import Table
+from rich.text import Text
+
+from minigpt_tui.commands.common import (
+    emit_json,
+    generation_number,
+    output_console,
+    runs_dir_from_args,
+)
+from minigpt_tui.commands.insight import (
+    add_insight_arguments,
+    insight_request_from_args,
+    print_insights,
+)
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.core.files import check_writable_target, write_file
+from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.session.opening import open_model
 
 MODEL_HELP = ("a model file, a checkpoint folder, RUN:best / RUN:latest from the runs directory, "
               "a transformers model folder (gpt2, gpt_neo, gpt_neox, llama, qwen2), a GGUF file "
@@ -85,8 +101,9 @@ def _add_rule_arguments(parser: argparse.ArgumentParser, *, several_temperatures
 # -- reading arguments -------------------------------------------------------------------
 def rules_from_args(args: argparse.Namespace) -> list[Any]:
     """The rules asked for: greedy by default; one sampling rule per temperature."""
-    from minigpt_tui.engine.core.errors import GenerationError
-    from minigpt_tui.engine.analysis.generation import GenerationRule
+    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
+        GenerationRule,
+    )
 
     budget = generation_number(args.max_new_tokens, "--max-new-tokens", int)
     top_k = generation_number(args.top_k, "--top-k", int)
@@ -113,22 +130,16 @@ def rules_from_args(args: argparse.Namespace) -> list[Any]:
 def load_model(spec: str, args: argparse.Namespace) -> Any:
     """Resolve FILE | checkpoint folder | RUN:best | RUN:latest | a transformers folder and
     open the model."""
-    from minigpt_tui.engine.session.opening import open_model
-
     return open_model(spec, runs_dir_from_args(args), dtype=getattr(args, "dtype", None),
                       tokenizer=getattr(args, "tokenizer", None))
 
 
 def _write_json(path_text: str, data: Any, force: bool) -> Path:
-    from minigpt_tui.engine.core.files import write_file
-
     return write_file(Path(path_text), (json.dumps(data, indent=2) + "\n").encode("utf-8"), replace=force)
 
 
 def _check_output(path_text: str | None, force: bool) -> None:
     """Refuse an unusable output path before any model is loaded."""
-    from minigpt_tui.engine.core.files import check_writable_target
-
     if path_text:
         check_writable_target(Path(path_text), replace=force)
 
@@ -136,8 +147,6 @@ def _check_output(path_text: str | None, force: bool) -> None:
 def _prompt(text: str) -> str:
     """The prompt as given; bytes that are not UTF-8 (kept by the command line as lone
     surrogates) are refused in one line."""
-    from minigpt_tui.engine.core.errors import GenerationError
-
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
@@ -147,8 +156,9 @@ def _prompt(text: str) -> str:
 
 # -- generate ----------------------------------------------------------------------------
 def run_generate(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.core.errors import GenerationError
-    from minigpt_tui.engine.analysis.generation import DecisionStepper
+    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
+        DecisionStepper,
+    )
 
     (rule,) = rules_from_args(args)
     top = generation_number(args.top, "--top", int)
@@ -177,17 +187,10 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def _shown(piece: str) -> str:
     """A piece with its boundaries visible: quoted, spaces kept, control characters escaped."""
-    from minigpt_tui.engine.core.printable import escape_controls
-
     return escape_controls(json.dumps(piece, ensure_ascii=False))
 
 
 def print_decisions(stepper: Any) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    from minigpt_tui.engine.core.printable import escape_controls
-
     console = output_console()
     trace_model = stepper.model_path or "(in memory)"
     console.print(Text(escape_controls(f"model {trace_model}")))
@@ -215,7 +218,10 @@ def print_decisions(stepper: Any) -> None:
 
 # -- probes ------------------------------------------------------------------------------
 def run_probes_command(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.analysis.generation import load_probes, run_probes
+    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
+        load_probes,
+        run_probes,
+    )
 
     rules = rules_from_args(args)
     _check_output(args.out, args.force)
@@ -234,10 +240,6 @@ def run_probes_command(args: argparse.Namespace) -> int:
 
 def print_probes(result: dict[str, Any]) -> None:
     """One table per rule, one column per model, one row per probe (as seed 003's 21.6/21.7)."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from minigpt_tui.engine.core.printable import escape_controls
 
     console = output_console()
     source = result["probes"]["source"]
@@ -271,9 +273,14 @@ def print_probes(result: dict[str, Any]) -> None:
 
 # -- infer -------------------------------------------------------------------------------
 def run_infer(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
-    from minigpt_tui.engine.training.model import count_parameters
-    from minigpt_tui.engine.core.tensors import tensor_bytes
+    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
+        DecisionStepper,
+        GenerationRule,
+    )
+    from minigpt_tui.engine.core.tensors import tensor_bytes  # deferred: imports torch
+    from minigpt_tui.engine.training.model import (  # deferred: imports torch
+        count_parameters,
+    )
 
     rule = GenerationRule("greedy", max_new_tokens=generation_number(args.tokens, "--tokens", int))
     portable = load_model(args.model, args)
@@ -303,10 +310,7 @@ def run_infer(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
     else:
-        from rich.text import Text
-
         console = output_console()
-        from minigpt_tui.engine.core.printable import escape_controls
 
         for key in ("model_path", "model_id", "prompt_ids", "generated_ids", "generated_bytes", "stop_reason"):
             console.print(Text(escape_controls(f"{key}: {result[key]}")))

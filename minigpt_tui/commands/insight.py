@@ -6,13 +6,17 @@ ones with one line, and prints the views as text when ``--json`` is not given.
 
 from __future__ import annotations
 
-from minigpt_tui.commands.common import generation_number, output_console
-
 import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from minigpt_tui.commands.common import generation_number, output_console
+from minigpt_tui.engine.core.errors import GenerationError
 
 
 def add_insight_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +50,10 @@ class InsightRequest:
 
     def check(self, model: Any) -> None:
         """Refuse an unknown block, head or candidate before any decision is made."""
-        from minigpt_tui.engine.analysis.lens import check_head, check_token_id
+        from minigpt_tui.engine.analysis.lens import (  # deferred: imports torch
+            check_head,
+            check_token_id,
+        )
 
         if self.pattern is not None:
             check_head(model, *self.pattern)
@@ -55,7 +62,9 @@ class InsightRequest:
 
     def inspect(self, stepper: Any, top: int) -> list[Any]:
         """One insight per decision the stepper made (none when no view was asked for)."""
-        from minigpt_tui.engine.analysis.lens import inspect_decision
+        from minigpt_tui.engine.analysis.lens import (  # deferred: imports torch
+            inspect_decision,
+        )
 
         if not self.wanted:
             return []
@@ -66,8 +75,6 @@ class InsightRequest:
 
 
 def insight_request_from_args(args: argparse.Namespace) -> InsightRequest:
-    from minigpt_tui.engine.core.errors import GenerationError
-
     layer = generation_number(args.layer, "--layer", int)
     head = generation_number(args.head, "--head", int)
     if (layer is None) != (head is None):
@@ -82,9 +89,6 @@ def _shown(piece: str) -> str:
 
 def print_insights(decisions: Sequence[Any], insights: Sequence[Any]) -> None:
     """Per decision: the lens as a layer table, contributions as signed parts, the pattern as a grid."""
-    from rich.table import Table
-    from rich.text import Text
-
     console = output_console()
     for decision, insight in zip(decisions, insights):
         chosen = f"step {decision.step} · chosen {decision.chosen.id} {_shown(decision.chosen.piece.text)}"

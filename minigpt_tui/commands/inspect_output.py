@@ -7,6 +7,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from rich.table import Table
+from rich.text import Text
+
+from minigpt_tui.commands.common import output_console
 from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.display import shorten
 
@@ -24,14 +28,10 @@ def _short(console: Any, value: Any, width: int = 72) -> Any:
 
 def _text(value: Any) -> Any:
     """A cell or line of untrusted text (rich Text): control characters escaped, no markup read."""
-    from rich.text import Text
-
     return Text(escape_controls(value))
 
 
 def _table(title: str, *columns: str) -> Any:
-    from rich.table import Table
-
     table = Table(title=_text(title))
     for column in columns:
         table.add_column(column)
@@ -39,8 +39,6 @@ def _table(title: str, *columns: str) -> Any:
 
 
 def _files(console: Any, result: dict[str, Any]) -> None:
-    from rich.text import Text
-
     console.print(Text.assemble((escape_controls(result["path"]), "bold"), f"  ({result['kind']})"))
     files = _table("files", "file", "kind", "bytes", "header bytes", "tensors")
     for f in result["files"]:
@@ -50,8 +48,6 @@ def _files(console: Any, result: dict[str, Any]) -> None:
 
 def _entries(console: Any, result: dict[str, Any]) -> None:
     """One table per file; the name folds rather than being cut."""
-    from rich.table import Table
-
     wide = console.width >= WIDE_FROM
     columns = ("group", "dtype", "shape", "elements", "bytes", "offsets") if wide else (
         "dtype", "shape", "elements", "bytes")
@@ -185,8 +181,6 @@ SECTIONS: tuple[Callable[[Any, dict[str, Any]], None], ...] = (
 
 
 def print_inspection(result: dict[str, Any]) -> None:
-    from minigpt_tui.commands.common import output_console
-
     console = output_console(highlight=False)  # piped or redirected: room for every cell, nothing cut
     if "statistics" in result:  # --tensor NAME asks for that tensor's statistics (and a comparison) alone
         _statistics(console, result)

@@ -10,6 +10,16 @@ import argparse
 from pathlib import Path
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
+from minigpt_tui.engine.core.errors import ConfigError
+from minigpt_tui.engine.formats.hf_export import (
+    FORMATS,
+    export_hf,
+    prepare_output_folder,
+)
+from minigpt_tui.engine.session.opening import is_foreign_model, open_model
+from minigpt_tui.engine.session.runs import resolve_model_file
+from minigpt_tui.engine.training.gguf_export import QUANTS, export_gguf
+from minigpt_tui.engine.training.hf_models import convert_hf
 
 MODEL_HELP = ("a model file, a checkpoint folder, RUN:best / RUN:latest from the runs directory, "
               "a transformers folder or a GGUF file")
@@ -37,8 +47,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _model_path(spec: str, args: argparse.Namespace) -> Path:
-    from minigpt_tui.engine.session.runs import resolve_model_file
-
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "model.safetensors").is_file():
         return path / "model.safetensors"
@@ -46,20 +54,17 @@ def _model_path(spec: str, args: argparse.Namespace) -> Path:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.training.model_file import load_portable_model
-    from minigpt_tui.engine.core.errors import ConfigError
-    from minigpt_tui.engine.formats.hf_export import FORMATS, export_hf
+    from minigpt_tui.engine.training.model_file import (  # deferred: imports torch
+        load_portable_model,
+    )
 
     if args.format not in (*FORMATS, "gguf"):
         raise ConfigError(f"--format {args.format!r} is not supported (choose from {', '.join((*FORMATS, 'gguf'))})")
     out = Path(args.out).expanduser()
-    from minigpt_tui.engine.training.gguf_export import QUANTS
-    from minigpt_tui.engine.formats.hf_export import prepare_output_folder
 
     if args.format == "gguf" and args.quant not in QUANTS:
         raise ConfigError(f"--quant {args.quant!r} is not supported (choose from {', '.join(QUANTS)})")
     prepare_output_folder(out)  # refuse before reading a large model
-    from minigpt_tui.engine.session.opening import is_foreign_model, open_model
 
     if is_foreign_model(args.model):  # a transformers folder, GGUF file or nanoGPT checkpoint
         portable = open_model(args.model, runs_dir_from_args(args))
@@ -79,8 +84,6 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def _report_gguf(args: argparse.Namespace, portable: object, out: Path) -> int:
-    from minigpt_tui.engine.training.gguf_export import export_gguf
-
     result = export_gguf(portable, out, args.quant)  # type: ignore[arg-type]
     if args.json:
         emit_json({**result.to_json(), "source": str(portable.path)})  # type: ignore[attr-defined]
@@ -92,8 +95,6 @@ def _report_gguf(args: argparse.Namespace, portable: object, out: Path) -> int:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.training.hf_models import convert_hf
-
     tokenizer = args.tokenizer_from
     if tokenizer is not None and not Path(tokenizer).expanduser().exists():
         tokenizer = _model_path(tokenizer, args)

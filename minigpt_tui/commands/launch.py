@@ -14,6 +14,7 @@ launcher is passed to every process: they agree to stop at the next boundary, sa
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import socket
@@ -23,7 +24,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
+
+from minigpt_tui.engine.core.devices import choose_device
+from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError, ProcessGroupError
 
 LAUNCHER_ENV = "MINIGPT_TUI_LAUNCHER_PID"  # set for the processes our launcher starts
 PEER_GRACE_S = 10.0  # after one process failed, how long the others get before SIGKILL
@@ -43,9 +48,9 @@ def launch_requested(args: argparse.Namespace) -> bool:
 
 def check_launch(nproc: int, port: int | None, device: str) -> None:
     """Bad launch settings, refused before any process starts."""
-    from minigpt_tui.engine.core.devices import choose_device
-    from minigpt_tui.engine.training.distributed import backend_for
-    from minigpt_tui.engine.core.errors import ConfigError
+    from minigpt_tui.engine.training.distributed import (  # deferred: imports torch
+        backend_for,
+    )
 
     if nproc < 1:
         raise ConfigError(f"--nproc must be at least 1, got {nproc}")
@@ -81,11 +86,9 @@ def launch(args: argparse.Namespace, device: str) -> int:
     """Run this command in ``--nproc`` processes (on ``device``) and wait. Rank 0's lines and
     the first error line of any process pass through; exit 0 when every process did."""
     check_launch(args.nproc, args.port, device)
-    from datetime import timedelta
 
-    from torch.distributed import TCPStore
+    from torch.distributed import TCPStore  # deferred: imports torch
 
-    from minigpt_tui.engine.core.errors import ProcessGroupError
 
     try:
         store = TCPStore("127.0.0.1", args.port or 0, is_master=True, wait_for_workers=False,
@@ -218,8 +221,6 @@ def die_with_launcher() -> None:
     launcher = int(text)
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
-
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
@@ -244,9 +245,10 @@ def joined_world(device: str) -> Iterator[Any]:
     """This process's :class:`DataParallel` (one process, or a rank ``torchrun`` started),
     joined to its process group for the duration. A collective that fails because another
     rank died becomes one line."""
-    from minigpt_tui.engine.core.devices import choose_device
-    from minigpt_tui.engine.training.distributed import DataParallel, world_from_environment
-    from minigpt_tui.engine.core.errors import MiniGPTError, ProcessGroupError
+    from minigpt_tui.engine.training.distributed import (  # deferred: imports torch
+        DataParallel,
+        world_from_environment,
+    )
 
     world = world_from_environment()
     parallel = DataParallel(world)

@@ -4,8 +4,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
 
 from minigpt_tui.commands.common import (
     add_config_arguments,
@@ -15,7 +28,32 @@ from minigpt_tui.commands.common import (
     output_console,
     runs_dir_from_args,
 )
-from minigpt_tui.commands.launch import add_process_arguments, joined_world, launch, launch_requested
+from minigpt_tui.commands.launch import (
+    add_process_arguments,
+    joined_world,
+    launch,
+    launch_requested,
+)
+from minigpt_tui.engine.core.devices import choose_device
+from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, WriteRefused
+from minigpt_tui.engine.core.memory import require_memory_for_training
+from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.session.events import (
+    EvaluationDone,
+    FinishReason,
+    HeadsScored,
+    Paused,
+    Preparing,
+    ProbesScored,
+    Refused,
+    Resumed,
+    RunStarted,
+    SamplesTaken,
+    Saved,
+    UpdateDone,
+)
+from minigpt_tui.engine.session.plans import NewRun
+from minigpt_tui.engine.session.training import TrainingSession
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,8 +89,6 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def probe_options(args: argparse.Namespace) -> dict[str, Any]:
-    from minigpt_tui.engine.core.errors import ConfigError
-
     if args.no_probes and args.probes:
         raise ConfigError("choose either --probes FILE or --no-probes, not both")
     if args.no_watch and args.sample_prompts:
@@ -62,12 +98,8 @@ def probe_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.session.plans import NewRun
-
     config = config_from_args(args)
     if launch_requested(args):
-        from minigpt_tui.engine.core.memory import require_memory_for_training
-
         if args.nproc >= 1:  # before any process starts: all of them together must fit
             require_memory_for_training(config, processes=args.nproc)
         return launch(args, config.train.device)
@@ -88,8 +120,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _note_mixed_precision(config: Any) -> None:
-    from minigpt_tui.engine.core.devices import choose_device
-    from minigpt_tui.engine.training.trainer import mixed_precision_note
+    from minigpt_tui.engine.training.trainer import (  # deferred: imports torch
+        mixed_precision_note,
+    )
 
     note = mixed_precision_note(config.train.precision, choose_device(config.train.device).kind)
     if note is not None:
@@ -110,20 +143,6 @@ class RunRecorder:
         self.heads: list[dict[str, Any]] = []
 
     def __call__(self, event: Any) -> None:
-        from dataclasses import asdict
-
-        from minigpt_tui.engine.core.errors import CheckpointError
-        from minigpt_tui.engine.session.events import (
-            EvaluationDone,
-            Paused,
-            ProbesScored,
-            Refused,
-            Resumed,
-            Saved,
-            UpdateDone,
-        )
-        from minigpt_tui.engine.session.events import HeadsScored, SamplesTaken
-
         if isinstance(event, UpdateDone):
             self.updates.append(event.record.exact_fields())
             self.advance(event.record.step, event.record.loss)
@@ -142,8 +161,6 @@ class RunRecorder:
         elif isinstance(event, Refused) and event.action == "save":
             raise CheckpointError(event.message)
         elif isinstance(event, Refused) and event.action == "token cache":
-            from minigpt_tui.engine.core.printable import escape_controls
-
             self._say(f"minigpt-tui: warning: {escape_controls(event.message)}")
         elif isinstance(event, Paused):  # only a command from the control file pauses a headless run
             self._say(f"minigpt-tui: paused after update {event.step} through the run's control file "
@@ -163,10 +180,6 @@ class RunRecorder:
 def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
     """Prepare and run a training session to its end (the schedule, ``until``, or Ctrl+C /
     SIGTERM, which finish the current update, save, then stop); the result as JSON-ready data."""
-    from minigpt_tui.engine.core.errors import WriteRefused
-    from minigpt_tui.engine.session.events import FinishReason
-    from minigpt_tui.engine.session.training import TrainingSession
-
     with graceful_stop() as stop, _progress(show_progress) as progress:
         recorder = RunRecorder(progress.advance)
         stop.preparing = True  # Ctrl+C before the first update interrupts at once, nothing written
@@ -214,7 +227,9 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
     if prepared.warm_start is not None:
         result["warm_start"] = prepared.warm_start.to_json()
     if prepared.resumed_from is not None:
-        from minigpt_tui.engine.training.checkpoints import continuation_record
+        from minigpt_tui.engine.training.checkpoints import (  # deferred: imports torch
+            continuation_record,
+        )
 
         result["resumed_from"] = str(prepared.resumed_from)
         result["continuation"] = continuation_record(trainer)
@@ -224,8 +239,6 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
 def _announcing(recorder: RunRecorder, progress: "_progress", until: int | None, stop: Any) -> Any:
     """The recorder, with the preparation's progress shown while it lasts, and the progress
     bar (to ``until`` or the schedule's end) started once the run's first step is known."""
-    from minigpt_tui.engine.session.events import Preparing, RunStarted
-
     def sink(event: Any) -> None:
         if isinstance(event, Preparing):
             progress.preparing(event.label, event.done, event.total)
@@ -244,8 +257,6 @@ class _progress:
 
     def __init__(self, enabled: bool, console: Any = None) -> None:
         if console is None and enabled and sys.stderr.isatty():
-            from rich.console import Console
-
             console = Console(stderr=True)
         self.console = console
         self.enabled = enabled and console is not None and console.is_terminal
@@ -260,7 +271,6 @@ class _progress:
     def preparing(self, label: str, done: int, total: int) -> None:
         if not self.enabled:
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         if self.preparation is None:
             self.preparation = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -279,7 +289,6 @@ class _progress:
         self._end_preparation()
         if not self.enabled:
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(),
@@ -298,11 +307,6 @@ class _progress:
 
 
 def print_summary(result: dict[str, Any]) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    from minigpt_tui.engine.core.printable import escape_controls
-
     console = output_console()
     table = Table(title=Text(escape_controls(f"run {result['run_dir']}")))
     table.add_column("record", no_wrap=True)

@@ -21,10 +21,15 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Header, Input, Tree
 
+from minigpt_tui.engine.core.errors import MiniGPTError
+from minigpt_tui.engine.formats.inspect import inspect_path
 from minigpt_tui.engine.session.file_uses import file_uses
+from minigpt_tui.engine.session.resume_preview import ResumePreview
 from minigpt_tui.engine.session.run_store import RunStore, model_file_of
 from minigpt_tui.messages import Inspected, InspectionFailed
 from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
+from minigpt_tui.screens.path_prompt import PathPromptScreen
+from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
 from minigpt_tui.screens.run_actions import RunActionsScreen
 from minigpt_tui.widgets.checkpoint_panels import CheckpointPanels
 from minigpt_tui.widgets.checkpoint_summary import kind_label
@@ -177,9 +182,6 @@ class CheckpointsScreen(RunActionsScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-inspect")
     def _inspect(self, serial: int, path: Path, loud: bool) -> None:
-        from minigpt_tui.engine.formats.inspect import inspect_path
-        from minigpt_tui.engine.core.errors import MiniGPTError
-
         try:
             inspection = inspect_path(path)
         except MiniGPTError as err:
@@ -258,8 +260,6 @@ class CheckpointsScreen(RunActionsScreen):
     # -- open by path ---------------------------------------------------------------------------------
     def _typed_target(self, text: str | None, title: str) -> Path | None:
         """What a dialog's text names: a path, or RUN / RUN:latest|best|STEP as on the command line."""
-        from minigpt_tui.engine.core.errors import MiniGPTError
-
         if not text:
             return None
         try:
@@ -269,8 +269,6 @@ class CheckpointsScreen(RunActionsScreen):
             return None
 
     def action_open_path(self) -> None:
-        from minigpt_tui.screens.path_prompt import PathPromptScreen
-
         def chosen(text: str | None) -> None:
             target = self._typed_target(text, "cannot open")
             if target is not None:
@@ -299,9 +297,6 @@ class CheckpointsScreen(RunActionsScreen):
 
     # -- resume ------------------------------------------------------------------------------------------
     def action_resume(self) -> None:
-        from minigpt_tui.engine.session.resume_preview import ResumePreview
-        from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
-
         if self.opened is None:
             self.notify("open a checkpoint first", title="resume", severity="warning")
             return
@@ -331,8 +326,6 @@ class CheckpointsScreen(RunActionsScreen):
 
     # -- compare -----------------------------------------------------------------------------------------
     def action_compare(self) -> None:
-        from minigpt_tui.screens.path_prompt import PathPromptScreen
-
         if self.opened is None:
             self.notify("open a checkpoint first", title="compare", severity="warning")
             return

@@ -17,11 +17,22 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input
 
+from minigpt_tui.engine.core.errors import GenerationError, MiniGPTError
 from minigpt_tui.engine.session import operations
-from minigpt_tui.engine.session.generation import GenerationSession, GenerationSettings, StepperView
+from minigpt_tui.engine.session.generation import (
+    GenerationSession,
+    GenerationSettings,
+    StepperView,
+)
 from minigpt_tui.engine.session.insight import InsightView
-from minigpt_tui.messages import GenerationFailed, GenerationUpdated, InsightReady, QueueIdle
+from minigpt_tui.messages import (
+    GenerationFailed,
+    GenerationUpdated,
+    InsightReady,
+    QueueIdle,
+)
 from minigpt_tui.screens.help_texts import GENERATION_HELP
+from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.decision_info import DecisionInfo
@@ -157,8 +168,6 @@ class GenerationScreen(Screen):
 
     # -- the form -----------------------------------------------------------------------------
     def _read_form(self) -> GenerationSettings | None:
-        from minigpt_tui.engine.core.errors import MiniGPTError
-
         try:
             return self.query_one(GenerationForm).settings()
         except MiniGPTError as err:
@@ -181,8 +190,6 @@ class GenerationScreen(Screen):
     def _ready(self, *, force_reset: bool = False) -> bool:
         """Queue a load and/or a fresh stepper when the form differs from what is applied;
         False when the form cannot be applied."""
-        from minigpt_tui.engine.core.errors import GenerationError
-
         settings = self._read_form()
         if settings is None:
             return False
@@ -226,8 +233,6 @@ class GenerationScreen(Screen):
         self._enqueue(operations.force(decision.step, candidate.id))
 
     def action_save_trace(self) -> None:
-        from minigpt_tui.screens.path_prompt import PathPromptScreen
-
         if self.view is None or not self.view.decisions:
             self.notify("nothing to save yet: take a decision first (n)", title="save trace", severity="warning")
             return
@@ -300,8 +305,6 @@ class GenerationScreen(Screen):
         self.query_one(InsightPanel).show_inspected(message.view)
 
     def action_second_model(self) -> None:
-        from minigpt_tui.screens.path_prompt import PathPromptScreen
-
         if self.queue.spec_applied is None:
             self.notify("load a model first", title="second model", severity="warning")
             return

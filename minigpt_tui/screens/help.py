@@ -4,6 +4,7 @@ Each screen provides its own text as the ``HELP`` class attribute (Markdown)."""
 
 from __future__ import annotations
 
+from rich.markdown import Markdown
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -31,7 +32,6 @@ class HelpScreen(ModalScreen[None]):
             body.border_subtitle = "escape closes"
             # Rich's Markdown in one Static: a Markdown widget builds a widget per block and
             # per table cell, which took a few hundred milliseconds to open while training.
-            from rich.markdown import Markdown
 
             yield Static(Markdown(self.markdown), id="help-text")
 

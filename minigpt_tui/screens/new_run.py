@@ -19,8 +19,10 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
-from minigpt_tui.engine.session.inputs import SEED_STREAMS
-
+from minigpt_tui.engine.core.config import load_config, preset_names
+from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
+from minigpt_tui.engine.session.inputs import SEED_STREAMS, RunChoices, parse_number
+from minigpt_tui.engine.session.runs import check_run_name
 
 # The field a refusal is about, from the words it starts with (the form's own labels, then
 # the engine's setting names): the keyboard goes there, so the value can be fixed at once.
@@ -65,9 +67,6 @@ class NewRunForm:
 
     def request(self, runs_dir: Path) -> NewRunRequest:
         """The resolved run, or a MiniGPTError naming the first invalid field."""
-        from minigpt_tui.engine.core.errors import ConfigError
-        from minigpt_tui.engine.session.runs import check_run_name
-
         name = self.name.strip() or None
         if name is not None:
             check_run_name(name)
@@ -80,8 +79,6 @@ class NewRunForm:
         return NewRunRequest(self.resolve(), name, model)
 
     def resolve(self) -> Any:
-        from minigpt_tui.engine.session.inputs import RunChoices, parse_number
-
         return RunChoices(
             self.preset,
             corpus=self.corpus or None,
@@ -113,8 +110,6 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
         self.runs_dir = runs_dir
 
     def compose(self) -> ComposeResult:
-        from minigpt_tui.engine.core.config import preset_names
-
         current = self.current
         with Vertical(id="new-run") as box:
             box.border_title = "New run"
@@ -150,9 +145,6 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
 
     @on(Select.Changed, "#preset")
     def _preset_changed(self, event: Select.Changed) -> None:
-        from minigpt_tui.engine.core.config import load_config
-        from minigpt_tui.engine.core.errors import MiniGPTError
-
         try:
             config = load_config(str(event.value))
         except MiniGPTError:
@@ -189,8 +181,6 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
     @on(Input.Submitted)
     @on(Button.Pressed, "#start")
     def action_start(self) -> None:
-        from minigpt_tui.engine.core.errors import MiniGPTError
-
         try:
             request = self.form().request(self.runs_dir)
         except MiniGPTError as err:

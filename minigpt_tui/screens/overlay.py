@@ -12,6 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
+from minigpt_tui.engine.session.runs import list_runs
+
 
 class OverlayScreen(ModalScreen[Path | None]):
     """Dismisses with a run directory or metrics file, :attr:`REMOVE`, or None."""
@@ -27,8 +29,6 @@ class OverlayScreen(ModalScreen[Path | None]):
         self.has_overlay = has_overlay
 
     def compose(self) -> ComposeResult:
-        from minigpt_tui.engine.session.runs import list_runs
-
         runs = [r for r in list_runs(self.runs_dir)
                 if r.path != self.current_run and r.metrics_path.exists()]
         options: list[Option] = []

@@ -10,11 +10,12 @@ from typing import Any
 
 from textual import on
 
-from minigpt_tui.engine.session.display import counted
+from minigpt_tui.engine.session.display import counted, human_bytes
 from minigpt_tui.engine.session.run_store import RunListing, RunStore
+from minigpt_tui.screens.confirm_delete import ConfirmDeleteScreen
+from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.screens.runs_beside import RunsBesideScreen
 from minigpt_tui.widgets.run_tree import RunTree
-from minigpt_tui.engine.session.display import human_bytes
 
 
 class RunActionsScreen(RunsBesideScreen):
@@ -57,8 +58,6 @@ class RunActionsScreen(RunsBesideScreen):
         return False
 
     def action_rename(self) -> None:
-        from minigpt_tui.screens.path_prompt import PathPromptScreen
-
         run = self._run_under_cursor("rename")
         if run is None or self._refuse_active(run, "rename"):
             return
@@ -80,8 +79,6 @@ class RunActionsScreen(RunsBesideScreen):
         self.rescan(select=target)
 
     def action_delete(self) -> None:
-        from minigpt_tui.screens.confirm_delete import ConfirmDeleteScreen
-
         run = self._run_under_cursor("delete")
         if run is None or self._refuse_active(run, "delete"):
             return

@@ -18,18 +18,33 @@ from textual.containers import Horizontal
 from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
-from minigpt_tui.messages import EngineEventsReady
 from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.session.attach import attached_config
 from minigpt_tui.engine.session.events import Command
-from minigpt_tui.engine.session.plans import NewRun, ResumeRun, RunPlan, saved_run_config
+from minigpt_tui.engine.session.plans import (
+    NewRun,
+    ResumeRun,
+    RunPlan,
+    saved_run_config,
+)
 from minigpt_tui.engine.session.run_store import RunStore
+from minigpt_tui.messages import EngineEventsReady
 from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
+from minigpt_tui.screens.confirm_stop import ConfirmStopScreen
 from minigpt_tui.screens.help_texts import TRAINING_HELP
+from minigpt_tui.screens.new_run import NewRunRequest, NewRunScreen
+from minigpt_tui.screens.overlay import OverlayScreen
 from minigpt_tui.screens.run_files import RunFilesScreen
-from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.screens.side_panels import SidePanels
-from minigpt_tui.widgets.run_monitor import ACTIVE_STATES, ActiveRun, DrainPacer, RunMonitor, RunWidgets
+from minigpt_tui.widgets.key_bar import KeyBar
+from minigpt_tui.widgets.run_monitor import (
+    ACTIVE_STATES,
+    ActiveRun,
+    DrainPacer,
+    RunMonitor,
+    RunWidgets,
+)
 
 if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
@@ -166,8 +181,6 @@ class TrainingScreen(SidePanels, RunFilesScreen):
     def _confirm_stop_attached(self, run: ActiveRun) -> None:
         """An attached run belongs to another process: stopping it is asked first, naming
         the run and that process (quitting the app only detaches)."""
-        from minigpt_tui.screens.confirm_stop import ConfirmStopScreen
-
         folder = run.run_dir or Path(getattr(run.session, "run_dir", "."))
         live = getattr(run.session, "live", None)  # read by the follower's worker: no file I/O here
         process = live.process if live is not None else "another process"
@@ -186,8 +199,6 @@ class TrainingScreen(SidePanels, RunFilesScreen):
         self._show_state()
 
     def action_new_run(self) -> None:
-        from minigpt_tui.screens.new_run import NewRunRequest, NewRunScreen
-
         if self.run is not None and self.run.active:
             self.notify("stop the current run first (x)", title="a run is active", severity="warning", markup=False)
             return
@@ -200,8 +211,6 @@ class TrainingScreen(SidePanels, RunFilesScreen):
         self.app.push_screen(NewRunScreen(self.mini_app.next_config, self.mini_app.settings.runs_dir), chosen)
 
     def action_overlay(self) -> None:
-        from minigpt_tui.screens.overlay import OverlayScreen
-
         current = self.run.run_dir if self.run else None
         has_overlay = self.widgets.plot.overlay is not None
 
@@ -273,8 +282,6 @@ class TrainingScreen(SidePanels, RunFilesScreen):
     def attach_run(self, run_dir: Path) -> None:
         """Follow a run that another process writes; space, s, e and x act on it through
         its control file."""
-        from minigpt_tui.engine.session.attach import attached_config
-
         config = self._run_config(attached_config, run_dir, "attach refused")
         if config is None:
             return

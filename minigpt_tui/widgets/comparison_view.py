@@ -14,7 +14,9 @@ from textual import on, work
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.formats.compare import compare_checkpoints
 from minigpt_tui.messages import ComparisonReady
 from minigpt_tui.widgets.pieces import plain_cell
 from minigpt_tui.widgets.state_view import short_value
@@ -88,9 +90,6 @@ class ComparisonView(VerticalScroll):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-compare")
     def _compare(self, serial: int, first: Path, other: Path) -> None:
-        from minigpt_tui.engine.formats.compare import compare_checkpoints
-        from minigpt_tui.engine.core.errors import MiniGPTError
-
         try:
             result = compare_checkpoints(first, other)
         except (MiniGPTError, OSError) as err:

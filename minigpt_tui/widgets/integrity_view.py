@@ -12,6 +12,7 @@ from textual import on, work
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from minigpt_tui.engine.formats.checkpoint_folder import verify_checkpoint
 from minigpt_tui.engine.formats.integrity import Integrity, IntegrityScope
 from minigpt_tui.messages import IntegrityReady
 from minigpt_tui.widgets.checkpoint_summary import kind_label
@@ -100,8 +101,6 @@ class IntegrityView(VerticalScroll):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-verify")
     def _verify(self, serial: int, folder: Path) -> None:
-        from minigpt_tui.engine.formats.checkpoint_folder import verify_checkpoint
-
         try:
             result = verify_checkpoint(folder, hashes=True)
         except OSError as err:

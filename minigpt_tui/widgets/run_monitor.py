@@ -16,19 +16,21 @@ from typing import Any
 
 from textual.message import Message
 
+from minigpt_tui.engine.core.threads import ThreadChange, thread_hint
 from minigpt_tui.engine.session import events as engine
+from minigpt_tui.engine.session.attach import RunFollower
+from minigpt_tui.engine.session.events import HeadsScored, SamplesTaken
 from minigpt_tui.engine.session.history import LoadedCurve, RunHistory
 from minigpt_tui.engine.session.plans import RunPlan
 from minigpt_tui.engine.session.training import TrainingSession
-from minigpt_tui.engine.session.events import HeadsScored, SamplesTaken
 from minigpt_tui.messages import RunFeed, RunSummary
 from minigpt_tui.widgets.event_log import EventLog
 from minigpt_tui.widgets.loss_plot import LossPlot
 from minigpt_tui.widgets.loss_table import LossTable
 from minigpt_tui.widgets.probes_table import ProbesTable
-from minigpt_tui.widgets.watch_panel import WatchPanel
 from minigpt_tui.widgets.run_progress import RunProgress
 from minigpt_tui.widgets.run_summary import RunSummaryView
+from minigpt_tui.widgets.watch_panel import WatchPanel
 
 ACTIVE_STATES = ("starting", "running", "paused", "stopping")
 
@@ -72,8 +74,6 @@ class ActiveRun:
     def following(cls, run_dir: Path, config: Any, post: Callable[[Message], Any], interval: float) -> "ActiveRun":
         """A run another process writes, read every ``interval`` seconds; commands go through
         its control file."""
-        from minigpt_tui.engine.session.attach import RunFollower
-
         feed = RunFeed(post)
         follower = RunFollower(Path(run_dir), feed, interval=interval)
         return cls(follower, feed, config, steps=config.train.steps)  # type: ignore[arg-type]
@@ -327,8 +327,6 @@ class RunMonitor:
         self.widgets.log.record("saved", f"update {event.step} ({event.reason}): {self.run_path(run, event.path)}")
 
     def _on_threads_changed(self, run: ActiveRun, event: engine.ThreadsChanged, applied: AppliedEvents) -> None:
-        from minigpt_tui.engine.core.threads import ThreadChange, thread_hint
-
         change = ThreadChange(event.step, event.before, event.after, event.reason)
         self.widgets.log.record("threads", f"at update {event.step}, {thread_hint(change)}")
 

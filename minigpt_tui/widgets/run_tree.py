@@ -19,10 +19,16 @@ from textual.message import Message
 from textual.widgets import Tree
 from textual.worker import get_current_worker
 
+from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.core.printable import escape_controls
-from minigpt_tui.engine.session.run_store import CheckpointListing, RunListing, RunStore
-from minigpt_tui.messages import RunsScanned
 from minigpt_tui.engine.session.display import counted, human_bytes
+from minigpt_tui.engine.session.run_store import (
+    CheckpointListing,
+    RunListing,
+    RunStore,
+    RunStoreError,
+)
+from minigpt_tui.messages import RunsScanned
 
 
 @dataclass(frozen=True)
@@ -114,9 +120,6 @@ class RunTree(Tree[TreeTarget]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
     def rename_run(self, store: RunStore, run: RunListing, new_name: str) -> None:
         """Rename ``run`` on a worker; posts :class:`Renamed` when done."""
-        from minigpt_tui.engine.core.errors import MiniGPTError
-        from minigpt_tui.engine.session.run_store import RunStoreError
-
         try:
             target = store.rename(run.path, new_name)
         except RunStoreError as err:
@@ -130,9 +133,6 @@ class RunTree(Tree[TreeTarget]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
     def delete_run(self, store: RunStore, run: RunListing) -> None:
         """Delete ``run`` on a worker; posts :class:`Deleted` when done."""
-        from minigpt_tui.engine.core.errors import MiniGPTError
-        from minigpt_tui.engine.session.run_store import RunStoreError
-
         try:
             store.delete(run.path)
         except RunStoreError as err:

@@ -3,14 +3,19 @@ the group is for, its records beneath (nested records as sub-branches)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from rich.text import Text
 from textual.widgets import Tree
 
-from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup, StateRecords
 from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.formats.state_groups import (
+    InspectionState,
+    StateGroup,
+    StateRecords,
+)
 from minigpt_tui.engine.session.display import shorten
 
 # In reading order: what the model is, then everything that decides the next update.
@@ -58,8 +63,6 @@ def short_value(value: Any) -> str:
 
 
 def _compact(value: Any) -> str:
-    import json
-
     try:
         return json.dumps(value, separators=(", ", ": "))
     except (TypeError, ValueError):

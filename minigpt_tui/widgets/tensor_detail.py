@@ -7,15 +7,18 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from minigpt_tui.engine.core.errors import MiniGPTError
+from minigpt_tui.engine.formats.inspect import tensor_statistics
+from minigpt_tui.engine.session.display import counted, human_bytes
 from minigpt_tui.messages import StatisticsReady
 from minigpt_tui.widgets.pieces import bar, plain_cell
-from minigpt_tui.engine.session.display import counted, human_bytes
 from minigpt_tui.widgets.tensor_table import shape_text
 
 HISTOGRAM_WIDTH = 30
@@ -111,9 +114,6 @@ class TensorDetail(VerticalScroll):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-statistics")
     def _statistics(self, serial: int, path: Path, name: str, entry: Any) -> None:
-        from minigpt_tui.engine.formats.inspect import tensor_statistics
-        from minigpt_tui.engine.core.errors import MiniGPTError
-
         try:
             stats = tensor_statistics(path, name, HISTOGRAM_BINS)
         except (MiniGPTError, OSError) as err:
@@ -139,8 +139,6 @@ class TensorDetail(VerticalScroll):
             Text(f"\nreading {human_bytes(entry.bytes)} on a worker thread…", style="dim italic"))
 
     def show_statistics(self, entry: Any, path: str, stats: dict[str, Any]) -> None:
-        from rich.console import Group
-
         self.query_one("#detail-record", Static).update(entry_table(entry, path))
         heading = Text("\nstatistics", style="bold underline")
         bins = len((stats.get('histogram') or {}).get('counts') or [])

@@ -16,7 +16,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Input, Static
 
+from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.session.display import counted
+from minigpt_tui.engine.session.run_store import read_saved_tokenizer
 from minigpt_tui.messages import TokenizerReady
 from minigpt_tui.widgets.pieces import piece_chips, piece_text
 
@@ -58,9 +60,6 @@ class TokenizerPanel(Vertical):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-tokenizer")
     def _load(self, serial: int, source: Path) -> None:
-        from minigpt_tui.engine.core.errors import MiniGPTError
-        from minigpt_tui.engine.session.run_store import read_saved_tokenizer
-
         try:
             saved = read_saved_tokenizer(source)
         except (MiniGPTError, OSError, ValueError) as err:

@@ -74,10 +74,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from minigpt_tui.engine.analysis.generation_rule import (
+    GenerationRule,  # defined torch-free; callers import it from here too
+)
 from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.analysis.generation_rule import GenerationRule  # defined torch-free; callers import it from here too
-from minigpt_tui.engine.training.model import KVCache, MiniGPT
+from minigpt_tui.engine.core.files import path_exists, require_regular_file
 from minigpt_tui.engine.core.tokenizer import BOS, EOS, ByteBPETokenizer
+from minigpt_tui.engine.training.model import KVCache, MiniGPT
 
 STOP_REASONS = ("eos", "budget", "context")
 TRACE_FORMAT = "minigpt-tui-generation-trace"
@@ -594,8 +597,6 @@ def load_probes(path: str | Path | None = None) -> ProbeSet:
         source = "bundled:probes.json"
         raw = resources.files("minigpt_tui").joinpath("assets/probes.json").read_bytes()
     else:
-        from minigpt_tui.engine.core.files import path_exists, require_regular_file
-
         source = str(path)
         if path_exists(Path(path).expanduser()):
             require_regular_file(Path(path).expanduser(), "a probe file")  # never a FIFO or a device

@@ -19,6 +19,8 @@ from typing import Any
 
 from minigpt_tui.engine.core.devices import DEVICE_CHOICES
 from minigpt_tui.engine.core.errors import ConfigError
+from minigpt_tui.engine.core.files import path_exists, require_regular_file
+from minigpt_tui.engine.core.tokenizer import FIRST_MERGE_ID
 
 FAMILIES = ("llama", "gpt2", "qwen2", "gpt_neo", "gpt_neox")  # each a setting of the parts (FAMILY_PARTS)
 NORMS = ("layernorm", "rmsnorm")
@@ -308,8 +310,6 @@ def load_config(
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    from minigpt_tui.engine.core.files import path_exists, require_regular_file
-
     if path_exists(path):
         require_regular_file(path, "a config file")
     try:
@@ -531,7 +531,6 @@ def check_bounds(config: RunConfig) -> None:
             values = value if isinstance(value, tuple) else (value,)
             if any(isinstance(v, float) and not math.isfinite(v) for v in values):
                 raise ConfigError(f"{section}.{item.name} must be a finite number, got {value!r}")
-    from minigpt_tui.engine.core.tokenizer import FIRST_MERGE_ID
 
     scalars = estimated_parameters(config.model, FIRST_MERGE_ID + config.tokenizer.merges)
     if scalars > MAX_PARAMETERS:

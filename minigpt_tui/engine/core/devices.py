@@ -22,7 +22,7 @@ AUTO_ORDER = ("cuda", "mps", "cpu")
 
 def available_device_kinds() -> tuple[str, ...]:
     """The device kinds this process can use, in ``auto``'s order of preference."""
-    import torch
+    import torch  # deferred: imports torch
 
     found = []
     if torch.cuda.is_available():
@@ -43,7 +43,7 @@ class DevicePlacement:
     name: str
 
     def torch_device(self) -> torch.device:
-        import torch
+        import torch  # deferred: imports torch
 
         return torch.device(self.name)
 
@@ -65,7 +65,7 @@ def choose_device(requested: str, *, local_rank: int = 0, found: Sequence[str] |
     if kind != "cuda":
         return DevicePlacement(kind, kind)
     if cuda_count is None:
-        import torch
+        import torch  # deferred: imports torch
 
         cuda_count = torch.cuda.device_count()
     if local_rank >= cuda_count:

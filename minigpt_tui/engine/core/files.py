@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import stat
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from minigpt_tui.engine.core.errors import InputRefused, WriteRefused
+from minigpt_tui.engine.core.printable import escape_controls
 
 _KINDS = (
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -255,8 +257,6 @@ def shorten_middle(text: str, limit: int = 160) -> str:
 def os_error_line(err: OSError) -> str:
     """An operating-system failure as one line naming the path (shortened when long) and
     the reason: "cannot use /tmp/aaa…aaa: File name too long"."""
-    from minigpt_tui.engine.core.printable import escape_controls
-
     reason = err.strerror or type(err).__name__
     names = [str(name) for name in (err.filename, err.filename2) if name is not None]
     if not names:
@@ -294,8 +294,6 @@ def work_path(path: Path) -> Path:
 
 def reclaim_stale_work(path: Path) -> None:
     """Remove work files and folders of writes to ``path`` whose process is gone (a kill -9)."""
-    import re
-
     pattern = re.compile(re.escape(f".{path.name}.partial-") + r"(\d+)(?:-[0-9a-f]{8})?")
     try:
         candidates = [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)]

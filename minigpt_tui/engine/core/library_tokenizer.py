@@ -21,7 +21,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer
+
 from minigpt_tui.engine.core.errors import TokenizerError
+from minigpt_tui.engine.core.files import read_small_file
 from minigpt_tui.engine.core.tokenizer import Decoded
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -171,8 +174,6 @@ _BYTES = byte_table()
 
 
 def _load(text: str, source: str) -> Any:
-    from tokenizers import Tokenizer
-
     try:
         return Tokenizer.from_str(text)
     except Exception as err:  # the library raises its own Exception type for every refusal
@@ -182,8 +183,6 @@ def _load(text: str, source: str) -> Any:
 
 def read_library_tokenizer(path: Path, vocab_size: int | None, *, bos_id: int | None,
                            eos_ids: tuple[int, ...]) -> LibraryTokenizer:
-    from minigpt_tui.engine.core.files import read_small_file
-
     data = read_small_file(path, 256 * 1024 * 1024, "a tokenizer.json")
     try:
         text = data.decode("utf-8")

@@ -6,11 +6,13 @@ No torch: the estimate is arithmetic over the config.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from minigpt_tui.engine.core.config import estimated_parameters
 from minigpt_tui.engine.core.errors import ConfigError
 
 GB = 1e9
@@ -95,7 +97,6 @@ def training_bytes(config: Any, vocab_size: int | None = None, *, processes: int
     model, train = config.model, config.train
     vocab = vocab_size if vocab_size is not None else 258 + config.tokenizer.merges
     element = 8 if train.precision == "exact" else 4
-    from minigpt_tui.engine.core.config import estimated_parameters
 
     width, layers, ffn, heads = model.width, model.layers, model.ffn, model.heads
     context = config.window if hasattr(config, "window") else model.context
@@ -112,8 +113,6 @@ def training_bytes(config: Any, vocab_size: int | None = None, *, processes: int
 
 def suggest_batch(config: Any, room: int, vocab_size: int | None, processes: int) -> int:
     """The largest power-of-two batch size that fits ``room`` (0 when none does)."""
-    import dataclasses
-
     size = config.train.batch_size
     while size > 1:
         size //= 2

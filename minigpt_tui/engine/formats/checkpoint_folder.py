@@ -14,11 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.core.files import path_exists, require_regular_file
+from minigpt_tui.engine.formats.integrity import (
+    FileIntegrity,
+    Integrity,
+    IntegrityScope,
+)
 from minigpt_tui.engine.formats.safetensors_io import (
     ExpectedFile,
+    JSONRefused,
+    file_sha256,
+    load_json,
 )
-from minigpt_tui.engine.formats.integrity import FileIntegrity, Integrity, IntegrityScope
-from minigpt_tui.engine.core.errors import CheckpointError
 
 if TYPE_CHECKING:
     pass
@@ -50,8 +58,6 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
 def _manifest_path(folder: Path) -> Path:
     """Where ``folder``'s manifest is, refusing what is not a finished checkpoint folder."""
-    from minigpt_tui.engine.core.files import path_exists, require_regular_file
-
     if not folder.is_dir():
         raise CheckpointError(f"not a checkpoint directory: {folder}")
     if _HIDDEN_WORK.match(folder.name) or folder.name.startswith("."):
@@ -66,8 +72,6 @@ def _manifest_path(folder: Path) -> Path:
 
 
 def _manifest_json(path: Path) -> Any:
-    from minigpt_tui.engine.formats.safetensors_io import JSONRefused, load_json
-
     try:
         if path.stat().st_size > _MAX_MANIFEST_BYTES:
             raise CheckpointError(f"{path}: the manifest is larger than {_MAX_MANIFEST_BYTES} bytes: not ours")
@@ -145,8 +149,6 @@ def expected_from_manifest(file_path: Path) -> ExpectedFile | None:
 
 def verify_checkpoint(folder: Path, *, hashes: bool = True) -> Integrity:
     """Integrity of a checkpoint folder: manifest present, sizes and (optionally) hashes."""
-    from minigpt_tui.engine.formats.safetensors_io import file_sha256
-
     folder = Path(folder)
     checked = "manifest sizes and SHA-256" if hashes else "manifest sizes"
     try:

@@ -7,8 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
+from minigpt_tui.engine.formats.foreign import PICKLE_KINDS, pickle_tensors
 from minigpt_tui.engine.formats.inspect import inspect_path
-from minigpt_tui.engine.formats.inspection import TRAINING_STATE, FileSummary, Inspection
+from minigpt_tui.engine.formats.inspection import (
+    TRAINING_STATE,
+    FileSummary,
+    Inspection,
+)
+from minigpt_tui.engine.formats.safetensors_io import load_file
 
 
 # -- comparison ----------------------------------------------------------------------------------
@@ -22,11 +28,8 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 def _file_tensors(summary: FileSummary) -> dict[str, Any]:
     """Every tensor of one file an inspection lists, read by that file's format."""
-    from minigpt_tui.engine.formats.foreign import PICKLE_KINDS, pickle_tensors
-
     if summary.kind in PICKLE_KINDS:
         return pickle_tensors(summary.path)
-    from minigpt_tui.engine.formats.safetensors_io import load_file
 
     return load_file(summary.path).tensors()
 
@@ -55,7 +58,7 @@ def _resolve_aliases(tensors: dict[tuple[str, str], tuple[str, Any]], inspection
 
 
 def _max_abs_difference(a: Any, b: Any) -> float:
-    import torch
+    import torch  # deferred: imports torch
 
     if a.numel() == 0:
         return 0.0
@@ -73,7 +76,7 @@ def _max_abs_difference(a: Any, b: Any) -> float:
 def compare_checkpoints(a: Path | str, b: Path | str) -> dict[str, Any]:
     """Which tensors changed (and by how much at most) and which state records differ,
     between any two things ``inspect_path`` opens (tensors are matched by name)."""
-    import torch
+    import torch  # deferred: imports torch
 
     first, second = inspect_path(a), inspect_path(b)
     ta, tb = _tensors_of(first), _tensors_of(second)

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import math
+import pathlib
+import pickle
 import pickletools
 import re
 import warnings
@@ -31,7 +32,26 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.formats.integrity import Integrity, IntegrityScope
+import numpy
+
+from minigpt_tui.engine.core.errors import CheckpointError, MiniGPTError
+from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
+from minigpt_tui.engine.formats.gguf_inspect import inspect_gguf, read_gguf_tensor
+from minigpt_tui.engine.formats.hf_export import (
+    CONFIG_FILE,
+    GENERATION_CONFIG_FILE,
+    INDEX_FILE,
+    WEIGHTS_FILE,
+)
+from minigpt_tui.engine.formats.hf_import import (
+    PICKLED_WEIGHTS,
+    folder_tokenizer,
+    is_hf_folder,
+    plan_conversion,
+    read_hf_folder,
+    read_json_file,
+    shard_name,
+)
 from minigpt_tui.engine.formats.inspection import (
     EntryRecord,
     FileSummary,
@@ -39,18 +59,16 @@ from minigpt_tui.engine.formats.inspection import (
     InspectionKind,
     TensorRead,
 )
-from minigpt_tui.engine.formats.safetensors_io import Header, opening_errors, read_header, read_json_input, read_tensor
-from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup
-from minigpt_tui.engine.core.errors import CheckpointError, MiniGPTError
-from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
-from minigpt_tui.engine.formats.hf_export import CONFIG_FILE, GENERATION_CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
-from minigpt_tui.engine.formats.hf_import import (
-    PICKLED_WEIGHTS,
-    is_hf_folder,
-    read_hf_folder,
-    read_json_file,
-    shard_name,
+from minigpt_tui.engine.formats.integrity import Integrity, IntegrityScope
+from minigpt_tui.engine.formats.safetensors_io import (
+    Header,
+    dtype_name,
+    opening_errors,
+    read_header,
+    read_json_input,
+    read_tensor,
 )
+from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup
 
 if TYPE_CHECKING:
     import torch
@@ -101,8 +119,6 @@ def inspect_foreign(path: Path | str) -> Inspection | None:
         return None
     kind, where = source
     if kind == InspectionKind.GGUF:
-        from minigpt_tui.engine.formats.gguf_inspect import inspect_gguf
-
         return inspect_gguf(where)
     return inspect_hf_folder(where) if kind == HF_MODEL else inspect_torch_file(where)
 
@@ -116,8 +132,6 @@ def read_foreign_tensor(path: Path | str, name: str) -> TensorRead | None:
         return None
     kind, where = source
     if kind == InspectionKind.GGUF:
-        from minigpt_tui.engine.formats.gguf_inspect import read_gguf_tensor
-
         return read_gguf_tensor(where, name)
     if kind == TORCH_PICKLE:
         return _pickle_tensor(where, name)
@@ -223,8 +237,6 @@ def _tokenizer_summary(folder: Path) -> dict[str, Any]:
 
 
 def _convertible(folder: Any) -> dict[str, Any]:
-    from minigpt_tui.engine.formats.hf_import import folder_tokenizer, plan_conversion
-
     try:
         plan_conversion(folder)
         folder_tokenizer(folder.path)
@@ -445,10 +457,6 @@ def known_safe_globals() -> list[Any]:
     routine training scripts store beside their tensors and that cannot run code when
     rebuilt. numpy scalars (with their dtypes), ``argparse.Namespace`` (the script's
     arguments) and ``pathlib`` paths. Everything else stays refused."""
-    import argparse
-    import pathlib
-
-    import numpy
 
     core = getattr(numpy, "_core", None) or numpy.core  # numpy 2 renamed numpy.core
     dtype_classes = [getattr(numpy.dtypes, name) for name in dir(numpy.dtypes) if name.endswith("DType")]
@@ -464,9 +472,7 @@ def load_torch_pickle(path: Path, *, mmap: bool = False) -> Any:
     """``torch.load(path, weights_only=True, map_location="cpu")``: the only way this
     project opens a pickle. Every failure is one line. ``mmap`` maps a torch zip's tensor
     data instead of reading it (a legacy pickle, which cannot be mapped, is read whole)."""
-    import pickle
-
-    import torch
+    import torch  # deferred: imports torch
 
     try:
         with opening_errors(path, "a PyTorch checkpoint"), warnings.catch_warnings(), \
@@ -514,7 +520,7 @@ def _walk_object(obj: Any, tensors: list[_Found], records: dict[str, Any]) -> li
 
 
 def _walk(walk: _Walk, value: Any, prefix: str, group: str, depth: int) -> None:
-    import torch
+    import torch  # deferred: imports torch
 
     if isinstance(value, torch.Tensor):
         _walk_tensor(walk, value, prefix, group)
@@ -557,7 +563,7 @@ def _walk_container(walk: _Walk, value: dict[Any, Any] | list[Any] | tuple[Any, 
 
 
 def _holds_tensor(walk: _Walk, value: Any, depth: int) -> bool:
-    import torch
+    import torch  # deferred: imports torch
 
     if isinstance(value, torch.Tensor):
         return True
@@ -575,8 +581,6 @@ def _holds_tensor(walk: _Walk, value: Any, depth: int) -> bool:
 
 
 def _dtype_label(tensor: "torch.Tensor") -> str:
-    from minigpt_tui.engine.formats.safetensors_io import dtype_name
-
     try:
         return dtype_name(tensor.dtype)
     except CheckpointError:
@@ -718,7 +722,7 @@ def _pickle_metadata(path: Path, obj: Any) -> dict[str, Any]:
 
 def _plain(tensor: "torch.Tensor") -> "torch.Tensor":
     """A strided, unquantized tensor the statistics and comparison can read."""
-    import torch
+    import torch  # deferred: imports torch
 
     if tensor.is_quantized:
         return tensor.dequantize()

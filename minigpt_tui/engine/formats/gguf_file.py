@@ -23,7 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
+
 from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.core.files import require_regular_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,8 +52,6 @@ class InvalidGGUF(CheckpointError):
 
 def quant_sizes() -> dict[int, tuple[str, int, int]]:
     """GGML type number -> (name, elements per block, bytes per block), from the gguf package."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
     return {int(t): (t.name, *GGML_QUANT_SIZES[t]) for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
 
 
@@ -214,8 +216,6 @@ def _check_tensor(path: Path, name: str, dims: list[int], kind: int, offset: int
 
 
 def _map(path: Path) -> tuple[Any, int]:
-    from minigpt_tui.engine.core.files import require_regular_file
-
     path = require_regular_file(path, "a GGUF file")
     try:
         with path.open("rb") as fh:
@@ -287,16 +287,11 @@ class GGUFData:
         self._map, _ = _map(header.path)
 
     def raw(self, tensor: GGUFTensor) -> "np.ndarray":
-        import numpy as np
-
         start = self.header.data_start + tensor.offset
         return np.frombuffer(self._map, dtype=np.uint8, count=tensor.nbytes, offset=start)
 
     def float32(self, name: str) -> "np.ndarray":
         """The tensor dequantized to float32, in torch order (slowest dimension first)."""
-        import numpy as np
-        from gguf import GGMLQuantizationType, quants
-
         tensor = self.header.tensor(name)
         kind = GGMLQuantizationType(tensor.ggml_type)
         raw = self.raw(tensor)

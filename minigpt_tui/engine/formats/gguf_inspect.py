@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from minigpt_tui.engine.formats.gguf_file import GGUFData, GGUFHeader, read_gguf_header
 from minigpt_tui.engine.formats.inspection import (
     EntryRecord,
     FileSummary,
@@ -22,7 +23,6 @@ from minigpt_tui.engine.formats.inspection import (
     TensorRead,
 )
 from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup
-from minigpt_tui.engine.formats.gguf_file import GGUFData, GGUFHeader, read_gguf_header
 
 BLOCK = re.compile(r"^blk\.(\d+)\.")
 SHOWN_TEXT = 4000  # characters of a long string value (a chat template) shown as records
@@ -80,7 +80,7 @@ def inspect_gguf(path: Path | str) -> Inspection:
 
 
 def read_gguf_tensor(path: Path | str, name: str) -> TensorRead:
-    import torch
+    import torch  # deferred: imports torch
 
     path = Path(path).expanduser()
     header = read_gguf_header(path)

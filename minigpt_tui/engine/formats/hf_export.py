@@ -22,15 +22,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.core.files import check_new_output, work_path
+from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
+from minigpt_tui.engine.formats.hf_families import model_config
+from minigpt_tui.engine.formats.hf_family_export import (
+    dropped_head,
+    family_config,
+    family_tensors,
+)
+from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
 from minigpt_tui.engine.formats.safetensors_io import (
     atomic_write_bytes,
     dtype_name,
     fsync_directory,
     write_safetensors,
 )
-from minigpt_tui.engine.core.errors import CheckpointError
-from minigpt_tui.engine.core.files import check_new_output, work_path
-from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.training.model_file import PortableModel
@@ -116,10 +123,6 @@ def hf_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[
 def _family_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[tuple[str, Any]], dict[str, bytes]]:
     """The folder of the family's own class, with the model's own tokenizer.json; refused in
     one line when the model sets a part that class has no setting for."""
-    from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
-    from minigpt_tui.engine.formats.hf_families import model_config
-    from minigpt_tui.engine.formats.hf_family_export import family_config, family_tensors
-
     model, tokenizer = portable.model, portable.tokenizer
     config = model.config
     dtype = dtype_name(model.dtype)
@@ -160,8 +163,6 @@ def export_hf(portable: "PortableModel", out: Path | str) -> HFExport:
     # The dropped head, recorded as safetensors.torch.save_model records a dropped alias.
     metadata = {"format": "pt"}
     if getattr(portable.tokenizer, "kind", "") == "tokenizers":
-        from minigpt_tui.engine.formats.hf_family_export import dropped_head
-
         metadata.update(dropped_head(portable.model.config))
     else:
         metadata[hf_layout.HEAD_NAME] = hf_layout.table_name(family)

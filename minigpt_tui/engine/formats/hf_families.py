@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui.engine.core.config import ModelConfig
 from minigpt_tui.engine.core.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -189,8 +190,6 @@ _SETTINGS = {"gpt2": _gpt2, "gpt_neo": _gpt_neo, "gpt_neox": _gpt_neox, "llama":
 
 def model_config(data: dict[str, Any], where: str) -> "ModelConfig":
     """Our model config for a transformers config.json (refusals name the field)."""
-    from minigpt_tui.engine.core.config import ModelConfig
-
     family = family_of(data, where)
     c = _Config(data, where, family)
     _refuse_experts(c)

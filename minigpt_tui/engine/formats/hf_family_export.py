@@ -24,7 +24,7 @@ ACTIVATION = {"tanh": "gelu_new", "none": "gelu"}
 
 
 def _gpt2(ours: Tensors, config: "ModelConfig") -> Tensors:
-    import torch
+    import torch  # deferred: imports torch
 
     out = {"wte.weight": ours["token_embedding.weight"], "wpe.weight": ours["position_embedding.weight"]}
     for i in range(config.layers):
@@ -68,7 +68,7 @@ def _gpt_neo(ours: Tensors, config: "ModelConfig") -> Tensors:
 
 def _neox_join(parts: list["torch.Tensor"], config: "ModelConfig") -> "torch.Tensor":
     """q, k and v interleaved per head ([q, k, v] of each head in turn), as query_key_value."""
-    import torch
+    import torch  # deferred: imports torch
 
     rest = parts[0].shape[1:]
     per_head = torch.stack([p.reshape(config.heads, config.head_dim, *rest) for p in parts], dim=1)

@@ -16,16 +16,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui.engine.core.config import MAX_PARAMETERS, estimated_parameters
+from minigpt_tui.engine.core.errors import (
+    CheckpointError,
+    InputRefused,
+    MiniGPTError,
+    TokenizerError,
+)
+from minigpt_tui.engine.core.memory import require_memory
+from minigpt_tui.engine.core.tokenizer import BOS, EOS
+from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
+from minigpt_tui.engine.formats.hf_export import CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
+from minigpt_tui.engine.formats.portable import read_portable
 from minigpt_tui.engine.formats.safetensors_io import (
     Header,
     JSONRefused,
     read_header,
     read_json_input,
 )
-from minigpt_tui.engine.core.errors import CheckpointError, TokenizerError
-from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
-from minigpt_tui.engine.formats.hf_export import CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
-from minigpt_tui.engine.formats.portable import read_portable
 
 if TYPE_CHECKING:
 
@@ -52,8 +60,6 @@ class HFFolder:
 
 def read_json_file(path: Path, what: str) -> Any:
     """Another tool's JSON file, read bounded (see :func:`read_json_input`)."""
-    from minigpt_tui.engine.core.errors import InputRefused
-
     if not os.path.lexists(path):
         raise CheckpointError(f"{path}: no {what}")
     try:
@@ -231,8 +237,6 @@ def _require_tied(folder: HFFolder, family: str, where: str) -> None:
 
 
 def _special_ids(config: dict[str, Any], where: str) -> None:
-    from minigpt_tui.engine.core.tokenizer import BOS, EOS
-
     for key, expected in (("bos_token_id", BOS), ("eos_token_id", EOS)):
         value = config.get(key)
         if value is not None and value != expected and value != [expected]:
@@ -261,8 +265,6 @@ def _resolve_names(folder: HFFolder, family: str) -> dict[str, str]:
 def conversion_refusal(path: Path | str) -> str | None:
     """Why ``convert`` would refuse the transformers folder at ``path`` (its one-line reason
     without the path), or None when it converts. Headers and small files only."""
-    from minigpt_tui.engine.core.errors import MiniGPTError
-
     try:
         folder = read_hf_folder(path)
         plan_conversion(folder)
@@ -306,9 +308,6 @@ def require_room_for(config: Any, vocab_size: int, element: int, where: str) -> 
     """The model ``convert`` will make, checked before it is allocated: its parameters
     counted with the tokenizer's vocabulary (not the config's), against the limit and the
     memory available for the model and the tensors read to fill it."""
-    from minigpt_tui.engine.core.config import MAX_PARAMETERS, estimated_parameters
-    from minigpt_tui.engine.core.memory import require_memory
-
     scalars = estimated_parameters(config, vocab_size)
     if scalars > MAX_PARAMETERS:
         raise CheckpointError(f"{where}: the model would have about {scalars:,} parameters with the tokenizer's "

@@ -21,7 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui import __version__
+from minigpt_tui.engine.core.config import ModelConfig, RunConfig
 from minigpt_tui.engine.core.errors import CheckpointError, ConfigError
+from minigpt_tui.engine.core.tokenizer import BOS, EOS
 
 if TYPE_CHECKING:
     import torch
@@ -48,8 +51,6 @@ HEAD_NAME = "lm_head.weight"
 # -- config ---------------------------------------------------------------------------------
 def hf_config(config: "ModelConfig", vocab_size: int, dtype: str, record: dict[str, Any]) -> dict[str, Any]:
     """config.json for the family's transformers class, tied head and our special ids."""
-    from minigpt_tui.engine.core.tokenizer import BOS, EOS
-
     torch_dtype = TORCH_DTYPE_NAMES[dtype]
     common = {
         "architectures": [ARCHITECTURES[config.family]],
@@ -109,8 +110,6 @@ def hf_config(config: "ModelConfig", vocab_size: int, dtype: str, record: dict[s
 
 
 def export_record(config: "ModelConfig", identity: str, tokenizer_identity: str) -> dict[str, Any]:
-    from minigpt_tui import __version__
-
     return {
         "format_version": 1,
         "producer": f"minigpt-tui {__version__}",
@@ -158,8 +157,6 @@ def family_of(hf: dict[str, Any], where: str) -> str:
 def model_config_from_hf(hf: dict[str, Any], where: str) -> "ModelConfig":
     """Our model config from a transformers config.json; refuses settings our model does
     not compute (naming the first)."""
-    from minigpt_tui.engine.core.config import ModelConfig, RunConfig
-
     family = family_of(hf, where)
     record = hf.get(RECORD_KEY)
     saved = record.get("model_config") if isinstance(record, dict) else None
@@ -273,7 +270,7 @@ def _llama_pairs(config: "ModelConfig") -> list[tuple[str, str]]:
 
 def to_hf(named: dict[str, "torch.Tensor"], config: "ModelConfig") -> list[tuple[str, "torch.Tensor"]]:
     """Our named learned tensors as transformers' state dict (the head left out: tied)."""
-    import torch
+    import torch  # deferred: imports torch
 
     if config.family == "llama":
         return [(theirs, named[ours]) for ours, theirs in _llama_pairs(config)]

@@ -16,13 +16,19 @@ be written in this format: such a tokenizer is refused.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.engine.core.errors import TokenizerError
-from minigpt_tui.engine.core.tokenizer import BOS, BYTE_OFFSET, EOS, FIRST_MERGE_ID, ByteBPETokenizer
+from minigpt_tui.engine.core.errors import InputRefused, TokenizerError
+from minigpt_tui.engine.core.tokenizer import (
+    BOS,
+    BYTE_OFFSET,
+    EOS,
+    FIRST_MERGE_ID,
+    ByteBPETokenizer,
+)
+from minigpt_tui.engine.formats.safetensors_io import JSONRefused, read_json_input
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -293,9 +299,6 @@ def _merge_pairs(merges: list[Any], by_id: dict[int, str], where: str) -> list[t
 
 
 def read_tokenizer_json(path: Path) -> ByteBPETokenizer:
-    from minigpt_tui.engine.formats.safetensors_io import JSONRefused, read_json_input
-    from minigpt_tui.engine.core.errors import InputRefused
-
     if not os.path.lexists(path):
         raise TokenizerError(f"tokenizer file not found: {path}")
     try:

@@ -13,20 +13,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.engine.formats.portable import FORMAT_NAME as MODEL_FORMAT
-from minigpt_tui.engine.formats.portable import MODEL_FILE
-from minigpt_tui.engine.formats.safetensors_io import (
-    RECORD_DEPTH,
-    Header,
-    JSONRefused,
-    load_json,
-    read_header,
-    read_tensor,
-)
-from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_STATE_FORMAT as STATE_FORMAT
-from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup, group_of
-from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.core.files import path_exists, require_file_or_folder
+from minigpt_tui.engine.formats.checkpoint_folder import (
+    MANIFEST,
+    TRAINING_FILE,
+    latest_in_folder,
+    verify_checkpoint,
+)
+from minigpt_tui.engine.formats.checkpoint_folder import (
+    TRAINING_STATE_FORMAT as STATE_FORMAT,
+)
+from minigpt_tui.engine.formats.foreign import inspect_foreign, read_foreign_tensor
 from minigpt_tui.engine.formats.inspection import (
     CHECKPOINT_DIR,
     MAX_BINS,
@@ -39,6 +37,22 @@ from minigpt_tui.engine.formats.inspection import (
     InspectionKind,
     TensorRead,
 )
+from minigpt_tui.engine.formats.portable import FORMAT_NAME as MODEL_FORMAT
+from minigpt_tui.engine.formats.portable import MODEL_FILE
+from minigpt_tui.engine.formats.safetensors_io import (
+    RECORD_DEPTH,
+    Header,
+    JSONRefused,
+    load_json,
+    read_header,
+    read_tensor,
+)
+from minigpt_tui.engine.formats.state_groups import (
+    InspectionState,
+    StateGroup,
+    group_of,
+)
+
 
 def _records(header: Header) -> dict[str, Any]:
     """Metadata values that are JSON (nested at most RECORD_DEPTH deep, numbers Python can
@@ -133,8 +147,6 @@ def _summary(path: Path, label: str, kind: InspectionKind, header: Header) -> Fi
 
 def _folder_for(path: Path) -> Path:
     """A run folder inspects as its latest checkpoint."""
-    from minigpt_tui.engine.formats.checkpoint_folder import MANIFEST, latest_in_folder
-
     if (path / MANIFEST).exists() or (path / MODEL_FILE).exists() or (path / TRAINING_FILE).exists():
         return path
     latest = latest_in_folder(path)
@@ -148,15 +160,11 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
 
     ``verify_hashes`` also reads the files to check them against the manifest (integrity);
     without it integrity covers presence and sizes only."""
-    from minigpt_tui.engine.formats.checkpoint_folder import verify_checkpoint
-
-    from minigpt_tui.engine.core.files import path_exists, require_file_or_folder
 
     path = Path(path).expanduser()
     if not path_exists(path):
         raise CheckpointError(f"no such file or folder: {path}")
     require_file_or_folder(path, "a checkpoint, a model file or a folder")
-    from minigpt_tui.engine.formats.foreign import inspect_foreign
 
     foreign = inspect_foreign(path)  # transformers folders, sharded indexes, .pt/.pth pickles
     if foreign is not None:
@@ -229,8 +237,6 @@ def _read_own(path: Path, name: str) -> TensorRead:
 def read_one_tensor(path: Path | str, name: str) -> TensorRead:
     """The tensor named ``name`` (as ``inspect_path`` lists it, optionally ``FILE:NAME``) of
     anything ``inspect_path`` opens, reading as little as the format allows."""
-    from minigpt_tui.engine.formats.foreign import read_foreign_tensor
-
     path = Path(path).expanduser()
     if not path.exists():
         raise CheckpointError(f"no such file or folder: {path}")
@@ -248,7 +254,7 @@ def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, 
 
 def statistics_of(read: TensorRead, bins: int = 20) -> dict[str, Any]:
     """The statistics ``tensor_statistics`` reports, of a tensor already read."""
-    import torch
+    import torch  # deferred: imports torch
 
     tensor = read.tensor
     if tensor.dtype == torch.uint64:

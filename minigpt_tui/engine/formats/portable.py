@@ -19,29 +19,42 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui import __version__
+from minigpt_tui.engine.core.config import RunConfig
+from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, TokenizerError
+from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
+from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.core.tokenizer import (
+    BOS,
+    BYTE_OFFSET,
+    EOS,
+    FIRST_MERGE_ID,
+    ByteBPETokenizer,
+)
+from minigpt_tui.engine.formats.checkpoint_folder import (
+    TRAINING_STATE_FORMAT,
+    expected_from_manifest,
+)
 from minigpt_tui.engine.formats.safetensors_io import (
     LoadedFile,
     ProgressHook,
     TensorEntry,
     WrittenFile,
     dtype_name,
-    tensor_memory,
     json_metadata,
     load_file,
     parse_record,
+    tensor_memory,
     write_safetensors,
 )
-from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, TokenizerError
-from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_STATE_FORMAT, expected_from_manifest
-from minigpt_tui.engine.core.printable import escape_controls
 
 if TYPE_CHECKING:
     import torch
 
     from minigpt_tui.engine.core.config import ModelConfig
-    from minigpt_tui.engine.training.model import MiniGPT
     from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
     from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
+    from minigpt_tui.engine.training.model import MiniGPT
 
 FORMAT_NAME = "minigpt-tui/portable-model"
 FORMAT_VERSION = 1
@@ -119,20 +132,16 @@ def _file_records(loaded: LoadedFile) -> list[tuple[str, str, tuple[int, ...], m
 
 # -- saving ---------------------------------------------------------------------------------
 def _special_ids() -> dict[str, int]:
-    from minigpt_tui.engine.core.tokenizer import BOS, BYTE_OFFSET, EOS, FIRST_MERGE_ID
-
     return {"bos": BOS, "eos": EOS, "byte_offset": BYTE_OFFSET, "first_merge_id": FIRST_MERGE_ID}
 
 
 def constants_tensor(config: "ModelConfig") -> "torch.Tensor":
-    import torch
+    import torch  # deferred: imports torch
 
     return torch.tensor([getattr(config, name) for name in constant_layout(config.family)], dtype=torch.float64)
 
 
 def producer_record() -> dict[str, str]:
-    from minigpt_tui import __version__
-
     return {"package": "minigpt-tui", "version": __version__}
 
 
@@ -211,7 +220,7 @@ def portable_payload(
 def _tokenizer_payload(tokenizer: Any) -> tuple[tuple[str, "torch.Tensor"], dict[str, Any], str, dict[str, Any]]:
     """The tokenizer's entry, its record, the encoder kind and the special ids: our merges,
     or the tokenizer.json a model from elsewhere brought (its bytes are in the identity)."""
-    import torch
+    import torch  # deferred: imports torch
 
     if getattr(tokenizer, "kind", "") == "tokenizers":
         data = tokenizer.text.encode("utf-8")
@@ -299,8 +308,6 @@ def _json_or_text(path: Path, text: str) -> Any:
 
 
 def _model_config(path: Path, data: Any) -> "ModelConfig":
-    from minigpt_tui.engine.core.config import RunConfig
-
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: the model_config record is not an object")
     try:
@@ -350,9 +357,8 @@ def _constants(path: Path, loaded: LoadedFile, config: "ModelConfig", records: d
 
 
 def _tokenizer(path: Path, loaded: LoadedFile, records: dict[str, Any]) -> "ByteBPETokenizer | LibraryTokenizer":
-    import torch
+    import torch  # deferred: imports torch
 
-    from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
     info = records["tokenizer"]
     if isinstance(info, dict) and info.get("kind") == "tokenizers":
@@ -376,8 +382,6 @@ def _tokenizer(path: Path, loaded: LoadedFile, records: dict[str, Any]) -> "Byte
 
 def _library_tokenizer(path: Path, loaded: LoadedFile, records: dict[str, Any]) -> "LibraryTokenizer":
     """The tokenizer.json a model from elsewhere brought, with its recorded special ids."""
-    from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
-
     info, special = records["tokenizer"], records["special_ids"]
     if info.get("file_tensor") != TOKENIZER_JSON or not loaded.header.has(TOKENIZER_JSON):
         raise CheckpointError(f"{path}: the tokenizer.json entry is missing")
@@ -429,7 +433,7 @@ def _check_identity(path: Path, loaded: LoadedFile, records: dict[str, Any], set
 
 
 def torch_dtype(name: str) -> "torch.dtype":
-    import torch
+    import torch  # deferred: imports torch
 
     return torch.float64 if name == "F64" else torch.float32
 

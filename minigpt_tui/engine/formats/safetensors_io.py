@@ -25,8 +25,17 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy
+
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.core.files import fsync_folder as fsync_directory  # noqa: F401 - used here and by callers
+from minigpt_tui.engine.core.files import (
+    read_small_file,
+    require_regular_file,
+    shorten_middle,
+    write_file,
+)
+from minigpt_tui.engine.core.memory import available_memory
 
 if TYPE_CHECKING:  # torch is imported lazily: header-only work must not pay for it
     import torch
@@ -162,8 +171,6 @@ def opening_errors(path: Path, what: str) -> Iterator[None]:
 
 def read_header(path: Path | str) -> Header:
     """Read and validate the header of ``path`` without reading any tensor data."""
-    from minigpt_tui.engine.core.files import require_regular_file
-
     path = require_regular_file(path, "a safetensors file")
     with opening_errors(path, "a safetensors file"), path.open("rb") as fh:
         size = os.fstat(fh.fileno()).st_size
@@ -264,8 +271,6 @@ def read_json_input(path: Path | str, what: str, *, limit: int = OTHER_TOOLS_JSO
     read as untrusted input: a regular file (a FIFO or a device is refused before it could
     block), at most ``limit`` bytes, UTF-8, bounded nesting and numbers. Every failure is an
     :class:`InputRefused` or :class:`JSONRefused` naming the file."""
-    from minigpt_tui.engine.core.files import read_small_file, shorten_middle
-
     raw = read_small_file(path, limit, what)
     try:
         text = raw.decode("utf-8")
@@ -380,7 +385,7 @@ def _short_repr(value: Any, width: int = 60) -> str:
 @cache
 def _torch_dtypes() -> dict[str, "torch.dtype"]:
     """Format dtype names to torch dtypes (built once, on first use: torch loads lazily)."""
-    import torch
+    import torch  # deferred: imports torch
 
     return {
         "BOOL": torch.bool,
@@ -429,7 +434,7 @@ def _check_byte_order() -> None:
 
 def tensor_from_bytes(entry: TensorEntry, buffer: bytearray | memoryview, offset: int) -> "torch.Tensor":
     """A tensor over ``buffer[offset : offset + entry.nbytes]`` (no copy)."""
-    import torch
+    import torch  # deferred: imports torch
 
     _check_byte_order()
     dtype = torch_dtype(entry.dtype)
@@ -457,8 +462,6 @@ def read_tensor(path: Path | str, name: str, header: Header | None = None) -> "t
 def require_memory_for(path: Path, nbytes: int, what: str) -> None:
     """Refuse to read ``nbytes`` into memory when this machine does not have that much (a
     sparse or hostile file would otherwise be allocated for, then read for hours)."""
-    from minigpt_tui.engine.core.memory import available_memory
-
     room = available_memory()  # the machine's available memory, or its cgroup's room when smaller
     if room is not None and nbytes > room.bytes:
         where = "this machine's" if room.source == "machine" else "its cgroup's"
@@ -490,9 +493,6 @@ class LoadedFile:
 def load_file(path: Path | str, expect: "ExpectedFile | None" = None) -> LoadedFile:
     """Read a whole safetensors file once, hash it, check it against ``expect`` (a
     manifest's record) before anything else, then validate its header."""
-    import numpy
-
-    from minigpt_tui.engine.core.files import require_regular_file
 
     path = require_regular_file(path, "a safetensors file")
     with opening_errors(path, "a safetensors file"), path.open("rb", buffering=0) as fh:
@@ -547,7 +547,7 @@ class WrittenFile:
 
 def tensor_memory(tensor: "torch.Tensor") -> memoryview:
     """The tensor's bytes, little-endian, without a copy when it is contiguous on the CPU."""
-    import torch
+    import torch  # deferred: imports torch
 
     flat = tensor.detach().cpu().contiguous().reshape(-1)
     if flat.numel() == 0:
@@ -741,8 +741,6 @@ def atomic_write_bytes(
     """``data`` as ``path``, fsynced. ``atomic``: through the one output writer (a regular
     file replaced under a temporary name); without it the caller owns atomicity (the file
     goes into a hidden work folder that is renamed into place as a whole)."""
-    from minigpt_tui.engine.core.files import write_file
-
     if atomic:
         write_file(path, data, replace=True)
         if progress:

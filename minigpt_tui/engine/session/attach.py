@@ -16,8 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.engine.formats.safetensors_io import JSONRefused, load_json
+from minigpt_tui.engine.core.config import RunConfig
 from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
+from minigpt_tui.engine.formats.safetensors_io import JSONRefused, load_json
 from minigpt_tui.engine.session.events import (
     Command,
     EvaluationDone,
@@ -25,7 +26,6 @@ from minigpt_tui.engine.session.events import (
     Failed,
     Finished,
     FinishReason,
-    report_failures,
     Paused,
     Refused,
     Resumed,
@@ -33,6 +33,7 @@ from minigpt_tui.engine.session.events import (
     RunSummary,
     Saved,
     UpdateDone,
+    report_failures,
 )
 from minigpt_tui.engine.session.history import HistoricEvaluation, HistoricUpdate
 from minigpt_tui.engine.session.run_control import (
@@ -58,8 +59,6 @@ def _finite(value: Any) -> float | None:
 
 def attached_config(run_dir: Path) -> Any:
     """The run config of a run folder (refused in one line when it is not a run)."""
-    from minigpt_tui.engine.core.config import RunConfig
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir() or not is_run_folder(run_dir):
         raise ConfigError(f"{run_dir} is not a run folder (it has no config.json)")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.analysis.roles import HEAD_ROLES
+from minigpt_tui.engine.core.errors import MiniGPTError
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.analysis.probe_scores import ProbeScore
@@ -245,8 +246,6 @@ EventSink = Callable[[Any], None]
 def report_failures(work: Callable[[], Any], sink: EventSink) -> None:
     """Run ``work`` on a worker thread: a failure becomes a :class:`Failed` event (an
     unexpected one named by its type), so a worker never dies silently."""
-    from minigpt_tui.engine.core.errors import MiniGPTError
-
     try:
         work()
     except MiniGPTError as err:

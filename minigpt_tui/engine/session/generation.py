@@ -11,10 +11,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minigpt_tui.engine.analysis.generation_rule import (
+    DEFAULT_BUDGET,
+    DEFAULT_SEED,
+    GenerationRule,
+)
 from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.analysis.generation_rule import DEFAULT_BUDGET, DEFAULT_SEED, GenerationRule
+from minigpt_tui.engine.core.files import write_file
+from minigpt_tui.engine.formats.checkpoint_folder import latest_checkpoint
 from minigpt_tui.engine.session.inputs import parse_number
-from minigpt_tui.engine.session.insight import InsightView, SecondOpinionView, insight_view
+from minigpt_tui.engine.session.insight import (
+    InsightView,
+    SecondOpinionView,
+    insight_view,
+)
+from minigpt_tui.engine.session.opening import open_model
+from minigpt_tui.engine.session.run_store import RunStore
+from minigpt_tui.engine.session.runs import list_runs
 
 TOP_CANDIDATES = 16
 MAX_INELIGIBLE_ROWS = 8
@@ -134,7 +147,7 @@ def _candidate(candidate: Any, *, chosen: bool, rule_choice: bool) -> CandidateV
 
 def _candidate_from_vectors(decision: Any, token_id: int, tokenizer: Any, *, chosen: bool,
                             rule_choice: bool) -> CandidateView:
-    import torch
+    import torch  # deferred: imports torch
 
     logits = decision.logits.to(torch.float64)
     raw = torch.softmax(logits, dim=-1)
@@ -202,16 +215,11 @@ class GenerationSession:
 
     def display(self, path: str) -> str:
         """``path`` named relative to the runs directory when it lies under it."""
-        from minigpt_tui.engine.session.run_store import RunStore
-
         return RunStore(self.runs_dir).display(path)
 
     def suggested_spec(self) -> str | None:
         """``RUN:latest`` for the newest run that has a checkpoint; None when there is none
         or the runs directory cannot be read."""
-        from minigpt_tui.engine.formats.checkpoint_folder import latest_checkpoint
-        from minigpt_tui.engine.session.runs import list_runs
-
         try:
             runs = [r for r in list_runs(self.runs_dir) if latest_checkpoint(r.checkpoints)]
             if not runs:
@@ -222,8 +230,6 @@ class GenerationSession:
         return f"{newest.name}:latest"
 
     def load(self, spec: str) -> None:
-        from minigpt_tui.engine.session.opening import open_model
-
         portable = open_model(spec, self.runs_dir)
         self.portable, self.spec, self.model_path = portable, spec, portable.path
         self.stepper, self.settings = None, None
@@ -231,7 +237,9 @@ class GenerationSession:
         self.load_second(None)  # it was compared with the previous model
 
     def configure(self, settings: GenerationSettings) -> None:
-        from minigpt_tui.engine.analysis.generation import DecisionStepper
+        from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
+            DecisionStepper,
+        )
 
         if self.portable is None:
             raise GenerationError(NO_MODEL)
@@ -278,8 +286,9 @@ class GenerationSession:
 
     def load_second(self, spec: str | None) -> None:
         """A second model (same tokenizer) read beside each decision; None removes it."""
-        from minigpt_tui.engine.analysis.contrast import check_same_tokenizer
-        from minigpt_tui.engine.session.opening import open_model
+        from minigpt_tui.engine.analysis.contrast import (  # deferred: imports torch
+            check_same_tokenizer,
+        )
 
         if spec is None:
             self.second, self.second_path = None, None
@@ -295,7 +304,9 @@ class GenerationSession:
     def inspect(self, step: int, layer: int, head: int, candidate_id: int | None = None) -> InsightView:
         """Decision ``step`` (1-based) inside: lens, contributions of the chosen id (and of
         ``candidate_id``), and head ``head`` of block ``layer`` over the whole prefix."""
-        from minigpt_tui.engine.analysis.lens import inspect_decision
+        from minigpt_tui.engine.analysis.lens import (  # deferred: imports torch
+            inspect_decision,
+        )
 
         stepper = self._require()
         if not 1 <= step <= len(stepper.decisions):
@@ -309,7 +320,9 @@ class GenerationSession:
                             model.vocab_size)
 
     def _second_opinions(self, decisions: Any) -> tuple[SecondOpinionView, ...]:
-        from minigpt_tui.engine.analysis.contrast import second_opinion
+        from minigpt_tui.engine.analysis.contrast import (  # deferred: imports torch
+            second_opinion,
+        )
 
         opinions = []
         for decision in decisions:
@@ -325,8 +338,6 @@ class GenerationSession:
         return tuple(opinions)
 
     def save_trace(self, target: Path) -> Path:
-        from minigpt_tui.engine.core.files import write_file
-
         stepper = self._require()
         trace = stepper.trace(self.model_path)
         text = json.dumps(trace, indent=1, ensure_ascii=False) + "\n"

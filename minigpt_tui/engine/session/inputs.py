@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from minigpt_tui.engine.core.config import SeedConfig, load_config
 from minigpt_tui.engine.core.errors import ConfigError, CorpusError, MiniGPTError
 
 if TYPE_CHECKING:
@@ -70,8 +71,6 @@ class RunChoices:
     seed_label: str = "seed"
 
     def overrides(self) -> dict[str, dict[str, Any]]:
-        from minigpt_tui.engine.core.config import SeedConfig
-
         train = {"steps": self.steps, "precision": self.precision or None, "threads": self.threads,
                  "device": self.device or None, "save_every": self.save_every, "keep_last": self.keep_last}
         corpus = {"source": corpus_source(self.corpus) if self.corpus else None, "val_every": self.val_every,
@@ -89,8 +88,6 @@ class RunChoices:
 
     def resolve(self, extra: Mapping[str, Mapping[str, Any]] | None = None) -> RunConfig:
         """The validated config: preset, then the TOML file, then ``extra``, then these choices."""
-        from minigpt_tui.engine.core.config import load_config
-
         merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (extra or {}).items()}
         for section, values in self.overrides().items():
             merged.setdefault(section, {}).update(values)
@@ -104,8 +101,6 @@ class RunChoices:
         """A preset's warmup that would not fit a shorter run (``--steps 30`` of the text
         preset's 100-update warmup) is scaled with the updates, keeping its share of the
         schedule; a warmup the user chose, or one that fits, is left as it is."""
-        from minigpt_tui.engine.core.config import load_config
-
         assert self.steps is not None
         preset = load_config(self.preset).train
         chosen = load_config(self.preset, self.config_file).train if self.config_file else preset

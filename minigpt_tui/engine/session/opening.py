@@ -13,6 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.formats.gguf_file import read_gguf_header
+from minigpt_tui.engine.formats.hf_families import model_config
+from minigpt_tui.engine.formats.hf_import import is_hf_folder, read_json_file
+from minigpt_tui.engine.session.runs import resolve_model_file
+from minigpt_tui.engine.training.gguf_models import gguf_config, open_gguf_model
+from minigpt_tui.engine.training.hf_models import open_hf_model
+from minigpt_tui.engine.training.nanogpt import open_nanogpt
 
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
 
@@ -21,8 +28,6 @@ if TYPE_CHECKING:
 
 
 def is_transformers_folder(spec: str) -> bool:
-    from minigpt_tui.engine.formats.hf_import import is_hf_folder
-
     return len(spec) <= 4096 and is_hf_folder(Path(spec).expanduser())
 
 
@@ -44,9 +49,6 @@ def peek_model(spec: str) -> tuple[Any, int] | None:
     """(model config, vocabulary rows) of a transformers folder or a GGUF file, read from its
     config.json or header alone (no weights); None for other models."""
     if is_transformers_folder(spec):
-        from minigpt_tui.engine.formats.hf_families import model_config
-        from minigpt_tui.engine.formats.hf_import import read_json_file
-
         path = Path(spec).expanduser() / "config.json"
         data = read_json_file(path, "config.json: not a transformers model folder")
         vocab = data.get("vocab_size") if isinstance(data, dict) else None
@@ -54,9 +56,6 @@ def peek_model(spec: str) -> tuple[Any, int] | None:
             return None
         return model_config(data, str(path)), vocab
     if is_gguf_file(spec):
-        from minigpt_tui.engine.formats.gguf_file import read_gguf_header
-        from minigpt_tui.engine.training.gguf_models import gguf_config
-
         header = read_gguf_header(Path(spec).expanduser())
         table = next((t for t in header.tensors if t.name == "token_embd.weight"), None)
         if table is None:
@@ -69,20 +68,15 @@ def open_model(spec: str, runs_dir: Path, *, dtype: str | None = None,
                tokenizer: str | None = None) -> "PortableModel":
     """The model ``spec`` names, ready for inference (see the module doc). ``tokenizer``
     names one for a nanoGPT checkpoint that has no meta.pkl beside it."""
-    from minigpt_tui.engine.training.model_file import load_portable_model
-    from minigpt_tui.engine.session.runs import resolve_model_file
+    from minigpt_tui.engine.training.model_file import (  # deferred: imports torch
+        load_portable_model,
+    )
 
     if is_transformers_folder(spec):
-        from minigpt_tui.engine.training.hf_models import open_hf_model
-
         return open_hf_model(spec, dtype=dtype or "float32")
     if is_gguf_file(spec):
-        from minigpt_tui.engine.training.gguf_models import open_gguf_model
-
         return open_gguf_model(spec, dtype=dtype or "float32")
     if is_torch_checkpoint(spec):
-        from minigpt_tui.engine.training.nanogpt import open_nanogpt
-
         return open_nanogpt(spec, dtype=dtype or "float32", tokenizer=tokenizer)
     portable = load_portable_model(resolve_model_file(spec, runs_dir))
     if portable.tokenizer is None:

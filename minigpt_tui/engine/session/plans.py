@@ -15,17 +15,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui.engine.core.config import (
+    ModelConfig,
+    RunConfig,
+    estimated_parameters,
+    load_config,
+)
+from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, ResumeRefused
+from minigpt_tui.engine.core.memory import require_memory_for_training
+from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
+from minigpt_tui.engine.formats.safetensors_io import read_header
 from minigpt_tui.engine.session.events import RunSummary
 from minigpt_tui.engine.session.inputs import BUNDLED_PREFIX
+from minigpt_tui.engine.session.opening import open_model, peek_model
+from minigpt_tui.engine.session.runs import RunDirectory, RunLock, lock_rank, owning_run
+from minigpt_tui.engine.session.runs import run_for_checkpoint as find_run
+from minigpt_tui.engine.session.watching import PROMPTS, corpus_prompts
+from minigpt_tui.engine.training.corpus import CorpusLoading
 
 if TYPE_CHECKING:
-    from minigpt_tui.engine.training.stream import Progress
-    from minigpt_tui.engine.training.checkpoints import Checkpointer
-    from minigpt_tui.engine.training.model_file import PortableModel
-    from minigpt_tui.engine.core.config import RunConfig
     from minigpt_tui.engine.analysis.generation import ProbeSet
-    from minigpt_tui.engine.training.distributed import CommandAgreement, DataParallel, WriterCheckpointer
+    from minigpt_tui.engine.core.config import RunConfig
     from minigpt_tui.engine.session.runs import RunDirectory, RunLock
+    from minigpt_tui.engine.training.checkpoints import Checkpointer
+    from minigpt_tui.engine.training.distributed import (
+        CommandAgreement,
+        DataParallel,
+        WriterCheckpointer,
+    )
+    from minigpt_tui.engine.training.model_file import PortableModel
+    from minigpt_tui.engine.training.stream import Progress
     from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup
 
 FINETUNE_PRESET = "finetune"
@@ -113,8 +132,13 @@ class PreparedRun:
 def _placed(trainer: Trainer, run: RunDirectory | None) -> dict[str, Any]:
     """A prepared run's checkpointer and command agreement for the trainer's world: with
     several processes every rank saves together and rank 0 alone writes."""
-    from minigpt_tui.engine.training.checkpoints import Checkpointer
-    from minigpt_tui.engine.training.distributed import CommandAgreement, WriterCheckpointer
+    from minigpt_tui.engine.training.checkpoints import (  # deferred: imports torch
+        Checkpointer,
+    )
+    from minigpt_tui.engine.training.distributed import (  # deferred: imports torch
+        CommandAgreement,
+        WriterCheckpointer,
+    )
 
     parallel = trainer.parallel
     inner = Checkpointer(run) if run is not None else None
@@ -140,7 +164,9 @@ def prepare(plan: RunPlan, progress: Progress | None = None) -> PreparedRun:
 
 
 def _chosen_prompts(plan: RunPlan) -> list[str] | None:
-    from minigpt_tui.engine.analysis.generation import load_probes
+    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
+        load_probes,
+    )
 
     if not plan.watch or plan.sample_prompts is None:
         return None
@@ -150,8 +176,6 @@ def _chosen_prompts(plan: RunPlan) -> list[str] | None:
 def _default_prompts(trainer: Trainer, probes: ProbeSet | None) -> list[str]:
     """The probes' first prompts, else the first words of a few validation records (from
     the token arrays in stream mode, so the text is not read again)."""
-    from minigpt_tui.engine.session.watching import PROMPTS, corpus_prompts
-
     if probes is not None:
         return [probe.prompt for probe in probes.probes][:PROMPTS]
     if trainer.stream_mode:
@@ -177,8 +201,6 @@ def _default_prompts(trainer: Trainer, probes: ProbeSet | None) -> list[str]:
 def _hold_on_every_rank(prepared: PreparedRun) -> None:
     """With several processes, every rank holds a lock on the run rank 0 writes, so no other
     writer (a resume) can start while any process of this run lives."""
-    from minigpt_tui.engine.session.runs import lock_rank
-
     parallel = prepared.trainer.parallel
     if not parallel.distributed:
         return
@@ -188,15 +210,14 @@ def _hold_on_every_rank(prepared: PreparedRun) -> None:
 
 
 def _run_probes(plan: RunPlan) -> ProbeSet | None:
-    from minigpt_tui.engine.analysis.generation import load_probes
+    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
+        load_probes,
+    )
 
     return load_probes(plan.probes) if plan.score_probes else None
 
 
 def _prepare_new(plan: NewRun, progress: Progress | None = None) -> PreparedRun:
-    from minigpt_tui.engine.training.corpus import CorpusLoading
-    from minigpt_tui.engine.core.errors import ConfigError
-
     config = plan.config
     if plan.until is not None and not 1 <= plan.until <= config.train.steps:
         raise ConfigError(f"--until must be between 1 and {config.train.steps}")
@@ -211,13 +232,14 @@ def _prepare_new(plan: NewRun, progress: Progress | None = None) -> PreparedRun:
         portable = _warm_start_model(plan.init_from, plan.runs_dir, config)
         config = fitted_config(config, portable, plan.init_from)
     if single:
-        from minigpt_tui.engine.core.memory import require_memory_for_training
-
         require_memory_for_training(config, portable.tokenizer.vocab_size if portable is not None else None)
     # Reading and hashing the corpus run while torch and the trainer are imported.
     loading = CorpusLoading(config.corpus)
-    from minigpt_tui.engine.session.runs import RunDirectory, RunLock
-    from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision
+    from minigpt_tui.engine.training.trainer import (  # deferred: imports torch
+        Trainer,
+        TrainingSetup,
+        apply_precision,
+    )
 
     apply_precision(config.train)
     corpus = loading.result()
@@ -242,10 +264,6 @@ def _prepare_new(plan: NewRun, progress: Progress | None = None) -> PreparedRun:
 def _require_memory_to_start_from(spec: str, config: RunConfig) -> None:
     """Refuse, before a model from elsewhere is read, a run from it that would not fit: its
     training (weights, gradients, AdamW moments, activations) and the copy it is read into."""
-    from minigpt_tui.engine.core.config import estimated_parameters
-    from minigpt_tui.engine.core.memory import require_memory_for_training
-    from minigpt_tui.engine.session.opening import peek_model
-
     peeked = peek_model(spec)
     if peeked is None:
         return
@@ -266,9 +284,6 @@ def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableM
     """The model a run starts from (its weights, architecture and tokenizer): one of ours,
     a transformers folder, a GGUF file or a nanoGPT checkpoint, as the Generation screen
     opens them."""
-    from minigpt_tui.engine.core.errors import ConfigError
-    from minigpt_tui.engine.session.opening import open_model
-
     portable = open_model(spec, runs_dir, dtype=config.dtype_name)
     if getattr(portable.tokenizer, "kind", "tokenizers") != "tokenizers":  # ours have no kind
         raise ConfigError(
@@ -283,10 +298,6 @@ def fitted_config(config: RunConfig, portable: PortableModel, spec: str) -> RunC
     A model or tokenizer setting the user chose (one that differs from the preset's) that
     would change them is refused, naming the field; the training window is at most the
     model's context (a preset's longer window is shortened to it)."""
-    from minigpt_tui.engine.core.config import ModelConfig, RunConfig, load_config
-    from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
-    from minigpt_tui.engine.core.errors import ConfigError
-
     try:
         preset: RunConfig | None = load_config(config.preset)
     except ConfigError:
@@ -319,8 +330,6 @@ def fitted_config(config: RunConfig, portable: PortableModel, spec: str) -> RunC
 
 
 def _prepare_resume(plan: ResumeRun, progress: Progress | None = None) -> PreparedRun:
-    from minigpt_tui.engine.session.runs import owning_run
-
     folder = Path(plan.checkpoint)
     run = owning_run(folder, fork=plan.fork)  # None: a new run folder once the restore succeeds
     # The run is held before its checkpoint is read, so a second writer is refused at once
@@ -337,10 +346,12 @@ def _prepare_resume(plan: ResumeRun, progress: Progress | None = None) -> Prepar
 
 def _restore_into(plan: ResumeRun, folder: Path, run: RunDirectory | None, lock: RunLock | None,
                   progress: Progress | None = None) -> PreparedRun:
-    from minigpt_tui.engine.training.checkpoints import restore_trainer
-    from minigpt_tui.engine.core.errors import ConfigError, ResumeRefused
-    from minigpt_tui.engine.session.runs import RunDirectory
-    from minigpt_tui.engine.training.trainer import apply_precision
+    from minigpt_tui.engine.training.checkpoints import (  # deferred: imports torch
+        restore_trainer,
+    )
+    from minigpt_tui.engine.training.trainer import (  # deferred: imports torch
+        apply_precision,
+    )
 
     trainer = restore_trainer(folder, allow_environment_change=plan.allow_environment_change,
                               corpus_path_override=plan.corpus, policy_overrides=dict(plan.policy or {}) or None,
@@ -378,8 +389,6 @@ def run_for_checkpoint(folder: Path, runs_dir: Path, config: RunConfig) -> RunDi
     """The run a checkpoint continues in: the run folder it was saved in (``RUN`` holds
     the ``config.json`` every run folder has, and both record the same run identity), else
     a new ``resumed-PRESET-TIMESTAMP`` run folder (see ``engine.runs.run_for_checkpoint``)."""
-    from minigpt_tui.engine.session.runs import run_for_checkpoint as find_run
-
     return find_run(folder, runs_dir, config)[0]
 
 
@@ -426,10 +435,6 @@ def summarize(trainer: Trainer, run: RunDirectory | None, resumed_from: Path | N
 
 def saved_run_config(checkpoint: Path) -> RunConfig:
     """The RunConfig saved in a checkpoint's training state, from its header alone (no torch)."""
-    from minigpt_tui.engine.formats.safetensors_io import read_header
-    from minigpt_tui.engine.core.config import RunConfig
-    from minigpt_tui.engine.core.errors import CheckpointError
-
     path = Path(checkpoint) / "training.safetensors"
     if not path.is_file():
         raise CheckpointError(f"{checkpoint} holds no training.safetensors: it cannot be resumed")

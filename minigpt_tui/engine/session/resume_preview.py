@@ -12,8 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui.engine.formats.inspection import CHECKPOINT_DIR
 from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup
 from minigpt_tui.engine.session.display import counted, shorten
+from minigpt_tui.engine.session.file_uses import file_uses
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.formats.inspection import Inspection
@@ -38,8 +40,6 @@ class ResumePreview:
 
     @staticmethod
     def of(checkpoint: str, inspection: Inspection) -> ResumePreview:
-        from minigpt_tui.engine.session.file_uses import file_uses
-
         foreign = file_uses(inspection)
         if foreign is not None:  # its records are another tool's: nothing here is restored
             return ResumePreview(checkpoint, None, None, (), (), (foreign.why_not_resumable,), (),
@@ -63,8 +63,6 @@ def short(value: Any, limit: int = 48) -> str:
 
 
 def _blockers(inspection: Inspection, step: int | None, steps: int | None) -> list[str]:
-    from minigpt_tui.engine.formats.inspection import CHECKPOINT_DIR
-
     blockers = []
     if inspection.kind != CHECKPOINT_DIR:
         blockers.append("only a checkpoint folder (model + training state + manifest) can be resumed; "

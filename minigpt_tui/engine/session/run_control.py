@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.engine.core.errors import ConfigError, InputRefused, WriteRefused
-from minigpt_tui.engine.core.files import read_small_file
+from minigpt_tui.engine.core.files import process_alive, read_small_file
 from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.formats.safetensors_io import JSONRefused, load_json
 from minigpt_tui.engine.session.events import (
     Command,
     Failed,
@@ -53,8 +55,6 @@ class TailReader:
     skipped: int = 0
 
     def read_lines(self) -> list[str]:
-        import stat
-
         try:
             info = os.stat(self.path)
         except OSError:
@@ -99,8 +99,6 @@ def parse_command(line: str) -> Command:
     """A control line's command, or ConfigError naming what is wrong with it (the line is
     input from anyone who can write to the folder: bounded, parsed with bounded nesting and
     numbers, and type-checked)."""
-    from minigpt_tui.engine.formats.safetensors_io import JSONRefused, load_json
-
     shown = escape_controls(line[:40])
     if len(line) > MAX_CONTROL_LINE:
         raise ConfigError(f"control file line of {len(line):,} characters is not a command: {shown}…")
@@ -227,8 +225,6 @@ def read_live(run_dir: Path) -> LiveState | None:
     died without saying so (its lock file names a process that is gone on this host) reads
     as not listening. The file is input: a regular file of bounded size (a FIFO or a device
     is never read), bounded JSON, every field type-checked."""
-    from minigpt_tui.engine.formats.safetensors_io import JSONRefused, load_json
-
     path = Path(run_dir) / LIVE_FILE
     try:
         raw = read_small_file(path, LIVE_LIMIT, "live status file")
@@ -262,7 +258,6 @@ def _reason(message: str, path: Path) -> str:
 def _writer_alive(run_dir: Path, live: dict[str, Any]) -> bool:
     if live.get("host") != socket.gethostname():
         return True  # another machine: trust the file
-    from minigpt_tui.engine.core.files import process_alive
 
     pid = live.get("pid")
     return isinstance(pid, int) and process_alive(pid)

@@ -5,12 +5,39 @@ tokenizer saved with a model, and show a path relative to the runs directory. No
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, MiniGPTError
+import numpy as np
+
+from minigpt_tui.engine.core.errors import (
+    CheckpointError,
+    ConfigError,
+    MiniGPTError,
+    TokenizerError,
+)
+from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
+from minigpt_tui.engine.formats.checkpoint_folder import list_checkpoints
+from minigpt_tui.engine.formats.hf_tokenizer import read_tokenizer_json
+from minigpt_tui.engine.formats.safetensors_io import (
+    opening_errors,
+    parse_record,
+    read_header,
+)
+from minigpt_tui.engine.session.run_control import CONTROL_FILE, LIVE_FILE, read_live
+from minigpt_tui.engine.session.runs import (
+    LOCK_FILE,
+    RUN_FILE,
+    check_run_name,
+    checkpoint_target,
+    disk_use,
+    list_runs,
+    lock_run,
+    resolve_checkpoint,
+)
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
@@ -69,10 +96,6 @@ class RunStore:
 
     def scan(self) -> tuple[RunListing, ...]:
         """Every run with its checkpoints and disk use (OSError when the folder is unreadable)."""
-        from minigpt_tui.engine.formats.checkpoint_folder import list_checkpoints
-        from minigpt_tui.engine.session.runs import disk_use, list_runs
-        from minigpt_tui.engine.session.run_control import read_live
-
         listings = []
         for run in list_runs(self.root):
             infos = list_checkpoints(run.checkpoints, include_incomplete=True)
@@ -98,14 +121,10 @@ class RunStore:
 
     def resolve(self, spec: str) -> Path:
         """A checkpoint folder from a path or ``RUN``, ``RUN:latest``, ``RUN:best``, ``RUN:STEP``."""
-        from minigpt_tui.engine.session.runs import resolve_checkpoint
-
         return resolve_checkpoint(spec, self.root)
 
     def target(self, spec: str) -> Path:
         """A typed path as it is when it exists, else ``RUN``, ``RUN:latest|best|STEP``."""
-        from minigpt_tui.engine.session.runs import checkpoint_target
-
         return checkpoint_target(spec, self.root)
 
     def is_run_folder(self, path: Path) -> bool:
@@ -113,8 +132,6 @@ class RunStore:
         return path.parent.resolve() == self.root.resolve() and (path / "config.json").is_file()
 
     def rename(self, run_path: Path, new_name: str) -> Path:
-        from minigpt_tui.engine.session.runs import check_run_name, lock_run
-
         check_run_name(new_name)
         with lock_run(run_path):  # refused, naming the holder, while another process trains it
             pass
@@ -129,8 +146,6 @@ class RunStore:
 
     def delete(self, run_path: Path) -> None:
         """Delete a run folder; anything but a run folder of this directory is refused."""
-        from minigpt_tui.engine.session.runs import lock_run
-
         if not self.is_run_folder(run_path) or run_path.is_symlink():
             raise ConfigError(f"{run_path} is not a run folder of {self.root}")
         foreign = foreign_run_files(run_path)
@@ -153,16 +168,11 @@ OTHER_RUN_FILES = frozenset({"config.json", "identities.json", "warm_start.json"
 
 def run_files() -> frozenset[str]:
     """What a run folder holds at its top level when minigpt-tui alone wrote it."""
-    from minigpt_tui.engine.session.runs import LOCK_FILE, RUN_FILE
-    from minigpt_tui.engine.session.run_control import CONTROL_FILE, LIVE_FILE
-
     return OTHER_RUN_FILES | {RUN_FILE, LOCK_FILE, CONTROL_FILE, LIVE_FILE}
 
 
 def foreign_run_files(run_path: Path) -> list[str]:
     """Names in a run folder (and its ``checkpoints/``) that minigpt-tui does not write."""
-    import re
-
     step = re.compile(r"step-\d+|\.step-\d+\..*")
     ours = run_files()
     try:
@@ -208,19 +218,11 @@ def read_saved_tokenizer(source: Path) -> SavedTokenizer:
     """The tokenizer saved beside a model: our model file's merges tensor (read alone), or
     a transformers folder's ``tokenizer.json`` mapped to our id layout."""
     if source.name == HF_TOKENIZER_FILE:
-        from minigpt_tui.engine.formats.hf_tokenizer import read_tokenizer_json
-
         return SavedTokenizer(read_tokenizer_json(source), f"read from {source.name}, in minigpt-tui's id layout")
     return _read_merges(source)
 
 
 def _read_merges(model_file: Path) -> SavedTokenizer:
-    import numpy as np
-
-    from minigpt_tui.engine.formats.safetensors_io import opening_errors, parse_record, read_header
-    from minigpt_tui.engine.core.errors import TokenizerError
-    from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
-
     header = read_header(model_file)
     if not header.has(MERGES_TENSOR):
         raise CheckpointError(f"{model_file.name} holds no '{MERGES_TENSOR}' tensor: no tokenizer saved here")

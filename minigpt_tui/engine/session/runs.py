@@ -4,6 +4,7 @@ the ``MINIGPT_TUI_RUNS_DIR`` environment variable override it."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -13,8 +14,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, ResumeRefused, RunLocked, WriteRefused
-from minigpt_tui.engine.core.files import append_line, make_folder, path_exists, process_alive, removed_on_failure, write_file
+import platformdirs
+
+from minigpt_tui.engine.core.errors import (
+    CheckpointError,
+    ConfigError,
+    ResumeRefused,
+    RunLocked,
+    WriteRefused,
+)
+from minigpt_tui.engine.core.files import (
+    append_line,
+    make_folder,
+    path_exists,
+    process_alive,
+    removed_on_failure,
+    require_file_or_folder,
+    require_regular_file,
+    write_file,
+)
+from minigpt_tui.engine.formats.checkpoint_folder import (
+    MANIFEST,
+    STEP_DIR,
+    best_checkpoint,
+    checkpoint_name,
+    latest_checkpoint,
+    latest_in_folder,
+    list_checkpoints,
+    read_manifest,
+)
+from minigpt_tui.engine.formats.hf_import import conversion_refusal, is_hf_folder
 
 ENV_RUNS_DIR = "MINIGPT_TUI_RUNS_DIR"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -26,7 +55,6 @@ def default_runs_dir() -> Path:
     env = os.environ.get(ENV_RUNS_DIR)
     if env:
         return Path(env).expanduser()
-    import platformdirs
 
     return platformdirs.user_data_path("minigpt-tui", appauthor=False) / "runs"
 
@@ -160,8 +188,6 @@ class RunLock:
             pass  # the lock holds without its description
 
     def release(self) -> None:
-        import fcntl
-
         fd, self._fd = self._fd, None
         if fd is not None:
             try:
@@ -202,8 +228,6 @@ def lock_rank(run_path: Path | str, rank: int) -> RunLock:
 
 
 def _take_lock(run_path: Path, name: str) -> RunLock:
-    import fcntl
-
     lock_path = run_path / name
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
@@ -225,8 +249,6 @@ def _take_lock(run_path: Path, name: str) -> RunLock:
 
 
 def _refuse_if_a_rank_lives(run_path: Path) -> None:
-    import fcntl
-
     for path in sorted(run_path.glob(f"{LOCK_FILE}-rank-*")):
         try:
             fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
@@ -286,8 +308,6 @@ def owning_run(folder: Path, *, fork: bool = False) -> RunDirectory | None:
     checkpoint or with ``fork``). A checkpoint inside ``RUN/checkpoints/`` continues RUN
     only when both record the same run identity; one copied into another run's folder is
     refused unless ``fork``."""
-    from minigpt_tui.engine.formats.checkpoint_folder import read_manifest
-
     parent = Path(folder).parent
     if fork or parent.name != "checkpoints" or not (parent.parent / "config.json").is_file():
         return None
@@ -350,17 +370,6 @@ def checkpoint_target(spec: str, runs_dir: Path) -> Path:
 def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
     """A checkpoint folder from ``RUN:latest``, ``RUN:best``, ``RUN:STEP``, a run name (its
     latest), a run folder, a checkpoint folder, or a file inside one."""
-    from minigpt_tui.engine.formats.checkpoint_folder import (
-        MANIFEST,
-        STEP_DIR,
-        best_checkpoint,
-        checkpoint_name,
-        latest_checkpoint,
-        latest_in_folder,
-        list_checkpoints,
-    )
-    from minigpt_tui.engine.core.files import require_file_or_folder
-
     if len(spec) > 4096:
         raise CheckpointError(f"the checkpoint '{spec[:40]}…' is {len(spec)} characters long: not a path or RUN:WHICH")
     path = Path(spec).expanduser()
@@ -375,11 +384,8 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
         latest = latest_in_folder(path)
         if latest is not None:
             return latest
-        from minigpt_tui.engine.formats.hf_import import is_hf_folder
 
         if is_hf_folder(path):
-            from minigpt_tui.engine.formats.hf_import import conversion_refusal
-
             refusal = conversion_refusal(path)  # suggest convert only where it works
             way = (f"'minigpt-tui convert --hf {path} --out model.safetensors' makes a model file of it"
                    if refusal is None else f"convert refuses it ({refusal})")
@@ -413,7 +419,5 @@ def resolve_model_file(spec: str, runs_dir: Path) -> Path:
     """A ``model.safetensors`` path from a model file, a checkpoint folder or a run spec."""
     path = Path(spec).expanduser()
     if len(spec) <= 4096 and path_exists(path) and not path.is_dir():
-        from minigpt_tui.engine.core.files import require_regular_file
-
         return require_regular_file(path, "a model file")
     return resolve_checkpoint(spec, runs_dir) / "model.safetensors"

@@ -22,20 +22,33 @@ saving never change the trajectory.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.core.errors import EvaluationInterrupted, MiniGPTError, TrainingDiverged
+from minigpt_tui.engine.core.errors import (
+    EvaluationInterrupted,
+    MiniGPTError,
+    TrainingDiverged,
+)
+from minigpt_tui.engine.core.threads import (
+    AUTO,
+    MAX_AUTO,
+    ThreadTuner,
+    initial_threads,
+    usable_cores,
+)
+from minigpt_tui.engine.formats.checkpoint_folder import list_checkpoints
 from minigpt_tui.engine.session.events import (
     Command,
     EvaluationDone,
     EventSink,
     Finished,
     FinishReason,
-    report_failures,
     Paused,
     PreparationStopped,
     PreparingReports,
@@ -43,18 +56,25 @@ from minigpt_tui.engine.session.events import (
     Refused,
     Resumed,
     RunStarted,
-    SaveReason,
     Saved,
+    SaveReason,
     ThreadsChanged,
     UpdateDone,
+    report_failures,
 )
 from minigpt_tui.engine.session.plans import PreparedRun, RunPlan, prepare
+from minigpt_tui.engine.session.run_control import RunControl
+from minigpt_tui.engine.session.watching import score_heads_at, take_samples
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.core.threads import ThreadTuner
     from minigpt_tui.engine.session.run_control import RunControl
     from minigpt_tui.engine.training.checkpoints import Checkpointer
-    from minigpt_tui.engine.training.trainer import EvaluationRecord, Trainer, UpdateRecord
+    from minigpt_tui.engine.training.trainer import (
+        EvaluationRecord,
+        Trainer,
+        UpdateRecord,
+    )
 
 DISCARDED = "not saved: quitting without saving"
 NO_RUN_FOLDER = "this run has no checkpoint directory"
@@ -74,8 +94,6 @@ class DivergenceWatch:
         return self.streak == 0
 
     def observe(self, record: UpdateRecord) -> bool:
-        import math
-
         finite = record.applied and math.isfinite(record.loss) and math.isfinite(record.grad_norm)
         if finite:
             self.streak, self.first = 0, None
@@ -157,7 +175,6 @@ class TrainingSession:
             return finished
         self.prepared = prepared
         if prepared.run is not None:  # followed through live.json, steered through control.jsonl
-            from minigpt_tui.engine.session.run_control import RunControl
 
             self._control = RunControl(prepared.run.path)
             self._sink = self._control.watching(self._sink)
@@ -171,9 +188,13 @@ class TrainingSession:
             prepared.release()  # the run's lock: another process may write to it now
 
     def _train(self, prepared: PreparedRun) -> Finished:
-        import torch
+        import torch  # deferred: imports torch
 
-        from minigpt_tui.engine.training.trainer import UpdateRecord, apply_precision, scheduled_work
+        from minigpt_tui.engine.training.trainer import (  # deferred: imports torch
+            UpdateRecord,
+            apply_precision,
+            scheduled_work,
+        )
 
         trainer = prepared.trainer
         apply_precision(trainer.config.train)
@@ -246,8 +267,6 @@ class TrainingSession:
     def _apply_agreed_commands(self, trainer: Trainer) -> bool:
         """Several processes: every rank applies the same commands at the same boundary (rank
         0's, a stop requested anywhere stops all); while paused the ranks agree every 0.1 s."""
-        import time
-
         assert self.prepared is not None and self.prepared.agreement is not None
         while True:
             self._read_control_file()
@@ -312,7 +331,9 @@ class TrainingSession:
     def _score_probes(self, trainer: Trainer) -> None:
         """Score the run's probes after a scheduled evaluation. Scoring reads the model in
         evaluation mode and draws from no random stream, so it never changes the trajectory."""
-        from minigpt_tui.engine.analysis.probe_scores import score_probes
+        from minigpt_tui.engine.analysis.probe_scores import (  # deferred: imports torch
+            score_probes,
+        )
 
         probes = self.prepared.probes if self.prepared is not None else None
         if probes is None:
@@ -325,8 +346,6 @@ class TrainingSession:
     def _watch(self, trainer: Trainer) -> None:
         """Samples and head roles after a scheduled evaluation, on the process that writes
         (see engine.watching: neither changes the trajectory)."""
-        from minigpt_tui.engine.session.watching import score_heads_at, take_samples
-
         prepared = self.prepared
         if prepared is None or prepared.sample_prompts is None or not trainer.parallel.world.is_writer:
             return
@@ -366,9 +385,8 @@ class TrainingSession:
     def _thread_tuner(self, trainer: Trainer) -> ThreadTuner | None:
         """An automatic run's tuner (``train.threads = 0`` outside exact precision); with
         several processes each takes its share of the cores."""
-        import torch
+        import torch  # deferred: imports torch
 
-        from minigpt_tui.engine.core.threads import AUTO, MAX_AUTO, ThreadTuner, initial_threads, usable_cores
 
         train = trainer.config.train
         self._record_threads = train.precision != "exact"
@@ -384,7 +402,7 @@ class TrainingSession:
         return ThreadTuner(self._threads_now, cores=share)
 
     def _tune_threads(self, tuner: ThreadTuner, record: UpdateRecord) -> None:
-        import torch
+        import torch  # deferred: imports torch
 
         change = tuner.observe(record.step, record.seconds)
         if change is None:
@@ -396,8 +414,6 @@ class TrainingSession:
 
     def _diverged(self, watch: DivergenceWatch) -> TrainingDiverged:
         """The stop of a diverged run: nothing is saved (the weights may be lost already)."""
-        from minigpt_tui.engine.formats.checkpoint_folder import list_checkpoints
-
         first = watch.first
         assert first is not None
         attempted = first.step if first.applied else first.step + 1

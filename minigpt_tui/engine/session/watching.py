@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.session.events import HeadsScored, Sample, SamplesTaken
 
 if TYPE_CHECKING:
@@ -40,9 +41,11 @@ def corpus_prompts(texts: list[str], count: int = PROMPTS, words: int = PROMPT_W
 
 def _continue(model: Any, tokenizer: Any, ids: list[int], steps: int, eligible: "torch.Tensor",
               generator: "torch.Generator | None") -> list[int]:
-    import torch
+    import torch  # deferred: imports torch
 
-    from minigpt_tui.engine.analysis.generation import greedy_choice
+    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
+        greedy_choice,
+    )
 
     device = next(model.parameters()).device
     context = model.config.context
@@ -67,9 +70,11 @@ def _continue(model: Any, tokenizer: Any, ids: list[int], steps: int, eligible: 
 def take_samples(model: Any, tokenizer: Any, prompts: list[str], step: int, seed: int,
                  steps: int = SAMPLE_TOKENS) -> SamplesTaken:
     """Each prompt continued greedily and by a seeded sample (see the module doc)."""
-    import torch
+    import torch  # deferred: imports torch
 
-    from minigpt_tui.engine.analysis.generation import eligibility_mask
+    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
+        eligibility_mask,
+    )
 
     bos = getattr(tokenizer, "bos_id", 0)
     eligible = eligibility_mask(tokenizer.vocab_size, bos_id=bos, eos_ids=tuple(getattr(tokenizer, "eos_ids", ())))
@@ -95,8 +100,9 @@ def take_samples(model: Any, tokenizer: Any, prompts: list[str], step: int, seed
 
 def score_heads_at(model: Any, tokenizer: Any, step: int) -> HeadsScored | None:
     """The head roles now, or None where the context is too short for them."""
-    from minigpt_tui.engine.core.errors import GenerationError
-    from minigpt_tui.engine.analysis.head_roles import score_heads
+    from minigpt_tui.engine.analysis.head_roles import (  # deferred: imports torch
+        score_heads,
+    )
 
     try:
         return HeadsScored(step, score_heads(model, tokenizer))

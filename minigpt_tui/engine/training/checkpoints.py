@@ -22,13 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from minigpt_tui.engine.core.errors import CheckpointError, ResumeRefused
+from minigpt_tui.engine.core.files import process_alive
+from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 from minigpt_tui.engine.formats.portable import (
     MODEL_FILE,
     PortableFile,
     PortablePayload,
     portable_payload,
 )
-from minigpt_tui.engine.training.model_file import PortableModel, copy_into, open_model_file, portable_model
 from minigpt_tui.engine.formats.safetensors_io import (
     ExpectedFile,
     ProgressHook,
@@ -42,6 +46,20 @@ from minigpt_tui.engine.formats.safetensors_io import (
     write_data,
     write_header,
 )
+from minigpt_tui.engine.training.corpus import load_corpus
+from minigpt_tui.engine.training.distributed import (
+    DataParallel,
+    refuse_world_size_change,
+    saved_world_size,
+    world_size_note,
+)
+from minigpt_tui.engine.training.model_file import (
+    PortableModel,
+    copy_into,
+    open_model_file,
+    portable_model,
+)
+from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, dtype_for
 from minigpt_tui.engine.training.training_state import (
     CapturedState,
     Continuation,
@@ -49,11 +67,11 @@ from minigpt_tui.engine.training.training_state import (
     apply_training_state,
     capture_state,
     check_environment,
+    config_identity,
+    continuation_of,
     read_training_state,
     saved_config,
 )
-from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
-from minigpt_tui.engine.core.errors import CheckpointError, ResumeRefused
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.training.distributed import DataParallel
@@ -61,15 +79,16 @@ if TYPE_CHECKING:
     from minigpt_tui.engine.training.trainer import Trainer
 
 from minigpt_tui.engine.formats.checkpoint_folder import (
-    MANIFEST,
+    _HIDDEN_WORK,
     FORMAT_NAME,
     FORMAT_VERSION,
+    MANIFEST,
     STEP_DIR,
-    _HIDDEN_WORK,
     checkpoint_name,
-    read_manifest,
     list_checkpoints,
+    read_manifest,
 )
+
 
 def prune_checkpoints(checkpoints_dir: Path, keep_last: int, best_step: int | None) -> list[Path]:
     """Keep the last ``keep_last`` complete checkpoints plus the best; remove the others."""
@@ -105,8 +124,6 @@ def _remove_folder(path: Path) -> None:
 def recover_interrupted(checkpoints_dir: Path) -> list[str]:
     """Tidy work folders left by processes that died while saving: partial saves and
     trash are removed; a replaced checkpoint whose successor never arrived is put back."""
-    from minigpt_tui.engine.core.files import process_alive
-
     actions: list[str] = []
     if not checkpoints_dir.is_dir():
         return actions
@@ -427,16 +444,6 @@ def _restore_trainer(
     device: str | None = None,
     progress: "Progress | None" = None,
 ) -> "Trainer":
-    import torch
-
-    from minigpt_tui.engine.training.corpus import load_corpus
-    from minigpt_tui.engine.training.distributed import (
-        DataParallel,
-        refuse_world_size_change,
-        saved_world_size,
-        world_size_note,
-    )
-    from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, dtype_for
 
     parallel = parallel or DataParallel()
     loaded = load_checkpoint(checkpoint_dir)
@@ -480,8 +487,6 @@ def load_into_trainer(checkpoint_dir: Path | str, trainer: "Trainer") -> LoadedC
     """Load a verified checkpoint into an existing trainer built for the same run (same
     config identity, corpus and tokenizer): weights, optimizer, data, randomness, scaler.
     Everything is checked before the first tensor is copied."""
-    from minigpt_tui.engine.training.training_state import config_identity
-
     loaded = load_checkpoint(checkpoint_dir)
     state = loaded.state
     if config_identity(trainer.config.to_dict()) != state.identities.get("config"):
@@ -502,6 +507,4 @@ def load_into_trainer(checkpoint_dir: Path | str, trainer: "Trainer") -> LoadedC
 
 def continuation_record(trainer: "Trainer") -> dict[str, Any]:
     """Whether the trainer's run may still promise bitwise continuation, and why not."""
-    from minigpt_tui.engine.training.training_state import continuation_of
-
     return continuation_of(trainer).to_json()

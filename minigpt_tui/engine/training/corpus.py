@@ -11,6 +11,7 @@ therefore costs one hash of the file, not one Python object per record.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -21,7 +22,17 @@ from pathlib import Path
 
 from minigpt_tui.engine.core.config import CorpusConfig
 from minigpt_tui.engine.core.errors import CorpusError
-from minigpt_tui.engine.training.source_index import CorpusCounts, SourceFingerprint, SourceIndex
+from minigpt_tui.engine.core.files import (
+    path_exists,
+    require_file_or_folder,
+    require_regular_file,
+)
+from minigpt_tui.engine.core.memory import require_memory
+from minigpt_tui.engine.training.source_index import (
+    CorpusCounts,
+    SourceFingerprint,
+    SourceIndex,
+)
 
 TRAIN = "train"
 VALIDATION = "validation"
@@ -157,8 +168,6 @@ READING_FACTOR = 8  # peak memory of reading and encoding a text, in multiples o
 
 
 def _read_bytes(path: Path) -> bytes:
-    from minigpt_tui.engine.core.files import require_regular_file
-
     require_regular_file(path, "a corpus file")  # a FIFO or /dev/zero would never end
     try:
         # Without blocking: a kernel file that looks regular but waits for data (/proc/kmsg)
@@ -193,8 +202,6 @@ def _source_files(source: str, follow_links: bool = False) -> list[Path]:
     """The files a path corpus reads, in order (a folder: its visible files by name). A link
     in a folder that leads out of it (to ``/etc/passwd``, say) is refused unless
     ``follow_links``: a corpus is what was named, not what its links reach."""
-    from minigpt_tui.engine.core.files import path_exists, require_file_or_folder
-
     path = Path(source).expanduser()
     if not path_exists(path):
         raise CorpusError(f"corpus not found: {path}")
@@ -245,8 +252,6 @@ def _records_of(files: Sequence[Path], contents: Sequence[bytes], text_field: st
 def jsonl_records(path: Path, text: str, field: str) -> list[str]:
     """One record per JSON Lines object: its ``field`` (a string); blank lines are skipped.
     A line that is not an object with that string names its file and line number."""
-    import json
-
     records = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -304,7 +309,6 @@ def load_corpus(config: CorpusConfig, cache_dir: str | Path | None = None) -> Co
                 return _records_of(files, again, config.text_field)
 
             return Corpus(source, config.val_every, read_again, known, fingerprint)
-    from minigpt_tui.engine.core.memory import require_memory
 
     # Records, their token arrays and the passes between take about this many times the
     # text's bytes at their peak: a text too large for memory is refused before, not killed in.

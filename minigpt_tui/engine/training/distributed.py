@@ -22,10 +22,21 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from minigpt_tui.engine.core.errors import (
+    CheckpointError,
+    ConfigError,
+    MiniGPTError,
+    ResumeRefused,
+)
+from minigpt_tui.engine.core.tensors import u64, u64_values
 from minigpt_tui.engine.training.batches import DocumentOrder
-from minigpt_tui.engine.core.errors import ConfigError, ResumeRefused
 
 if TYPE_CHECKING:
     import torch
@@ -76,8 +87,6 @@ def world_from_environment(environ: Mapping[str, str] | None = None) -> ProcessW
 
 def backend_for(device_kind: str) -> str:
     """gloo on the CPU, nccl on CUDA; refused in one line when this torch lacks it."""
-    import torch.distributed as dist
-
     if not dist.is_available():
         raise ConfigError("this torch build has no torch.distributed: several processes cannot train together")
     if device_kind == "cuda":
@@ -123,7 +132,6 @@ class DataParallel:
         """Join the process group (env:// rendezvous, as ``torchrun`` sets it up)."""
         if not self.distributed:
             return
-        import torch.distributed as dist
 
         backend = backend_for(device_kind)
         if not dist.is_initialized():
@@ -136,7 +144,6 @@ class DataParallel:
         run in five). After a failure the barrier is skipped: the other ranks may be gone."""
         if not self.distributed:
             return
-        import torch.distributed as dist
 
         if dist.is_initialized():
             if together:
@@ -147,8 +154,6 @@ class DataParallel:
     def sum_int(self, value: int, device: torch.device | None = None) -> int:
         if not self.distributed:
             return value
-        import torch
-        import torch.distributed as dist
 
         tensor = torch.tensor([value], dtype=torch.int64, device=device)
         dist.all_reduce(tensor)
@@ -157,8 +162,6 @@ class DataParallel:
     def sum_float(self, value: float, device: torch.device | None = None) -> float:
         if not self.distributed:
             return value
-        import torch
-        import torch.distributed as dist
 
         tensor = torch.tensor([value], dtype=torch.float64, device=device)
         dist.all_reduce(tensor)
@@ -168,7 +171,6 @@ class DataParallel:
         """Every rank's ``value``, in rank order, on every rank."""
         if not self.distributed:
             return [value]
-        import torch.distributed as dist
 
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, value)
@@ -178,7 +180,6 @@ class DataParallel:
         """Rank 0's ``value`` on every rank."""
         if not self.distributed:
             return value
-        import torch.distributed as dist
 
         box = [value]
         dist.broadcast_object_list(box, src=0)
@@ -190,7 +191,6 @@ class DataParallel:
         several processes (it averages the gradients across ranks), else the model."""
         if not self.distributed:
             return model
-        from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [device.index] if device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
@@ -233,8 +233,6 @@ class ShardedDocumentOrder(DocumentOrder):
 # -- per-rank state in the training-state file ---------------------------------------------------
 def rank_entries(trainer: Trainer) -> dict[str, Tensor]:
     """This rank's data and random-stream state, as the tensors a checkpoint stores for it."""
-    from minigpt_tui.engine.core.tensors import u64
-
     batches = trainer.batches
     entries: dict[str, Tensor] = {"randomness.dropout": u64([trainer.dropout_seed, trainer.dropout_counter])}
     if isinstance(batches, DocumentOrder):
@@ -249,9 +247,6 @@ def rank_entries(trainer: Trainer) -> dict[str, Tensor]:
 
 def portable_entries(entries: Mapping[str, Tensor]) -> dict[str, tuple[str, Any]]:
     """Entries as plain values for the trip to rank 0 (no tensor travels pickled)."""
-    from minigpt_tui.engine.core.tensors import u64_values
-
-    import torch
 
     out: dict[str, tuple[str, Any]] = {}
     for name, value in entries.items():
@@ -263,9 +258,6 @@ def portable_entries(entries: Mapping[str, Tensor]) -> dict[str, tuple[str, Any]
 
 
 def entries_from_portable(values: Mapping[str, tuple[str, Any]]) -> dict[str, Tensor]:
-    import torch
-
-    from minigpt_tui.engine.core.tensors import u64
 
     return {name: torch.frombuffer(bytearray(data), dtype=torch.uint8) if kind == "u8" else u64(data)
             for name, (kind, data) in values.items()}
@@ -274,8 +266,6 @@ def entries_from_portable(values: Mapping[str, tuple[str, Any]]) -> dict[str, Te
 def captured_rank_tensors(peers: Sequence[Mapping[str, Tensor]]) -> list[tuple[str, Tensor]]:
     """The ``ranks.*`` tensors of a checkpoint saved by several processes (none for one:
     a single-process checkpoint is unchanged)."""
-    from minigpt_tui.engine.core.tensors import u64
-
     if len(peers) <= 1:
         return []
     tensors: list[tuple[str, Tensor]] = [(WORLD_SIZE_ENTRY, u64([len(peers)]))]
@@ -287,8 +277,6 @@ def captured_rank_tensors(peers: Sequence[Mapping[str, Tensor]]) -> list[tuple[s
 
 
 def saved_world_size(tensors: Mapping[str, Tensor]) -> int:
-    from minigpt_tui.engine.core.tensors import u64_values
-
     if WORLD_SIZE_ENTRY not in tensors:
         return 1
     (size,) = u64_values(tensors[WORLD_SIZE_ENTRY].reshape(-1))
@@ -315,8 +303,6 @@ def apply_rank_entries(trainer: Trainer, tensors: Mapping[str, Tensor], saved_wo
     """Put this rank's saved data and random-stream state into a trainer that already holds
     rank 0's. With another world size the data position is redistributed: a shared document
     order continues from rank 0's position; a rank without a saved stream starts its own."""
-    from minigpt_tui.engine.core.tensors import u64_values
-
     rank = trainer.parallel.rank
     batches = trainer.batches
     if saved_world != trainer.parallel.world_size:
@@ -360,8 +346,6 @@ class CommandAgreement:
     def agree(self, stop: bool, commands: list[str]) -> tuple[bool, list[str]]:
         if not self.parallel.distributed:
             return stop, commands
-        import torch
-        import torch.distributed as dist
 
         mine = commands if self.parallel.rank == 0 else []
         flags = torch.tensor([int(stop)] + [int(name in mine) for name in self.AGREED_COMMANDS],
@@ -380,10 +364,6 @@ class WriterCheckpointer:
         self.inner = inner
 
     def save(self, trainer: Trainer, reason: str) -> Any:
-        from pathlib import Path
-
-        from minigpt_tui.engine.core.errors import CheckpointError, MiniGPTError
-
         gathered = self.parallel.gather(portable_entries(rank_entries(trainer)))
         outcome: tuple[str, str]
         if self.inner is not None:

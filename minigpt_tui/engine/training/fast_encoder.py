@@ -12,18 +12,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tokenizers import Tokenizer
+
 from minigpt_tui.engine.core.errors import TokenizerError
 from minigpt_tui.engine.core.tokenizer import BOS, EOS, ByteBPETokenizer
+from minigpt_tui.engine.formats.hf_tokenizer import tokenizer_json
 
 
 class FastEncoder:
     """Encodes records as ``BOS text EOS`` id lists, equal to ``ByteBPETokenizer.encode``."""
 
     def __init__(self, tokenizer: ByteBPETokenizer) -> None:
-        from tokenizers import Tokenizer
-
-        from minigpt_tui.engine.formats.hf_tokenizer import tokenizer_json
-
         self.tokenizer = tokenizer
         self._fast: Any = Tokenizer.from_str(json.dumps(tokenizer_json(tokenizer)))
 

@@ -21,13 +21,26 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+import gguf
+import numpy as np
+
 from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.core.files import check_new_output, work_path
+from minigpt_tui.engine.formats.gguf_file import read_gguf_header
+from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
+from minigpt_tui.engine.training.gguf_models import (
+    BLOCK_NAMES,
+    GLOBAL_NAMES,
+    GPT2_GLOBAL_NAMES,
+    SPLITS,
+    gguf_config,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from minigpt_tui.engine.training.model_file import PortableModel
     from minigpt_tui.engine.core.config import ModelConfig
+    from minigpt_tui.engine.training.model_file import PortableModel
 
 QUANTS = ("f32", "f16", "q8_0")
 ARCHITECTURES = ("llama", "qwen2", "gpt2")
@@ -60,12 +73,9 @@ def _permute(rows: "np.ndarray", heads: int) -> "np.ndarray":
 
 def gguf_tensor_list(named: dict[str, Any], config: "ModelConfig") -> list[tuple[str, "np.ndarray"]]:
     """Our parameters under llama.cpp's names, as float32 arrays."""
-    import numpy as np
-
     def get(name: str) -> np.ndarray:
         return np.ascontiguousarray(named[name].detach().cpu().float().numpy())
 
-    from minigpt_tui.engine.training.gguf_models import BLOCK_NAMES, GLOBAL_NAMES, GPT2_GLOBAL_NAMES
 
     arch = config.family
     out = {theirs: get(ours) for ours, theirs in GLOBAL_NAMES}
@@ -114,8 +124,6 @@ def architecture_metadata(config: "ModelConfig") -> dict[str, Any]:
 
 def _pre_tokenizer_name(data: dict[str, Any], where: str) -> str:
     """llama.cpp's name (``tokenizer.ggml.pre``) for a byte-level tokenizer's split rule."""
-    from minigpt_tui.engine.training.gguf_models import SPLITS
-
     pre = data.get("pre_tokenizer") or {}
     if pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
         return "gpt2"
@@ -173,9 +181,6 @@ def tokenizer_metadata(tokenizer: Any, vocab_size: int, where: str) -> dict[str,
 
 def _check_described(meta: dict[str, Any], tensors: list[tuple[str, Any]], config: "ModelConfig", where: str) -> None:
     """The file would describe this model: our reader's config from the metadata equals it."""
-    from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
-    from minigpt_tui.engine.training.gguf_models import gguf_config
-
     header = SimpleNamespace(metadata=meta, path=Path(where), tensors=[SimpleNamespace(name=n) for n, _ in tensors])
     read_back = gguf_config(header)
     for field in config.__dataclass_fields__:
@@ -186,10 +191,6 @@ def _check_described(meta: dict[str, Any], tensors: list[tuple[str, Any]], confi
 
 def export_gguf(portable: "PortableModel", out: Path | str, quant: str = "f16") -> GGUFExport:
     """Write ``portable`` as a GGUF file at ``out`` (a new path), read it back, move it in."""
-    import gguf
-
-    from minigpt_tui.engine.core.files import check_new_output, work_path
-    from minigpt_tui.engine.formats.gguf_file import read_gguf_header
 
     out = Path(out).expanduser()
     check_new_output(out)
@@ -244,8 +245,6 @@ def export_gguf(portable: "PortableModel", out: Path | str, quant: str = "f16") 
 
 
 def _value_type(value: Any) -> Any:
-    import gguf
-
     if isinstance(value, bool):
         return gguf.GGUFValueType.BOOL
     if isinstance(value, int):

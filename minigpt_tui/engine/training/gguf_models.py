@@ -23,8 +23,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from minigpt_tui.engine.core.config import ModelConfig
 from minigpt_tui.engine.core.errors import CheckpointError, TokenizerError
+from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
 from minigpt_tui.engine.formats.gguf_file import GGUFData, GGUFHeader, read_gguf_header
+from minigpt_tui.engine.training.hf_models import built_model, compute_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -51,14 +56,10 @@ def _need(header: GGUFHeader, key: str, kind: type = int) -> Any:
 
 def _decimal(value: Any) -> float:
     """A float32 setting as the decimal it was written from (1e-06, not 9.99999997e-07)."""
-    import numpy as np
-
     return float(str(np.float32(value)))
 
 
 def gguf_config(header: GGUFHeader) -> Any:
-    from minigpt_tui.engine.core.config import ModelConfig
-
     arch = header.metadata.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise CheckpointError(f"{header.path}: unsupported GGUF architecture {arch!r} (supported: llama, qwen2, gpt2)")
@@ -100,7 +101,7 @@ def _unpermute(rows: "torch.Tensor", heads: int) -> "torch.Tensor":
 
 
 def gguf_tensors(data: GGUFData, config: Any, dtype: "torch.dtype") -> dict[str, "torch.Tensor"]:
-    import torch
+    import torch  # deferred: imports torch
 
     names = set(data.header.names())
 
@@ -222,8 +223,6 @@ def _assembled(meta: dict[str, Any], tokens: list[str], parts: dict[str, Any]) -
 
 
 def gguf_tokenizer(header: GGUFHeader, vocab_size: int) -> Any:
-    from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
-
     text, bos, eos = _tokenizer_json(header)
     try:
         return LibraryTokenizer.from_text(text, vocab_size, bos_id=bos, eos_ids=eos, source=str(header.path))
@@ -232,8 +231,9 @@ def gguf_tokenizer(header: GGUFHeader, vocab_size: int) -> Any:
 
 
 def open_gguf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel":
-    from minigpt_tui.engine.training.model_file import PortableModel
-    from minigpt_tui.engine.training.hf_models import built_model, compute_dtype
+    from minigpt_tui.engine.training.model_file import (  # deferred: imports torch
+        PortableModel,
+    )
 
     torch_dtype = compute_dtype(dtype)
     header = read_gguf_header(Path(path).expanduser())

@@ -16,13 +16,17 @@ file's name, size and header.
 from __future__ import annotations
 
 import hashlib
+import json
+import mmap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.core.errors import CheckpointError, TokenizerError
-from minigpt_tui.engine.formats.hf_families import model_config, our_tensors
 from minigpt_tui.engine.core.files import check_new_output
+from minigpt_tui.engine.core.library_tokenizer import read_library_tokenizer
 from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
+from minigpt_tui.engine.formats.foreign import pickle_tensors
+from minigpt_tui.engine.formats.hf_families import model_config, our_tensors
 from minigpt_tui.engine.formats.hf_import import (
     PICKLED_WEIGHTS,
     Conversion,
@@ -33,7 +37,13 @@ from minigpt_tui.engine.formats.hf_import import (
     require_room_for,
     tokenizer_from,
 )
-from minigpt_tui.engine.formats.safetensors_io import LoadedFile, load_file
+from minigpt_tui.engine.formats.portable import write_portable_model
+from minigpt_tui.engine.formats.safetensors_io import (
+    LoadedFile,
+    load_file,
+    opening_errors,
+    tensor_from_bytes,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -71,8 +81,6 @@ def special_ids(folder: Path, config: dict[str, Any]) -> tuple[int | None, tuple
 def _mapped(path: Path) -> memoryview:
     """The file mapped copy-on-write: tensors over it are writable, and nothing is read
     until a page is used."""
-    import mmap
-
     with path.open("rb") as fh:
         return memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY))
 
@@ -80,10 +88,6 @@ def _mapped(path: Path) -> memoryview:
 def _weights(folder: Path) -> tuple[dict[str, "torch.Tensor"], list[str]]:
     """Every tensor in the folder's weights by name (over the mapped files), and what
     identifies each file: its name, size and validated header."""
-    import json
-
-    from minigpt_tui.engine.formats.safetensors_io import opening_errors, tensor_from_bytes
-    from minigpt_tui.engine.formats.foreign import pickle_tensors
 
     pickled = next((folder / n for n in PICKLED_WEIGHTS if (folder / n).is_file()), None)
     safetensors = (folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()
@@ -112,7 +116,7 @@ def _weights(folder: Path) -> tuple[dict[str, "torch.Tensor"], list[str]]:
 
 def compute_dtype(name: str) -> "torch.dtype":
     """The compute type of a model from elsewhere: float32, or float64 when asked for."""
-    import torch
+    import torch  # deferred: imports torch
 
     if name not in DTYPES:
         raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got '{name}'")
@@ -121,9 +125,9 @@ def compute_dtype(name: str) -> "torch.dtype":
 
 def built_model(config: Any, named: dict[str, "torch.Tensor"], dtype: "torch.dtype", where: Path) -> Any:
     """Our model of ``config`` on the meta device, the named tensors assigned, in eval mode."""
-    import torch
+    import torch  # deferred: imports torch
 
-    from minigpt_tui.engine.training.model import MiniGPT
+    from minigpt_tui.engine.training.model import MiniGPT  # deferred: imports torch
 
     with torch.device("meta"):
         model = MiniGPT(config, int(named["token_embedding.weight"].shape[0]), dtype)
@@ -147,9 +151,6 @@ def assign_weights(model: Any, named: dict[str, "torch.Tensor"], dtype: "torch.d
 
 
 def _tokenizer(folder: Path, config: dict[str, Any], vocab_size: int) -> Any:
-    from minigpt_tui.engine.formats import hf_tokenizer
-    from minigpt_tui.engine.core.library_tokenizer import read_library_tokenizer
-
     path = folder / hf_tokenizer.TOKENIZER_FILE
     if not path.is_file():
         raise CheckpointError(f"{folder}: no {hf_tokenizer.TOKENIZER_FILE}: a model without its tokenizer "
@@ -165,7 +166,9 @@ def _tokenizer(folder: Path, config: dict[str, Any], vocab_size: int) -> Any:
 
 def open_hf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel":
     """A transformers folder as a ready model: built from its config, its weights assigned."""
-    from minigpt_tui.engine.training.model_file import PortableModel
+    from minigpt_tui.engine.training.model_file import (  # deferred: imports torch
+        PortableModel,
+    )
 
     torch_dtype = compute_dtype(dtype)
     folder = Path(path).expanduser()
@@ -197,10 +200,9 @@ def open_hf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel
 
 def convert_hf(source: Path | str, out: Path | str, *, tokenizer_path: Path | str | None = None) -> Conversion:
     """Convert a transformers folder into our portable model file at ``out`` (new file)."""
-    import torch
+    import torch  # deferred: imports torch
 
-    from minigpt_tui.engine.formats.portable import write_portable_model
-    from minigpt_tui.engine.training.model import MiniGPT
+    from minigpt_tui.engine.training.model import MiniGPT  # deferred: imports torch
 
     out = check_new_output(out)
     folder = read_hf_folder(source)

@@ -23,8 +23,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.core.errors import CheckpointError, GenerationError, TokenizerError
+from minigpt_tui.engine.core.config import ModelConfig
+from minigpt_tui.engine.core.errors import (
+    CheckpointError,
+    GenerationError,
+    TokenizerError,
+)
+from minigpt_tui.engine.core.files import read_small_file
+from minigpt_tui.engine.core.library_tokenizer import read_library_tokenizer
 from minigpt_tui.engine.core.tokenizer import Decoded
+from minigpt_tui.engine.formats.foreign import load_torch_pickle
+from minigpt_tui.engine.training.hf_models import built_model, compute_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -45,8 +54,6 @@ class _DataOnly(pickle.Unpickler):
 
 
 def read_meta(path: Path) -> dict[str, Any]:
-    from minigpt_tui.engine.core.files import read_small_file
-
     data = read_small_file(path, META_LIMIT, "a meta.pkl")
     try:
         meta = _DataOnly(io.BytesIO(data)).load()
@@ -126,8 +133,6 @@ def _model_args(obj: Any, path: Path) -> dict[str, Any]:
 
 
 def nanogpt_config(args: dict[str, Any]) -> Any:
-    from minigpt_tui.engine.core.config import ModelConfig
-
     bias = bool(args.get("bias", True))
     width = args["n_embd"]
     return ModelConfig(family="gpt2", width=width, heads=args["n_head"], kv_heads=args["n_head"], ffn=4 * width,
@@ -161,8 +166,6 @@ def _our_tensors(state: dict[str, "torch.Tensor"], config: Any, path: Path) -> d
 
 
 def _tokenizer(path: Path, vocab_size: int, given: Path | None) -> Any:
-    from minigpt_tui.engine.core.library_tokenizer import read_library_tokenizer
-
     source = given if given is not None else path.parent / META_FILE
     if given is None and not source.is_file():
         raise CheckpointError(f"{path}: no {META_FILE} beside it (nanoGPT's character table); name a tokenizer "
@@ -177,9 +180,9 @@ def _tokenizer(path: Path, vocab_size: int, given: Path | None) -> Any:
 
 def open_nanogpt(path: Path | str, *, dtype: str = "float32", tokenizer: Path | str | None = None) -> "PortableModel":
     """A nanoGPT ``ckpt.pt`` as a ready model with its character table (see module doc)."""
-    from minigpt_tui.engine.training.model_file import PortableModel
-    from minigpt_tui.engine.formats.foreign import load_torch_pickle
-    from minigpt_tui.engine.training.hf_models import built_model, compute_dtype
+    from minigpt_tui.engine.training.model_file import (  # deferred: imports torch
+        PortableModel,
+    )
 
     torch_dtype = compute_dtype(dtype)
     path = Path(path).expanduser()

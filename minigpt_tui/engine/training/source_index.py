@@ -21,6 +21,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import platformdirs
+
+from minigpt_tui.engine.core.errors import InputRefused
+from minigpt_tui.engine.core.files import read_small_file
+from minigpt_tui.engine.formats.safetensors_io import load_json
+
 if TYPE_CHECKING:
     from minigpt_tui.engine.training.corpus import Corpus
 
@@ -54,8 +60,6 @@ RECORD_RULE = "utf8; blank-line paragraphs if any inner blank line, else non-bla
 
 
 def default_cache_dir() -> Path:
-    import platformdirs
-
     return platformdirs.user_cache_path("minigpt-tui", appauthor=False) / "tokens"
 
 
@@ -93,10 +97,6 @@ class SourceIndex:
 
     def lookup(self, fingerprint: SourceFingerprint) -> CorpusCounts | None:
         """The counts recorded for these bytes; None when absent or damaged (then removed)."""
-        from minigpt_tui.engine.formats.safetensors_io import load_json
-        from minigpt_tui.engine.core.errors import InputRefused
-        from minigpt_tui.engine.core.files import read_small_file
-
         path = self._file(fingerprint)
         if not os.path.lexists(path):
             return None

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from minigpt_tui.engine.core.errors import CheckpointError, ResumeRefused
 from minigpt_tui.engine.formats.safetensors_io import dtype_name, tensor_memory
 from minigpt_tui.engine.formats.state_groups import StateGroup
-from minigpt_tui.engine.core.errors import CheckpointError, ResumeRefused
 
 if TYPE_CHECKING:
     import torch
@@ -43,9 +43,9 @@ class TensorSpec:
 
     def make(self, values: Any) -> torch.Tensor:
         """The tensor for ``values`` (a list, or a tensor kept as it is)."""
-        import torch
+        import torch  # deferred: imports torch
 
-        from minigpt_tui.engine.core.tensors import u64
+        from minigpt_tui.engine.core.tensors import u64  # deferred: imports torch
 
         if isinstance(values, torch.Tensor):
             return values
@@ -82,7 +82,9 @@ class SavedTensors:
         return tensor
 
     def u64(self, spec: TensorSpec, shape: tuple[int, ...] | None = None) -> list[int]:
-        from minigpt_tui.engine.core.tensors import u64_values
+        from minigpt_tui.engine.core.tensors import (  # deferred: imports torch
+            u64_values,
+        )
 
         return u64_values(self.read(spec, shape).reshape(-1))
 
@@ -128,7 +130,7 @@ class OptimizerPart(_Always):
     specs = (HYPER,)
 
     def capture(self, trainer: Trainer) -> PartCapture:
-        import torch
+        import torch  # deferred: imports torch
 
         optimizer = trainer.optimizer
         out = PartCapture()
@@ -187,7 +189,7 @@ class OptimizerPart(_Always):
             raise CheckpointError(f"{path}: AdamW step {sorted(steps)} disagrees with the committed step {step}")
 
         def apply() -> None:
-            import torch
+            import torch  # deferred: imports torch
 
             optimizer = trainer.optimizer
             with torch.no_grad():
@@ -217,7 +219,9 @@ class SchedulePart(_Always):
     specs = (STEP, RATES, COUNTS)
 
     def capture(self, trainer: Trainer) -> PartCapture:
-        from minigpt_tui.engine.training.trainer import scheduled_lr
+        from minigpt_tui.engine.training.trainer import (  # deferred: imports torch
+            scheduled_lr,
+        )
 
         train = trainer.config.train
         tensors = [(self.STEP.name, self.STEP.make([trainer.step])),
@@ -318,7 +322,9 @@ class DocumentOrderPart:
     specs = (ORDER, CURSOR, EPOCH)
 
     def applies(self, trainer: Trainer) -> bool:
-        from minigpt_tui.engine.training.batches import DocumentOrder
+        from minigpt_tui.engine.training.batches import (  # deferred: imports torch
+            DocumentOrder,
+        )
 
         return isinstance(trainer.batches, DocumentOrder)
 
@@ -349,12 +355,14 @@ class ReplacementPart:
     specs = (GENERATOR, DRAWS)
 
     def applies(self, trainer: Trainer) -> bool:
-        from minigpt_tui.engine.training.batches import ReplacementSampler
+        from minigpt_tui.engine.training.batches import (  # deferred: imports torch
+            ReplacementSampler,
+        )
 
         return isinstance(trainer.batches, ReplacementSampler)
 
     def capture(self, trainer: Trainer) -> PartCapture:
-        import torch
+        import torch  # deferred: imports torch
 
         batches = trainer.batches
         draws = int(getattr(batches, "draws", 0))
@@ -476,7 +484,9 @@ class EvaluationCurvePart(_Always):
         return PartCapture(tensors, record)
 
     def check(self, trainer: Trainer, saved: SavedTensors) -> Apply:
-        from minigpt_tui.engine.training.trainer import EvaluationRecord
+        from minigpt_tui.engine.training.trainer import (  # deferred: imports torch
+            EvaluationRecord,
+        )
 
         steps = saved.u64(self.STEPS)
         n = len(steps)
@@ -514,7 +524,9 @@ class RanksPart:
         return trainer.parallel.distributed
 
     def capture(self, trainer: Trainer) -> PartCapture:
-        from minigpt_tui.engine.training.distributed import captured_rank_tensors
+        from minigpt_tui.engine.training.distributed import (  # deferred: imports torch
+            captured_rank_tensors,
+        )
 
         peers = trainer.peer_states
         if peers is None or len(peers) != trainer.parallel.world_size:
@@ -524,7 +536,10 @@ class RanksPart:
         return PartCapture(captured_rank_tensors(peers), record)
 
     def check(self, trainer: Trainer, saved: SavedTensors) -> Apply:
-        from minigpt_tui.engine.training.distributed import apply_rank_entries, saved_world_size
+        from minigpt_tui.engine.training.distributed import (  # deferred: imports torch
+            apply_rank_entries,
+            saved_world_size,
+        )
 
         world = saved_world_size(saved.tensors)
         return lambda: apply_rank_entries(trainer, saved.tensors, world)

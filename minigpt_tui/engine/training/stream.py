@@ -18,9 +18,10 @@ from typing import Any, overload
 import numpy as np
 import torch
 
-from minigpt_tui.engine.training.batches import Batch, Example
 from minigpt_tui.engine.core.errors import CorpusError
 from minigpt_tui.engine.core.tokenizer import BOS, BYTE_OFFSET, EOS, ByteBPETokenizer
+from minigpt_tui.engine.training.batches import Batch, Example
+from minigpt_tui.engine.training.fast_encoder import fast_encoder
 
 # (what is being done, units done, units in all): records while encoding, steps otherwise.
 Progress = Callable[[str, int, int], None]
@@ -56,7 +57,6 @@ def encode_records(
         return _encode_with_library(texts, tokenizer, dtype, progress, label)
     if not tokenizer.merges:
         return _encode_bytes_only(texts, dtype, progress, label)
-    from minigpt_tui.engine.training.fast_encoder import fast_encoder
 
     encoder = fast_encoder(tokenizer)
     encode_many = encoder.encode_many if encoder is not None else tokenizer.encode_many

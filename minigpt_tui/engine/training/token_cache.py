@@ -26,7 +26,13 @@ import numpy as np
 
 from minigpt_tui.engine.core.errors import CacheError, InputRefused
 from minigpt_tui.engine.core.files import process_alive, read_small_file, shorten_middle
-from minigpt_tui.engine.training.source_index import CACHE_ENV, SOURCES, default_cache_dir, resolve_cache_dir
+from minigpt_tui.engine.formats.safetensors_io import load_json
+from minigpt_tui.engine.training.source_index import (
+    CACHE_ENV,
+    SOURCES,
+    default_cache_dir,
+    resolve_cache_dir,
+)
 from minigpt_tui.engine.training.stream import READING_CACHE, Progress, TokenStream
 
 __all__ = ["CACHE_ENV", "TokenCache", "cached_stream", "default_cache_dir", "entry_key", "resolve_cache_dir"]
@@ -56,8 +62,6 @@ def read_entry_record(folder: Path) -> dict[str, object]:
     """An entry's record, read as untrusted input: a regular file of bounded size, bounded
     JSON, an object of our format whose identities give the folder's own name. ValueError
     (or :class:`InputRefused`, a ValueError too) names what is wrong."""
-    from minigpt_tui.engine.formats.safetensors_io import load_json
-
     raw = read_small_file(folder / ENTRY_FILE, ENTRY_RECORD_LIMIT, "token cache record")
     record = load_json(raw.decode("utf-8", errors="strict"), 8)
     if not isinstance(record, dict) or record.get("format") not in KNOWN_FORMATS:

@@ -23,6 +23,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from minigpt_tui.engine.core.config import RunConfig, TrainConfig
+from minigpt_tui.engine.core.devices import choose_device
+from minigpt_tui.engine.core.errors import (
+    CaptureRefused,
+    ConfigError,
+    CorpusError,
+    EvaluationInterrupted,
+)
+from minigpt_tui.engine.core.tensors import digest_tensors, update_digest
+from minigpt_tui.engine.core.tokenizer import BOS, ByteBPETokenizer
 from minigpt_tui.engine.training.batches import (
     NO_TARGET,
     Batch,
@@ -33,16 +43,24 @@ from minigpt_tui.engine.training.batches import (
     make_batch,
     make_examples,
 )
-from minigpt_tui.engine.core.config import RunConfig, TrainConfig
 from minigpt_tui.engine.training.corpus import Corpus
-from minigpt_tui.engine.core.devices import choose_device
-from minigpt_tui.engine.training.distributed import DataParallel, ShardedDocumentOrder, rank_seed
-from minigpt_tui.engine.core.errors import CaptureRefused, ConfigError, CorpusError, EvaluationInterrupted
+from minigpt_tui.engine.training.distributed import (
+    DataParallel,
+    ShardedDocumentOrder,
+    rank_seed,
+)
 from minigpt_tui.engine.training.model import DropoutKey, MiniGPT, count_parameters
 from minigpt_tui.engine.training.optimizer import AdamW
-from minigpt_tui.engine.core.tensors import digest_tensors, update_digest
-from minigpt_tui.engine.training.stream import TRAINING_TOKENIZER, Progress, TokenStream, TokenWindows
-from minigpt_tui.engine.core.tokenizer import BOS, ByteBPETokenizer
+from minigpt_tui.engine.training.source_index import SourceIndex
+from minigpt_tui.engine.training.stream import (
+    TRAINING_TOKENIZER,
+    Progress,
+    TokenStream,
+    TokenWindows,
+    check_stream,
+    encode_records,
+)
+from minigpt_tui.engine.training.token_cache import cached_stream
 
 
 def dtype_for(precision: str) -> torch.dtype:
@@ -223,10 +241,6 @@ class TrainingSetup:
     def token_stream(self) -> TokenStream:
         """Both splits as token arrays: from the cache when an intact entry exists."""
         if self.stream is None:
-            from minigpt_tui.engine.training.stream import check_stream, encode_records
-            from minigpt_tui.engine.training.source_index import SourceIndex
-            from minigpt_tui.engine.training.token_cache import cached_stream
-
             corpus, tokenizer, context = self.corpus, self.tokenizer, self.config.window
 
             def build() -> TokenStream:

@@ -17,6 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy
+import safetensors
+
+from minigpt_tui import __version__
+from minigpt_tui.engine.core.config import RunConfig, identity_form
+from minigpt_tui.engine.core.devices import choose_device
+from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, ResumeRefused
+from minigpt_tui.engine.formats.checkpoint_folder import (
+    TRAINING_STATE_FORMAT as FORMAT_NAME,
+)
+from minigpt_tui.engine.formats.checkpoint_folder import (
+    TRAINING_STATE_VERSION as FORMAT_VERSION,
+)
 from minigpt_tui.engine.formats.safetensors_io import (
     ExpectedFile,
     LoadedFile,
@@ -35,9 +48,6 @@ from minigpt_tui.engine.training.state_parts import (
     SavedTensors,
     layouts,
 )
-from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_STATE_FORMAT as FORMAT_NAME
-from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_STATE_VERSION as FORMAT_VERSION
-from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, ResumeRefused
 
 if TYPE_CHECKING:
     import torch
@@ -70,8 +80,6 @@ ENVELOPE_DEFAULTS = {"device": "cpu"}
 # -- identities and the envelope --------------------------------------------------------------
 def config_identity(config: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of the resolved config, checkpoint policy left out."""
-    from minigpt_tui.engine.core.config import identity_form
-
     data = identity_form(config)
     for name in POLICY_SETTINGS + PLACEMENT_SETTINGS:
         data.get("train", {}).pop(name, None)
@@ -83,12 +91,8 @@ def current_envelope(train: "TrainConfig", *, measured: bool = True, device_kind
     """The execution environment. ``measured``: threads and determinism as torch has them
     now; otherwise as :func:`apply_precision` will set them for ``train``. ``device_kind``:
     where the tensors live (default: where ``train.device`` resolves on this machine)."""
-    import numpy
-    import safetensors
-    import torch
+    import torch  # deferred: imports torch
 
-    from minigpt_tui import __version__
-    from minigpt_tui.engine.core.devices import choose_device
 
     if device_kind is None:
         device_kind = choose_device(train.device).kind
@@ -188,8 +192,6 @@ def capture_state(trainer: "Trainer") -> CapturedState:
     (CaptureRefused) unless the trainer is between complete updates; it never clears or
     changes anything. The tensors are the live ones (no copy): write them before the next
     update."""
-    from minigpt_tui import __version__
-
     trainer.require_update_boundary()
     config = trainer.config
     tensors: list[tuple[str, torch.Tensor]] = []
@@ -324,8 +326,6 @@ def parse_training_state(path: Path, loaded: LoadedFile, *, verify_content: bool
 
 # -- compatibility and restore ------------------------------------------------------------------
 def saved_config(state: TrainingState) -> "RunConfig":
-    from minigpt_tui.engine.core.config import RunConfig
-
     try:
         config = RunConfig.from_dict(state.config_dict)
     except (ConfigError, TypeError, AttributeError) as err:
