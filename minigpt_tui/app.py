@@ -26,7 +26,7 @@ from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.events import Command
 from minigpt_tui.engine.session.inputs import RunChoices
 from minigpt_tui.engine.session.runs import resolve_runs_dir
-from minigpt_tui.messages import EngineImported
+from minigpt_tui.messages import EngineImported, OpenInGeneration, ResumeOnTraining
 from minigpt_tui.screens import MAIN_SCREENS, ScreenEntry
 from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
 from minigpt_tui.screens.help import HelpScreen
@@ -133,6 +133,21 @@ class MiniGPTApp(App[None]):
     def training_screen(self) -> Any:
         """The Training screen (created on first use), for other screens' actions."""
         return self.main_screens.get("training")
+
+    @on(OpenInGeneration)
+    def _open_in_generation(self, message: OpenInGeneration) -> None:
+        self.action_show_screen("generation")
+        self.main_screens["generation"].load_model(str(message.model))
+
+    @on(ResumeOnTraining)
+    def _resume_on_training(self, message: ResumeOnTraining) -> None:
+        training = self.training_screen
+        if training is not None and training.has_active_run:
+            self.notify("a run is active on the Training screen: stop it first (t, then x)",
+                        title="resume", severity="warning")
+            return
+        self.action_show_screen("training")
+        self.training_screen.resume_from_checkpoint(message.checkpoint)
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

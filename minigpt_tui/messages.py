@@ -31,33 +31,29 @@ __all__ = ["CurveLoaded", "EngineEventsReady", "EngineImported", "HistoryLoaded"
            "RunHistory", "RunSummary"]
 
 
+@dataclass
 class EngineEventsReady(Message):
     """Events wait in ``feed``; drain it (at most a few times a second)."""
 
-    def __init__(self, feed: "RunFeed") -> None:
-        super().__init__()
-        self.feed = feed
+    feed: "RunFeed"
 
 
+@dataclass
 class CurveLoaded(Message):
-    def __init__(self, curve: LoadedCurve) -> None:
-        super().__init__()
-        self.curve = curve
+    curve: LoadedCurve
 
 
+@dataclass
 class HistoryLoaded(Message):
-    def __init__(self, feed: "RunFeed", history: RunHistory) -> None:
-        super().__init__()
-        self.feed = feed
-        self.history = history
+    feed: "RunFeed"
+    history: RunHistory
 
 
+@dataclass
 class EngineImported(Message):
     """torch and the engine finished importing on a worker thread."""
 
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self.seconds = seconds
+    seconds: float
 
 
 @dataclass
@@ -89,85 +85,91 @@ class RunFeed:
 
 
 # -- the Checkpoints screen's workers --------------------------------------------------------
+@dataclass
 class RunsScanned(Message):
-    def __init__(self, listings: tuple[RunListing, ...], select: Path | None) -> None:
-        super().__init__()
-        self.listings = listings
-        self.select = select
+    listings: tuple[RunListing, ...]
+    select: Path | None
 
 
+@dataclass
 class Inspected(Message):
-    def __init__(self, serial: int, inspection: Any) -> None:
-        super().__init__()
-        self.serial = serial
-        self.inspection = inspection
+    serial: int
+    inspection: Any
 
 
+@dataclass
 class InspectionFailed(Message):
-    def __init__(self, serial: int, path: Path, reason: str, loud: bool) -> None:
-        super().__init__()
-        self.serial = serial
-        self.path = path
-        self.reason = reason
-        self.loud = loud
+    serial: int
+    path: Path
+    reason: str
+    loud: bool
 
 
+@dataclass
 class StatisticsReady(Message):
-    def __init__(self, serial: int, entry: Any, stats: dict[str, Any] | None, reason: str | None) -> None:
-        super().__init__()
-        self.serial = serial
-        self.entry = entry
-        self.stats = stats
-        self.reason = reason
+    serial: int
+    entry: Any
+    stats: dict[str, Any] | None
+    reason: str | None
 
 
+@dataclass
 class TokenizerReady(Message):
-    def __init__(self, serial: int, tokenizer: Any, note: str) -> None:
-        super().__init__()
-        self.serial = serial
-        self.tokenizer = tokenizer
-        self.note = note
+    serial: int
+    tokenizer: Any
+    note: str
 
 
+@dataclass
 class IntegrityReady(Message):
-    def __init__(self, serial: int, integrity: Integrity) -> None:
-        super().__init__()
-        self.serial = serial
-        self.integrity = integrity
+    serial: int
+    integrity: Integrity
 
 
+@dataclass
 class ComparisonReady(Message):
-    def __init__(self, serial: int, other: Path, result: dict[str, Any]) -> None:
-        super().__init__()
-        self.serial = serial
-        self.other = other
-        self.result = result
+    serial: int
+    other: Path
+    result: dict[str, Any]
 
 
 # -- the Generation screen's worker ---------------------------------------------------------
+@dataclass
 class GenerationUpdated(Message):
-    def __init__(self, view: StepperView | None, note: str | None = None, select: int | None = None) -> None:
-        super().__init__()
-        self.view = view
-        self.note = note
-        self.select = select
+    view: StepperView | None
+    note: str | None = None
+    select: int | None = None
 
 
+@dataclass
 class GenerationFailed(Message):
-    def __init__(self, reason: str, what: str, dropped: int) -> None:
-        super().__init__()
-        self.reason = reason
-        self.what = what
-        self.dropped = dropped
+    reason: str
+    what: str
+    dropped: int
 
 
+@dataclass
 class QueueIdle(Message):
-    pass
+    """The generation worker has nothing left to do."""
 
 
+@dataclass
 class InsightReady(Message):
     """What one decision looked like inside, computed on the generation worker."""
 
-    def __init__(self, view: "InsightView") -> None:
-        super().__init__()
-        self.view = view
+    view: "InsightView"
+
+
+# -- one screen asking the app for another ---------------------------------------------------
+@dataclass
+class OpenInGeneration(Message):
+    """Show the Generation screen with this model file opened."""
+
+    model: Path
+
+
+@dataclass
+class ResumeOnTraining(Message):
+    """Show the Training screen resuming this checkpoint folder, bit for bit."""
+
+    checkpoint: Path

@@ -48,3 +48,15 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     code = main(list(args))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def patch_everywhere(monkeypatch, module, name: str, value) -> int:
+    """Replace ``module.name`` and every binding of the same object that a module of the
+    package took with ``from module import name``: a spy or a refusal then sees every call,
+    whichever module makes it. Returns how many places were patched."""
+    original = getattr(module, name)
+    places = [m for m_name, m in list(sys.modules.items())
+              if m_name.startswith("minigpt_tui") and m is not None and getattr(m, name, None) is original]
+    for place in places:
+        monkeypatch.setattr(place, name, value)
+    return len(places)

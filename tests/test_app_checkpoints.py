@@ -42,6 +42,7 @@ from tests.app_support import (
     tree_snapshot,
     write_sparse_large_file,
 )
+from conftest import patch_everywhere
 
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
 
@@ -230,7 +231,7 @@ async def test_statistics_are_computed_on_a_worker_thread_and_match_the_engine(r
         threads.append(threading.current_thread())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(inspect_module, "tensor_statistics", spy)
+    assert patch_everywhere(monkeypatch, inspect_module, "tensor_statistics", spy) >= 2
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_checkpoints(pilot)

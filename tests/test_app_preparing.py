@@ -7,9 +7,11 @@ from __future__ import annotations
 import threading
 
 from minigpt_tui.engine.training import stream as stream_module
+import minigpt_tui.engine.training.trainer  # noqa: F401 - it calls encode_records
 from minigpt_tui.widgets.run_progress import RunProgress
 from tests.app_support import run_async, static_text
 from tests.test_app_training import SIZE, key, make_app, training, wait_until
+from conftest import patch_everywhere
 
 STREAM_RUN = {"corpus": {"mode": "stream", "source": "bundled:patterns.txt"},
               "train": {"steps": 20, "eval_every": 10, "save_every": 0, "eval_batches": 2}}
@@ -27,7 +29,7 @@ def hold_encoding(monkeypatch, release: threading.Event) -> None:
             progress(label, 0, len(texts))
         return encode(texts, tokenizer, progress=progress, label=label)
 
-    monkeypatch.setattr(stream_module, "encode_records", held)
+    assert patch_everywhere(monkeypatch, stream_module, "encode_records", held) >= 2
 
 
 async def start_and_see_encoding(pilot, screen) -> RunProgress:  # type: ignore[no-untyped-def]

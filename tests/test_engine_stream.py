@@ -21,6 +21,7 @@ from minigpt_tui.engine.training.stream import TokenStream, TokenWindows, encode
 from minigpt_tui.engine.training.token_cache import TokenCache, entry_key
 from minigpt_tui.engine.core.tokenizer import BOS, EOS, ByteBPETokenizer
 from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision
+from conftest import patch_everywhere
 
 STREAM = {"corpus": {"mode": "stream", "source": "bundled:patterns.txt"}}
 
@@ -138,7 +139,7 @@ def test_a_second_build_reads_the_cache_without_encoding(monkeypatch, tmp_path):
     def refuse(*args, **kwargs):
         raise AssertionError("encoded again despite an intact cache entry")
 
-    monkeypatch.setattr(stream_module, "encode_records", refuse)
+    assert patch_everywhere(monkeypatch, stream_module, "encode_records", refuse) >= 2
     second = stream_trainer()
     assert isinstance(second.setup.token_stream().train, np.memmap)
     assert np.array_equal(second.setup.token_stream().train, first.setup.token_stream().train)

@@ -25,6 +25,7 @@ from minigpt_tui.engine.formats.compare import compare_checkpoints
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.formats import foreign
 from tests.test_interop_foreign import RunsAShellCommand, nanogpt_checkpoint
+from conftest import patch_everywhere
 
 INDEX = "model.safetensors.index.json"
 
@@ -77,7 +78,7 @@ def test_statistics_of_a_tensor_in_a_later_shard_read_alone(llamas, tmp_path, mo
         raise AssertionError("read more than the index, one header and one tensor")
 
     monkeypatch.setattr(foreign, "read_hf_folder", refuse)
-    monkeypatch.setattr(safetensors_io, "load_file", refuse)
+    patch_everywhere(monkeypatch, safetensors_io, "load_file", refuse)
     opened: list[str] = []
     original = foreign.read_header
     monkeypatch.setattr(foreign, "read_header", lambda path: opened.append(Path(path).name) or original(path))

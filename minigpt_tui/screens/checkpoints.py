@@ -26,7 +26,7 @@ from minigpt_tui.engine.formats.inspect import inspect_path
 from minigpt_tui.engine.session.file_uses import file_uses
 from minigpt_tui.engine.session.resume_preview import ResumePreview
 from minigpt_tui.engine.session.run_store import RunStore, model_file_of
-from minigpt_tui.messages import Inspected, InspectionFailed
+from minigpt_tui.messages import Inspected, InspectionFailed, OpenInGeneration, ResumeOnTraining
 from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
 from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
@@ -292,8 +292,7 @@ class CheckpointsScreen(RunActionsScreen):
                     f"{kind_label(self.opened.inspection.kind)}")
             self.notify(reason, title="generate", severity="warning")
             return
-        self.mini_app.action_show_screen("generation")
-        self.mini_app.main_screens["generation"].load_model(str(model_file))
+        self.post_message(OpenInGeneration(Path(model_file)))
 
     # -- resume ------------------------------------------------------------------------------------------
     def action_resume(self) -> None:
@@ -306,23 +305,9 @@ class CheckpointsScreen(RunActionsScreen):
 
         def decided(go: bool | None) -> None:
             if go:
-                self._hand_to_training(folder)
+                self.post_message(ResumeOnTraining(folder))
 
         self.app.push_screen(ResumePreflightScreen(check), decided)
-
-    def _hand_to_training(self, folder: Path) -> None:
-        training = self.mini_app.training_screen
-        if training is not None and getattr(training, "has_active_run", False):
-            self.notify("a run is active on the Training screen: stop it first (t, then x)",
-                        title="resume", severity="warning")
-            return
-        self.mini_app.action_show_screen("training")
-        training = self.mini_app.training_screen
-        resume = getattr(training, "resume_from_checkpoint", None)
-        if resume is None:
-            self.notify("the Training screen cannot resume a checkpoint yet", title="resume", severity="error")
-            return
-        resume(folder)
 
     # -- compare -----------------------------------------------------------------------------------------
     def action_compare(self) -> None:

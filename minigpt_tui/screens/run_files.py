@@ -13,7 +13,7 @@ from textual.screen import Screen
 from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.session.history import export_csv, load_curve, load_history
 from minigpt_tui.messages import CurveLoaded, HistoryLoaded, RunFeed
-from minigpt_tui.widgets.run_monitor import RunMonitor
+from minigpt_tui.screens.run_monitor import RunMonitor
 
 
 class RunFilesScreen(Screen):

@@ -36,15 +36,15 @@ from minigpt_tui.screens.help_texts import TRAINING_HELP
 from minigpt_tui.screens.new_run import NewRunRequest, NewRunScreen
 from minigpt_tui.screens.overlay import OverlayScreen
 from minigpt_tui.screens.run_files import RunFilesScreen
-from minigpt_tui.screens.side_panels import SidePanels
-from minigpt_tui.widgets.key_bar import KeyBar
-from minigpt_tui.widgets.run_monitor import (
+from minigpt_tui.screens.run_monitor import (
     ACTIVE_STATES,
     ActiveRun,
-    DrainPacer,
     RunMonitor,
     RunWidgets,
 )
+from minigpt_tui.screens.side_panels import SidePanels
+from minigpt_tui.widgets.key_bar import KeyBar
+from minigpt_tui.widgets.throttle import Throttle
 
 if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
@@ -116,8 +116,8 @@ class TrainingScreen(SidePanels, RunFilesScreen):
 
     def on_mount(self) -> None:
         self.sub_title = "Training"
-        self.pacer = DrainPacer(self._drain, clock=self.mini_app.clock, per_second=self.REFRESHES_PER_SECOND,
-                                set_timer=self.set_timer)
+        self.pacer = Throttle(self._drain, clock=self.mini_app.clock, per_second=self.REFRESHES_PER_SECOND,
+                              set_timer=self.set_timer)
         self.widgets.summary.show_pending(self.mini_app.next_config)
         self.widgets.progress.show_pending(self.mini_app.next_config.train.steps)
         self._update_view_hint()

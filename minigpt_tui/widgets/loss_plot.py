@@ -6,16 +6,15 @@ thing the UI draws, so redraws are throttled to ``max_redraws_per_second``."""
 from __future__ import annotations
 
 import math
-
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.text import Text
-from textual.timer import Timer
 from textual_plotext import PlotextPlot
 
 from minigpt_tui.messages import LoadedCurve
+from minigpt_tui.widgets.throttle import Throttle
 
 Point = tuple[int, float]
 TICK_SPACING = 8  # columns per x label: room for "100000" and a gap
@@ -57,10 +56,8 @@ class LossPlot(PlotextPlot):
     def __init__(self, *, max_redraws_per_second: float = 2.0,
                  clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._interval = 1.0 / max_redraws_per_second
-        self._clock = clock
-        self._last_redraw = -1e9
-        self._pending: Timer | None = None
+        self._throttle = Throttle(self._redraw, clock=clock, per_second=max_redraws_per_second,
+                                  set_timer=lambda wait, then: self.set_timer(wait, then))
         self.updates: list[Point] = []
         self.train: list[Point] = []
         self.validation: list[Point] = []
@@ -118,19 +115,13 @@ class LossPlot(PlotextPlot):
     # -- drawing -------------------------------------------------------------------------
     def request_redraw(self) -> None:
         """Redraw now if the last redraw is old enough, else once the interval has passed."""
-        if self._pending is not None:
-            return
-        wait = self._last_redraw + self._interval - self._clock()
-        if wait <= 0:
-            self.redraw()
-        else:
-            self._pending = self.set_timer(wait, self.redraw)
+        self._throttle.request()
 
     def redraw(self) -> None:
-        if self._pending is not None:
-            self._pending.stop()
-            self._pending = None
-        self._last_redraw = self._clock()
+        """Redraw now."""
+        self._throttle.run_now()
+
+    def _redraw(self) -> None:
         self.redraws += 1
         plt = self.plt
         plt.clear_data()

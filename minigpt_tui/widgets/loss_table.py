@@ -20,7 +20,8 @@ from rich.style import Style
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.timer import Timer
+
+from minigpt_tui.widgets.throttle import Throttle
 
 BEST_MARK = "★ best"
 EXTRA_MARK = "extra"
@@ -138,11 +139,9 @@ class LossTable(ScrollView, can_focus=True):
                  clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.max_rows = max_rows
-        self._interval = 1.0 / max_refreshes_per_second
-        self._clock = clock
         self._queued: list[tuple[Any, int | None]] = []
-        self._flush_timer: Timer | None = None
-        self._last_flush = -1e9
+        self._throttle = Throttle(self._add_queued, clock=clock, per_second=max_refreshes_per_second,
+                                  set_timer=lambda wait, then: self.set_timer(wait, then))
         self.rows: deque[LossRow] = deque()
         self._serial = 0
         self._best_step: int | None = None
@@ -186,19 +185,14 @@ class LossTable(ScrollView, can_focus=True):
         """Add rows at most ``max_refreshes_per_second`` times a second: redrawing a
         scrolled table touches every visible line, the costliest refresh of a live run."""
         self._queued.extend(items)
-        if self._flush_timer is not None or not self._queued:
-            return
-        wait = self._last_flush + self._interval - self._clock()
-        if wait <= 0:
-            self.flush()
-        else:
-            self._flush_timer = self.set_timer(wait, self.flush)
+        if self._queued:
+            self._throttle.request()
 
     def flush(self) -> None:
-        if self._flush_timer is not None:
-            self._flush_timer.stop()
-            self._flush_timer = None
-        self._last_flush = self._clock()
+        """Add the queued rows now."""
+        self._throttle.run_now()
+
+    def _add_queued(self) -> None:
         items, self._queued = self._queued, []
         self.add_records(items)
 

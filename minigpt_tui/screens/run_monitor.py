@@ -2,7 +2,7 @@
 session event shows on the screen's widgets (summary, progress, loss table, loss plot, probes
 table and event log).
 
-The screen drains the run's feed (paced by a :class:`DrainPacer`) and hands the events to a
+The screen drains the run's feed (paced by a :class:`~minigpt_tui.widgets.throttle.Throttle`) and hands the events to a
 :class:`RunMonitor`; one handler per event type changes the run's state and the widgets. The
 monitor runs no worker: reading history and notifying go through callbacks the screen gives it.
 """
@@ -364,34 +364,6 @@ class RunMonitor:
         self.widgets.progress.end_preparing()
         self.widgets.progress.run_clock.pause()
         self.show_failure(event.message)
-
-
-class DrainPacer:
-    """Calls ``drain`` at most ``per_second`` times a second: at once after a quiet spell,
-    else from a timer at the next free moment (one timer at a time)."""
-
-    def __init__(self, drain: Callable[[], None], *, clock: Callable[[], float], per_second: float,
-                 set_timer: Callable[[float, Callable[[], None]], Any]) -> None:
-        self._drain = drain
-        self._clock = clock
-        self._per_second = per_second
-        self._set_timer = set_timer
-        self._last_drain = -1e9
-        self._timer: Any = None
-
-    def request(self) -> None:
-        if self._timer is not None:
-            return
-        wait = self._last_drain + 1.0 / self._per_second - self._clock()
-        if wait <= 0:
-            self._run()
-        else:
-            self._timer = self._set_timer(wait, self._run)
-
-    def _run(self) -> None:
-        self._timer = None
-        self._last_drain = self._clock()
-        self._drain()
 
 
 def _validation_text(value: float | None) -> str:
