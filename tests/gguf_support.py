@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from family_support import byte_level_tokenizer, family_config
+
 QUANTIZABLE = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "attn_qkv.weight",
                "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
 
@@ -97,3 +99,28 @@ def write_gguf(model, tokenizer, family: str, path: Path, quant: str = "F32", pr
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+# -- random transformers models of three families, written as GGUF ------------------------------
+SHAPES = {"llama": {"hidden_size": 64}, "qwen2": {"hidden_size": 64}, "gpt2": {"n_embd": 64, "n_positions": 1024}}
+
+
+def random_family_model(family: str, seed: int):
+    import transformers as tr
+
+    raw = byte_level_tokenizer(split_regex=family == "qwen2")
+    end = raw.token_to_id("<|endoftext|>")
+    torch.manual_seed(seed)
+    model = tr.AutoModelForCausalLM.from_config(family_config(family, raw.get_vocab_size(), end, end,
+                                                              **SHAPES[family]))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            is_norm = ("norm" in name or "ln_" in name) and name.endswith("weight")
+            param.copy_(1 + 0.3 * torch.randn_like(param) if is_norm else 0.3 * torch.randn_like(param))
+    return model.eval(), raw
+
+
+def family_gguf_file(tmp_path: Path, family: str, quant: str, seed: int = 0) -> Path:
+    model, raw = random_family_model(family, seed)
+    return write_gguf(model, raw, family, tmp_path / f"{family}-{quant}.gguf", quant=quant,
+                      pre="qwen2" if family == "qwen2" else "gpt2")

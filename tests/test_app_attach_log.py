@@ -8,7 +8,7 @@ from minigpt_tui.app import LaunchSettings, MiniGPTApp
 from minigpt_tui.cli import main
 from minigpt_tui.widgets.event_log import EventLog
 from tests.app_support import run_async
-from tests.test_app_training import wait_until
+from tests.training_support import wait_until
 
 
 @run_async

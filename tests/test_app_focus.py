@@ -345,7 +345,7 @@ async def test_a_tab_typed_right_after_opening_the_new_run_form_moves_on_from_th
     was undone when the first focus was set after it."""
     from textual import events
 
-    from tests.test_app_training import make_app as make_training_app
+    from tests.training_support import make_app as make_training_app
 
     app = make_training_app(tmp_path / "runs", preset="tiny")
     async with app.run_test(size=SIZE) as pilot:

@@ -10,7 +10,7 @@ from minigpt_tui.engine.training import stream as stream_module
 import minigpt_tui.engine.training.trainer  # noqa: F401 - it calls encode_records
 from minigpt_tui.widgets.run_progress import RunProgress
 from tests.app_support import run_async, static_text
-from tests.test_app_training import SIZE, key, make_app, training, wait_until
+from tests.training_support import SIZE, key, make_app, training, wait_until
 from conftest import patch_everywhere
 
 STREAM_RUN = {"corpus": {"mode": "stream", "source": "bundled:patterns.txt"},

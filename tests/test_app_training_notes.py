@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.app_support import record_notifications, run_async
-from tests.test_app_training import SIZE, UNSAVED_RUN, key, make_app, start_then_pause, training, wait_until
+from tests.training_support import SIZE, UNSAVED_RUN, key, make_app, start_then_pause, training, wait_until
 
 
 @run_async

@@ -28,7 +28,7 @@ from minigpt_tui.widgets.loss_table import LossTable
 from textual.widgets import Label
 from tests.app_support import run_async
 from tests.conftest import cli_command, cli_env
-from tests.test_app_training import key, press_button, wait_until
+from tests.training_support import key, press_button, wait_until
 
 
 def test_a_line_still_being_written_is_waited_for(tmp_path):

@@ -84,9 +84,9 @@ def test_a_fine_tune_stopped_and_resumed_equals_one_never_stopped(tmp_path, caps
 
 
 def test_a_gguf_file_fine_tunes_and_resumes_exactly(tmp_path, capsys, corpus):
-    from test_gguf import _file
+    from gguf_support import family_gguf_file
 
-    path = _file(tmp_path, "llama", "Q8_0")
+    path = family_gguf_file(tmp_path, "llama", "Q8_0")
     common = ("--init-from", str(path), "--corpus", str(corpus), "--steps", "3")
     straight = _train(capsys, *common, "--run", "straight")
     first = _train(capsys, *common, "--until", "1", "--save-every", "1", "--run", "stopped")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from family_support import byte_level_tokenizer, family_config, reference_greedy
-from gguf_support import write_gguf
+from family_support import family_config, reference_greedy
+from gguf_support import family_gguf_file, write_gguf
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.analysis.generation import DecisionStepper
 from minigpt_tui.engine.analysis.generation_rule import GenerationRule
@@ -22,28 +22,10 @@ from minigpt_tui.engine.analysis.lens import inspect_decision
 PROMPT = "The json module: héllo wörld 🙂 — tabs\tand spaces, 12345"
 QUANTS = ("F32", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 # Shapes whose rows hold whole 32-element blocks; GPT-2 at transformers' GGUF context (1024).
-SHAPES = {"llama": {"hidden_size": 64}, "qwen2": {"hidden_size": 64}, "gpt2": {"n_embd": 64, "n_positions": 1024}}
 
 
-def _model(family: str, seed: int):
-    import transformers as tr
-
-    raw = byte_level_tokenizer(split_regex=family == "qwen2")
-    end = raw.token_to_id("<|endoftext|>")
-    torch.manual_seed(seed)
-    model = tr.AutoModelForCausalLM.from_config(family_config(family, raw.get_vocab_size(), end, end,
-                                                              **SHAPES[family]))
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            is_norm = ("norm" in name or "ln_" in name) and name.endswith("weight")
-            param.copy_(1 + 0.3 * torch.randn_like(param) if is_norm else 0.3 * torch.randn_like(param))
-    return model.eval(), raw
 
 
-def _file(tmp_path: Path, family: str, quant: str, seed: int = 0) -> Path:
-    model, raw = _model(family, seed)
-    return write_gguf(model, raw, family, tmp_path / f"{family}-{quant}.gguf", quant=quant,
-                      pre="qwen2" if family == "qwen2" else "gpt2")
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
@@ -51,7 +33,7 @@ def _file(tmp_path: Path, family: str, quant: str, seed: int = 0) -> Path:
 def test_tokens_logits_and_greedy_ids_equal_transformers_gguf_loading(tmp_path, family, quant):
     import transformers as tr
 
-    path = _file(tmp_path, family, quant)
+    path = family_gguf_file(tmp_path, family, quant)
     ref = tr.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32).eval()
     ref_tokenizer = tr.AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
     ours = open_gguf_model(path)
@@ -69,7 +51,7 @@ def test_tokens_logits_and_greedy_ids_equal_transformers_gguf_loading(tmp_path, 
 
 
 def test_the_views_add_up_on_a_quantized_file(tmp_path):
-    ours = open_gguf_model(_file(tmp_path, "llama", "Q4_1"), dtype="float64")
+    ours = open_gguf_model(family_gguf_file(tmp_path, "llama", "Q4_1"), dtype="float64")
     ids = ours.tokenizer.encode_prompt(PROMPT)
     insight = inspect_decision(ours.model, ours.tokenizer, ids, 7, lens=True, contributions=True)
     assert abs(insight.contributions[0].total - insight.contributions[0].logit) < 1e-9
@@ -78,7 +60,7 @@ def test_the_views_add_up_on_a_quantized_file(tmp_path):
 
 
 def test_the_header_lists_entries_and_metadata(tmp_path):
-    path = _file(tmp_path, "qwen2", "Q8_0")
+    path = family_gguf_file(tmp_path, "qwen2", "Q8_0")
     header = read_gguf_header(path)
     assert header.version == 3 and header.metadata["general.architecture"] == "qwen2"
     assert header.types["tokenizer.ggml.tokens"] == "array[string]"
@@ -95,7 +77,7 @@ def _mutate(path: Path, offset: int, data: bytes, out: Path) -> Path:
 
 
 def test_hostile_files_are_one_line_each(tmp_path):
-    good = _file(tmp_path, "llama", "Q8_0")
+    good = family_gguf_file(tmp_path, "llama", "Q8_0")
     header = read_gguf_header(good)
     size = good.stat().st_size
     cases = {
@@ -122,7 +104,7 @@ def test_hostile_files_are_one_line_each(tmp_path):
 
 
 def test_fuzzed_headers_never_escape_as_other_errors(tmp_path):
-    good = _file(tmp_path, "gpt2", "F32")
+    good = family_gguf_file(tmp_path, "gpt2", "F32")
     raw = good.read_bytes()
     header_end = read_gguf_header(good).data_start
     rng = random.Random(11)
@@ -148,7 +130,7 @@ def test_inspect_and_generate_take_a_gguf_file(tmp_path, capsys):
 
     from conftest import run_cli
 
-    path = _file(tmp_path, "qwen2", "Q5_1")
+    path = family_gguf_file(tmp_path, "qwen2", "Q5_1")
     code, out, err = run_cli(capsys, "inspect", str(path), "--json")
     assert code == 0, err
     record = json.loads(out)
@@ -206,7 +188,7 @@ def test_the_generation_screen_steps_through_a_gguf_model(tmp_path):
 
     from tests.app_support import make_app, record_notifications, run_async, settle
 
-    path = _file(tmp_path, "llama", "Q8_0")
+    path = family_gguf_file(tmp_path, "llama", "Q8_0")
 
     @run_async
     async def scenario() -> None:

@@ -12,9 +12,9 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 import torch
-from torch import nn
 
 from conftest import cli_command, cli_env
+from foreign_support import RunsAShellCommand, nanogpt_checkpoint
 from minigpt_tui.engine.formats.inspect import inspect_path
 from minigpt_tui.engine.formats.state_groups import StateGroup
 from minigpt_tui.engine.core.errors import CheckpointError
@@ -22,38 +22,8 @@ from minigpt_tui.engine.formats.foreign import inspect_foreign
 from minigpt_tui.engine.formats.foreign import pickle_imports
 
 
-class TinyNanoGPT(nn.Module):
-    """The tensor layout of nanoGPT's GPT at toy size: lm_head tied to wte."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.transformer = nn.ModuleDict({
-            "wte": nn.Embedding(11, 4),
-            "wpe": nn.Embedding(8, 4),
-            "ln_f": nn.LayerNorm(4),
-        })
-        self.lm_head = nn.Linear(4, 11, bias=False)
-        self.lm_head.weight = self.transformer["wte"].weight
 
 
-def nanogpt_checkpoint(path: Path) -> TinyNanoGPT:
-    torch.manual_seed(0)
-    model = TinyNanoGPT()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    loss = model.lm_head(model.transformer["ln_f"](model.transformer["wte"](torch.tensor([1, 2, 3])))).square().mean()
-    loss.backward()
-    optimizer.step()
-    checkpoint = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "model_args": {"n_layer": 0, "n_head": 1, "n_embd": 4, "block_size": 8, "bias": True, "vocab_size": 11,
-                       "dropout": 0.0},
-        "iter_num": 250,
-        "best_val_loss": torch.tensor(1.8125),
-        "config": {"batch_size": 12, "learning_rate": 6e-4, "dataset": "shakespeare_char", "compile": False},
-    }
-    torch.save(checkpoint, path)
-    return model
 
 
 def test_nanogpt_checkpoint_shows_tensors_aliases_and_records(tmp_path):
@@ -118,12 +88,6 @@ class WritesAFile:
         return (open, (str(self.target), "w"))
 
 
-class RunsAShellCommand:
-    def __init__(self, target: Path) -> None:
-        self.target = target
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.target}",))
 
 
 def test_malicious_pickles_are_refused_and_never_run(tmp_path):

@@ -24,7 +24,7 @@ from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
 from minigpt_tui.engine.formats.compare import compare_checkpoints
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.formats import foreign
-from tests.test_interop_foreign import RunsAShellCommand, nanogpt_checkpoint
+from tests.foreign_support import RunsAShellCommand, nanogpt_checkpoint
 from conftest import patch_everywhere
 
 INDEX = "model.safetensors.index.json"
