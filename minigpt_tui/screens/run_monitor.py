@@ -47,7 +47,7 @@ class AppliedEvents:
 class ActiveRun:
     """The run on screen and what the UI knows of it."""
 
-    session: TrainingSession  # or a RunFollower for an attached run: it has the session's face
+    session: TrainingSession | RunFollower  # a run this process trains, or one it follows
     feed: RunFeed
     config: Any
     state: str = "starting"
@@ -76,12 +76,12 @@ class ActiveRun:
         its control file."""
         feed = RunFeed(post)
         follower = RunFollower(Path(run_dir), feed, interval=interval)
-        return cls(follower, feed, config, steps=config.train.steps)  # type: ignore[arg-type]
+        return cls(follower, feed, config, steps=config.train.steps)
 
     @property
     def attached(self) -> bool:
         """Another process trains it: this one joined it on the way, and never knows its digest."""
-        return not isinstance(self.session, TrainingSession)
+        return isinstance(self.session, RunFollower)
 
     @property
     def active(self) -> bool:
@@ -94,8 +94,8 @@ class ActiveRun:
     def end_for_exit(self, *, save: bool) -> bool:
         """Ask the session to stop (without its stop save unless ``save``); an attached run is
         detached from instead and goes on. True when there is nothing to wait for."""
-        if getattr(self.session, "follows_only", False):
-            self.session.detach()  # type: ignore[attr-defined]
+        if isinstance(self.session, RunFollower):
+            self.session.detach()
             return True
         if not save:
             self.session.discard_saves()
