@@ -84,22 +84,31 @@ def _manifest_json(path: Path) -> Any:
 
 def _check_manifest(path: Path, data: Any) -> None:
     """Format, file records, step and optional fields, in that order; the first fault is named."""
-    fmt = data.get("format") if isinstance(data, dict) else None
-    if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
-        raise CheckpointError(f"{path}: not a minigpt-tui checkpoint manifest")
-    if fmt.get("version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format version {fmt.get('version')!r} is not supported")
-    files = data.get("files")
-    if not isinstance(files, dict) or not files:
-        raise CheckpointError(f"{path}: the manifest lists no files")
-    for name, record in files.items():
-        if not _is_file_record(name, record):
-            raise CheckpointError(f"{path}: the manifest record for '{name}' is malformed")
+    _check_manifest_format(path, data)
+    _check_file_records(path, data.get("files"))
     if not _is_count(data.get("step")):
         raise CheckpointError(f"{path}: the manifest has no valid step")
     for key, valid in _MANIFEST_FIELDS.items():
         if key in data and not valid(data[key]):
             raise CheckpointError(f"{path}: the manifest field '{key}' is malformed ({type(data[key]).__name__})")
+
+
+def _check_manifest_format(path: Path, data: Any) -> None:
+    """The manifest's format record names this format, at the version this build reads."""
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
+        raise CheckpointError(f"{path}: not a minigpt-tui checkpoint manifest")
+    if fmt.get("version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {fmt.get('version')!r} is not supported")
+
+
+def _check_file_records(path: Path, files: Any) -> None:
+    """At least one file record, each well formed."""
+    if not isinstance(files, dict) or not files:
+        raise CheckpointError(f"{path}: the manifest lists no files")
+    for name, record in files.items():
+        if not _is_file_record(name, record):
+            raise CheckpointError(f"{path}: the manifest record for '{name}' is malformed")
 
 
 def _is_file_record(name: str, record: Any) -> bool:

@@ -76,39 +76,12 @@ def _max_abs_difference(a: Any, b: Any) -> float:
 def compare_checkpoints(a: Path | str, b: Path | str) -> dict[str, Any]:
     """Which tensors changed (and by how much at most) and which state records differ,
     between any two things ``inspect_path`` opens (tensors are matched by name)."""
-    import torch  # deferred: imports torch
-
     first, second = inspect_path(a), inspect_path(b)
     ta, tb = _tensors_of(first), _tensors_of(second)
     _resolve_aliases(ta, first, tb)
     _resolve_aliases(tb, second, ta)
-    tensors = []
-    for key in sorted(set(ta) | set(tb)):
-        name = key[1]
-        row: dict[str, Any] = {"file": (ta.get(key) or tb[key])[0], "name": name}
-        if key in ta and key in tb and tb[key][0] != ta[key][0]:
-            row["file_b"] = tb[key][0]  # another file or shard holds it in b
-        if key not in tb:
-            row.update(status="only_a", max_abs_diff=None)
-        elif key not in ta:
-            row.update(status="only_b", max_abs_diff=None)
-        else:
-            x, y = ta[key][1], tb[key][1]
-            if x.dtype != y.dtype or tuple(x.shape) != tuple(y.shape):
-                row.update(status="reshaped", max_abs_diff=None)
-            else:
-                same = bool(torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))) if x.numel() else True
-                row.update(status="same" if same else "changed", max_abs_diff=0.0 if same else _max_abs_difference(x, y))
-        tensors.append(row)
-    fa: dict[str, Any] = {}
-    fb: dict[str, Any] = {}
-    _flatten("", first.state.to_json(), fa)
-    _flatten("", second.state.to_json(), fb)
-    differences = []
-    for key in sorted(set(fa) | set(fb)):
-        if fa.get(key) != fb.get(key):
-            group, _, record = key.partition(".")
-            differences.append({"group": group, "record": record, "a": fa.get(key), "b": fb.get(key)})
+    tensors = [_tensor_row(key, ta, tb) for key in sorted(set(ta) | set(tb))]
+    differences = _state_differences(first, second)
     return {
         "a": str(first.path),
         "b": str(second.path),
@@ -118,3 +91,42 @@ def compare_checkpoints(a: Path | str, b: Path | str) -> dict[str, Any]:
         "unchanged": sum(1 for t in tensors if t["status"] == "same"),
         "state_differences": differences,
     }
+
+
+def _tensor_row(key: Any, ta: dict[Any, Any], tb: dict[Any, Any]) -> dict[str, Any]:
+    """One tensor's comparison row: where it is, and whether it is in one side only, reshaped,
+    the same bytes, or changed (and by how much at most)."""
+    row: dict[str, Any] = {"file": (ta.get(key) or tb[key])[0], "name": key[1]}
+    if key in ta and key in tb and tb[key][0] != ta[key][0]:
+        row["file_b"] = tb[key][0]  # another file or shard holds it in b
+    if key not in tb:
+        row.update(status="only_a", max_abs_diff=None)
+    elif key not in ta:
+        row.update(status="only_b", max_abs_diff=None)
+    else:
+        row.update(_tensor_status(ta[key][1], tb[key][1]))
+    return row
+
+
+def _tensor_status(x: Any, y: Any) -> dict[str, Any]:
+    """status and max_abs_diff of one tensor held by both sides."""
+    import torch  # deferred: imports torch
+
+    if x.dtype != y.dtype or tuple(x.shape) != tuple(y.shape):
+        return {"status": "reshaped", "max_abs_diff": None}
+    same = bool(torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))) if x.numel() else True
+    return {"status": "same" if same else "changed", "max_abs_diff": 0.0 if same else _max_abs_difference(x, y)}
+
+
+def _state_differences(first: Any, second: Any) -> list[dict[str, Any]]:
+    """The state records (flattened to dotted keys) whose values differ between the two."""
+    fa: dict[str, Any] = {}
+    fb: dict[str, Any] = {}
+    _flatten("", first.state.to_json(), fa)
+    _flatten("", second.state.to_json(), fb)
+    differences = []
+    for key in sorted(set(fa) | set(fb)):
+        if fa.get(key) != fb.get(key):
+            group, _, record = key.partition(".")
+            differences.append({"group": group, "record": record, "a": fa.get(key), "b": fb.get(key)})
+    return differences

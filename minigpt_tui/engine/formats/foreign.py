@@ -185,20 +185,11 @@ def _jsonable(value: Any, budget: WalkBudget | None = None, depth: int = 0, wher
     """A JSON form of a record value (non-finite floats and unknown objects as text),
     bounded in depth and nodes."""
     budget = budget if budget is not None else WalkBudget()
-    if value is None or isinstance(value, (bool, str)):
-        return value if not isinstance(value, str) or len(value) <= 10 * RECORD_TEXT_LIMIT else _text(value)
-    if isinstance(value, int):
-        return value if value.bit_length() <= 64 else f"(an integer of {value.bit_length()} bits)"
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
+    # Plain values first: numpy.float64 is a float and must read as one, not as numpy.
+    if value is None or isinstance(value, _PLAIN_TYPES):
+        return _jsonable_plain(value)
     if isinstance(value, (dict, list, tuple)):
-        if budget.too_deep(depth, where) or not budget.spend(where):
-            return "(not shown)"
-        if isinstance(value, dict):
-            return {str(k)[:RECORD_TEXT_LIMIT]: _jsonable(v, budget, depth + 1, f"{where}.{k}") for k, v in value.items()}
-        return [_jsonable(v, budget, depth + 1, f"{where}.{i}") for i, v in enumerate(value)]
-    if isinstance(value, PurePath):
-        return str(value)
+        return _jsonable_container(value, budget, depth, where)
     if isinstance(value, argparse.Namespace):
         return _jsonable(vars(value), budget, depth, where)
     if type(value).__module__ == "numpy" and hasattr(value, "item"):  # a numpy scalar
@@ -206,34 +197,74 @@ def _jsonable(value: Any, budget: WalkBudget | None = None, depth: int = 0, wher
     return _text(value)
 
 
+_PLAIN_TYPES = (bool, str, int, float, PurePath)
+
+
+def _jsonable_plain(value: None | bool | str | int | float | PurePath) -> Any:
+    """None, a bool, string, number or path as JSON: long strings cut, huge integers and
+    non-finite floats as text."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= 10 * RECORD_TEXT_LIMIT else _text(value)
+    if isinstance(value, int):
+        return value if value.bit_length() <= 64 else f"(an integer of {value.bit_length()} bits)"
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    return str(value)  # a path
+
+
+def _jsonable_container(value: dict[Any, Any] | list[Any] | tuple[Any, ...], budget: WalkBudget, depth: int,
+                        where: str) -> Any:
+    if budget.too_deep(depth, where) or not budget.spend(where):
+        return "(not shown)"
+    if isinstance(value, dict):
+        return {str(k)[:RECORD_TEXT_LIMIT]: _jsonable(v, budget, depth + 1, f"{where}.{k}") for k, v in value.items()}
+    return [_jsonable(v, budget, depth + 1, f"{where}.{i}") for i, v in enumerate(value)]
+
+
 # -- transformers folders -------------------------------------------------------------------
 def _tokenizer_summary(folder: Path) -> dict[str, Any]:
     json_file = folder / hf_tokenizer.TOKENIZER_FILE
     if json_file.is_file():
-        try:
-            data = read_json_input(json_file, "tokenizer file")
-        except (ValueError, MiniGPTError):
-            return {"file": json_file.name, "readable": False}
-        model = data.get("model") if isinstance(data, dict) else None
-        model = model if isinstance(model, dict) else {}
-        pre = data.get("pre_tokenizer") if isinstance(data, dict) else None
-        summary: dict[str, Any] = {
-            "file": json_file.name,
-            "model": model.get("type"),
-            "vocab": len(model.get("vocab") or {}),
-            "merges": len(model.get("merges") or []),
-            "pre_tokenizer": pre.get("type") if isinstance(pre, dict) else None,
-            "added_tokens": [t.get("content") for t in data.get("added_tokens") or [] if isinstance(t, dict)],
-        }
-        try:
-            summary["minigpt_layout"] = hf_tokenizer.tokenizer_from_json(data, json_file).identity
-        except Exception as err:  # any refusal is a finding here, not an error
-            summary["minigpt_layout"] = None
-            summary["unsupported"] = str(err).removeprefix(f"{json_file}: ")
-        return summary
+        return _tokenizer_json_summary(json_file)
     if (folder / hf_tokenizer.SENTENCEPIECE_FILE).is_file():
         return {"file": hf_tokenizer.SENTENCEPIECE_FILE, "model": "SentencePiece"}
     return {}
+
+
+def _tokenizer_json_summary(json_file: Path) -> dict[str, Any]:
+    """A tokenizer.json's model, sizes and added tokens, and whether minigpt reads it."""
+    try:
+        data = read_json_input(json_file, "tokenizer file")
+    except (ValueError, MiniGPTError):
+        return {"file": json_file.name, "readable": False}
+    model = _json_object(data, "model")
+    pre = _json_object(data, "pre_tokenizer")
+    summary: dict[str, Any] = {
+        "file": json_file.name,
+        "model": model.get("type"),
+        "vocab": len(model.get("vocab") or {}),
+        "merges": len(model.get("merges") or []),
+        "pre_tokenizer": pre.get("type"),
+        "added_tokens": [t.get("content") for t in data.get("added_tokens") or [] if isinstance(t, dict)],
+    }
+    summary.update(_minigpt_layout(data, json_file))
+    return summary
+
+
+def _json_object(data: Any, key: str) -> dict[str, Any]:
+    """``data[key]`` when both are JSON objects, else an empty one."""
+    inner = data.get(key) if isinstance(data, dict) else None
+    return inner if isinstance(inner, dict) else {}
+
+
+def _minigpt_layout(data: Any, json_file: Path) -> dict[str, Any]:
+    """The layout minigpt reads the tokenizer as, or None and why it does not."""
+    try:
+        return {"minigpt_layout": hf_tokenizer.tokenizer_from_json(data, json_file).identity}
+    except Exception as err:  # any refusal is a finding here, not an error
+        return {"minigpt_layout": None, "unsupported": str(err).removeprefix(f"{json_file}: ")}
 
 
 def _convertible(folder: Any) -> dict[str, Any]:
@@ -246,8 +277,14 @@ def _convertible(folder: Any) -> dict[str, Any]:
 
 
 def _hf_aliases(folder: Any) -> list[dict[str, Any]]:
+    aliases = _dropped_aliases(folder)
+    head = _tied_head_alias(folder, {alias["name"] for alias in aliases})
+    return aliases + ([head] if head else [])
+
+
+def _dropped_aliases(folder: Any) -> list[dict[str, Any]]:
+    """The shared tensors save_model dropped, from each shard's metadata."""
     aliases: list[dict[str, Any]] = []
-    named = set()
     for shard, header in folder.headers.items():
         for dropped, kept in header.metadata.items():
             if dropped != "format" and kept in folder.locations and dropped not in folder.locations:
@@ -258,19 +295,23 @@ def _hf_aliases(folder: Any) -> list[dict[str, Any]]:
                     "use": "a shared tensor stored once; the file's metadata names the kept copy",
                     "source": f"{shard} metadata (safetensors save_model's dropped alias)",
                 })
-                named.add(dropped)
+    return aliases
+
+
+def _tied_head_alias(folder: Any, named: set[str]) -> dict[str, Any] | None:
+    """The output head the config ties to the token table, when no file holds or names it."""
     config = folder.config
     tied = config.get("tie_word_embeddings", config.get("model_type") != "llama")
     table = next((n for n in TABLE_CANDIDATES if n in folder.locations), None)
-    if tied and table and hf_layout.HEAD_NAME not in folder.locations and hf_layout.HEAD_NAME not in named:
-        aliases.append({
-            "name": hf_layout.HEAD_NAME,
-            "target": table,
-            "transform": "none",
-            "use": "output head: logits = hidden @ lm_head.weight^T, the token table itself",
-            "source": "config.json tie_word_embeddings",
-        })
-    return aliases
+    if not (tied and table) or hf_layout.HEAD_NAME in folder.locations or hf_layout.HEAD_NAME in named:
+        return None
+    return {
+        "name": hf_layout.HEAD_NAME,
+        "target": table,
+        "transform": "none",
+        "use": "output head: logits = hidden @ lm_head.weight^T, the token table itself",
+        "source": "config.json tie_word_embeddings",
+    }
 
 
 def _dtype_totals(rows: list[tuple[str, int, int]]) -> dict[str, Any]:
@@ -314,6 +355,19 @@ def _hf_locate(folder: Path, name: str) -> tuple[Path, Header, str]:
             if header.has(candidate):
                 return folder / WEIGHTS_FILE, header, candidate
         raise CheckpointError(f"{folder}: no tensor named '{name}'")
+    listed = _index_locate(folder, index_path, candidates)
+    if listed is not None:
+        return listed
+    held = read_hf_folder(folder, strict=False)  # inspect reports the disagreement itself
+    for candidate in candidates:
+        if candidate in held.locations:
+            shard = held.locations[candidate]
+            return folder / shard, held.headers[shard], candidate
+    raise CheckpointError(f"{folder}: no tensor named '{name}'")
+
+
+def _index_locate(folder: Path, index_path: Path, candidates: list[str]) -> tuple[Path, Header, str] | None:
+    """The first candidate the index's weight_map places in a shard whose header holds it."""
     index = read_json_file(index_path, "index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
@@ -327,12 +381,7 @@ def _hf_locate(folder: Path, name: str) -> tuple[Path, Header, str]:
             header = read_header(shard)
             if header.has(candidate):
                 return shard, header, candidate
-    held = read_hf_folder(folder, strict=False)  # inspect reports the disagreement itself
-    for candidate in candidates:
-        if candidate in held.locations:
-            shard = held.locations[candidate]
-            return folder / shard, held.headers[shard], candidate
-    raise CheckpointError(f"{folder}: no tensor named '{name}'")
+    return None
 
 
 def _hf_tensor(folder: Path, name: str) -> TensorRead:
@@ -347,17 +396,7 @@ def inspect_hf_folder(path: Path) -> Inspection:
     if pickled is not None:
         return _with_hf_config(inspect_torch_file(pickled), path)
     folder = read_hf_folder(path, strict=False)
-    entries = []
-    files = []
-    metadata: dict[str, Any] = {}
-    for shard in folder.shards:
-        header = folder.headers[shard.name]
-        for e in header.entries:
-            entries.append(EntryRecord(shard.name, e.name, e.dtype, e.shape, e.elements, e.nbytes, e.begin, e.end,
-                                       _group(e.name)))
-        files.append(FileSummary(shard.name, shard, InspectionKind.SAFETENSORS, header.file_size, header.header_bytes,
-                                 len(header.entries), sum(e.nbytes for e in header.entries)))
-        metadata[shard.name] = dict(header.metadata)
+    entries, files, metadata = _hf_shards(folder)
     config = folder.config
     architectures = config.get("architectures") or [None]
     state: dict[str, dict[str, Any]] = {
@@ -372,6 +411,30 @@ def inspect_hf_folder(path: Path) -> Inspection:
         StateGroup.PARAMETERS: _dtype_totals([(e.dtype, e.elements, e.bytes) for e in entries]),
         StateGroup.CONFIG: _jsonable(config),
     }
+    _add_folder_files(state, metadata, folder, path)
+    integrity = Integrity(IntegrityScope.INDEX, "headers and index", tuple(folder.problems))
+    return Inspection(path, HF_MODEL, tuple(entries), tuple(_hf_aliases(folder)), InspectionState.of(state), metadata,
+                      integrity, tuple(files))
+
+
+def _hf_shards(folder: Any) -> tuple[list[EntryRecord], list[FileSummary], dict[str, Any]]:
+    """Every shard's entries, its file summary and its header metadata (by shard name)."""
+    entries = []
+    files = []
+    metadata: dict[str, Any] = {}
+    for shard in folder.shards:
+        header = folder.headers[shard.name]
+        for e in header.entries:
+            entries.append(EntryRecord(shard.name, e.name, e.dtype, e.shape, e.elements, e.nbytes, e.begin, e.end,
+                                       _group(e.name)))
+        files.append(FileSummary(shard.name, shard, InspectionKind.SAFETENSORS, header.file_size, header.header_bytes,
+                                 len(header.entries), sum(e.nbytes for e in header.entries)))
+        metadata[shard.name] = dict(header.metadata)
+    return entries, files, metadata
+
+
+def _add_folder_files(state: dict[str, dict[str, Any]], metadata: dict[str, Any], folder: Any, path: Path) -> None:
+    """The state groups of the folder's other files: generation config, tokenizer, index."""
     generation = path / GENERATION_CONFIG_FILE
     if generation.is_file():
         try:
@@ -389,9 +452,6 @@ def inspect_hf_folder(path: Path) -> Inspection:
             "problems": list(folder.problems),
         }
         metadata[INDEX_FILE] = _jsonable(folder.index.get("metadata") or {})
-    integrity = Integrity(IntegrityScope.INDEX, "headers and index", tuple(folder.problems))
-    return Inspection(path, HF_MODEL, tuple(entries), tuple(_hf_aliases(folder)), InspectionState.of(state), metadata,
-                      integrity, tuple(files))
 
 
 def _with_hf_config(inspection: Inspection, folder: Path) -> Inspection:
@@ -551,15 +611,23 @@ def _walk_container(walk: _Walk, value: dict[Any, Any] | list[Any] | tuple[Any, 
     walk.keep.append(value)
     if walk.budget.too_deep(depth, prefix) or not walk.budget.spend(prefix):
         return True
-    if isinstance(value, dict):
-        items: Any = ((str(key), inner) for key, inner in value.items())
-    elif any(_holds_tensor(walk, v, depth + 1) for v in value):
-        items = ((str(index), inner) for index, inner in enumerate(value))
-    else:
+    items = _container_items(walk, value, depth)
+    if items is None:
         return False
     for key, inner in items:
         _walk(walk, inner, f"{prefix}.{key}" if prefix else key, group or key, depth + 1)
     return True
+
+
+def _container_items(walk: _Walk, value: dict[Any, Any] | list[Any] | tuple[Any, ...],
+                     depth: int) -> Any:
+    """(key, value) pairs to walk: a dict's items, a tensor-holding sequence's by index;
+    None for a sequence without tensors."""
+    if isinstance(value, dict):
+        return ((str(key), inner) for key, inner in value.items())
+    if any(_holds_tensor(walk, v, depth + 1) for v in value):
+        return ((str(index), inner) for index, inner in enumerate(value))
+    return None
 
 
 def _holds_tensor(walk: _Walk, value: Any, depth: int) -> bool:
@@ -627,15 +695,22 @@ def _optimizer_state(optimizer: Any) -> dict[str, Any]:
         "param_groups": len(groups),
         "parameters_with_state": len(state) if isinstance(state, dict) else None,
     }
+    out.update(_param_groups(groups))
+    if isinstance(state, dict) and state:
+        first = next(iter(state.values()))
+        if isinstance(first, dict):
+            out["state_per_parameter"] = sorted(str(k) for k in first)
+    return out
+
+
+def _param_groups(groups: Any) -> dict[str, Any]:
+    """Each optimizer group's settings by ``group N``, its params as a count."""
+    out: dict[str, Any] = {}
     for index, group in enumerate(groups if isinstance(groups, list) else []):
         if isinstance(group, dict):
             settings = {k: _jsonable(v) for k, v in group.items() if k != "params"}
             settings["params"] = len(group.get("params") or [])
             out[f"group {index}"] = settings
-    if isinstance(state, dict) and state:
-        first = next(iter(state.values()))
-        if isinstance(first, dict):
-            out["state_per_parameter"] = sorted(str(k) for k in first)
     return out
 
 
@@ -665,16 +740,23 @@ def _nanogpt_state(obj: dict[str, Any], records: dict[str, Any], distinct: list[
     the optimizer's groups, the model's totals, then whatever else it holds."""
     state: dict[str, Any] = {
         StateGroup.TRAINING: {k: records.get(k, _jsonable(obj.get(k))) for k in NANOGPT_PROGRESS if k in obj},
+        **_nanogpt_settings(obj),
     }
+    state[StateGroup.PARAMETERS] = _totals_of([e for e in distinct if e.group == "model"])
+    others = {k: v for k, v in records.items() if k.split(".")[0] not in NANOGPT_TOP_LEVEL}
+    if others:
+        state[StateGroup.RECORDS] = others
+    return state
+
+
+def _nanogpt_settings(obj: dict[str, Any]) -> dict[str, Any]:
+    """A nanoGPT checkpoint's model arguments, config and optimizer groups, those it has."""
+    state: dict[str, Any] = {}
     for key in (StateGroup.MODEL_ARGS, StateGroup.CONFIG):
         if key in obj:
             state[key] = _jsonable(obj[key]) if isinstance(obj[key], dict) else {"value": _jsonable(obj[key])}
     if "optimizer" in obj:
         state[StateGroup.OPTIMIZER] = _optimizer_state(obj["optimizer"])
-    state[StateGroup.PARAMETERS] = _totals_of([e for e in distinct if e.group == "model"])
-    others = {k: v for k, v in records.items() if k.split(".")[0] not in NANOGPT_TOP_LEVEL}
-    if others:
-        state[StateGroup.RECORDS] = others
     return state
 
 

@@ -138,23 +138,28 @@ def _value(cur: _Cursor, kind: int, key: str, depth: int = 0) -> tuple[Any, str]
     if kind == STRING:
         return cur.string(f"the value of '{key}'"), "string"
     if kind == ARRAY and depth == 0:
-        item = cur.u32(f"the item type of '{key}'")
-        count = cur.u64(f"the item count of '{key}'")
-        if item not in SCALARS and item != STRING:
-            raise InvalidGGUF(cur.path, "unknown-type", f"'{key}' is an array of unknown type {item}")
-        smallest = struct.calcsize(SCALARS[item]) if item in SCALARS else 8
-        if count * smallest > cur.left():
-            raise InvalidGGUF(cur.path, "count-too-large", f"'{key}' declares {count:,} items; the file has room "
-                                                           f"for at most {cur.left() // smallest:,}")
-        if item in SCALARS:
-            fmt = SCALARS[item]
-            width = struct.calcsize(fmt)
-            values = list(struct.unpack_from(f"<{count}{fmt[1]}", cur.data, cur.at)) if count else []
-            cur.at += width * count
-        else:
-            values = _strings(cur, count, key)
-        return values, f"array[{TYPE_NAMES[item]}]"
+        return _array(cur, key)
     raise InvalidGGUF(cur.path, "unknown-type", f"'{key}' has value type {kind}")
+
+
+def _array(cur: _Cursor, key: str) -> tuple[list[Any], str]:
+    """An array value (of scalars or strings; arrays do not nest) and its type name."""
+    item = cur.u32(f"the item type of '{key}'")
+    count = cur.u64(f"the item count of '{key}'")
+    if item not in SCALARS and item != STRING:
+        raise InvalidGGUF(cur.path, "unknown-type", f"'{key}' is an array of unknown type {item}")
+    smallest = struct.calcsize(SCALARS[item]) if item in SCALARS else 8
+    if count * smallest > cur.left():
+        raise InvalidGGUF(cur.path, "count-too-large", f"'{key}' declares {count:,} items; the file has room "
+                                                       f"for at most {cur.left() // smallest:,}")
+    if item in SCALARS:
+        fmt = SCALARS[item]
+        width = struct.calcsize(fmt)
+        values = list(struct.unpack_from(f"<{count}{fmt[1]}", cur.data, cur.at)) if count else []
+        cur.at += width * count
+    else:
+        values = _strings(cur, count, key)
+    return values, f"array[{TYPE_NAMES[item]}]"
 
 
 def _strings(cur: _Cursor, count: int, key: str) -> list[str]:
@@ -239,6 +244,20 @@ def read_gguf_header(path: Path | str) -> GGUFHeader:
 
 def _parse(path: Path, data: Any, size: int) -> GGUFHeader:
     cur = _Cursor(path, data, size)
+    version, tensor_count, kv_count = _preamble(cur)
+    metadata, types = _metadata(cur, kv_count)
+    sizes = quant_sizes()
+    infos = [_tensor_info(cur, i, sizes) for i in range(tensor_count)]
+    alignment = _alignment(path, metadata)
+    data_start = -(-cur.at // alignment) * alignment
+    data_size = max(size - data_start, 0)
+    tensors = _tensors(path, infos, alignment, sizes, data_size)
+    return GGUFHeader(path, version, metadata, types, tuple(tensors), data_start, size)
+
+
+def _preamble(cur: _Cursor) -> tuple[int, int, int]:
+    """The magic checked, then the version and the tensor and metadata counts."""
+    path, data, size = cur.path, cur.data, cur.size
     cur.need(4, "the magic")
     if bytes(data[:4]) != MAGIC:
         raise InvalidGGUF(path, "bad-magic", f"it starts {bytes(data[:4])!r}, not b'GGUF'")
@@ -251,20 +270,32 @@ def _parse(path: Path, data: Any, size: int) -> GGUFHeader:
     if kv_count * 12 + tensor_count * 24 > cur.left():
         raise InvalidGGUF(path, "count-too-large", f"{tensor_count:,} tensors and {kv_count:,} metadata entries "
                                                    f"cannot fit in {size:,} bytes")
+    return version, tensor_count, kv_count
+
+
+def _metadata(cur: _Cursor, kv_count: int) -> tuple[dict[str, Any], dict[str, str]]:
+    """The key-value pairs and each value's type name, no key twice."""
     metadata: dict[str, Any] = {}
     types: dict[str, str] = {}
     for index in range(kv_count):
         key = cur.string(f"metadata key {index}", MAX_KEY)
         if key in metadata:
-            raise InvalidGGUF(path, "duplicate-key", f"metadata key '{key}' appears twice")
+            raise InvalidGGUF(cur.path, "duplicate-key", f"metadata key '{key}' appears twice")
         metadata[key], types[key] = _value(cur, cur.u32(f"the type of '{key}'"), key)
-    sizes = quant_sizes()
-    infos = [_tensor_info(cur, i, sizes) for i in range(tensor_count)]
+    return metadata, types
+
+
+def _alignment(path: Path, metadata: dict[str, Any]) -> int:
+    """general.alignment (32 when absent): a power of two."""
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1 or alignment & (alignment - 1):
         raise InvalidGGUF(path, "bad-alignment", f"general.alignment is {alignment!r}, not a power of two")
-    data_start = -(-cur.at // alignment) * alignment
-    data_size = max(size - data_start, 0)
+    return alignment
+
+
+def _tensors(path: Path, infos: list[tuple[str, list[int], int, int]], alignment: int,
+             sizes: dict[int, tuple[str, int, int]], data_size: int) -> list[GGUFTensor]:
+    """The tensor infos checked one by one, then for names used twice and overlapping data."""
     tensors = []
     seen: set[str] = set()
     for name, dims, kind, offset in infos:
@@ -276,7 +307,7 @@ def _parse(path: Path, data: Any, size: int) -> GGUFHeader:
     for before, after in zip(ordered, ordered[1:]):
         if before.offset + before.nbytes > after.offset:
             raise InvalidGGUF(path, "overlap", f"tensors '{before.name}' and '{after.name}' overlap")
-    return GGUFHeader(path, version, metadata, types, tuple(tensors), data_start, size)
+    return tensors
 
 
 class GGUFData:

@@ -88,10 +88,7 @@ class _Config:
         """RoPE's base and rotated share; scaling other than none is refused."""
         params = self.data.get("rope_parameters")
         params = params if isinstance(params, dict) else {}
-        scaling = self.data.get("rope_scaling")
-        kind = params.get("rope_type", params.get("type", "default"))
-        if isinstance(scaling, dict):
-            kind = scaling.get("rope_type", scaling.get("type", kind))
+        kind = self._rope_kind(params)
         if kind not in ("default", None):
             raise self.refuse(f"rope scaling {kind!r} (supported: none)")
         theta = params.get("rope_theta", self.data.get(theta_key, 10000.0))
@@ -101,6 +98,14 @@ class _Config:
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
             raise CheckpointError(f"{self.where}: the rotary share must be in (0, 1], got {fraction!r}")
         return float(theta), float(fraction)
+
+    def _rope_kind(self, params: dict[str, Any]) -> Any:
+        """The RoPE type: rope_scaling's when it is an object, else rope_parameters'."""
+        kind = params.get("rope_type", params.get("type", "default"))
+        scaling = self.data.get("rope_scaling")
+        if isinstance(scaling, dict):
+            kind = scaling.get("rope_type", scaling.get("type", kind))
+        return kind
 
 
 def family_of(data: dict[str, Any], where: str) -> str:
@@ -140,12 +145,7 @@ def _gpt_neo(c: _Config) -> dict[str, Any]:
     width, heads, layers = c.int("hidden_size"), c.int("num_heads"), c.int("num_layers")
     kinds = c.data.get("attention_layers")
     if not isinstance(kinds, list) or len(kinds) != layers:
-        kinds = []
-        for item in c.data.get("attention_types") or [[["global", "local"], max(layers // 2, 1)]]:
-            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], list)
-                    and isinstance(item[1], int)):
-                raise CheckpointError(f"{c.where}: attention_types must be [[kinds], repeat] pairs")
-            kinds += list(item[0]) * item[1]
+        kinds = _expand_attention_types(c, layers)
     if len(kinds) != layers or any(kind not in ("global", "local") for kind in kinds):
         raise CheckpointError(f"{c.where}: attention_layers must name global or local for each of {layers} layers")
     return {"width": width, "heads": heads, "kv_heads": heads, "ffn": c.int("intermediate_size", 4 * width),
@@ -153,6 +153,18 @@ def _gpt_neo(c: _Config) -> dict[str, Any]:
             "norm_eps": c.float("layer_norm_epsilon", 1e-5), "gelu_approximation": c.gelu("activation_function"),
             "attention_window": c.int("window_size", 256),
             "local_layers": tuple(i for i, kind in enumerate(kinds) if kind == "local")}
+
+
+def _expand_attention_types(c: _Config, layers: int) -> list[Any]:
+    """Each layer's attention kind from attention_types' [[kinds], repeat] pairs (by default
+    global and local in turn)."""
+    kinds: list[Any] = []
+    for item in c.data.get("attention_types") or [[["global", "local"], max(layers // 2, 1)]]:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], list)
+                and isinstance(item[1], int)):
+            raise CheckpointError(f"{c.where}: attention_types must be [[kinds], repeat] pairs")
+        kinds += list(item[0]) * item[1]
+    return kinds
 
 
 def _gpt_neox(c: _Config) -> dict[str, Any]:

@@ -147,38 +147,53 @@ def family_config(config: "ModelConfig", vocab_size: int, dtype: str, bos: int |
         "tie_word_embeddings": config.tied_head, "use_cache": True,
     }
     activation = ACTIVATION[config.gelu_approximation]
-    if family == "gpt2":
-        specific: dict[str, Any] = {
-            "n_embd": config.width, "n_head": config.heads, "n_layer": config.layers, "n_positions": config.context,
-            "n_inner": config.ffn, "layer_norm_epsilon": config.norm_eps, "activation_function": activation,
-            "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-    elif family == "gpt_neo":
-        kinds = ["local" if i in config.local_layers else "global" for i in range(config.layers)]
-        specific = {
-            "hidden_size": config.width, "num_heads": config.heads, "num_layers": config.layers,
-            "max_position_embeddings": config.context, "intermediate_size": config.ffn,
-            "window_size": config.attention_window or 256, "attention_layers": kinds,
-            "attention_types": [[[kind], 1] for kind in kinds], "layer_norm_epsilon": config.norm_eps,
-            "activation_function": activation, "embed_dropout": 0.0, "resid_dropout": 0.0, "attention_dropout": 0.0}
-    elif family == "gpt_neox":
-        specific = {
-            "hidden_size": config.width, "num_attention_heads": config.heads, "num_hidden_layers": config.layers,
-            "intermediate_size": config.ffn, "max_position_embeddings": config.context,
-            "layer_norm_eps": config.norm_eps, "hidden_act": activation,
-            "use_parallel_residual": config.residual == "parallel", "attention_bias": config.attention_bias == "all",
-            "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_base,
-                                "partial_rotary_factor": config.rotary_fraction},
-            "rotary_pct": config.rotary_fraction, "rotary_emb_base": config.rope_base,
-            "hidden_dropout": 0.0, "attention_dropout": 0.0}
-    else:
-        specific = {
-            "hidden_size": config.width, "num_attention_heads": config.heads, "num_key_value_heads": config.kv_heads,
-            "head_dim": config.head_dim, "intermediate_size": config.ffn, "num_hidden_layers": config.layers,
-            "max_position_embeddings": config.context, "rms_norm_eps": config.norm_eps, "hidden_act": "silu",
-            "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_base},
-            "rope_theta": config.rope_base, "attention_dropout": 0.0}
-        if family == "llama":
-            specific.update(attention_bias=config.attention_bias == "all", mlp_bias=bool(config.ffn_bias))
-        else:
-            specific.update(use_sliding_window=False, sliding_window=None)
+    specific = _SPECIFIC_CONFIG.get(family, _llama_like_config)(config, activation)
     return {**common, **specific}
+
+
+def _gpt2_config(config: "ModelConfig", activation: str) -> dict[str, Any]:
+    return {
+        "n_embd": config.width, "n_head": config.heads, "n_layer": config.layers, "n_positions": config.context,
+        "n_inner": config.ffn, "layer_norm_epsilon": config.norm_eps, "activation_function": activation,
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+
+
+def _gpt_neo_config(config: "ModelConfig", activation: str) -> dict[str, Any]:
+    kinds = ["local" if i in config.local_layers else "global" for i in range(config.layers)]
+    return {
+        "hidden_size": config.width, "num_heads": config.heads, "num_layers": config.layers,
+        "max_position_embeddings": config.context, "intermediate_size": config.ffn,
+        "window_size": config.attention_window or 256, "attention_layers": kinds,
+        "attention_types": [[[kind], 1] for kind in kinds], "layer_norm_epsilon": config.norm_eps,
+        "activation_function": activation, "embed_dropout": 0.0, "resid_dropout": 0.0, "attention_dropout": 0.0}
+
+
+def _gpt_neox_config(config: "ModelConfig", activation: str) -> dict[str, Any]:
+    return {
+        "hidden_size": config.width, "num_attention_heads": config.heads, "num_hidden_layers": config.layers,
+        "intermediate_size": config.ffn, "max_position_embeddings": config.context,
+        "layer_norm_eps": config.norm_eps, "hidden_act": activation,
+        "use_parallel_residual": config.residual == "parallel", "attention_bias": config.attention_bias == "all",
+        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_base,
+                            "partial_rotary_factor": config.rotary_fraction},
+        "rotary_pct": config.rotary_fraction, "rotary_emb_base": config.rope_base,
+        "hidden_dropout": 0.0, "attention_dropout": 0.0}
+
+
+def _llama_like_config(config: "ModelConfig", activation: str) -> dict[str, Any]:
+    """Llama and the families shaped like it (SiLU, RMS norm; ``activation`` unused)."""
+    specific: dict[str, Any] = {
+        "hidden_size": config.width, "num_attention_heads": config.heads, "num_key_value_heads": config.kv_heads,
+        "head_dim": config.head_dim, "intermediate_size": config.ffn, "num_hidden_layers": config.layers,
+        "max_position_embeddings": config.context, "rms_norm_eps": config.norm_eps, "hidden_act": "silu",
+        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_base},
+        "rope_theta": config.rope_base, "attention_dropout": 0.0}
+    if config.family == "llama":
+        specific.update(attention_bias=config.attention_bias == "all", mlp_bias=bool(config.ffn_bias))
+    else:
+        specific.update(use_sliding_window=False, sliding_window=None)
+    return specific
+
+
+# The settings only one family's config.json has; any other family is shaped like llama.
+_SPECIFIC_CONFIG = {"gpt2": _gpt2_config, "gpt_neo": _gpt_neo_config, "gpt_neox": _gpt_neox_config}

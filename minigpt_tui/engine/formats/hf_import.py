@@ -245,21 +245,20 @@ def _special_ids(config: dict[str, Any], where: str) -> None:
 
 def _resolve_names(folder: HFFolder, family: str) -> dict[str, str]:
     """Canonical transformers name -> the name stored (hub GPT-2 files omit 'transformer.')."""
-    out = {}
-    for name in folder.locations:
-        canonical = name
-        if family == "gpt2" and not name.startswith("transformer.") and name != hf_layout.HEAD_NAME:
-            canonical = "transformer." + name
-        out[canonical] = name
+    out = {_canonical(name, family): name for name in folder.locations}
     # A tensor safetensors' save_model dropped as a duplicate is read from the copy it kept.
     for header in folder.headers.values():
         for dropped, kept in header.metadata.items():
             if dropped != "format" and kept in folder.locations and dropped not in folder.locations:
-                canonical = dropped
-                if family == "gpt2" and not dropped.startswith("transformer.") and dropped != hf_layout.HEAD_NAME:
-                    canonical = "transformer." + dropped
-                out.setdefault(canonical, kept)
+                out.setdefault(_canonical(dropped, family), kept)
     return out
+
+
+def _canonical(name: str, family: str) -> str:
+    """The transformers name of a stored one: GPT-2's with 'transformer.' put back."""
+    if family == "gpt2" and not name.startswith("transformer.") and name != hf_layout.HEAD_NAME:
+        return "transformer." + name
+    return name
 
 
 def conversion_refusal(path: Path | str) -> str | None:
@@ -286,6 +285,12 @@ def plan_conversion(folder: HFFolder) -> tuple["ModelConfig", dict[str, str], st
     # A head stored as its own tensor (not a recorded alias of the table) must equal it.
     head_stored = hf_layout.HEAD_NAME in names and names[hf_layout.HEAD_NAME] != names.get(table)
     expected = hf_layout.hf_names(config)
+    _check_tensor_names(names, expected, family, where)
+    return config, names, _single_dtype(folder, names, expected, where), head_stored
+
+
+def _check_tensor_names(names: dict[str, str], expected: Any, family: str, where: str) -> None:
+    """Every tensor the config needs is there, and nothing else but the head and ignorable buffers."""
     missing = [n for n in expected if n not in names]
     if missing:
         raise CheckpointError(f"{where}: tensor '{missing[0]}' is missing ({len(missing)} missing)")
@@ -295,13 +300,17 @@ def plan_conversion(folder: HFFolder) -> tuple["ModelConfig", dict[str, str], st
         raise CheckpointError(
             f"{where}: unsupported tensor '{extra[0]}' (not part of a {hf_layout.ARCHITECTURES[family]} of this config)"
         )
+
+
+def _single_dtype(folder: HFFolder, names: dict[str, str], expected: Any, where: str) -> str:
+    """The one dtype all needed tensors share, and one this build converts."""
     dtypes = {folder.headers[folder.locations[names[n]]].entry(names[n]).dtype for n in expected}
     if len(dtypes) != 1:
         raise CheckpointError(f"{where}: the tensors mix dtypes {sorted(dtypes)}; one of F32 or F64 is needed")
     dtype = dtypes.pop()
     if dtype not in hf_layout.TORCH_DTYPE_NAMES:
         raise CheckpointError(f"{where}: unsupported dtype {dtype} (float32 and float64 models are supported)")
-    return config, names, dtype, head_stored
+    return dtype
 
 
 def require_room_for(config: Any, vocab_size: int, element: int, where: str) -> None:

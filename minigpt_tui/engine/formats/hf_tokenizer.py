@@ -245,12 +245,7 @@ def _vocabulary_by_id(vocab: dict[str, Any], where: str) -> dict[int, str]:
 
 def _require_special_ids(data: dict[str, Any], where: str) -> None:
     """BOS and EOS are added special tokens at their ids, and there is no other added token."""
-    added_tokens = data.get("added_tokens") or []
-    if not isinstance(added_tokens, list) or not all(
-            isinstance(t, dict) and isinstance(t.get("id"), int) and not isinstance(t.get("id"), bool)
-            for t in added_tokens):
-        raise TokenizerError(f"{where}: added_tokens is not a list of tokens with whole-number ids")
-    specials = {t["id"]: t for t in added_tokens}
+    specials = {t["id"]: t for t in _added_tokens(data, where)}
     for token_id, label in ((BOS, "BOS"), (EOS, "EOS")):
         added = specials.get(token_id)
         if added is None or not added.get("special"):
@@ -258,6 +253,16 @@ def _require_special_ids(data: dict[str, Any], where: str) -> None:
     extra_specials = sorted(i for i in specials if i not in (BOS, EOS))
     if extra_specials:
         raise TokenizerError(f"{where}: unsupported tokenizer: extra added token at id {extra_specials[0]}")
+
+
+def _added_tokens(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """``added_tokens``: a list of token objects, each with a whole-number id."""
+    added_tokens = data.get("added_tokens") or []
+    if not isinstance(added_tokens, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("id"), int) and not isinstance(t.get("id"), bool)
+            for t in added_tokens):
+        raise TokenizerError(f"{where}: added_tokens is not a list of tokens with whole-number ids")
+    return added_tokens
 
 
 def _require_byte_ids(by_id: dict[int, str], where: str) -> None:

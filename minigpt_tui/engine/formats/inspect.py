@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.core.files import path_exists, require_file_or_folder
@@ -52,6 +52,9 @@ from minigpt_tui.engine.formats.state_groups import (
     StateGroup,
     group_of,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _records(header: Header) -> dict[str, Any]:
@@ -155,6 +158,10 @@ def _folder_for(path: Path) -> Path:
     raise CheckpointError(f"{path} holds no checkpoint (no manifest.json, no safetensors files)")
 
 
+# How each of our own file kinds reads into state groups (other kinds show none).
+_STATE_READERS = {PORTABLE_MODEL: _model_state, TRAINING_STATE: _training_state}
+
+
 def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection:
     """Header-only inspection of a safetensors file, a checkpoint folder or a run folder.
 
@@ -170,18 +177,23 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
     if foreign is not None:
         return foreign
     if path.is_file():
-        header, records, kind, entries = _inspect_file(path, path.name)
-        aliases = _aliases(records) if kind == PORTABLE_MODEL else ()
-        if kind == PORTABLE_MODEL:
-            state = _model_state(records)
-        elif kind == TRAINING_STATE:
-            state = _training_state(records)
-        else:
-            state = InspectionState()
-        return Inspection(
-            path, kind, tuple(entries), aliases, state, dict(header.metadata), None, (_summary(path, path.name, kind, header),)
-        )
-    folder = _folder_for(path)
+        return _inspect_own_file(path)
+    return _inspect_folder(_folder_for(path), verify_hashes)
+
+
+def _inspect_own_file(path: Path) -> Inspection:
+    """One of our safetensors files (a model file, a training state, or any other)."""
+    header, records, kind, entries = _inspect_file(path, path.name)
+    aliases = _aliases(records) if kind == PORTABLE_MODEL else ()
+    reader = _STATE_READERS.get(kind)
+    state = reader(records) if reader is not None else InspectionState()
+    return Inspection(
+        path, kind, tuple(entries), aliases, state, dict(header.metadata), None, (_summary(path, path.name, kind, header),)
+    )
+
+
+def _inspect_folder(folder: Path, verify_hashes: bool) -> Inspection:
+    """A checkpoint folder: its model file and training state together, and its integrity."""
     entries: list[EntryRecord] = []
     metadata: dict[str, Any] = {}
     state = InspectionState()
@@ -197,9 +209,8 @@ def inspect_path(path: Path | str, *, verify_hashes: bool = False) -> Inspection
         files.append(_summary(file_path, name, kind, header))
         if kind == PORTABLE_MODEL:
             aliases = _aliases(records)
-            state = state.merged(_model_state(records))
-        elif kind == TRAINING_STATE:
-            state = state.merged(_training_state(records))
+        if kind in _STATE_READERS:
+            state = state.merged(_STATE_READERS[kind](records))
     if not files:
         raise CheckpointError(f"{folder} holds neither {MODEL_FILE} nor {TRAINING_FILE}")
     integrity = verify_checkpoint(folder, hashes=verify_hashes)
@@ -257,22 +268,11 @@ def statistics_of(read: TensorRead, bins: int = 20) -> dict[str, Any]:
     import torch  # deferred: imports torch
 
     tensor = read.tensor
-    if tensor.dtype == torch.uint64:
-        values = torch.from_numpy(tensor.numpy().astype("float64")).reshape(-1)
-    elif tensor.is_complex():
-        values = tensor.abs().to(torch.float64).reshape(-1)
-    else:
-        values = tensor.to(torch.float64).reshape(-1)
+    values = _flat_float64(tensor)
     count = values.numel()
     # NaN and infinities show in min/max, so one cheap reduction tells whether to mask.
     extremes = [float(v) for v in torch.aminmax(values)] if count else [0.0, 0.0]
-    if all(math.isfinite(v) for v in extremes):
-        nonfinite, nan, finite = 0, 0, values
-    else:
-        finite_mask = torch.isfinite(values)
-        nonfinite = count - int(finite_mask.sum())
-        nan = int(torch.isnan(values).sum())
-        finite = values[finite_mask]
+    nonfinite, nan, finite = _finite_part(values, extremes)
     result: dict[str, Any] = {
         "file": str(read.file),
         "name": read.name,
@@ -291,12 +291,7 @@ def statistics_of(read: TensorRead, bins: int = 20) -> dict[str, Any]:
     low, high = extremes if finite is values else [float(v) for v in torch.aminmax(finite)]
     mean = float(finite.mean())
     std = float(finite.std(correction=0)) if finite.numel() > 1 else 0.0
-    if high > low:
-        counts = torch.histc(finite, bins=bins, min=low, max=high)
-        edges = [low + (high - low) * i / bins for i in range(bins + 1)]
-    else:
-        counts = torch.tensor([float(finite.numel())])
-        edges = [low, high]
+    counts, edges = _histogram(finite, low, high, bins)
     result.update(
         min=low,
         max=high,
@@ -306,4 +301,37 @@ def statistics_of(read: TensorRead, bins: int = 20) -> dict[str, Any]:
         histogram={"edges": edges, "counts": [int(c) for c in counts.tolist()]},
     )
     return result
+
+
+def _flat_float64(tensor: "torch.Tensor") -> "torch.Tensor":
+    """The tensor's values as one float64 row (complex ones by magnitude; uint64 through
+    numpy, which torch cannot convert)."""
+    import torch  # deferred: imports torch
+
+    if tensor.dtype == torch.uint64:
+        return torch.from_numpy(tensor.numpy().astype("float64")).reshape(-1)
+    if tensor.is_complex():
+        return tensor.abs().to(torch.float64).reshape(-1)
+    return tensor.to(torch.float64).reshape(-1)
+
+
+def _finite_part(values: "torch.Tensor", extremes: list[float]) -> tuple[int, int, "torch.Tensor"]:
+    """(non-finite count, NaN count, the finite values); masks only when min or max is not finite."""
+    import torch  # deferred: imports torch
+
+    if all(math.isfinite(v) for v in extremes):
+        return 0, 0, values
+    finite_mask = torch.isfinite(values)
+    nonfinite = values.numel() - int(finite_mask.sum())
+    nan = int(torch.isnan(values).sum())
+    return nonfinite, nan, values[finite_mask]
+
+
+def _histogram(finite: "torch.Tensor", low: float, high: float, bins: int) -> tuple["torch.Tensor", list[float]]:
+    """Counts and bin edges over [low, high]; one bin holding everything when all are equal."""
+    import torch  # deferred: imports torch
+
+    if high > low:
+        return torch.histc(finite, bins=bins, min=low, max=high), [low + (high - low) * i / bins for i in range(bins + 1)]
+    return torch.tensor([float(finite.numel())]), [low, high]
 

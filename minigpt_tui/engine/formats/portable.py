@@ -277,13 +277,18 @@ def read_model_records(path: Path, metadata: dict[str, str] | Any) -> dict[str, 
         raise CheckpointError(
             f"{path}: model format version {fmt.get('version')!r} is not supported (this build reads {FORMAT_VERSION})"
         )
+    _check_records(path, records)
+    return records
+
+
+def _check_records(path: Path, records: dict[str, Any]) -> None:
+    """Every record a model file needs is there, each of its kind."""
     missing = [k for k in _RECORDS if k not in records]
     if missing:
         raise CheckpointError(f"{path}: model file lacks the metadata record '{missing[0]}'")
     for key, kind in _RECORD_TYPES.items():
         if not isinstance(records[key], kind):
             raise CheckpointError(f"{path}: the metadata record '{key}' is not {_TYPE_NAMES[kind]}")
-    return records
 
 
 # What each record must be (a backbone export has null tokenizer and special ids).
@@ -332,11 +337,15 @@ def check_entries(path: Path, loaded: LoadedFile, expected: dict[str, tuple[tupl
     if extra:
         raise CheckpointError(f"{path}: unexpected tensor '{extra[0]}' for this model config")
     for name, (shape, _) in expected.items():
-        entry: TensorEntry = present[name]
-        if entry.shape != shape:
-            raise CheckpointError(f"{path}: tensor '{name}' has shape {list(entry.shape)}, the config needs {list(shape)}")
-        if entry.dtype != dtype:
-            raise CheckpointError(f"{path}: tensor '{name}' is {entry.dtype}, the file declares {dtype}")
+        _check_entry(path, present[name], shape, dtype)
+
+
+def _check_entry(path: Path, entry: TensorEntry, shape: tuple[int, ...], dtype: str) -> None:
+    """One learned tensor has the shape the config needs and the file's dtype."""
+    if entry.shape != shape:
+        raise CheckpointError(f"{path}: tensor '{entry.name}' has shape {list(entry.shape)}, the config needs {list(shape)}")
+    if entry.dtype != dtype:
+        raise CheckpointError(f"{path}: tensor '{entry.name}' is {entry.dtype}, the file declares {dtype}")
 
 
 def _constants(path: Path, loaded: LoadedFile, config: "ModelConfig", records: dict[str, Any]) -> None:
@@ -357,27 +366,31 @@ def _constants(path: Path, loaded: LoadedFile, config: "ModelConfig", records: d
 
 
 def _tokenizer(path: Path, loaded: LoadedFile, records: dict[str, Any]) -> "ByteBPETokenizer | LibraryTokenizer":
-    import torch  # deferred: imports torch
-
-
     info = records["tokenizer"]
     if isinstance(info, dict) and info.get("kind") == "tokenizers":
         return _library_tokenizer(path, loaded, records)
     if not isinstance(info, dict) or info.get("merges_tensor") != MERGES or not loaded.header.has(MERGES):
         raise CheckpointError(f"{path}: the tokenizer merges tensor is missing")
-    entry = loaded.header.entry(MERGES)
-    if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:
-        raise CheckpointError(f"{path}: tokenizer merges must be U32 [n, 2], found {entry.dtype} {list(entry.shape)}")
-    pairs = loaded.tensor(MERGES).to(torch.int64).tolist()
-    try:
-        tokenizer = ByteBPETokenizer(tuple((int(a), int(b)) for a, b in pairs))
-    except TokenizerError as err:
-        raise CheckpointError(f"{path}: the saved tokenizer is invalid: {err}") from None
+    tokenizer = _merges_tokenizer(path, loaded)
     if tokenizer.identity != info.get("identity"):
         raise CheckpointError(f"{path}: the tokenizer merges do not match the recorded tokenizer identity")
     if records["special_ids"] != _special_ids():
         raise CheckpointError(f"{path}: special ids {records['special_ids']!r} differ from this tokenizer's")
     return tokenizer
+
+
+def _merges_tokenizer(path: Path, loaded: LoadedFile) -> "ByteBPETokenizer":
+    """The byte-level BPE tokenizer rebuilt from the U32 [n, 2] merges tensor."""
+    import torch  # deferred: imports torch
+
+    entry = loaded.header.entry(MERGES)
+    if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:
+        raise CheckpointError(f"{path}: tokenizer merges must be U32 [n, 2], found {entry.dtype} {list(entry.shape)}")
+    pairs = loaded.tensor(MERGES).to(torch.int64).tolist()
+    try:
+        return ByteBPETokenizer(tuple((int(a), int(b)) for a, b in pairs))
+    except TokenizerError as err:
+        raise CheckpointError(f"{path}: the saved tokenizer is invalid: {err}") from None
 
 
 def _library_tokenizer(path: Path, loaded: LoadedFile, records: dict[str, Any]) -> "LibraryTokenizer":

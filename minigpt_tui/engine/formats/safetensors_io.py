@@ -291,6 +291,16 @@ def _has_lone_surrogate(text: str) -> bool:
 
 
 def parse_header(path: Path, raw: bytes, file_size: int) -> Header:
+    data = _header_object(path, raw)
+    metadata = _header_metadata(path, data)
+    entries = [_entry(path, name, info) for name, info in data.items()]
+    entries.sort(key=lambda e: (e.begin, e.end))
+    _check_data_span(path, entries, file_size - 8 - len(raw))
+    return Header(path, len(raw), tuple(entries), dict(metadata), file_size)
+
+
+def _header_object(path: Path, raw: bytes) -> dict[str, Any]:
+    """The header's JSON object: UTF-8, an object, no name twice."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -305,6 +315,11 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> Header:
         raise InvalidSafetensors(path, "header-not-json", f"the header is not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise InvalidSafetensors(path, "header-not-object", "the header is not a JSON object")
+    return data
+
+
+def _header_metadata(path: Path, data: dict[str, Any]) -> dict[str, str]:
+    """``__metadata__`` taken out of the header (strings to strings; empty when absent)."""
     metadata = data.pop(METADATA_KEY, None)
     if metadata is None:
         metadata = {}
@@ -312,9 +327,11 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> Header:
         raise InvalidSafetensors(path, "metadata-not-strings", "__metadata__ must map strings to strings")
     if any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in metadata.items()):
         raise InvalidSafetensors(path, "lone-surrogate", "__metadata__ holds an unpaired UTF-16 surrogate escape")
-    entries = [_entry(path, name, info) for name, info in data.items()]
-    entries.sort(key=lambda e: (e.begin, e.end))
-    data_bytes = file_size - 8 - len(raw)
+    return metadata
+
+
+def _check_data_span(path: Path, entries: list[TensorEntry], data_bytes: int) -> None:
+    """The sorted entries must tile the data section exactly: no gap, overlap or excess."""
     position = 0
     for e in entries:
         if e.begin != position:
@@ -333,14 +350,18 @@ def parse_header(path: Path, raw: bytes, file_size: int) -> Header:
         raise InvalidSafetensors(
             path, "data-not-covered", f"the file holds {data_bytes - position} bytes beyond the last tensor"
         )
-    return Header(path, len(raw), tuple(entries), dict(metadata), file_size)
 
 
 def _entry(path: Path, name: str, info: Any) -> TensorEntry:
-    if _has_lone_surrogate(name):
-        raise InvalidSafetensors(path, "lone-surrogate", f"a tensor name holds an unpaired UTF-16 surrogate escape")
-    if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
-        raise InvalidSafetensors(path, "bad-entry", f"entry '{name}' must have exactly dtype, shape and data_offsets")
+    dtype, shape, begin, end = _entry_fields(path, name, info)
+    entry = TensorEntry(name, dtype, tuple(shape), begin, end)
+    _check_entry_size(path, entry, shape)
+    return entry
+
+
+def _entry_fields(path: Path, name: str, info: Any) -> tuple[str, list[int], int, int]:
+    """An entry's dtype, shape and offsets, each checked on its own."""
+    _check_entry_form(path, name, info)
     dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise InvalidSafetensors(path, "unknown-dtype", f"tensor '{name}' has unknown dtype {dtype!r}")
@@ -348,12 +369,31 @@ def _entry(path: Path, name: str, info: Any) -> TensorEntry:
         raise InvalidSafetensors(
             path, "bad-shape", f"tensor '{name}' has shape {_short_repr(shape)}, not a list of sizes below 2**63"
         )
+    begin, end = _entry_offsets(path, name, offsets)
+    return dtype, shape, begin, end
+
+
+def _check_entry_form(path: Path, name: str, info: Any) -> None:
+    """A usable name, and exactly the three fields an entry has."""
+    if _has_lone_surrogate(name):
+        raise InvalidSafetensors(path, "lone-surrogate", "a tensor name holds an unpaired UTF-16 surrogate escape")
+    if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+        raise InvalidSafetensors(path, "bad-entry", f"entry '{name}' must have exactly dtype, shape and data_offsets")
+
+
+def _entry_offsets(path: Path, name: str, offsets: Any) -> tuple[int, int]:
+    """``data_offsets`` as (begin, end): two counts, the end not before the begin."""
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o, MAX_OFFSET) for o in offsets)):
         raise InvalidSafetensors(path, "bad-offsets", f"tensor '{name}' has data_offsets {_short_repr(offsets)}")
     begin, end = offsets
     if end < begin:
         raise InvalidSafetensors(path, "bad-offsets", f"tensor '{name}' ends at {end} before it begins at {begin}")
-    entry = TensorEntry(name, dtype, tuple(shape), begin, end)
+    return begin, end
+
+
+def _check_entry_size(path: Path, entry: TensorEntry, shape: list[int]) -> None:
+    """The shape's size must not overflow and must match the offsets' span in whole bytes."""
+    name, dtype = entry.name, entry.dtype
     running = 1
     for size in shape:  # as safetensors computes the size: each partial product must fit
         running *= size
@@ -370,7 +410,6 @@ def _entry(path: Path, name: str, info: Any) -> TensorEntry:
             "byte-length-mismatch",
             f"tensor '{name}' is {dtype} {list(shape)}: {bits // 8} bytes expected, offsets span {entry.nbytes}",
         )
-    return entry
 
 
 def _is_count(value: Any, limit: int) -> bool:

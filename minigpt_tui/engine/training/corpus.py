@@ -208,23 +208,34 @@ def _source_files(source: str, follow_links: bool = False) -> list[Path]:
     require_file_or_folder(path, "a corpus file or folder")
     if not path.is_dir():
         return [path]
+    files = _folder_files(path, follow_links)
+    if not files:
+        raise CorpusError(f"corpus folder {path} has no text files")
+    return files
+
+
+def _folder_files(path: Path, follow_links: bool) -> list[Path]:
+    """A corpus folder's visible files by name, a link out of it refused unless ``follow_links``."""
     try:
         entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
         inside = path.resolve()
         files = []
         for entry in entries:
             if entry.is_symlink() and not follow_links:
-                target = entry.resolve()
-                if not target.is_relative_to(inside):
-                    raise CorpusError(f"corpus folder {path}: {entry.name} is a link to {target}, outside the folder; "
-                                      "refused (--follow-links reads it)")
+                _refuse_outside_link(path, entry, inside)
             if entry.is_file():
                 files.append(entry)
     except OSError as err:
         raise CorpusError(f"cannot read the corpus folder {path}: {err.strerror or err}") from None
-    if not files:
-        raise CorpusError(f"corpus folder {path} has no text files")
     return files
+
+
+def _refuse_outside_link(path: Path, entry: Path, inside: Path) -> None:
+    """Refuse a link in the corpus folder that leads out of it."""
+    target = entry.resolve()
+    if not target.is_relative_to(inside):
+        raise CorpusError(f"corpus folder {path}: {entry.name} is a link to {target}, outside the folder; "
+                          "refused (--follow-links reads it)")
 
 
 def source_fingerprint(contents: Sequence[bytes], val_every: int, text_field: str | None = None) -> SourceFingerprint:

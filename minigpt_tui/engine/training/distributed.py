@@ -305,15 +305,8 @@ def apply_rank_entries(trainer: Trainer, tensors: Mapping[str, Tensor], saved_wo
     order continues from rank 0's position; a rank without a saved stream starts its own."""
     rank = trainer.parallel.rank
     batches = trainer.batches
-    if saved_world != trainer.parallel.world_size:
-        if isinstance(batches, ShardedDocumentOrder):
-            batches.advance(rank * batches.per_rank)
-        if rank >= saved_world:
-            if not isinstance(batches, DocumentOrder):
-                batches.generator.manual_seed(rank_seed(trainer.config.seeds.data, rank))
-                batches.draws = 0
-            trainer.dropout_counter = 0
-            return
+    if saved_world != trainer.parallel.world_size and _redistributed(trainer, saved_world):
+        return
     if rank == 0:
         return
     prefix = f"{RANK_PREFIX}{rank}."
@@ -323,12 +316,34 @@ def apply_rank_entries(trainer: Trainer, tensors: Mapping[str, Tensor], saved_wo
     seed, counter = u64_values(own["randomness.dropout"])
     if seed != trainer.dropout_seed:
         raise ResumeRefused(f"the saved dropout stream of rank {rank} differs from this rank's")
+    _load_rank_batches(batches, own)
+    trainer.dropout_counter = counter
+
+
+def _redistributed(trainer: Trainer, saved_world: int) -> bool:
+    """Under another world size, move this rank's data position on; True when the rank had
+    no saved stream and has started its own (nothing saved is left to load)."""
+    rank = trainer.parallel.rank
+    batches = trainer.batches
+    if isinstance(batches, ShardedDocumentOrder):
+        batches.advance(rank * batches.per_rank)
+    if rank < saved_world:
+        return False
+    if not isinstance(batches, DocumentOrder):
+        batches.generator.manual_seed(rank_seed(trainer.config.seeds.data, rank))
+        batches.draws = 0
+    trainer.dropout_counter = 0
+    return True
+
+
+def _load_rank_batches(batches: Any, own: Mapping[str, Tensor]) -> None:
+    """This rank's saved data position: a document order's cursor and epoch, or a
+    sampler's generator state and draws."""
     if isinstance(batches, DocumentOrder):
         (batches.cursor,) = u64_values(own["data.cursor"])
         (batches.epoch,) = u64_values(own["data.epoch"])
     else:
         batches.load_state({"generator_state": own["data.generator_state"], "draws": own["data.draws"]})
-    trainer.dropout_counter = counter
 
 
 # -- the session's side -------------------------------------------------------------------------

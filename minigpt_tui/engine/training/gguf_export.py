@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -84,25 +85,31 @@ def gguf_tensor_list(named: dict[str, Any], config: "ModelConfig") -> list[tuple
     if arch == "gpt2":
         out.update({theirs: get(ours) for ours, theirs in GPT2_GLOBAL_NAMES})
     for i in range(config.layers):
-        ours, theirs = f"blocks.{i}.", f"blk.{i}."
-        for mine, file in BLOCK_NAMES:
-            out[f"{theirs}{file}.weight"] = get(f"{ours}{mine}.weight")
-            if arch == "gpt2":
-                out[f"{theirs}{file}.bias"] = get(f"{ours}{mine}.bias")
-        if arch == "gpt2":
-            out[theirs + "attn_qkv.weight"] = np.concatenate([get(f"{ours}attn.{p}_proj.weight") for p in "qkv"])
-            out[theirs + "attn_qkv.bias"] = np.concatenate([get(f"{ours}attn.{p}_proj.bias") for p in "qkv"])
-            continue
-        out[theirs + "ffn_gate.weight"] = get(ours + "ffn.gate_proj.weight")
-        q, k = get(ours + "attn.q_proj.weight"), get(ours + "attn.k_proj.weight")
-        if arch == "llama":
-            q, k = _permute(q, config.heads), _permute(k, config.kv_heads)
-        out.update({theirs + "attn_q.weight": np.ascontiguousarray(q), theirs + "attn_k.weight": np.ascontiguousarray(k),
-                    theirs + "attn_v.weight": get(ours + "attn.v_proj.weight")})
-        if arch == "qwen2":
-            for proj in "qkv":
-                out[f"{theirs}attn_{proj}.bias"] = get(f"{ours}attn.{proj}_proj.bias")
+        _add_block(out, get, config, f"blocks.{i}.", f"blk.{i}.")
     return list(out.items())
+
+
+def _add_block(out: dict[str, np.ndarray], get: Callable[[str], np.ndarray], config: "ModelConfig", ours: str,
+               theirs: str) -> None:
+    """One block's tensors (our prefix ``ours``) into ``out`` under llama.cpp's (``theirs``)."""
+    arch = config.family
+    for mine, file in BLOCK_NAMES:
+        out[f"{theirs}{file}.weight"] = get(f"{ours}{mine}.weight")
+        if arch == "gpt2":
+            out[f"{theirs}{file}.bias"] = get(f"{ours}{mine}.bias")
+    if arch == "gpt2":
+        out[theirs + "attn_qkv.weight"] = np.concatenate([get(f"{ours}attn.{p}_proj.weight") for p in "qkv"])
+        out[theirs + "attn_qkv.bias"] = np.concatenate([get(f"{ours}attn.{p}_proj.bias") for p in "qkv"])
+        return
+    out[theirs + "ffn_gate.weight"] = get(ours + "ffn.gate_proj.weight")
+    q, k = get(ours + "attn.q_proj.weight"), get(ours + "attn.k_proj.weight")
+    if arch == "llama":
+        q, k = _permute(q, config.heads), _permute(k, config.kv_heads)
+    out.update({theirs + "attn_q.weight": np.ascontiguousarray(q), theirs + "attn_k.weight": np.ascontiguousarray(k),
+                theirs + "attn_v.weight": get(ours + "attn.v_proj.weight")})
+    if arch == "qwen2":
+        for proj in "qkv":
+            out[f"{theirs}attn_{proj}.bias"] = get(f"{ours}attn.{proj}_proj.bias")
 
 
 def architecture_metadata(config: "ModelConfig") -> dict[str, Any]:
@@ -127,9 +134,8 @@ def _pre_tokenizer_name(data: dict[str, Any], where: str) -> str:
     pre = data.get("pre_tokenizer") or {}
     if pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
         return "gpt2"
-    parts = pre.get("pretokenizers") or [] if pre.get("type") == "Sequence" else []
-    if len(parts) == 2 and parts[0].get("type") == "Split" and parts[1].get("type") == "ByteLevel":
-        regex = (parts[0].get("pattern") or {}).get("Regex")
+    regex = _split_regex(pre)
+    if regex is not None:
         for name in ("qwen2", "llama-bpe"):
             if SPLITS[name] == regex:
                 return name
@@ -137,12 +143,26 @@ def _pre_tokenizer_name(data: dict[str, Any], where: str) -> str:
                           "written as GGUF")
 
 
-def tokenizer_metadata(tokenizer: Any, vocab_size: int, where: str) -> dict[str, Any]:
-    """``tokenizer.ggml.*`` for a model's own tokenizer.json (its ids unchanged)."""
-    data = json.loads(tokenizer.text)
+def _split_regex(pre: dict[str, Any]) -> Any:
+    """The regex of a ``Sequence`` pre-tokenizer that is a Split then a ByteLevel; None for
+    any other shape."""
+    parts = pre.get("pretokenizers") or [] if pre.get("type") == "Sequence" else []
+    if len(parts) == 2 and parts[0].get("type") == "Split" and parts[1].get("type") == "ByteLevel":
+        return (parts[0].get("pattern") or {}).get("Regex")
+    return None
+
+
+def _bpe_model(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """tokenizer.json's ``model``, refused unless it is BPE with a vocabulary table."""
     model = data.get("model") or {}
     if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
         raise CheckpointError(f"{where}: only BPE tokenizers can be written as GGUF (this one is {model.get('type')!r})")
+    return model
+
+
+def _token_table(model: dict[str, Any], data: dict[str, Any], vocab_size: int) -> tuple[list[str | None], set[int]]:
+    """Each id's token (None where no token has it), the added tokens over the vocabulary,
+    and the ids of the special ones."""
     tokens: list[str | None] = [None] * vocab_size
     for token, token_id in model["vocab"].items():
         if 0 <= token_id < vocab_size:
@@ -153,22 +173,32 @@ def tokenizer_metadata(tokenizer: Any, vocab_size: int, where: str) -> dict[str,
             tokens[added["id"]] = added["content"]
             if added.get("special"):
                 specials.add(added["id"])
-    filled = [t if t is not None else f"[PAD{i}]" for i, t in enumerate(tokens)]
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
-    meta: dict[str, Any] = {"tokenizer.ggml.tokens": filled}
-    if model.get("byte_fallback"):
-        # A SentencePiece vocabulary: a merged token scores by its merge's rank, best first.
-        rank = {left + right: -float(r) for r, (left, right) in enumerate(m.split(" ", 1) for m in merges)}
-        meta.update({"tokenizer.ggml.model": "llama",
-                     "tokenizer.ggml.scores": [rank.get(t, 0.0) for t in filled],
-                     "tokenizer.ggml.token_type": [
-                         CONTROL if i in specials else BYTE if t.startswith("<0x") and len(t) == 6
-                         else UNUSED if tokens[i] is None else NORMAL for i, t in enumerate(filled)]})
-    else:
-        meta.update({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": _pre_tokenizer_name(data, where),
-                     "tokenizer.ggml.merges": merges,
-                     "tokenizer.ggml.token_type": [CONTROL if i in specials else UNUSED if tokens[i] is None
-                                                   else NORMAL for i in range(vocab_size)]})
+    return tokens, specials
+
+
+def _sentencepiece_metadata(tokens: list[str | None], filled: list[str], specials: set[int],
+                            merges: list[str]) -> dict[str, Any]:
+    """A SentencePiece vocabulary: a merged token scores by its merge's rank, best first."""
+    rank = {left + right: -float(r) for r, (left, right) in enumerate(m.split(" ", 1) for m in merges)}
+    return {"tokenizer.ggml.model": "llama",
+            "tokenizer.ggml.scores": [rank.get(t, 0.0) for t in filled],
+            "tokenizer.ggml.token_type": [
+                CONTROL if i in specials else BYTE if t.startswith("<0x") and len(t) == 6
+                else UNUSED if tokens[i] is None else NORMAL for i, t in enumerate(filled)]}
+
+
+def _gpt2_metadata(data: dict[str, Any], where: str, tokens: list[str | None], specials: set[int],
+                   merges: list[str], vocab_size: int) -> dict[str, Any]:
+    """A byte-level BPE vocabulary: its merges and the name of its split rule."""
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": _pre_tokenizer_name(data, where),
+            "tokenizer.ggml.merges": merges,
+            "tokenizer.ggml.token_type": [CONTROL if i in specials else UNUSED if tokens[i] is None
+                                          else NORMAL for i in range(vocab_size)]}
+
+
+def _special_metadata(tokenizer: Any) -> dict[str, Any]:
+    """The BOS and EOS ids, and whether BOS goes before a text."""
+    meta: dict[str, Any] = {}
     if tokenizer.bos_id is not None:
         meta["tokenizer.ggml.bos_token_id"] = tokenizer.bos_id
     if tokenizer.eos_ids:
@@ -176,6 +206,22 @@ def tokenizer_metadata(tokenizer: Any, vocab_size: int, where: str) -> dict[str,
     # BOS is added where the tokenizer's own post-processor puts it before a text.
     meta["tokenizer.ggml.add_bos_token"] = (tokenizer.bos_id is not None
                                             and tokenizer.encode_prompt("a")[:1] == [tokenizer.bos_id])
+    return meta
+
+
+def tokenizer_metadata(tokenizer: Any, vocab_size: int, where: str) -> dict[str, Any]:
+    """``tokenizer.ggml.*`` for a model's own tokenizer.json (its ids unchanged)."""
+    data = json.loads(tokenizer.text)
+    model = _bpe_model(data, where)
+    tokens, specials = _token_table(model, data, vocab_size)
+    filled = [t if t is not None else f"[PAD{i}]" for i, t in enumerate(tokens)]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    meta: dict[str, Any] = {"tokenizer.ggml.tokens": filled}
+    if model.get("byte_fallback"):
+        meta.update(_sentencepiece_metadata(tokens, filled, specials, merges))
+    else:
+        meta.update(_gpt2_metadata(data, where, tokens, specials, merges, vocab_size))
+    meta.update(_special_metadata(tokenizer))
     return meta
 
 
@@ -196,15 +242,8 @@ def export_gguf(portable: "PortableModel", out: Path | str, quant: str = "f16") 
     check_new_output(out)
     where = str(portable.path)
     config = portable.model.config
-    if quant not in QUANTS:
-        raise CheckpointError(f"--quant {quant!r} is not supported (choose from {', '.join(QUANTS)})")
-    if config.family not in ARCHITECTURES:
-        raise CheckpointError(f"{where}: the {config.family} family has no GGUF architecture here "
-                              f"(supported: {', '.join(ARCHITECTURES)})")
+    _check_exportable(portable, quant, where)
     tokenizer = portable.tokenizer
-    if getattr(tokenizer, "kind", "") != "tokenizers":
-        raise CheckpointError(f"{where}: GGUF needs the model's own tokenizer.json; this model's tokenizer "
-                              "(byte-level BPE without a split rule) has no llama.cpp form")
     tensors = gguf_tensor_list(dict(portable.model.named_parameters()), config)
     meta = {**architecture_metadata(config), **tokenizer_metadata(tokenizer, tokenizer.vocab_size, where)}
     _check_described(meta, tensors, config, where)
@@ -218,15 +257,7 @@ def export_gguf(portable: "PortableModel", out: Path | str, quant: str = "f16") 
                 writer.add_key_value(key, value, _value_type(value))
         writer.add_file_type({"f32": 0, "f16": 1, "q8_0": 7}[quant])
         for name, array in tensors:
-            if quant == "f32" or array.ndim < 2 or (quant == "q8_0" and not name.endswith(QUANTIZED)):
-                writer.add_tensor(name, array)
-            elif quant == "f16":
-                writer.add_tensor(name, array.astype("float16"))
-            elif array.shape[-1] % 32 == 0:
-                packed = gguf.quants.quantize(array, kind)
-                writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)
-            else:
-                writer.add_tensor(name, array)
+            _add_tensor(writer, name, array, quant, kind)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
@@ -242,6 +273,34 @@ def export_gguf(portable: "PortableModel", out: Path | str, quant: str = "f16") 
             work.unlink()
     return GGUFExport(out, config.family, quant, len(tensors), out.stat().st_size, portable.identity,
                       tokenizer.identity)
+
+
+def _check_exportable(portable: "PortableModel", quant: str, where: str) -> None:
+    """Refuse an unknown quantization, a family with no GGUF architecture, and a tokenizer
+    with no llama.cpp form."""
+    config = portable.model.config
+    if quant not in QUANTS:
+        raise CheckpointError(f"--quant {quant!r} is not supported (choose from {', '.join(QUANTS)})")
+    if config.family not in ARCHITECTURES:
+        raise CheckpointError(f"{where}: the {config.family} family has no GGUF architecture here "
+                              f"(supported: {', '.join(ARCHITECTURES)})")
+    if getattr(portable.tokenizer, "kind", "") != "tokenizers":
+        raise CheckpointError(f"{where}: GGUF needs the model's own tokenizer.json; this model's tokenizer "
+                              "(byte-level BPE without a split rule) has no llama.cpp form")
+
+
+def _add_tensor(writer: Any, name: str, array: np.ndarray, quant: str, kind: Any) -> None:
+    """One tensor in the file's type for ``quant``: norms, biases, vectors, tables left out
+    of quantization, and rows not a multiple of 32 stay float32."""
+    if quant == "f32" or array.ndim < 2 or (quant == "q8_0" and not name.endswith(QUANTIZED)):
+        writer.add_tensor(name, array)
+    elif quant == "f16":
+        writer.add_tensor(name, array.astype("float16"))
+    elif array.shape[-1] % 32 == 0:
+        packed = gguf.quants.quantize(array, kind)
+        writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)
+    else:
+        writer.add_tensor(name, array)
 
 
 def _value_type(value: Any) -> Any:

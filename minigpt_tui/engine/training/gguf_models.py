@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,27 +118,40 @@ def gguf_tensors(data: GGUFData, config: Any, dtype: "torch.dtype") -> dict[str,
     if arch == "gpt2":
         out.update({ours: get(theirs) for ours, theirs in GPT2_GLOBAL_NAMES})
     for i in range(config.layers):
-        ours, theirs = f"blocks.{i}.", f"blk.{i}."
-        for mine, file in BLOCK_NAMES:
-            out[f"{ours}{mine}.weight"] = get(f"{theirs}{file}.weight")
-        if arch == "gpt2":
-            for proj, rows in zip("qkv", get(theirs + "attn_qkv.weight").split(config.width, dim=0)):
-                out[f"{ours}attn.{proj}_proj.weight"] = rows
-            for proj, rows in zip("qkv", get(theirs + "attn_qkv.bias").split(config.width, dim=0)):
-                out[f"{ours}attn.{proj}_proj.bias"] = rows
-            for mine, file in BLOCK_NAMES:
-                out[f"{ours}{mine}.bias"] = get(f"{theirs}{file}.bias")
-            continue
-        out[ours + "ffn.gate_proj.weight"] = get(theirs + "ffn_gate.weight")
-        q, k = get(theirs + "attn_q.weight"), get(theirs + "attn_k.weight")
-        if arch == "llama":
-            q, k = _unpermute(q, config.heads), _unpermute(k, config.kv_heads)
-        out.update({ours + "attn.q_proj.weight": q, ours + "attn.k_proj.weight": k,
-                    ours + "attn.v_proj.weight": get(theirs + "attn_v.weight")})
-        if arch == "qwen2":
-            for proj in "qkv":
-                out[f"{ours}attn.{proj}_proj.bias"] = get(f"{theirs}attn_{proj}.bias")
+        _add_block(out, get, config, f"blocks.{i}.", f"blk.{i}.")
     return out
+
+
+def _add_block(out: dict[str, torch.Tensor], get: Callable[[str], torch.Tensor], config: Any, ours: str,
+               theirs: str) -> None:
+    """One block's tensors (llama.cpp's prefix ``theirs``) into ``out`` under our names (``ours``)."""
+    arch = config.family
+    for mine, file in BLOCK_NAMES:
+        out[f"{ours}{mine}.weight"] = get(f"{theirs}{file}.weight")
+    if arch == "gpt2":
+        _add_gpt2_attention(out, get, config, ours, theirs)
+        return
+    out[ours + "ffn.gate_proj.weight"] = get(theirs + "ffn_gate.weight")
+    q, k = get(theirs + "attn_q.weight"), get(theirs + "attn_k.weight")
+    if arch == "llama":
+        q, k = _unpermute(q, config.heads), _unpermute(k, config.kv_heads)
+    out.update({ours + "attn.q_proj.weight": q, ours + "attn.k_proj.weight": k,
+                ours + "attn.v_proj.weight": get(theirs + "attn_v.weight")})
+    if arch == "qwen2":
+        for proj in "qkv":
+            out[f"{ours}attn.{proj}_proj.bias"] = get(f"{theirs}attn_{proj}.bias")
+
+
+def _add_gpt2_attention(out: dict[str, torch.Tensor], get: Callable[[str], torch.Tensor], config: Any,
+                        ours: str, theirs: str) -> None:
+    """GPT-2's side-by-side q, k, v (``attn_qkv``) split into our projections, then the
+    block's biases."""
+    for proj, rows in zip("qkv", get(theirs + "attn_qkv.weight").split(config.width, dim=0)):
+        out[f"{ours}attn.{proj}_proj.weight"] = rows
+    for proj, rows in zip("qkv", get(theirs + "attn_qkv.bias").split(config.width, dim=0)):
+        out[f"{ours}attn.{proj}_proj.bias"] = rows
+    for mine, file in BLOCK_NAMES:
+        out[f"{ours}{mine}.bias"] = get(f"{theirs}{file}.bias")
 
 
 def recovered_merges(tokens: list[str], scores: list[float]) -> list[list[str]]:
@@ -205,14 +219,9 @@ def _assembled(meta: dict[str, Any], tokens: list[str], parts: dict[str, Any]) -
              for i, kind in enumerate(types[: len(tokens)]) if kind == CONTROL]
     bos = meta.get("tokenizer.ggml.bos_token_id")
     eos = meta.get("tokenizer.ggml.eos_token_id")
-    bos = bos if isinstance(bos, int) and not isinstance(bos, bool) and 0 <= bos < len(tokens) else None
+    bos = _token_id(bos, len(tokens))
     add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", parts["add_bos"])) and bos is not None
-    post = None
-    if add_bos:
-        post = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": tokens[bos], "type_id": 0}},
-                                                         {"Sequence": {"id": "A", "type_id": 0}}],
-                "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-                "special_tokens": {tokens[bos]: {"id": tokens[bos], "ids": [bos], "tokens": [tokens[bos]]}}}
+    post = _bos_template(tokens, bos) if add_bos else None
     data = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
             "pre_tokenizer": parts["pre_tokenizer"], "post_processor": post, "decoder": parts["decoder"],
             "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
@@ -220,6 +229,19 @@ def _assembled(meta: dict[str, Any], tokens: list[str], parts: dict[str, Any]) -
                       "ignore_merges": False, "vocab": {t: i for i, t in enumerate(tokens)}, "merges": parts["merges"]}}
     eos_ids = (eos,) if isinstance(eos, int) and not isinstance(eos, bool) else ()
     return json.dumps(data), bos, eos_ids
+
+
+def _token_id(value: Any, count: int) -> int | None:
+    """``value`` when it is an id among ``count`` tokens (an int, not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < count else None
+
+
+def _bos_template(tokens: list[str], bos: int) -> dict[str, Any]:
+    """The post-processor that puts BOS before a text."""
+    return {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": tokens[bos], "type_id": 0}},
+                                                     {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {tokens[bos]: {"id": tokens[bos], "ids": [bos], "tokens": [tokens[bos]]}}}
 
 
 def gguf_tokenizer(header: GGUFHeader, vocab_size: int) -> Any:

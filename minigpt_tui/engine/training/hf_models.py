@@ -99,19 +99,24 @@ def _weights(folder: Path) -> tuple[dict[str, "torch.Tensor"], list[str]]:
     tensors: dict[str, torch.Tensor] = {}
     parts = []
     for shard in read.shards:
-        header = read.headers[shard.name]
-        with opening_errors(shard, "a safetensors file"):
-            buffer = _mapped(shard)
-        if len(buffer) != header.file_size:
-            raise CheckpointError(f"{shard} changed size while it was read")
-        for entry in header.entries:
-            if entry.dtype not in WIDENED:
-                raise CheckpointError(f"{shard}: tensor '{entry.name}' is {entry.dtype}; weights must be "
-                                      "float16, bfloat16, float32 or float64")
-            tensors[entry.name] = tensor_from_bytes(entry, buffer, header.data_start + entry.begin)
-        listed = [[e.name, e.dtype, list(e.shape), e.begin, e.end] for e in header.entries]
-        parts.append(json.dumps([shard.name, header.file_size, listed, dict(header.metadata)], sort_keys=True))
+        parts.append(_shard_tensors(shard, read.headers[shard.name], tensors))
     return tensors, parts
+
+
+def _shard_tensors(shard: Path, header: Any, tensors: dict[str, torch.Tensor]) -> str:
+    """Every tensor of one safetensors shard into ``tensors`` (over the mapped file), and
+    what identifies the shard: its name, size and validated header."""
+    with opening_errors(shard, "a safetensors file"):
+        buffer = _mapped(shard)
+    if len(buffer) != header.file_size:
+        raise CheckpointError(f"{shard} changed size while it was read")
+    for entry in header.entries:
+        if entry.dtype not in WIDENED:
+            raise CheckpointError(f"{shard}: tensor '{entry.name}' is {entry.dtype}; weights must be "
+                                  "float16, bfloat16, float32 or float64")
+        tensors[entry.name] = tensor_from_bytes(entry, buffer, header.data_start + entry.begin)
+    listed = [[e.name, e.dtype, list(e.shape), e.begin, e.end] for e in header.entries]
+    return json.dumps([shard.name, header.file_size, listed, dict(header.metadata)], sort_keys=True)
 
 
 def compute_dtype(name: str) -> "torch.dtype":
@@ -208,20 +213,9 @@ def convert_hf(source: Path | str, out: Path | str, *, tokenizer_path: Path | st
     folder = read_hf_folder(source)
     where = str(folder.path)
     config, names, dtype, head_stored = plan_conversion(folder)
-    if tokenizer_path is not None:
-        tokenizer, tokenizer_source = tokenizer_from(tokenizer_path)
-    else:
-        tokenizer, tokenizer_source = folder_tokenizer(folder.path), str(folder.path / hf_tokenizer.TOKENIZER_FILE)
-    vocab = folder.config.get("vocab_size")
+    tokenizer, tokenizer_source = _conversion_tokenizer(folder, tokenizer_path)
     family = config.family
-    table_entry = folder.headers[folder.locations[names[hf_layout.table_name(family)]]].entry(
-        names[hf_layout.table_name(family)])
-    rows = table_entry.shape[0] if table_entry.shape else None
-    if vocab != tokenizer.vocab_size or rows != tokenizer.vocab_size:
-        raise CheckpointError(
-            f"{where}: the model's vocabulary ({vocab} ids, table of {rows} rows) differs from the "
-            f"tokenizer's ({tokenizer.vocab_size} ids from {tokenizer_source})"
-        )
+    _check_vocabulary(folder, names, family, tokenizer, tokenizer_source)
     torch_dtype = torch.float64 if dtype == "F64" else torch.float32
     require_room_for(config, tokenizer.vocab_size, 8 if dtype == "F64" else 4, where)
     model = MiniGPT(config, tokenizer.vocab_size, torch_dtype)
@@ -236,20 +230,8 @@ def convert_hf(source: Path | str, out: Path | str, *, tokenizer_path: Path | st
 
     ours = hf_layout.from_hf(tensor, config)
     if head_stored:
-        head = tensor(hf_layout.HEAD_NAME)
-        table = ours["token_embedding.weight"]
-        if head.shape != table.shape or head.dtype != table.dtype or not torch.equal(head, table):
-            raise CheckpointError(
-                f"{where}: unsupported untied output head (lm_head.weight differs from the token table)"
-            )
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            value = ours[name]
-            if tuple(value.shape) != tuple(param.shape):
-                raise CheckpointError(
-                    f"{where}: tensor for '{name}' has shape {list(value.shape)}, the config needs {list(param.shape)}"
-                )
-            param.copy_(value)
+        _check_tied_head(tensor(hf_layout.HEAD_NAME), ours["token_embedding.weight"], where)
+    _copy_weights(model, ours, where)
     model.eval()
     record = folder.config.get(hf_layout.RECORD_KEY)
     exported = record.get("model_identity") if isinstance(record, dict) else None
@@ -275,3 +257,49 @@ def convert_hf(source: Path | str, out: Path | str, *, tokenizer_path: Path | st
         tokenizer_source=tokenizer_source,
         exported_identity=exported if isinstance(exported, str) else None,
     )
+
+
+def _conversion_tokenizer(folder: Any, tokenizer_path: Path | str | None) -> tuple[Any, str]:
+    """The tokenizer a conversion writes and where it came from: the one given, else the
+    folder's own."""
+    if tokenizer_path is not None:
+        return tokenizer_from(tokenizer_path)
+    return folder_tokenizer(folder.path), str(folder.path / hf_tokenizer.TOKENIZER_FILE)
+
+
+def _check_vocabulary(folder: Any, names: dict[str, str], family: str, tokenizer: Any,
+                      tokenizer_source: str) -> None:
+    """The config's vocabulary and the token table's rows both equal the tokenizer's ids."""
+    vocab = folder.config.get("vocab_size")
+    table_entry = folder.headers[folder.locations[names[hf_layout.table_name(family)]]].entry(
+        names[hf_layout.table_name(family)])
+    rows = table_entry.shape[0] if table_entry.shape else None
+    if vocab != tokenizer.vocab_size or rows != tokenizer.vocab_size:
+        raise CheckpointError(
+            f"{folder.path}: the model's vocabulary ({vocab} ids, table of {rows} rows) differs from the "
+            f"tokenizer's ({tokenizer.vocab_size} ids from {tokenizer_source})"
+        )
+
+
+def _check_tied_head(head: torch.Tensor, table: torch.Tensor, where: str) -> None:
+    """A stored output head must be the token table itself (we convert tied heads only)."""
+    import torch  # deferred: imports torch
+
+    if head.shape != table.shape or head.dtype != table.dtype or not torch.equal(head, table):
+        raise CheckpointError(
+            f"{where}: unsupported untied output head (lm_head.weight differs from the token table)"
+        )
+
+
+def _copy_weights(model: Any, ours: dict[str, torch.Tensor], where: str) -> None:
+    """Copy each converted tensor into the model's parameter, shapes checked name by name."""
+    import torch  # deferred: imports torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            value = ours[name]
+            if tuple(value.shape) != tuple(param.shape):
+                raise CheckpointError(
+                    f"{where}: tensor for '{name}' has shape {list(value.shape)}, the config needs {list(param.shape)}"
+                )
+            param.copy_(value)

@@ -144,6 +144,12 @@ def visible(t: int, s: int, window: int, device: torch.device) -> Tensor:
     return mask
 
 
+def _note(record: Record | None, key: str, value: Tensor) -> None:
+    """Keep ``value`` under ``key`` when a forward records its activations."""
+    if record is not None:
+        record[key] = value
+
+
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig, dtype: torch.dtype, fused: bool = False, window: int = 0) -> None:
         super().__init__()
@@ -190,8 +196,29 @@ class Attention(nn.Module):
         new key/value cache."""
         c = self.config
         b, t, _ = x.shape
+        q, k, v, new_cache = self._heads(x, need_weights or record is not None, rope, cache)
+        s = k.shape[2]
+        past = s - t
+        attention_dropout = dropout is not None and c.dropout > 0
+        if self._fusable(need_weights, record, attention_dropout, past, t):
+            # Causal from the start, or one new position that sees every cached one.
+            fused = F.scaled_dot_product_attention(q, k, v, is_causal=past == 0,
+                                                   scale=1.0 if self.scale is None else None)
+            return self.o_proj(fused.transpose(1, 2).reshape(b, t, c.heads * c.head_dim)), None, new_cache
+        weights, out = self._explicit(q, k, v, dropout if attention_dropout else None, offset, x.device)
+        _note(record, f"{name}.attn.hook_pattern", weights)
+        _note(record, f"{name}.attn.hook_z", out)
+        return self.o_proj(out), weights, new_cache
+
+    def _heads(
+        self, x: Tensor, need_weights: bool, rope: tuple[Tensor, Tensor] | None, cache: tuple[Tensor, Tensor] | None
+    ) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, Tensor]]:
+        """Queries, keys and values per head [B, H, T, K] (rotated, the cache in front, kv
+        heads repeated for their query groups) and the new key/value cache."""
+        c = self.config
+        b, t, _ = x.shape
         hd = c.head_dim
-        q, k, v = self._project(x, need_weights or record is not None)
+        q, k, v = self._project(x, need_weights)
         q = q.view(b, t, c.heads, hd).transpose(1, 2)
         k = k.view(b, t, c.kv_heads, hd).transpose(1, 2)
         v = v.view(b, t, c.kv_heads, hd).transpose(1, 2)
@@ -205,28 +232,31 @@ class Attention(nn.Module):
         if groups > 1:
             k = k.repeat_interleave(groups, dim=1)
             v = v.repeat_interleave(groups, dim=1)
+        return q, k, v, new_cache
+
+    def _fusable(self, need_weights: bool, record: Record | None, attention_dropout: bool, past: int,
+                 t: int) -> bool:
+        """Whether ``scaled_dot_product_attention`` may stand in for the explicit path."""
+        return (self.fused and not need_weights and record is None and not attention_dropout and not self.window
+                and (past == 0 or t == 1))
+
+    def _explicit(self, q: Tensor, k: Tensor, v: Tensor, dropout: DropoutKey | None, offset: int,
+                  device: torch.device) -> tuple[Tensor, Tensor]:
+        """Attention weights [B, H, T, S] and the heads' weighted values [B, T, H * K]:
+        scores, causal (and window) mask, softmax, dropout when given, weights @ values."""
+        c = self.config
+        b, _, t, _ = q.shape
         s = k.shape[2]
-        past = s - t
-        attention_dropout = dropout is not None and c.dropout > 0
-        if (self.fused and not need_weights and record is None and not attention_dropout and not self.window
-                and (past == 0 or t == 1)):
-            # Causal from the start, or one new position that sees every cached one.
-            fused = F.scaled_dot_product_attention(q, k, v, is_causal=past == 0,
-                                                   scale=1.0 if self.scale is None else None)
-            return self.o_proj(fused.transpose(1, 2).reshape(b, t, c.heads * hd)), None, new_cache
         scores = q @ k.transpose(-2, -1)
         if self.scale is not None:
             scores = scores * self.scale
-        scores = scores.masked_fill(~visible(t, s, self.window, x.device), float("-inf"))
+        scores = scores.masked_fill(~visible(t, s, self.window, device), float("-inf"))
         weights = torch.softmax(scores, dim=-1)
         attended = weights
-        if attention_dropout:
-            attended = weights * dropout.mask(offset, tuple(weights.shape), c.dropout, weights.dtype, x.device)
-        out = (attended @ v).transpose(1, 2).reshape(b, t, c.heads * hd)
-        if record is not None:
-            record[f"{name}.attn.hook_pattern"] = weights
-            record[f"{name}.attn.hook_z"] = out
-        return self.o_proj(out), weights, new_cache
+        if dropout is not None:
+            attended = weights * dropout.mask(offset, tuple(weights.shape), c.dropout, weights.dtype, device)
+        out = (attended @ v).transpose(1, 2).reshape(b, t, c.heads * c.head_dim)
+        return weights, out
 
 
 class FeedForward(nn.Module):
@@ -273,35 +303,35 @@ class Block(nn.Module):
         need_weights: bool = True,
         record: Record | None = None,
     ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
-        p = self.config.dropout
         name = self.name
-        if record is not None:
-            record[f"{name}.hook_resid_pre"] = x
+        _note(record, f"{name}.hook_resid_pre", x)
         attn_out, weights, new_cache = self.attn(self.attn_norm(x), rope, dropout, offset, cache, need_weights,
                                                  record, name)
         b, t, d = x.shape
         s = new_cache[0].shape[2]
         offset += b * self.config.heads * t * s
-        if record is not None:
-            record[f"{name}.hook_attn_out"] = attn_out
-        if dropout is not None and p > 0:
-            attn_out = attn_out * dropout.mask(offset, (b, t, d), p, x.dtype, x.device)
+        _note(record, f"{name}.hook_attn_out", attn_out)
+        attn_out = self._dropped(attn_out, dropout, offset, x)
         offset += b * t * d
         if self.parallel:
             ffn_out = self.ffn(self.ffn_norm(x))
         else:
             x = x + attn_out
-            if record is not None:
-                record[f"{name}.hook_resid_mid"] = x
+            _note(record, f"{name}.hook_resid_mid", x)
             ffn_out = self.ffn(self.ffn_norm(x))
-        if record is not None:
-            record[f"{name}.hook_mlp_out"] = ffn_out
-        if dropout is not None and p > 0:
-            ffn_out = ffn_out * dropout.mask(offset, (b, t, d), p, x.dtype, x.device)
+        _note(record, f"{name}.hook_mlp_out", ffn_out)
+        ffn_out = self._dropped(ffn_out, dropout, offset, x)
         out = x + attn_out + ffn_out if self.parallel else x + ffn_out
-        if record is not None:
-            record[f"{name}.hook_resid_post"] = out
+        _note(record, f"{name}.hook_resid_post", out)
         return out, weights, new_cache
+
+    def _dropped(self, y: Tensor, dropout: DropoutKey | None, offset: int, x: Tensor) -> Tensor:
+        """``y`` [B, T, D] times the dropout mask at ``offset`` (in ``x``'s dtype and device);
+        ``y`` itself when no dropout applies."""
+        p = self.config.dropout
+        if dropout is not None and p > 0:
+            return y * dropout.mask(offset, tuple(x.shape), p, x.dtype, x.device)
+        return y
 
 
 class MiniGPT(nn.Module):
@@ -380,32 +410,63 @@ class MiniGPT(nn.Module):
         past = cache[0][0].shape[2] if cache else 0
         x, rope = self.embed(ids, inputs_embeds, past, record)
         b, t, _ = x.shape
+        dropping = dropout is not None and c.dropout > 0
         offset = 0
-        if dropout is not None and c.dropout > 0:
+        if dropping:
             x = x * dropout.mask(offset, (b, t, c.width), c.dropout, x.dtype, x.device)
             offset += b * t * c.width
+        x, offset, attentions, new_cache = self._through_blocks(x, rope, dropout, offset, cache, recompute,
+                                                                return_attention, record)
+        if cache is not None:
+            cache[:] = new_cache
+        hidden = self.final_norm(x)
+        _note(record, "ln_final.hook_normalized", hidden)
+        logits = hidden if skip_head else hidden @ self.head_weight.t()
+        consumed = offset if dropping else 0
+        return ForwardOutput(logits, consumed, attentions, hidden)
+
+    def _through_blocks(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        dropout: DropoutKey | None,
+        offset: int,
+        cache: KVCache | None,
+        recompute: bool,
+        return_attention: bool,
+        record: Record | None,
+    ) -> tuple[Tensor, int, list[Tensor], KVCache]:
+        """The residual stream after every block, the dropout offset after them, the
+        detached attention weights (when asked for) and the new cache."""
+        b, t, _ = x.shape
         attentions: list[Tensor] = []
         new_cache: KVCache = []
         for i, block in enumerate(self.blocks):
             layer_cache = cache[i] if cache else None
-            if recompute and self.training and torch.is_grad_enabled():
-                x, weights, kv = checkpoint(
-                    block, x, rope, dropout, offset, layer_cache, return_attention, use_reentrant=False
-                )
-            else:
-                x, weights, kv = block(x, rope, dropout, offset, layer_cache, return_attention, record)
+            x, weights, kv = self._run_block(block, x, rope, dropout, offset, layer_cache, recompute,
+                                             return_attention, record)
             offset += block.dropout_values(b, t, kv[0].shape[2])
             new_cache.append(kv)
             if return_attention and weights is not None:
                 attentions.append(weights.detach())
-        if cache is not None:
-            cache[:] = new_cache
-        hidden = self.final_norm(x)
-        if record is not None:
-            record["ln_final.hook_normalized"] = hidden
-        logits = hidden if skip_head else hidden @ self.head_weight.t()
-        consumed = offset if dropout is not None and c.dropout > 0 else 0
-        return ForwardOutput(logits, consumed, attentions, hidden)
+        return x, offset, attentions, new_cache
+
+    def _run_block(
+        self,
+        block: Block,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        dropout: DropoutKey | None,
+        offset: int,
+        layer_cache: tuple[Tensor, Tensor] | None,
+        recompute: bool,
+        return_attention: bool,
+        record: Record | None,
+    ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
+        """One block's forward; recomputed in the backward pass when training asks for it."""
+        if recompute and self.training and torch.is_grad_enabled():
+            return checkpoint(block, x, rope, dropout, offset, layer_cache, return_attention, use_reentrant=False)
+        return block(x, rope, dropout, offset, layer_cache, return_attention, record)
 
 
 def count_parameters(model: nn.Module) -> tuple[int, int]:

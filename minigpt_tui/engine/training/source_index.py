@@ -19,7 +19,7 @@ import os
 from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
@@ -70,6 +70,29 @@ def resolve_cache_dir(cache_dir: str | Path | None = None) -> Path:
     return Path(from_env).expanduser() if from_env else default_cache_dir()
 
 
+def _read_stored(path: Path) -> dict[str, Any] | None:
+    """The index file's JSON object; None when it is not one (then removed)."""
+    try:  # input like any other: a regular file of bounded size, bounded JSON
+        stored = load_json(read_small_file(path, INDEX_FILE_LIMIT, "source index file").decode("utf-8"), 8)
+    except (InputRefused, ValueError):
+        _discard(path)
+        return None
+    if not isinstance(stored, dict):
+        _discard(path)
+        return None
+    return stored
+
+
+def _counts_in_range(counts: CorpusCounts) -> bool:
+    """A 64-digit identity, counts that are natural numbers, some training records, and
+    the two splits adding up to the whole."""
+    return (isinstance(counts.identity, str) and len(counts.identity) == 64
+            and all(isinstance(n, int) and n >= 0 for n in
+                    (counts.records, counts.train_records, counts.validation_records))
+            and counts.train_records > 0
+            and counts.train_records + counts.validation_records == counts.records)
+
+
 def _discard(path: Path) -> None:
     with suppress(OSError):
         path.unlink(missing_ok=True)
@@ -100,29 +123,25 @@ class SourceIndex:
         path = self._file(fingerprint)
         if not os.path.lexists(path):
             return None
-        try:  # input like any other: a regular file of bounded size, bounded JSON
-            stored = load_json(read_small_file(path, INDEX_FILE_LIMIT, "source index file").decode("utf-8"), 8)
-        except (InputRefused, ValueError):
-            _discard(path)
-            return None
-        if not isinstance(stored, dict):
-            _discard(path)
+        stored = _read_stored(path)
+        if stored is None:
             return None
         try:
-            check = stored.pop("check")
-            counts = CorpusCounts(**stored.pop("corpus"))
-            fields = {**self._fields(fingerprint), "source": stored.get("source")}
-            if check != _self_check({**stored, "corpus": asdict(counts)}) or stored != fields:
-                raise ValueError("damaged or about other bytes")
-            if not (isinstance(counts.identity, str) and len(counts.identity) == 64
-                    and all(isinstance(n, int) and n >= 0 for n in
-                            (counts.records, counts.train_records, counts.validation_records))
-                    and counts.train_records > 0
-                    and counts.train_records + counts.validation_records == counts.records):
-                raise ValueError("counts out of range")
+            return self._checked_counts(stored, fingerprint)
         except (KeyError, TypeError, ValueError, AttributeError):
             _discard(path)
             return None
+
+    def _checked_counts(self, stored: dict[str, Any], fingerprint: SourceFingerprint) -> CorpusCounts:
+        """The counts of a stored record, refused (ValueError) when it is damaged, about
+        other bytes, or its counts are out of range."""
+        check = stored.pop("check")
+        counts = CorpusCounts(**stored.pop("corpus"))
+        fields = {**self._fields(fingerprint), "source": stored.get("source")}
+        if check != _self_check({**stored, "corpus": asdict(counts)}) or stored != fields:
+            raise ValueError("damaged or about other bytes")
+        if not _counts_in_range(counts):
+            raise ValueError("counts out of range")
         return counts
 
     def remember(self, corpus: Corpus) -> None:

@@ -165,6 +165,21 @@ class OptimizerPart(_Always):
 
     def check(self, trainer: Trainer, saved: SavedTensors) -> Apply:
         path, step = saved.path, saved.step
+        hyper = self._checked_hyperparameters(trainer, saved)
+        entries = _saved_moments(trainer, saved)
+        steps = {float(v["step"]) for v in entries.values() if "step" in v}
+        if entries and steps != {float(step)}:
+            raise CheckpointError(f"{path}: AdamW step {sorted(steps)} disagrees with the committed step {step}")
+
+        def apply() -> None:
+            _load_optimizer_state(trainer, entries, hyper)
+
+        return apply
+
+    def _checked_hyperparameters(self, trainer: Trainer, saved: SavedTensors) -> list[list[float]]:
+        """The saved groups' hyperparameter rows, refused unless the groups hold this model's
+        parameters and the betas, eps and weight decay are the config's."""
+        path = saved.path
         layout = saved.metadata["optimizer"].get("groups")
         current = [[trainer.param_names[p] for p in g["params"]] for g in trainer.optimizer.param_groups]
         if not isinstance(layout, list) or [g.get("params") for g in layout] != current:
@@ -173,41 +188,47 @@ class OptimizerPart(_Always):
         for row, group in zip(hyper, trainer.optimizer.param_groups):
             if (row[1], row[2], row[3], row[4]) != (*group["betas"], group["eps"], group["weight_decay"]):
                 raise ResumeRefused(f"{path}: saved AdamW hyperparameters {row[1:]} differ from the config's")
-        params = dict(trainer.model.named_parameters())
-        entries: dict[str, dict[str, Any]] = {}
-        for name, tensor in saved.tensors.items():
-            if not name.startswith(OPTIMIZER_STATE_PREFIX):
-                continue
-            pname, _, key = name.removeprefix(OPTIMIZER_STATE_PREFIX).rpartition(".")
-            if pname not in params:
-                raise ResumeRefused(f"{path}: optimizer state for unknown parameter '{pname}'")
-            if key != "step" and tuple(tensor.shape) != tuple(params[pname].shape):
-                raise ResumeRefused(f"{path}: optimizer state '{name}' has shape {list(tensor.shape)}")
-            entries.setdefault(pname, {})[key] = tensor
-        steps = {float(v["step"]) for v in entries.values() if "step" in v}
-        if entries and steps != {float(step)}:
-            raise CheckpointError(f"{path}: AdamW step {sorted(steps)} disagrees with the committed step {step}")
+        return hyper
 
-        def apply() -> None:
-            import torch  # deferred: imports torch
 
-            optimizer = trainer.optimizer
-            with torch.no_grad():
-                fresh = optimizer.state_dict()
-                index, state = 0, {}
-                for group in optimizer.param_groups:
-                    for p in group["params"]:
-                        saved_entries = entries.get(trainer.param_names[p])
-                        if saved_entries:
-                            # Tensors over the file's own buffer (read once, owned by them): no copy.
-                            state[index] = dict(saved_entries)
-                        index += 1
-                fresh["state"] = state
-                for group, row in zip(fresh["param_groups"], hyper):
-                    group["lr"] = row[0]
-                optimizer.load_state_dict(fresh)
+def _saved_moments(trainer: Trainer, saved: SavedTensors) -> dict[str, dict[str, Any]]:
+    """The saved optimizer state by parameter name and key, each for a parameter of this
+    model with its shape (``step`` excepted)."""
+    path = saved.path
+    params = dict(trainer.model.named_parameters())
+    entries: dict[str, dict[str, Any]] = {}
+    for name, tensor in saved.tensors.items():
+        if not name.startswith(OPTIMIZER_STATE_PREFIX):
+            continue
+        pname, _, key = name.removeprefix(OPTIMIZER_STATE_PREFIX).rpartition(".")
+        if pname not in params:
+            raise ResumeRefused(f"{path}: optimizer state for unknown parameter '{pname}'")
+        if key != "step" and tuple(tensor.shape) != tuple(params[pname].shape):
+            raise ResumeRefused(f"{path}: optimizer state '{name}' has shape {list(tensor.shape)}")
+        entries.setdefault(pname, {})[key] = tensor
+    return entries
 
-        return apply
+
+def _load_optimizer_state(trainer: Trainer, entries: dict[str, dict[str, Any]], hyper: list[list[float]]) -> None:
+    """Load the checked state into the trainer's optimizer: the moments and steps by
+    parameter position, each group's saved learning rate."""
+    import torch  # deferred: imports torch
+
+    optimizer = trainer.optimizer
+    with torch.no_grad():
+        fresh = optimizer.state_dict()
+        index, state = 0, {}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                saved_entries = entries.get(trainer.param_names[p])
+                if saved_entries:
+                    # Tensors over the file's own buffer (read once, owned by them): no copy.
+                    state[index] = dict(saved_entries)
+                index += 1
+        fresh["state"] = state
+        for group, row in zip(fresh["param_groups"], hyper):
+            group["lr"] = row[0]
+        optimizer.load_state_dict(fresh)
 
 
 # -- schedule and update policy ---------------------------------------------------------------
@@ -461,10 +482,24 @@ class EvaluationCurvePart(_Always):
 
     def capture(self, trainer: Trainer) -> PartCapture:
         curve = trainer.curve
+        tensors = self._tensors(trainer)
+        last = curve[-1] if curve else None
+        record = {
+            "points": len(curve),
+            "last": None if last is None else {"step": last.step, "train_loss": last.train_loss,
+                                                "validation_loss": last.validation_loss, "extra": last.extra},
+            "best_step": trainer.best_step,
+            "best_validation": trainer.best_validation,
+        }
+        return PartCapture(tensors, record)
+
+    def _tensors(self, trainer: Trainer) -> list[tuple[str, torch.Tensor]]:
+        """The curve's columns and the best step and validation loss, as tensors."""
+        curve = trainer.curve
         n = len(curve)
         losses = [[r.train_loss, math.nan if r.validation_loss is None else r.validation_loss] for r in curve]
         best = trainer.best_validation
-        tensors = [
+        return [
             (self.STEPS.name, self.STEPS.make([r.step for r in curve])),
             (self.LOSSES.name, self.LOSSES.make(losses).reshape(n, 2)),
             (self.TARGETS.name, self.TARGETS.make([v for r in curve for v in (r.train_targets, r.validation_targets)])
@@ -473,15 +508,6 @@ class EvaluationCurvePart(_Always):
             (self.BEST_STEP.name, self.BEST_STEP.make([int(trainer.best_step is not None), trainer.best_step or 0])),
             (self.BEST_VALIDATION.name, self.BEST_VALIDATION.make([best if best is not None else math.nan])),
         ]
-        last = curve[-1] if curve else None
-        record = {
-            "points": n,
-            "last": None if last is None else {"step": last.step, "train_loss": last.train_loss,
-                                                "validation_loss": last.validation_loss, "extra": last.extra},
-            "best_step": trainer.best_step,
-            "best_validation": trainer.best_validation,
-        }
-        return PartCapture(tensors, record)
 
     def check(self, trainer: Trainer, saved: SavedTensors) -> Apply:
         from minigpt_tui.engine.training.trainer import (  # deferred: imports torch

@@ -212,12 +212,7 @@ class TokenCache:
             _remove_entry_folder(temporary)
             temporary.mkdir()
             steps = len(SPLIT_FILES) + 1
-            for done, (split, name) in enumerate(SPLIT_FILES.items()):
-                if progress is not None:
-                    progress(WRITING, done, steps)
-                np.save(temporary / name, np.ascontiguousarray(getattr(stream, split)), allow_pickle=False)
-            if progress is not None:
-                progress(WRITING, len(SPLIT_FILES), steps)
+            _write_arrays(temporary, stream, progress, steps)
             hashes = _block_hashes([temporary / name for name in SPLIT_FILES.values()])
             record = {
                 "format": ENTRY_FORMAT,
@@ -232,14 +227,7 @@ class TokenCache:
                 "created": time.time(),
             }
             (temporary / ENTRY_FILE).write_text(json.dumps(record, indent=2), "utf-8")
-            # A key names its content: an entry already there was written by another writer of
-            # the same corpus and tokenizer that finished first, and is used as it is.
-            if not folder.is_dir():
-                try:
-                    os.replace(temporary, folder)
-                except OSError:
-                    if not folder.is_dir():
-                        raise
+            _move_into_place(temporary, folder)
             self._tag()
             if progress is not None:
                 progress(WRITING, steps, steps)
@@ -308,46 +296,65 @@ class TokenCache:
         if not self.root.is_dir():
             return plan
         for child in sorted(self.root.iterdir()):
-            name = child.name
-            if child.is_symlink():
-                plan.foreign.append(name)
-            elif name == TAG_FILE and child.is_file():
-                continue
-            elif name == SOURCES and child.is_dir():
-                files = sorted(child.iterdir())
-                if all(f.is_file() and not f.is_symlink() and _SOURCE_FILE.fullmatch(f.name) for f in files):
-                    plan.index_files.extend(files)
-                else:
-                    plan.foreign.append(f"{name}/")
-            elif _KEY.fullmatch(name) and _only_entry_files(child):
-                entry = self._entry(child)
-                if entry.source == "?" and not (self.root / TAG_FILE).is_file():
-                    plan.foreign.append(f"{name}/")  # no record of ours, in a folder with no tag of ours
-                else:
-                    plan.entries.append(entry)
-            elif _PARTIAL.fullmatch(name) and _only_entry_files(child):
-                continue  # a write in progress is left alone; a dead writer's is listed below
-            else:
-                plan.foreign.append(f"{name}/" if child.is_dir() else name)
+            self._plan_child(plan, child)
         plan.partials.extend(self._stale_partials())
         return plan
+
+    def _plan_child(self, plan: ClearingPlan, child: Path) -> None:
+        """Sort one name in the cache directory into ``plan``: ours to remove, left alone,
+        or foreign."""
+        name = child.name
+        if child.is_symlink():
+            plan.foreign.append(name)
+        elif not (name == TAG_FILE and child.is_file()):
+            self._plan_named(plan, child)
+
+    def _plan_named(self, plan: ClearingPlan, child: Path) -> None:
+        """A name neither a link nor the tag: the source index, an entry, a partial, or foreign."""
+        name = child.name
+        if name == SOURCES and child.is_dir():
+            _plan_sources(plan, child)
+        elif _KEY.fullmatch(name) and _only_entry_files(child):
+            self._plan_entry(plan, child)
+        elif _PARTIAL.fullmatch(name) and _only_entry_files(child):
+            return  # a write in progress is left alone; a dead writer's is listed below
+        else:
+            plan.foreign.append(f"{name}/" if child.is_dir() else name)
+
+    def _plan_entry(self, plan: ClearingPlan, child: Path) -> None:
+        """An entry folder: ours to remove, unless it has no record of ours and the
+        directory no tag of ours."""
+        entry = self._entry(child)
+        if entry.source == "?" and not (self.root / TAG_FILE).is_file():
+            plan.foreign.append(f"{child.name}/")  # no record of ours, in a folder with no tag of ours
+        else:
+            plan.entries.append(entry)
 
     def clear(self) -> ClearingPlan:
         """Remove every entry, the source index and the partials of dead writers, once the
         directory is shown to hold nothing else; otherwise refuse, removing nothing."""
         plan = self.clearing_plan()
         if plan.foreign:
-            shown = ", ".join(shorten_middle(name, 40) for name in plan.foreign[:4])
-            more = f" and {len(plan.foreign) - 4} more" if len(plan.foreign) > 4 else ""
-            raise CacheError(
-                f"{shorten_middle(str(self.root))} is not only a token cache: it holds {shown}{more}, which the cache "
-                "did not make; nothing was removed (give the token cache's own folder as --cache-dir)"
-            )
+            self._refuse_foreign(plan.foreign)
         for entry in plan.entries:
             if not _remove_entry_folder(entry.path):
                 raise CacheError(f"cannot remove the cache entry {shorten_middle(str(entry.path))}")
             plan.freed += entry.bytes
         plan.freed += sum(p.bytes for p in plan.partials if _remove_entry_folder(p.path))
+        self._remove_index(plan)
+        return plan
+
+    def _refuse_foreign(self, foreign: list[str]) -> None:
+        """Refuse to clear a directory holding what the cache did not make, naming some of it."""
+        shown = ", ".join(shorten_middle(name, 40) for name in foreign[:4])
+        more = f" and {len(foreign) - 4} more" if len(foreign) > 4 else ""
+        raise CacheError(
+            f"{shorten_middle(str(self.root))} is not only a token cache: it holds {shown}{more}, which the cache "
+            "did not make; nothing was removed (give the token cache's own folder as --cache-dir)"
+        )
+
+    def _remove_index(self, plan: ClearingPlan) -> None:
+        """Remove the source index's files (best effort), then its folder once emptied."""
         for file in plan.index_files:
             try:
                 size = file.stat().st_size
@@ -360,10 +367,41 @@ class TokenCache:
                 (self.root / SOURCES).rmdir()
             except OSError:
                 pass
-        return plan
 
 
 _SOURCE_FILE = re.compile(r"\.?[0-9a-f]{32}\.json(\.\d+)?")
+
+
+def _plan_sources(plan: ClearingPlan, child: Path) -> None:
+    """The source index folder: its files to remove when every one is an index file."""
+    files = sorted(child.iterdir())
+    if all(f.is_file() and not f.is_symlink() and _SOURCE_FILE.fullmatch(f.name) for f in files):
+        plan.index_files.extend(files)
+    else:
+        plan.foreign.append(f"{child.name}/")
+
+
+def _write_arrays(folder: Path, stream: TokenStream, progress: Progress | None, steps: int) -> None:
+    """Each split's array as a ``.npy`` file in ``folder``, progress told before each."""
+    for done, (split, name) in enumerate(SPLIT_FILES.items()):
+        if progress is not None:
+            progress(WRITING, done, steps)
+        np.save(folder / name, np.ascontiguousarray(getattr(stream, split)), allow_pickle=False)
+    if progress is not None:
+        progress(WRITING, len(SPLIT_FILES), steps)
+
+
+def _move_into_place(temporary: Path, folder: Path) -> None:
+    """The written entry renamed to its key's folder.
+
+    A key names its content: an entry already there was written by another writer of the
+    same corpus and tokenizer that finished first, and is used as it is."""
+    if not folder.is_dir():
+        try:
+            os.replace(temporary, folder)
+        except OSError:
+            if not folder.is_dir():
+                raise
 
 
 @dataclass(frozen=True)

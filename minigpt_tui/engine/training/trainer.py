@@ -292,15 +292,8 @@ class Trainer:
         self.placement = choose_device(train.device, local_rank=self.parallel.world.local_rank)
         self.device = self.placement.torch_device()
         self.tokenizer = setup.tokenizer
-        context = config.window
         self.stream_mode = config.corpus.mode == "stream"
-        if self.stream_mode:
-            stream = setup.token_stream()
-            self.train_examples: list[Example] | TokenWindows = TokenWindows(stream.train, context)
-            self.validation_examples: list[Example] | TokenWindows = TokenWindows(stream.validation, context)
-        else:
-            self.train_examples = make_examples(setup.corpus.train, self.tokenizer, context)
-            self.validation_examples = make_examples(setup.corpus.validation, self.tokenizer, context)
+        self._load_examples(setup, config.window)
         if not self.train_examples:
             raise CorpusError("the training split has no records")
         if world > len(self.train_examples):
@@ -317,25 +310,8 @@ class Trainer:
         if initial_weights is not None:
             self.load_weights(initial_weights)
         self.param_names = {p: n for n, p in self.model.named_parameters()}
-        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
-        no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
-        groups = [{"params": decay, "weight_decay": train.weight_decay}]
-        if no_decay:
-            groups.append({"params": no_decay, "weight_decay": 0.0})
-        # Exact precision keeps the reference per-parameter loop; fast precision takes the
-        # fused kernel (one pass over each parameter's moments).
-        kernel = {"fused": True} if train.precision == "fast" else {"foreach": False}
-        self.optimizer = AdamW(groups, lr=scheduled_lr(train, 1), betas=train.betas, eps=train.eps, **kernel)
-        if train.batch_policy == "replacement":
-            self.batches: ReplacementSampler | DocumentOrder = ReplacementSampler(
-                len(self.train_examples), rank_seed(config.seeds.data, rank)
-            )
-        elif world > 1:
-            self.batches = ShardedDocumentOrder(len(self.train_examples), train.document_order, config.seeds.data,
-                                                rank=rank, world_size=world,
-                                                per_rank=train.microbatches * train.batch_size)
-        else:
-            self.batches = DocumentOrder(len(self.train_examples), train.document_order, config.seeds.data)
+        self.optimizer = self._new_optimizer()
+        self.batches: ReplacementSampler | DocumentOrder = self._new_batch_order(rank, world)
         # The module the training forward runs through (DDP with several processes).
         self.forward_module = self.parallel.wrap(self.model, self.device)
         self.dropout_seed = rank_seed(config.seeds.dropout, rank)
@@ -352,6 +328,42 @@ class Trainer:
         evaluation = torch.Generator().manual_seed(config.seeds.evaluation)
         self._train_eval = self._evaluation_set(self.train_examples, evaluation)
         self._validation_eval = self._evaluation_set(self.validation_examples, evaluation)
+
+    def _load_examples(self, setup: TrainingSetup, context: int) -> None:
+        """The training and validation examples: windows over the token stream in stream
+        mode, else one example per record."""
+        if self.stream_mode:
+            stream = setup.token_stream()
+            self.train_examples: list[Example] | TokenWindows = TokenWindows(stream.train, context)
+            self.validation_examples: list[Example] | TokenWindows = TokenWindows(stream.validation, context)
+        else:
+            self.train_examples = make_examples(setup.corpus.train, self.tokenizer, context)
+            self.validation_examples = make_examples(setup.corpus.validation, self.tokenizer, context)
+
+    def _new_optimizer(self) -> AdamW:
+        """AdamW over the model's parameters: weight decay on matrices only."""
+        train = self.config.train
+        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
+        no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": train.weight_decay}]
+        if no_decay:
+            groups.append({"params": no_decay, "weight_decay": 0.0})
+        # Exact precision keeps the reference per-parameter loop; fast precision takes the
+        # fused kernel (one pass over each parameter's moments).
+        kernel = {"fused": True} if train.precision == "fast" else {"foreach": False}
+        return AdamW(groups, lr=scheduled_lr(train, 1), betas=train.betas, eps=train.eps, **kernel)
+
+    def _new_batch_order(self, rank: int, world: int) -> ReplacementSampler | DocumentOrder:
+        """The order training examples are drawn in: sampled with replacement, or a document
+        order (this rank's shard of it with several processes)."""
+        config = self.config
+        train = config.train
+        if train.batch_policy == "replacement":
+            return ReplacementSampler(len(self.train_examples), rank_seed(config.seeds.data, rank))
+        if world > 1:
+            return ShardedDocumentOrder(len(self.train_examples), train.document_order, config.seeds.data,
+                                        rank=rank, world_size=world, per_rank=train.microbatches * train.batch_size)
+        return DocumentOrder(len(self.train_examples), train.document_order, config.seeds.data)
 
     def _evaluation_set(self, examples: list[Example] | TokenWindows, generator: torch.Generator) -> list[Batch]:
         """The batches every evaluation reads: the complete split (non-overlapping windows
@@ -503,12 +515,7 @@ class Trainer:
         """Unscale, check, clip and apply the summed gradients (skipped when not finite),
         then let the loss scaler react; returns (applied, gradient norm before clipping)."""
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        finite = True
-        if self.scaler.enabled:
-            for p in params:
-                if p.grad is not None:
-                    p.grad.div_(scale)
-            finite = all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None)
+        finite = self._unscaled_finite(params, scale)
         grads = [p.grad for p in params if p.grad is not None]
         total_norm = torch.nn.utils.get_total_norm(grads, foreach=True)
         if self.config.train.clip > 0:
@@ -521,6 +528,16 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.pending_microbatches = 0
         return finite, grad_norm
+
+    def _unscaled_finite(self, params: list[Tensor], scale: float) -> bool:
+        """With loss scaling, divide the gradients by ``scale`` and say whether every one is
+        finite; without it, True (nothing touched)."""
+        if not self.scaler.enabled:
+            return True
+        for p in params:
+            if p.grad is not None:
+                p.grad.div_(scale)
+        return all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None)
 
     @torch.no_grad()
     def _monitoring_sample(self) -> list[int]:

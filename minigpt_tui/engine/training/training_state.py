@@ -295,6 +295,19 @@ def parse_training_state(path: Path, loaded: LoadedFile, *, verify_content: bool
     if "format" not in raw:
         raise CheckpointError(f"{path}: not a minigpt-tui training-state file (no format record)")
     metadata: dict[str, Any] = {key: parse_record(path, key, text) for key, text in raw.items()}
+    _check_format_records(path, metadata)
+    _check_content_digest(path, loaded, metadata, verify_content)
+    tensors = loaded.tensors()
+    SavedTensors(path, tensors).step  # a U64 [1] or a named refusal
+    state = TrainingState(path, metadata, tensors, loaded.sha256, loaded.header.file_size)
+    records_step = metadata["records"].get("schedule", {}).get("step") if isinstance(metadata["records"], dict) else None
+    if records_step != state.step:
+        raise CheckpointError(f"{path}: the readable records say step {records_step!r} but the tensors say {state.step}")
+    return state
+
+
+def _check_format_records(path: Path, metadata: dict[str, Any]) -> None:
+    """The format record names this format and version, and every required record is there."""
     fmt = metadata["format"]
     if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
         raise CheckpointError(f"{path}: not a minigpt-tui training-state file (its format record)")
@@ -303,6 +316,11 @@ def parse_training_state(path: Path, loaded: LoadedFile, *, verify_content: bool
     missing = [k for k in _REQUIRED_RECORDS if k not in metadata]
     if missing:
         raise CheckpointError(f"{path}: training-state file lacks the metadata record '{missing[0]}'")
+
+
+def _check_content_digest(path: Path, loaded: LoadedFile, metadata: dict[str, Any], verify_content: bool) -> None:
+    """The tensors' digest, recomputed from their bytes unless ``verify_content`` is False,
+    equals the one recorded at saving."""
     view = memoryview(loaded.buffer)
     start = loaded.header.data_start
     computed = (
@@ -315,13 +333,6 @@ def parse_training_state(path: Path, loaded: LoadedFile, *, verify_content: bool
             f"{path}: training-state content digest mismatch (stored {str(metadata['content_sha256'])[:12]}…, "
             f"computed {computed[:12]}…): the tensors changed after saving"
         )
-    tensors = loaded.tensors()
-    SavedTensors(path, tensors).step  # a U64 [1] or a named refusal
-    state = TrainingState(path, metadata, tensors, loaded.sha256, loaded.header.file_size)
-    records_step = metadata["records"].get("schedule", {}).get("step") if isinstance(metadata["records"], dict) else None
-    if records_step != state.step:
-        raise CheckpointError(f"{path}: the readable records say step {records_step!r} but the tensors say {state.step}")
-    return state
 
 
 # -- compatibility and restore ------------------------------------------------------------------
