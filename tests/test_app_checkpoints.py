@@ -28,7 +28,6 @@ from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
 from minigpt_tui.widgets.run_tree import RunTree
 from minigpt_tui.widgets.state_view import StateView
-from minigpt_tui.widgets.tensor_detail import TensorDetail
 from minigpt_tui.widgets.tensor_table import TensorTable, left_truncate
 from minigpt_tui.widgets.tokenizer_panel import TokenizerPanel
 from tests.app_support import (

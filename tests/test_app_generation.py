@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input, Select, Static
+from textual.widgets import Input, Select
 
 from minigpt_tui.engine.training.model_file import load_portable_model
 from minigpt_tui.engine.core.errors import GenerationError

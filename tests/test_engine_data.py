@@ -6,7 +6,7 @@ import pytest
 
 from minigpt_tui.engine.training.batches import NO_TARGET, DocumentOrder, ReplacementSampler, make_batch, make_examples
 from minigpt_tui.engine.core.config import CorpusConfig, SeedConfig, load_config
-from minigpt_tui.engine.training.corpus import load_corpus, parse_records, split_records
+from minigpt_tui.engine.training.corpus import load_corpus, parse_records
 from minigpt_tui.engine.core.errors import ConfigError, CorpusError, TokenizerError
 from minigpt_tui.engine.core.tokenizer import BOS, EOS, ByteBPETokenizer
 

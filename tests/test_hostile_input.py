@@ -33,7 +33,6 @@ from minigpt_tui.engine.training.corpus import load_corpus
 from minigpt_tui.engine.core.errors import (
     CheckpointError,
     InputRefused,
-    MiniGPTError,
     ResumeRefused,
     RunLocked,
     WriteRefused,

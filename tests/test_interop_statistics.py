@@ -18,7 +18,6 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from minigpt_tui.cli import main
-from minigpt_tui.engine.formats import inspect as inspect_module
 from minigpt_tui.engine.formats import safetensors_io
 from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
 from minigpt_tui.engine.formats.compare import compare_checkpoints

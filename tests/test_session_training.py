@@ -182,7 +182,6 @@ def test_a_refused_start_leaves_nothing_on_disk(tmp_path):
 
 def _poisoned_trainer(**train):
     """A tiny trainer (loss scaling on) whose weights hold a NaN: every update is non-finite."""
-    import torch
 
     trainer = make_trainer("tiny", train={"steps": 400, "save_every": 2, "keep_last": 100, **train})
     return trainer, lambda: next(trainer.model.parameters()).data.fill_(float("nan"))

@@ -110,21 +110,31 @@ def rules_from_args(args: argparse.Namespace) -> list[Any]:
     top_p = generation_number(args.top_p, "--top-p", float)
     seed = generation_number(args.seed, "--seed", int)
     forbidden = tuple(generation_number(value, "--forbid", int) for value in args.forbid)
-    temperatures = args.temperature
-    if isinstance(temperatures, str):
-        temperatures = [temperatures]
-    temperatures = [generation_number(t, "--temperature", float) for t in temperatures or []]
-    several = isinstance(args.temperature, list)
-    if temperatures and args.greedy and not several:
-        raise GenerationError("choose either --greedy or --temperature, not both")
-    if not temperatures and (top_k is not None or top_p is not None):
-        raise GenerationError("--top-k and --top-p apply to sampling: give --temperature too")
+    temperatures = _temperatures_from_args(args)
+    _check_rule_choice(args, temperatures, top_k, top_p)
     rules = []
     if args.greedy or not temperatures:
         rules.append(GenerationRule("greedy", max_new_tokens=budget, seed=seed, forbidden_ids=forbidden))
     for temperature in temperatures:
         rules.append(GenerationRule("sample", temperature, top_k, top_p, seed, budget, forbidden))
     return rules
+
+
+def _temperatures_from_args(args: argparse.Namespace) -> list[float]:
+    """``--temperature``: one value, several (a list), or none."""
+    temperatures = args.temperature
+    if isinstance(temperatures, str):
+        temperatures = [temperatures]
+    return [generation_number(t, "--temperature", float) for t in temperatures or []]
+
+
+def _check_rule_choice(args: argparse.Namespace, temperatures: list[float], top_k: Any, top_p: Any) -> None:
+    """Greedy and sampling options that contradict each other are refused."""
+    several = isinstance(args.temperature, list)
+    if temperatures and args.greedy and not several:
+        raise GenerationError("choose either --greedy or --temperature, not both")
+    if not temperatures and (top_k is not None or top_p is not None):
+        raise GenerationError("--top-k and --top-p apply to sampling: give --temperature too")
 
 
 def load_model(spec: str, args: argparse.Namespace) -> Any:
@@ -245,30 +255,35 @@ def print_probes(result: dict[str, Any]) -> None:
     source = result["probes"]["source"]
     models = [m["label"] for m in result["models"]]
     for r, rule in enumerate(result["rules"]):
-        table = Table(title=Text(escape_controls(f"probes · {rule['label']} · {source}")), show_lines=True)
-        table.add_column("probe / prompt", overflow="fold")
-        table.add_column("last token", overflow="fold")
-        table.add_column("expected", overflow="fold")
-        for label in models:
-            table.add_column(Text(escape_controls(label)), overflow="fold")
-        for row in result["rows"]:
-            cells = []
-            for m in range(len(models)):
-                cell = row["results"][m * len(result["rules"]) + r]
-                if "error" in cell:
-                    cells.append(Text(f"error: {cell['error']}", style="red"))
-                    continue
-                stop = "" if cell["stop_reason"] == "eos" else f" [{cell['stop_reason']}]"
-                mark = "✓" if cell["match"] else "✗"
-                cells.append(Text(f"{mark} {_shown(cell['completion'])}{stop}",
-                                  style="green" if cell["match"] else ""))
-            last = row["prompt_last_token"]
-            table.add_row(Text(f"{escape_controls(row['name'])}\n{_shown(row['prompt'])}"),
-                          Text(f"{last['id']} {_shown(last['piece'])}"), Text(_shown(row["expected"])), *cells)
-        console.print(table)
+        console.print(_probe_table(result, r, rule, models, source))
     count = result["probes"]["count"]
     for key, matched in result["matches"].items():
         console.print(Text(f"{key}: {matched} of {count} match (exact bytes, then EOS)"))
+
+
+def _probe_table(result: dict[str, Any], r: int, rule: dict[str, Any], models: list[str], source: str) -> Table:
+    """The table of rule ``r``: one column per model, one row per probe."""
+    table = Table(title=Text(escape_controls(f"probes · {rule['label']} · {source}")), show_lines=True)
+    table.add_column("probe / prompt", overflow="fold")
+    table.add_column("last token", overflow="fold")
+    table.add_column("expected", overflow="fold")
+    for label in models:
+        table.add_column(Text(escape_controls(label)), overflow="fold")
+    for row in result["rows"]:
+        cells = [_probe_cell(row["results"][m * len(result["rules"]) + r]) for m in range(len(models))]
+        last = row["prompt_last_token"]
+        table.add_row(Text(f"{escape_controls(row['name'])}\n{_shown(row['prompt'])}"),
+                      Text(f"{last['id']} {_shown(last['piece'])}"), Text(_shown(row["expected"])), *cells)
+    return table
+
+
+def _probe_cell(cell: dict[str, Any]) -> Text:
+    """One model's result on one probe: its error, or a mark, the completion and why it stopped."""
+    if "error" in cell:
+        return Text(f"error: {cell['error']}", style="red")
+    stop = "" if cell["stop_reason"] == "eos" else f" [{cell['stop_reason']}]"
+    mark = "✓" if cell["match"] else "✗"
+    return Text(f"{mark} {_shown(cell['completion'])}{stop}", style="green" if cell["match"] else "")
 
 
 # -- infer -------------------------------------------------------------------------------

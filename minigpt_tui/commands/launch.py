@@ -90,23 +90,39 @@ def launch(args: argparse.Namespace, device: str) -> int:
     from torch.distributed import TCPStore  # deferred: imports torch
 
 
-    try:
-        store = TCPStore("127.0.0.1", args.port or 0, is_master=True, wait_for_workers=False,
-                         timeout=timedelta(seconds=300))
-    except (RuntimeError, OSError) as err:
-        raise ProcessGroupError(f"cannot open the rendezvous port: {str(err).splitlines()[0][:120]}") from None
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port), "WORLD_SIZE": str(args.nproc),
-           "LOCAL_WORLD_SIZE": str(args.nproc), "GROUP_RANK": "0", "TORCHELASTIC_USE_AGENT_STORE": "True",
-           LAUNCHER_ENV: str(os.getpid())}
-    env.pop("TORCHELASTIC_ERROR_FILE", None)
+    store = _open_store(TCPStore, args.port)
     command = [sys.executable, "-m", "minigpt_tui", *forwarded_arguments(args.argv)]
+    env = _process_environment(store.port, args.nproc)
     ranks = _Ranks()
     with _forwarding_stop_signals(ranks):
         for rank in range(args.nproc):
             ranks.start(rank, command, {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)})
         codes = ranks.wait()
     del store
+    return _launch_exit_code(ranks, codes)
+
+
+def _open_store(store_class: Any, port: int | None) -> Any:
+    """The launcher's rendezvous store, on ``port`` or one the system picks."""
+    try:
+        return store_class("127.0.0.1", port or 0, is_master=True, wait_for_workers=False,
+                           timeout=timedelta(seconds=300))
+    except (RuntimeError, OSError) as err:
+        raise ProcessGroupError(f"cannot open the rendezvous port: {str(err).splitlines()[0][:120]}") from None
+
+
+def _process_environment(store_port: int, nproc: int) -> dict[str, str]:
+    """The environment every process gets (each adds its own RANK and LOCAL_RANK)."""
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store_port), "WORLD_SIZE": str(nproc),
+           "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": "0", "TORCHELASTIC_USE_AGENT_STORE": "True",
+           LAUNCHER_ENV: str(os.getpid())}
+    env.pop("TORCHELASTIC_ERROR_FILE", None)
+    return env
+
+
+def _launch_exit_code(ranks: _Ranks, codes: list[int]) -> int:
+    """The launcher's exit code from its processes' (printing the line a failure needs)."""
     if all(code == 0 for code in codes):
         return 0
     if ranks.signalled and all(code in (0, 130) for code in codes):  # stopped while preparing
@@ -143,16 +159,20 @@ class _Ranks:
         for line in process.stderr:
             if not line.startswith(ERROR_PREFIX):
                 continue  # tracebacks and library logs: the error line says what matters
-            is_error = line.startswith(f"{ERROR_PREFIX} error")
             with self._lock:
-                if is_error and rank != 0:  # rank 0 says it best (it knows the run's folder)
-                    self.held.setdefault(rank, line)
-                    continue
-                if (is_error and self.reported) or (not is_error and rank != 0):
-                    continue
-                self.reported = self.reported or is_error
-                sys.stderr.write(line)
-                sys.stderr.flush()
+                self._pass_line(rank, line)
+
+    def _pass_line(self, rank: int, line: str) -> None:
+        """One of our lines from ``rank`` (the lock held): passed on, held, or dropped."""
+        is_error = line.startswith(f"{ERROR_PREFIX} error")
+        if is_error and rank != 0:  # rank 0 says it best (it knows the run's folder)
+            self.held.setdefault(rank, line)
+            return
+        if (is_error and self.reported) or (not is_error and rank != 0):
+            return
+        self.reported = self.reported or is_error
+        sys.stderr.write(line)
+        sys.stderr.flush()
 
     def signal(self, signum: int) -> None:
         for process in self.processes:
@@ -164,25 +184,38 @@ class _Ranks:
 
     def wait(self) -> list[int]:
         """Every exit code; once one process fails, the rest get SIGTERM, then SIGKILL."""
+        codes = self._poll_until_all_exit()
+        for reader in self.readers:
+            reader.join(timeout=5)
+        self._report_held_error()
+        return codes
+
+    def _poll_until_all_exit(self) -> list[int]:
+        """Poll until every process exited, stopping the rest once one fails."""
         failed_at: float | None = None
         while True:
             codes = [process.poll() for process in self.processes]
             if all(code is not None for code in codes):
-                break
-            if failed_at is None and any(code not in (None, 0) for code in codes):
-                failed_at = time.monotonic()
-                self.signal(signal.SIGTERM)
-            elif failed_at is not None and time.monotonic() - failed_at > PEER_GRACE_S:
-                self.signal(signal.SIGKILL)
+                return [int(code) for code in codes]  # type: ignore[arg-type]
+            failed_at = self._stop_after_failure(codes, failed_at)
             time.sleep(0.05)
-        for reader in self.readers:
-            reader.join(timeout=5)
+
+    def _stop_after_failure(self, codes: list[int | None], failed_at: float | None) -> float | None:
+        """SIGTERM to all at the first failure, SIGKILL after PEER_GRACE_S; when it was first seen."""
+        if failed_at is None and any(code not in (None, 0) for code in codes):
+            self.signal(signal.SIGTERM)
+            return time.monotonic()
+        if failed_at is not None and time.monotonic() - failed_at > PEER_GRACE_S:
+            self.signal(signal.SIGKILL)
+        return failed_at
+
+    def _report_held_error(self) -> None:
+        """When rank 0 said nothing: another rank's first error line."""
         with self._lock:
-            if not self.reported and self.held:  # rank 0 said nothing: another rank's first error
+            if not self.reported and self.held:
                 sys.stderr.write(self.held[min(self.held)])
                 sys.stderr.flush()
                 self.reported = True
-        return [int(code) for code in codes]  # type: ignore[arg-type]
 
 
 @contextmanager

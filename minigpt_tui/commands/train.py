@@ -143,30 +143,56 @@ class RunRecorder:
         self.heads: list[dict[str, Any]] = []
 
     def __call__(self, event: Any) -> None:
-        if isinstance(event, UpdateDone):
-            self.updates.append(event.record.exact_fields())
-            self.advance(event.record.step, event.record.loss)
-        elif isinstance(event, EvaluationDone):
-            self.evaluations.append(asdict(event.record))
-        elif isinstance(event, ProbesScored):
-            self.probes.append({"step": event.step, "source": event.source, "matched": event.matched,
-                                "probes": [score.to_json() for score in event.scores]})
-        elif isinstance(event, SamplesTaken):
-            self.samples.append(event.to_json())
-        elif isinstance(event, HeadsScored):
-            record = event.to_json()
-            self.heads.append({"step": record["step"], "top": record["top"]})
-        elif isinstance(event, Saved):
-            self.saved.append(str(event.path))
-        elif isinstance(event, Refused) and event.action == "save":
+        for kind, handler in self._HANDLERS:
+            if isinstance(event, kind):
+                handler(self, event)
+                return
+
+    def _update(self, event: Any) -> None:
+        self.updates.append(event.record.exact_fields())
+        self.advance(event.record.step, event.record.loss)
+
+    def _evaluation(self, event: Any) -> None:
+        self.evaluations.append(asdict(event.record))
+
+    def _probes(self, event: Any) -> None:
+        self.probes.append({"step": event.step, "source": event.source, "matched": event.matched,
+                            "probes": [score.to_json() for score in event.scores]})
+
+    def _samples(self, event: Any) -> None:
+        self.samples.append(event.to_json())
+
+    def _heads(self, event: Any) -> None:
+        record = event.to_json()
+        self.heads.append({"step": record["step"], "top": record["top"]})
+
+    def _saved(self, event: Any) -> None:
+        self.saved.append(str(event.path))
+
+    def _refused(self, event: Any) -> None:
+        if event.action == "save":
             raise CheckpointError(event.message)
-        elif isinstance(event, Refused) and event.action == "token cache":
+        if event.action == "token cache":
             self._say(f"minigpt-tui: warning: {escape_controls(event.message)}")
-        elif isinstance(event, Paused):  # only a command from the control file pauses a headless run
-            self._say(f"minigpt-tui: paused after update {event.step} through the run's control file "
-                      "(an attached app, say); it waits for resume or stop")
-        elif isinstance(event, Resumed):
-            self._say(f"minigpt-tui: resumed at update {event.step}")
+
+    def _paused(self, event: Any) -> None:  # only a command from the control file pauses a headless run
+        self._say(f"minigpt-tui: paused after update {event.step} through the run's control file "
+                  "(an attached app, say); it waits for resume or stop")
+
+    def _resumed(self, event: Any) -> None:
+        self._say(f"minigpt-tui: resumed at update {event.step}")
+
+    _HANDLERS: tuple[tuple[type, Any], ...] = (
+        (UpdateDone, _update),
+        (EvaluationDone, _evaluation),
+        (ProbesScored, _probes),
+        (SamplesTaken, _samples),
+        (HeadsScored, _heads),
+        (Saved, _saved),
+        (Refused, _refused),
+        (Paused, _paused),
+        (Resumed, _resumed),
+    )
 
     @staticmethod
     def _say(line: str) -> None:
@@ -313,16 +339,34 @@ def print_summary(result: dict[str, Any]) -> None:
     table.add_column("value", overflow="fold")  # a digest is compared whole: folded, never cut
     table.add_row("preset", result["preset"])
     table.add_row("parameters", f"{result['parameter_scalars']:,} in {result['parameter_tensors']} tensors")
-    data = result["data"]
-    source = escape_controls(result.get("corpus_source", ""))  # which text was read: the preset's or --corpus
-    if data["mode"] == "stream":
-        table.add_row("corpus", Text(f"{source}: stream of {data['train_tokens']:,} train + "
-                                     f"{data['validation_tokens']:,} validation tokens, {data['train_windows']:,} windows"))
-    else:
-        table.add_row("corpus", Text(f"{source}: {data['train_examples']:,} train + "
-                                     f"{data['validation_examples']:,} validation examples"))
+    table.add_row("corpus", _corpus_text(result))
     table.add_row("evaluation", result["evaluation_rule"])
     table.add_row("updates", f"{result['step']} of {result['steps']}")
+    _add_progress_rows(table, result)
+    _add_watch_rows(table, result)
+    best = _best_step_text(result)
+    table.add_row("best step", best)
+    table.add_row("state digest", result["state_digest"])
+    for path in result["checkpoints"]:
+        table.add_row("checkpoint", Text(escape_controls(path)))
+    if result["stopped_by"]:
+        table.add_row("stopped by", result["stopped_by"])
+    console.print(table)
+
+
+def _corpus_text(result: dict[str, Any]) -> Text:
+    """The summary's corpus row: which text was read (the preset's or --corpus) and how much."""
+    data = result["data"]
+    source = escape_controls(result.get("corpus_source", ""))
+    if data["mode"] == "stream":
+        return Text(f"{source}: stream of {data['train_tokens']:,} train + "
+                    f"{data['validation_tokens']:,} validation tokens, {data['train_windows']:,} windows")
+    return Text(f"{source}: {data['train_examples']:,} train + "
+                f"{data['validation_examples']:,} validation examples")
+
+
+def _add_progress_rows(table: Table, result: dict[str, Any]) -> None:
+    """The last batch loss, evaluation and probe score, where the run has them."""
     if result["updates"]:
         table.add_row("last batch loss", f"{result['updates'][-1]['loss']:.6f}")
     if result["evaluations"]:
@@ -334,6 +378,10 @@ def print_summary(result: dict[str, Any]) -> None:
         last = result["probes"][-1]
         table.add_row("probes", f"step {last['step']}: {last['matched']} of {len(last['probes'])} match "
                       f"({last['source']})")
+
+
+def _add_watch_rows(table: Table, result: dict[str, Any]) -> None:
+    """The last sample and induction head, where the run watched them."""
     if result.get("samples") and result["samples"][-1]["samples"]:
         last = result["samples"][-1]
         first = last["samples"][0]
@@ -343,14 +391,9 @@ def print_summary(result: dict[str, Any]) -> None:
         top = result["heads"][-1]["top"]["induction"]
         table.add_row("induction head", f"step {result['heads'][-1]['step']}: layer {top['layer']} head "
                       f"{top['head']} ({top['score']:.3f})")
+
+
+def _best_step_text(result: dict[str, Any]) -> str:
     if result["best_step"] is not None:
-        best = str(result["best_step"])
-    else:
-        best = "none yet" if result["evaluations"] else "none (no evaluation yet)"
-    table.add_row("best step", best)
-    table.add_row("state digest", result["state_digest"])
-    for path in result["checkpoints"]:
-        table.add_row("checkpoint", Text(escape_controls(path)))
-    if result["stopped_by"]:
-        table.add_row("stopped by", result["stopped_by"])
-    console.print(table)
+        return str(result["best_step"])
+    return "none yet" if result["evaluations"] else "none (no evaluation yet)"

@@ -593,27 +593,42 @@ class ProbeSet:
 
 def load_probes(path: str | Path | None = None) -> ProbeSet:
     """The bundled probe file, or a user's, validated (one-line errors)."""
+    source, raw = _read_probe_bytes(path)
+    entries = _probe_entries(_parse_probe_json(raw, source), source)
+    probes: list[Probe] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        probes.append(_read_probe(f"probe file {source}: probe {index + 1}", entry, seen))
+    return ProbeSet(source, hashlib.sha256(raw).hexdigest(), tuple(probes))
+
+
+def _read_probe_bytes(path: str | Path | None) -> tuple[str, bytes]:
+    """The probe file's source label and bytes: the bundled file, or a user's regular file."""
     if path is None:
-        source = "bundled:probes.json"
-        raw = resources.files("minigpt_tui").joinpath("assets/probes.json").read_bytes()
-    else:
-        source = str(path)
-        if path_exists(Path(path).expanduser()):
-            require_regular_file(Path(path).expanduser(), "a probe file")  # never a FIFO or a device
-        try:
-            raw = Path(path).expanduser().read_bytes()
-        except FileNotFoundError:
-            raise GenerationError(f"probe file not found: {path}") from None
-        except OSError as err:
-            raise GenerationError(f"cannot read probe file {path}: {err.strerror or err}") from None
+        return "bundled:probes.json", resources.files("minigpt_tui").joinpath("assets/probes.json").read_bytes()
+    if path_exists(Path(path).expanduser()):
+        require_regular_file(Path(path).expanduser(), "a probe file")  # never a FIFO or a device
     try:
-        data = json.loads(raw.decode("utf-8"))
+        return str(path), Path(path).expanduser().read_bytes()
+    except FileNotFoundError:
+        raise GenerationError(f"probe file not found: {path}") from None
+    except OSError as err:
+        raise GenerationError(f"cannot read probe file {path}: {err.strerror or err}") from None
+
+
+def _parse_probe_json(raw: bytes, source: str) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise GenerationError(f"probe file {source} is not UTF-8 text") from None
     except json.JSONDecodeError as err:
         raise GenerationError(f"probe file {source} is not valid JSON: {err.msg} at line {err.lineno}") from None
     except (RecursionError, ValueError):
         raise GenerationError(f"probe file {source} is not usable JSON (nested too deep or a number too large)") from None
+
+
+def _probe_entries(data: Any, source: str) -> list[Any]:
+    """The probe file's list of entries, once its object, format and version are checked."""
     if not isinstance(data, dict):
         raise GenerationError(f"probe file {source} must hold a JSON object")
     if data.get("format") != PROBES_FORMAT:
@@ -624,22 +639,22 @@ def load_probes(path: str | Path | None = None) -> ProbeSet:
     entries = data.get("probes")
     if not isinstance(entries, list) or not entries:
         raise GenerationError(f"probe file {source}: 'probes' must be a non-empty list")
-    probes: list[Probe] = []
-    seen: set[str] = set()
-    for index, entry in enumerate(entries):
-        where = f"probe file {source}: probe {index + 1}"
-        if not isinstance(entry, dict):
-            raise GenerationError(f"{where} must be an object with name, prompt and expected")
-        for key in ("name", "prompt", "expected"):
-            if not isinstance(entry.get(key), str):
-                raise GenerationError(f"{where}: '{key}' must be a string")
-        if not entry["name"]:
-            raise GenerationError(f"{where}: 'name' must not be empty")
-        if entry["name"] in seen:
-            raise GenerationError(f"{where}: duplicate name '{entry['name']}'")
-        seen.add(entry["name"])
-        probes.append(Probe(entry["name"], entry["prompt"], entry["expected"]))
-    return ProbeSet(source, hashlib.sha256(raw).hexdigest(), tuple(probes))
+    return entries
+
+
+def _read_probe(where: str, entry: Any, seen: set[str]) -> Probe:
+    """One probe entry, validated; its name is added to ``seen`` (names must be unique)."""
+    if not isinstance(entry, dict):
+        raise GenerationError(f"{where} must be an object with name, prompt and expected")
+    for key in ("name", "prompt", "expected"):
+        if not isinstance(entry.get(key), str):
+            raise GenerationError(f"{where}: '{key}' must be a string")
+    if not entry["name"]:
+        raise GenerationError(f"{where}: 'name' must not be empty")
+    if entry["name"] in seen:
+        raise GenerationError(f"{where}: duplicate name '{entry['name']}'")
+    seen.add(entry["name"])
+    return Probe(entry["name"], entry["prompt"], entry["expected"])
 
 
 def run_probes(
@@ -657,38 +672,46 @@ def run_probes(
     if not rules:
         raise GenerationError("probes need at least one rule")
     probe_set = load_probes(prompts_file)
-    columns = []
-    for label, portable in models:
-        for rule in rules:
-            columns.append({"model": label, "rule": rule.label, "key": f"{label} · {rule.label}"})
-    rows = []
-    for probe in probe_set.probes:
-        cells = []
-        last_piece = None
-        for label, portable in models:
-            tokenizer = portable.tokenizer
-            prompt_ids = tokenizer.encode_prompt(probe.prompt)
-            if last_piece is None:
-                last_piece = {"id": prompt_ids[-1], "piece": tokenizer.piece_text(prompt_ids[-1]),
-                              "bytes": list(tokenizer.piece(prompt_ids[-1]))}
-            for rule in rules:
-                cells.append(_probe_cell(label, portable, probe, rule, prompt_ids))
-        rows.append({"name": probe.name, "prompt": probe.prompt, "expected": probe.expected,
-                     "prompt_last_token": last_piece, "results": cells})
+    columns = [{"model": label, "rule": rule.label, "key": f"{label} · {rule.label}"}
+               for label, _portable in models for rule in rules]
+    rows = [_probe_row(probe, models, rules) for probe in probe_set.probes]
     return {
         "format": PROBE_RESULTS_FORMAT,
         "version": FORMAT_VERSION,
         "probes": {"source": probe_set.source, "identity": probe_set.identity, "count": len(probe_set.probes)},
-        "models": [
-            {"label": label, "path": None if getattr(p, "path", None) is None else str(p.path),
-             "identity": getattr(p, "identity", None), "tokenizer_identity": p.tokenizer.identity}
-            for label, p in models
-        ],
+        "models": [_probe_model_json(label, p) for label, p in models],
         "rules": [rule.to_json() for rule in rules],
         "columns": columns,
         "rows": rows,
-        "matches": {c["key"]: sum(1 for r in rows if r["results"][i].get("match")) for i, c in enumerate(columns)},
+        "matches": _probe_matches(columns, rows),
     }
+
+
+def _probe_matches(columns: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Each column's count of exact matches."""
+    return {c["key"]: sum(1 for r in rows if r["results"][i].get("match")) for i, c in enumerate(columns)}
+
+
+def _probe_model_json(label: str, portable: Any) -> dict[str, Any]:
+    path = getattr(portable, "path", None)
+    return {"label": label, "path": None if path is None else str(portable.path),
+            "identity": getattr(portable, "identity", None), "tokenizer_identity": portable.tokenizer.identity}
+
+
+def _probe_row(probe: Probe, models: Sequence[tuple[str, Any]], rules: Sequence[GenerationRule]) -> dict[str, Any]:
+    """One probe's row: a cell per (model, rule), and the prompt's last token (first model's)."""
+    cells = []
+    last_piece = None
+    for label, portable in models:
+        tokenizer = portable.tokenizer
+        prompt_ids = tokenizer.encode_prompt(probe.prompt)
+        if last_piece is None:
+            last_piece = {"id": prompt_ids[-1], "piece": tokenizer.piece_text(prompt_ids[-1]),
+                          "bytes": list(tokenizer.piece(prompt_ids[-1]))}
+        for rule in rules:
+            cells.append(_probe_cell(label, portable, probe, rule, prompt_ids))
+    return {"name": probe.name, "prompt": probe.prompt, "expected": probe.expected,
+            "prompt_last_token": last_piece, "results": cells}
 
 
 def _probe_cell(label: str, portable: Any, probe: Probe, rule: GenerationRule,

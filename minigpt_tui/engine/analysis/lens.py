@@ -306,6 +306,23 @@ def head_pattern(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationC
     return HeadPattern(layer, head, tokens, weights)
 
 
+def _check_decision_request(model: MiniGPT, chosen_id: int, candidate_ids: Sequence[int],
+                            pattern: tuple[int, int] | None, lens_top: int) -> None:
+    """Refuse an id, a head or a lens width the decision cannot be inspected with."""
+    check_token_id(model, chosen_id)
+    for token_id in candidate_ids:
+        check_token_id(model, token_id)
+    if pattern is not None:
+        check_head(model, *pattern)
+    if lens_top < 1:
+        raise GenerationError(f"the lens shows at least 1 id per layer, got {lens_top}")
+
+
+def _contribution_ids(chosen_id: int, candidate_ids: Sequence[int]) -> list[int]:
+    """The chosen id first, then each candidate that is not the chosen one."""
+    return [chosen_id, *[i for i in candidate_ids if i != chosen_id]]
+
+
 def inspect_decision(
     model: MiniGPT,
     tokenizer: ByteBPETokenizer,
@@ -321,16 +338,10 @@ def inspect_decision(
     """The asked-for views of the decision made after ``prefix_ids``, from one forward pass.
 
     Contributions cover the chosen id first, then each of ``candidate_ids``."""
-    check_token_id(model, chosen_id)
-    for token_id in candidate_ids:
-        check_token_id(model, token_id)
-    if pattern is not None:
-        check_head(model, *pattern)
-    if lens_top < 1:
-        raise GenerationError(f"the lens shows at least 1 id per layer, got {lens_top}")
+    _check_decision_request(model, chosen_id, candidate_ids, pattern, lens_top)
     cache = run_with_cache(model, prefix_ids)
     rows = logit_lens(model, tokenizer, cache, chosen_id, lens_top) if lens else None
-    ids = [chosen_id, *[i for i in candidate_ids if i != chosen_id]] if contributions or candidate_ids else []
+    ids = _contribution_ids(chosen_id, candidate_ids) if contributions or candidate_ids else []
     parts = direct_contributions(model, tokenizer, cache, ids) if ids else ()
     view = head_pattern(model, tokenizer, cache, *pattern) if pattern is not None else None
     return DecisionInsight(rows, parts, view)

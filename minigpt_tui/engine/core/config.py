@@ -297,16 +297,21 @@ def load_config(
         raise ConfigError(f"unknown preset '{preset}' (choose from {', '.join(presets)})")
     data: dict[str, Any] = {name: dict(presets[preset].get(name, {})) for name in _SECTIONS}
     if config_file is not None:
-        user = _read_toml(Path(config_file))
-        for section, values in user.items():
-            if section not in _SECTIONS:
-                raise ConfigError(f"{config_file}: unknown config section '{section}'")
-            if not isinstance(values, dict):
-                raise ConfigError(f"{config_file}: section '{section}' must be a table")
-            data[section].update(values)
+        _apply_user_file(data, config_file)
     for section, values in (overrides or {}).items():
         data[section].update({k: v for k, v in values.items() if v is not None})
     return _build(preset, data)
+
+
+def _apply_user_file(data: dict[str, Any], config_file: Path) -> None:
+    """Lay the sections of a user's TOML file over ``data``, refusing unknown or non-table sections."""
+    user = _read_toml(Path(config_file))
+    for section, values in user.items():
+        if section not in _SECTIONS:
+            raise ConfigError(f"{config_file}: unknown config section '{section}'")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{config_file}: section '{section}' must be a table")
+        data[section].update(values)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -394,13 +399,20 @@ def _build(preset: str, data: dict[str, Any]) -> RunConfig:
     return config
 
 
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
 def validate(config: RunConfig) -> None:
-    m, t, s, c = config.model, config.train, config.seeds, config.corpus
+    _validate_model(config.model)
+    _validate_data(config)
+    _validate_train(config.train, config.model)
+    check_bounds(config)
 
-    def need(ok: bool, message: str) -> None:
-        if not ok:
-            raise ConfigError(message)
 
+def _validate_model(m: ModelConfig) -> None:
+    need = _need
     need(m.family in FAMILIES, f"model.family must be one of {FAMILIES}, got '{m.family}'")
     for name in ("width", "heads", "kv_heads", "ffn", "layers", "context"):
         need(getattr(m, name) >= 1, f"model.{name} must be at least 1")
@@ -422,6 +434,10 @@ def validate(config: RunConfig) -> None:
     need(m.norm_eps > 0, "model.norm_eps must be positive")
     need(m.rope_base > 0, "model.rope_base must be positive")
     need(m.gelu_approximation in GELU_APPROXIMATIONS, "model.gelu_approximation: tanh or none")
+
+
+def _validate_data(config: RunConfig) -> None:
+    need, t, s, c = _need, config.train, config.seeds, config.corpus
     need(config.tokenizer.merges >= 0, "tokenizer.merges must be 0 or more")
     need(config.tokenizer.train_bytes >= 0, "tokenizer.train_bytes must be 0 (all) or positive")
     need(c.val_every >= 0 and c.val_every != 1, "corpus.val_every must be 0 (none) or at least 2")
@@ -435,6 +451,10 @@ def validate(config: RunConfig) -> None:
     for name in ("init", "data", "dropout", "sampling", "evaluation"):
         value = getattr(s, name)
         need(0 <= value <= U64_MAX, f"seeds.{name} must be an unsigned 64-bit integer")
+
+
+def _validate_train(t: TrainConfig, m: ModelConfig) -> None:
+    need = _need
     need(t.steps >= 1, f"train.steps must be at least 1, got {t.steps}")
     need(t.batch_policy in BATCH_POLICIES, f"train.batch_policy must be one of {BATCH_POLICIES}")
     need(t.batch_size >= 1, "train.batch_size must be at least 1")
@@ -475,7 +495,6 @@ def validate(config: RunConfig) -> None:
             sorted(t.document_order) == list(range(len(t.document_order))),
             "train.document_order must be a permutation of 0..n-1",
         )
-    check_bounds(config)
 
 
 # Upper bounds on sizes and counts, and every number finite: a value beyond them is a typo

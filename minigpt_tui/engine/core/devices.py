@@ -48,6 +48,16 @@ class DevicePlacement:
         return torch.device(self.name)
 
 
+def _device_kind(requested: str, kinds: tuple[str, ...]) -> str:
+    """The kind of device ``requested`` names among the ``kinds`` present (``auto``: the first
+    of :data:`AUTO_ORDER` present, the CPU at the latest)."""
+    if requested == "auto":
+        return next(k for k in AUTO_ORDER if k in kinds or k == "cpu")
+    if requested in kinds:
+        return requested
+    raise ConfigError(f"device '{requested}' is not available here (found: {', '.join(kinds)})")
+
+
 def choose_device(requested: str, *, local_rank: int = 0, found: Sequence[str] | None = None,
                   cuda_count: int | None = None) -> DevicePlacement:
     """The placement for ``requested`` on this machine (``found``: the kinds present, by
@@ -55,13 +65,7 @@ def choose_device(requested: str, *, local_rank: int = 0, found: Sequence[str] |
     CUDA device of their local rank."""
     if requested not in DEVICE_CHOICES:
         raise ConfigError(f"train.device must be one of {', '.join(DEVICE_CHOICES)}, got '{requested}'")
-    kinds = tuple(found) if found is not None else available_device_kinds()
-    if requested == "auto":
-        kind = next(k for k in AUTO_ORDER if k in kinds or k == "cpu")
-    elif requested in kinds:
-        kind = requested
-    else:
-        raise ConfigError(f"device '{requested}' is not available here (found: {', '.join(kinds)})")
+    kind = _device_kind(requested, tuple(found) if found is not None else available_device_kinds())
     if kind != "cuda":
         return DevicePlacement(kind, kind)
     if cuda_count is None:

@@ -224,25 +224,31 @@ def read_small_file(path: Path | str, limit: int, what: str = "file") -> bytes:
     except OSError as err:
         raise InputRefused(f"cannot read {shorten_middle(str(path))}: {err.strerror or err}") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InputRefused(f"{shorten_middle(str(path))} is {_kind_of(info.st_mode)}, not a {what}: refused before reading")
-        if info.st_size > limit:
-            raise InputRefused(f"{shorten_middle(str(path))} holds {info.st_size:,} bytes, more than a {what} may ({limit:,})")
-        chunks, total = [], 0
-        while total <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > limit:
-            raise InputRefused(f"{shorten_middle(str(path))} grew past the {limit:,} bytes a {what} may hold")
-        return b"".join(chunks)
+        return _read_descriptor(fd, path, limit, what)
     except OSError as err:
         raise InputRefused(f"cannot read {shorten_middle(str(path))}: {err.strerror or err}") from None
     finally:
         os.close(fd)
+
+
+def _read_descriptor(fd: int, path: Path, limit: int, what: str) -> bytes:
+    """The bytes behind an open descriptor of ``path``: a regular file of at most ``limit``
+    bytes, checked before reading and again as it is read."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise InputRefused(f"{shorten_middle(str(path))} is {_kind_of(info.st_mode)}, not a {what}: refused before reading")
+    if info.st_size > limit:
+        raise InputRefused(f"{shorten_middle(str(path))} holds {info.st_size:,} bytes, more than a {what} may ({limit:,})")
+    chunks, total = [], 0
+    while total <= limit:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    if total > limit:
+        raise InputRefused(f"{shorten_middle(str(path))} grew past the {limit:,} bytes a {what} may hold")
+    return b"".join(chunks)
 
 
 def shorten_middle(text: str, limit: int = 160) -> str:

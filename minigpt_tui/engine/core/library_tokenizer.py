@@ -54,6 +54,19 @@ def _uses(component: Any, kind: str) -> bool:
     return any(_uses(part, kind) for part in parts if isinstance(part, dict))
 
 
+def _check_marker_ids(size: int, bos_id: int | None, eos_ids: tuple[int, ...], source: str) -> None:
+    """Refuse a bos or eos id outside a vocabulary of ``size``."""
+    for name, value in (("bos", bos_id), *(("eos", e) for e in eos_ids)):
+        if value is not None and not 0 <= value < size:
+            raise TokenizerError(f"{source}: the {name} id {value} is outside the vocabulary of {size}")
+
+
+def _special_ids(data: dict[str, Any]) -> frozenset[int]:
+    """The ids of the added tokens a tokenizer.json marks special."""
+    return frozenset(t["id"] for t in data.get("added_tokens") or []
+                     if isinstance(t, dict) and t.get("special") and isinstance(t.get("id"), int))
+
+
 @dataclass(frozen=True, eq=False)
 class LibraryTokenizer:
     """One tokenizer.json; ``vocab_size`` is the model's (rows past the tokenizer's own
@@ -76,12 +89,9 @@ class LibraryTokenizer:
         size = own if vocab_size is None else vocab_size
         if size < own:
             raise TokenizerError(f"{source}: the tokenizer has {own} ids, more than the model's {size} rows")
-        for name, value in (("bos", bos_id), *(("eos", e) for e in eos_ids)):
-            if value is not None and not 0 <= value < size:
-                raise TokenizerError(f"{source}: the {name} id {value} is outside the vocabulary of {size}")
+        _check_marker_ids(size, bos_id, eos_ids, source)
         data = json.loads(text)
-        specials = frozenset(t["id"] for t in data.get("added_tokens") or []
-                             if isinstance(t, dict) and t.get("special") and isinstance(t.get("id"), int))
+        specials = _special_ids(data)
         made = LibraryTokenizer(text, size, bos_id, eos_ids, source, specials)
         made.__dict__.update(_library=library, _data=data)  # what was just parsed, not parsed again
         return made

@@ -49,6 +49,20 @@ ENDED_STATES = ("finished", "stopped", "failed", "ended")
 MAX_METRICS_LINE = 1 << 16  # a metrics record is a few hundred bytes
 
 
+def _metrics_record(line: str) -> dict[str, Any] | None:
+    """A metrics line as a record with a valid step; None for a torn, foreign or bad line."""
+    try:
+        record = load_json(line, 8) if len(line) <= MAX_METRICS_LINE else None
+    except JSONRefused:
+        return None  # a torn line left by a crash: the lines after it still count
+    if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+        return None
+    step = record["step"]
+    if isinstance(step, bool) or not 0 <= step < 1 << 62:
+        return None
+    return record
+
+
 def _finite(value: Any) -> float | None:
     """A metric as a number the screen can draw: NaN, infinities and other types are gaps."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -115,13 +129,7 @@ class RunFollower:
         self._checkpoints = set(self._checkpoint_names())
         self._emit_metrics(steps)  # the history so far
         live = self.live = read_live(self.run_dir)
-        start = max(self._last_step, live.step if live is not None else 0)
-        self._sink(RunStarted({}, start, steps))
-        state = live.state if live is not None else "ended"
-        if state == "paused":
-            self._sink(Paused(start))
-        elif state == UNREADABLE and live is not None:
-            self._sink(Refused("live status", f"{live.text}; following {self.run_dir.name} by its metrics"))
+        state = self._announce_start(live, steps)
         while True:
             if self._finish_if_ended(state, live):
                 return
@@ -132,13 +140,28 @@ class RunFollower:
             live = self.live = read_live(self.run_dir)
             new_state = live.state if live is not None else "ended"
             if new_state != state and live is not None:
-                if new_state == UNREADABLE:  # the run may well go on: never read as its end
-                    self._sink(Refused("live status", f"{live.text}; still following {self.run_dir.name}"))
-                elif new_state == "paused":
-                    self._sink(Paused(max(live.step, self._last_step)))
-                elif new_state == "running" and state == "paused":
-                    self._sink(Resumed(max(live.step, self._last_step)))
+                self._report_change(state, new_state, live)
             state = new_state
+
+    def _announce_start(self, live: LiveState | None, steps: int) -> str:
+        """The run's start (and its pause, or an unreadable live state) as first read; its state."""
+        start = max(self._last_step, live.step if live is not None else 0)
+        self._sink(RunStarted({}, start, steps))
+        state = live.state if live is not None else "ended"
+        if state == "paused":
+            self._sink(Paused(start))
+        elif state == UNREADABLE and live is not None:
+            self._sink(Refused("live status", f"{live.text}; following {self.run_dir.name} by its metrics"))
+        return state
+
+    def _report_change(self, state: str, new_state: str, live: LiveState) -> None:
+        """A change of the live state from ``state`` to ``new_state``, as an event."""
+        if new_state == UNREADABLE:  # the run may well go on: never read as its end
+            self._sink(Refused("live status", f"{live.text}; still following {self.run_dir.name}"))
+        elif new_state == "paused":
+            self._sink(Paused(max(live.step, self._last_step)))
+        elif new_state == "running" and state == "paused":
+            self._sink(Resumed(max(live.step, self._last_step)))
 
     def _finish_if_ended(self, state: str, live: LiveState | None) -> bool:
         if state not in ENDED_STATES:
@@ -154,29 +177,27 @@ class RunFollower:
 
     def _emit_metrics(self, steps: int) -> None:
         for line in self._metrics.read_lines():
-            try:
-                record = load_json(line, 8) if len(line) <= MAX_METRICS_LINE else None
-            except JSONRefused:
-                continue  # a torn line left by a crash: the lines after it still count
-            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-                continue
-            step = record["step"]
-            if isinstance(step, bool) or not 0 <= step < 1 << 62:
-                continue
-            if record.get("kind") == "update":
-                self._last_step = max(self._last_step, step)
-                scale = _finite(record.get("loss_scale"))
-                update = HistoricUpdate(
-                    step=step, loss=_finite(record.get("loss")), lr=_finite(record.get("lr")),
-                    grad_norm=_finite(record.get("grad_norm")), loss_scale=1.0 if scale is None else scale,
-                    tokens_per_second=_finite(record.get("tokens_per_second")),
-                    applied=record.get("applied", True) is not False)
-                self._sink(UpdateDone(update, steps))  # type: ignore[arg-type]
-            elif record.get("kind") == "evaluation":
-                evaluation = HistoricEvaluation(step=step, train_loss=_finite(record.get("train_loss")),
-                                                validation_loss=_finite(record.get("validation_loss")),
-                                                extra=record.get("extra") is True)
-                self._sink(EvaluationDone(evaluation, *self._best_after(evaluation)))  # type: ignore[arg-type]
+            record = _metrics_record(line)
+            if record is not None:
+                self._emit_record(record, steps)
+
+    def _emit_record(self, record: dict[str, Any], steps: int) -> None:
+        """One metrics record with a valid step: an update or an evaluation as its event."""
+        step = record["step"]
+        if record.get("kind") == "update":
+            self._last_step = max(self._last_step, step)
+            scale = _finite(record.get("loss_scale"))
+            update = HistoricUpdate(
+                step=step, loss=_finite(record.get("loss")), lr=_finite(record.get("lr")),
+                grad_norm=_finite(record.get("grad_norm")), loss_scale=1.0 if scale is None else scale,
+                tokens_per_second=_finite(record.get("tokens_per_second")),
+                applied=record.get("applied", True) is not False)
+            self._sink(UpdateDone(update, steps))  # type: ignore[arg-type]
+        elif record.get("kind") == "evaluation":
+            evaluation = HistoricEvaluation(step=step, train_loss=_finite(record.get("train_loss")),
+                                            validation_loss=_finite(record.get("validation_loss")),
+                                            extra=record.get("extra") is True)
+            self._sink(EvaluationDone(evaluation, *self._best_after(evaluation)))  # type: ignore[arg-type]
 
     def _best_after(self, evaluation: HistoricEvaluation) -> tuple[int | None, bool]:
         value = evaluation.validation_loss
@@ -207,21 +228,28 @@ class RunFollower:
                 continue
 
     def _summary(self, config: Any) -> RunSummary:
-        try:
-            identities = json.loads((self.run_dir / "identities.json").read_text("utf-8"))
-        except (OSError, ValueError):
-            identities = {}
-        corpus = identities.get("corpus", {}) if isinstance(identities, dict) else {}
-        tokenizer = identities.get("tokenizer", {}) if isinstance(identities, dict) else {}
+        corpus, tokenizer = self._identities()
         live = read_live(self.run_dir)
+        tensors, scalars, start = (
+            (live.parameter_tensors, live.parameter_scalars, live.step) if live is not None else (0, 0, 0)
+        )
         return RunSummary(
             run_name=self.run_dir.name, run_dir=self.run_dir, preset=config.preset,
-            parameter_tensors=live.parameter_tensors if live is not None else 0,
-            parameter_scalars=live.parameter_scalars if live is not None else 0,
+            parameter_tensors=tensors, parameter_scalars=scalars,
             corpus_source=str(corpus.get("source", config.corpus.source)), corpus_identity=str(corpus.get("identity", "")),
             train_records=int(corpus.get("train_records", 0) or 0),
             validation_records=int(corpus.get("validation_records", 0) or 0),
             tokenizer_identity=str(tokenizer.get("identity", "")), vocab_size=int(tokenizer.get("vocab_size", 0) or 0),
             merges=int(tokenizer.get("merges", 0) or 0), precision=config.train.precision, dtype=config.dtype_name,
             threads=1 if config.train.precision == "exact" else config.train.threads, steps=config.train.steps,
-            start_step=live.step if live is not None else 0)
+            start_step=start)
+
+    def _identities(self) -> tuple[Any, Any]:
+        """The corpus and tokenizer parts of the run's identities.json ({} when unreadable)."""
+        try:
+            identities = json.loads((self.run_dir / "identities.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            identities = {}
+        corpus = identities.get("corpus", {}) if isinstance(identities, dict) else {}
+        tokenizer = identities.get("tokenizer", {}) if isinstance(identities, dict) else {}
+        return corpus, tokenizer

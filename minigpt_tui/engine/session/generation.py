@@ -159,8 +159,9 @@ def _candidate_from_vectors(decision: Any, token_id: int, tokenizer: Any, *, cho
                          bool(decision.eligible[token_id]), chosen, rule_choice)
 
 
-def decision_view(decision: Any, tokenizer: Any) -> DecisionView:
-    """A decision as plain numbers (worker thread)."""
+def _candidate_rows(decision: Any, tokenizer: Any) -> list[CandidateView]:
+    """A decision's candidate rows by rank: its alternatives, the chosen id and the rule's
+    choice, and the ineligible ids (the first :data:`MAX_INELIGIBLE_ROWS`)."""
     chosen_id, rule_id = decision.chosen.id, decision.rule_choice
     rows = [_candidate(c, chosen=c.id == chosen_id, rule_choice=c.id == rule_id) for c in decision.alternatives]
     listed = {row.id for row in rows}
@@ -175,13 +176,25 @@ def decision_view(decision: Any, tokenizer: Any) -> DecisionView:
         if token_id not in listed:
             rows.append(_candidate_from_vectors(decision, token_id, tokenizer, chosen=False, rule_choice=False))
     rows.sort(key=lambda row: row.rank)
+    return rows
+
+
+def _attention_view(decision: Any) -> tuple[tuple[tuple[float, ...], ...], ...] | None:
+    """A decision's attention weights as plain numbers (None when it kept none)."""
+    if decision.attention is None:
+        return None
+    return tuple(tuple(tuple(float(w) for w in head) for head in layer.tolist())
+                 for layer in decision.attention)
+
+
+def decision_view(decision: Any, tokenizer: Any) -> DecisionView:
+    """A decision as plain numbers (worker thread)."""
+    chosen_id, rule_id = decision.chosen.id, decision.rule_choice
+    rows = _candidate_rows(decision, tokenizer)
     by_id = {row.id: row for row in rows}
     selection = _vector(decision, "selection_probabilities", "selection")
     retained = int((selection > 0).sum()) if selection is not None else 0
-    attention = None
-    if decision.attention is not None:
-        attention = tuple(tuple(tuple(float(w) for w in head) for head in layer.tolist())
-                          for layer in decision.attention)
+    attention = _attention_view(decision)
     return DecisionView(
         step=decision.step,
         prefix_length=len(decision.prefix),
@@ -195,6 +208,11 @@ def decision_view(decision: Any, tokenizer: Any) -> DecisionView:
         candidates=tuple(rows),
         attention=attention,
     )
+
+
+def _output_view(output: dict[str, Any]) -> OutputView:
+    return OutputView(tuple(output["generated_ids"]), bytes(output["generated_bytes"]),
+                      bool(output["valid_utf8"]), str(output["display"]), bool(output["ended_with_eos"]))
 
 
 class GenerationSession:
@@ -343,18 +361,23 @@ class GenerationSession:
         text = json.dumps(trace, indent=1, ensure_ascii=False) + "\n"
         return write_file(target, text.encode("utf-8"), what="trace", how_to_replace=None)  # the app has no --force
 
-    def view(self) -> StepperView:
-        stepper = self._require()
-        tokenizer = stepper.tokenizer
+    def _decision_views(self, stepper: Any) -> list[DecisionView]:
+        """The stepper's decisions as views, each made once; views of decisions gone are dropped."""
         decisions = []
         for decision in stepper.decisions:
             cached = self._views.get(decision)
             if cached is None:
-                cached = self._views[decision] = decision_view(decision, tokenizer)
+                cached = self._views[decision] = decision_view(decision, stepper.tokenizer)
             decisions.append(cached)
         alive = set(stepper.decisions)
         for stale in [d for d in self._views if d not in alive]:
             del self._views[stale]
+        return decisions
+
+    def view(self) -> StepperView:
+        stepper = self._require()
+        tokenizer = stepper.tokenizer
+        decisions = self._decision_views(stepper)
         output = stepper.output()
         prompt = tuple(PieceView(i, tokenizer.piece_text(i)) for i in stepper.prompt_ids)
         generated = tuple(PieceView(d.chosen.id, d.chosen.piece) for d in decisions)
@@ -370,8 +393,7 @@ class GenerationSession:
             decisions=tuple(decisions),
             finished=stepper.finished,
             stop_reason=stepper.stop_reason,
-            output=OutputView(tuple(output["generated_ids"]), bytes(output["generated_bytes"]),
-                              bool(output["valid_utf8"]), str(output["display"]), bool(output["ended_with_eos"])),
+            output=_output_view(output),
             forced_steps=frozenset(d.step for d in decisions if d.forced),
             second_label=str(self.second_path) if self.second is not None else None,
             second_opinions=self._second_opinions(stepper.decisions) if self.second is not None else (),

@@ -89,6 +89,19 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 def load_history(run_dir: Path, until_step: int) -> RunHistory:
     """The records a resumed run had up to ``until_step``: the last record of each update
     and evaluation step at or before it (a run resumed before may hold a step twice)."""
+    updates, evaluations = _steps_until(run_dir, until_step)
+    scheduled = [e for e in evaluations.values() if not e.extra and e.validation_loss is not None]
+    best = min(scheduled, key=lambda e: (e.validation_loss, e.step)) if scheduled else None
+    ordered_evaluations = sorted(evaluations.values(), key=lambda e: (e.step, e.extra))
+    probes = tuple((record["step"], _historic_probes(record)) for record in probe_records(run_dir, until_step))
+    return RunHistory(tuple(updates[k] for k in sorted(updates)), tuple(ordered_evaluations),
+                      best.step if best else None, probes)
+
+
+def _steps_until(run_dir: Path, until_step: int) -> tuple[dict[int, HistoricUpdate],
+                                                           dict[tuple[int, bool], HistoricEvaluation]]:
+    """The last update record of each step at or before ``until_step``, and the last
+    evaluation record of each (step, extra)."""
     updates: dict[int, HistoricUpdate] = {}
     evaluations: dict[tuple[int, bool], HistoricEvaluation] = {}
     for record in read_metrics(run_dir):
@@ -105,25 +118,31 @@ def load_history(run_dir: Path, until_step: int) -> RunHistory:
             evaluations[(step, extra)] = HistoricEvaluation(
                 step=step, train_loss=record.get("train_loss"), validation_loss=record.get("validation_loss"),
                 extra=extra)
-    scheduled = [e for e in evaluations.values() if not e.extra and e.validation_loss is not None]
-    best = min(scheduled, key=lambda e: (e.validation_loss, e.step)) if scheduled else None
-    ordered_evaluations = sorted(evaluations.values(), key=lambda e: (e.step, e.extra))
-    probes = tuple((record["step"], tuple(
+    return updates, evaluations
+
+
+def _historic_probes(record: dict[str, Any]) -> tuple[HistoricProbe, ...]:
+    """The probe scores of one probes record."""
+    return tuple(
         HistoricProbe(str(s.get("name")), bool(s.get("match")), float(s.get("expected_probability", 0.0)),
                       int(s.get("expected_rank", 0)))
-        for s in record.get("probes", []) if isinstance(s, dict))) for record in probe_records(run_dir, until_step))
-    return RunHistory(tuple(updates[k] for k in sorted(updates)), tuple(ordered_evaluations),
-                      best.step if best else None, probes)
+        for s in record.get("probes", []) if isinstance(s, dict))
 
 
-def load_curve(path: Path) -> LoadedCurve:
-    records = read_metrics(path)
+def _curve_points(records: list[dict[str, Any]]) -> tuple[tuple[tuple[int, float], ...], ...]:
+    """A metrics log's (step, loss) points: of updates, evaluations' training loss and
+    evaluations' validation loss."""
     updates = tuple((int(r["step"]), float(r["loss"])) for r in records
                     if r.get("kind") == "update" and "loss" in r)
     evaluations = [r for r in records if r.get("kind") == "evaluation"]
     train = tuple((int(r["step"]), float(r["train_loss"])) for r in evaluations)
     validation = tuple((int(r["step"]), float(r["validation_loss"])) for r in evaluations
                        if r.get("validation_loss") is not None)
+    return updates, train, validation
+
+
+def load_curve(path: Path) -> LoadedCurve:
+    updates, train, validation = _curve_points(read_metrics(path))
     if not updates and not train:
         raise ConfigError(f"{path} has no update or evaluation records")
     name = (path if path.is_dir() else path.parent).name

@@ -50,6 +50,10 @@ def corpus_source(text: str) -> str:
     return str(path.resolve())
 
 
+def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
 @dataclass(frozen=True)
 class RunChoices:
     """What a user chose for a new run; None keeps the preset's value (or the TOML file's).
@@ -75,16 +79,19 @@ class RunChoices:
                  "device": self.device or None, "save_every": self.save_every, "keep_last": self.keep_last}
         corpus = {"source": corpus_source(self.corpus) if self.corpus else None, "val_every": self.val_every,
                   "follow_links": self.follow_links}
-        given = {name: value for name, value in self.stream_seeds.items() if value is not None}
-        if self.seed is not None:
-            if given:
-                raise ConfigError(f"give one seed or separate stream seeds, not both (also set: {', '.join(given)})")
-            if not 0 <= self.seed < 2**64:
-                raise ConfigError(f"{self.seed_label} must be an unsigned 64-bit integer")
-            derived = SeedConfig.derive(self.seed)
-            given = {name: getattr(derived, name) for name in (*SEED_STREAMS, "evaluation")}
-        drop_none = lambda values: {k: v for k, v in values.items() if v is not None}  # noqa: E731
-        return {"corpus": drop_none(corpus), "train": drop_none(train), "seeds": given}
+        return {"corpus": _drop_none(corpus), "train": _drop_none(train), "seeds": self._seeds()}
+
+    def _seeds(self) -> dict[str, int]:
+        """The stream seeds given, or those one seed derives (refused when both are given)."""
+        given = _drop_none(self.stream_seeds)
+        if self.seed is None:
+            return given
+        if given:
+            raise ConfigError(f"give one seed or separate stream seeds, not both (also set: {', '.join(given)})")
+        if not 0 <= self.seed < 2**64:
+            raise ConfigError(f"{self.seed_label} must be an unsigned 64-bit integer")
+        derived = SeedConfig.derive(self.seed)
+        return {name: getattr(derived, name) for name in (*SEED_STREAMS, "evaluation")}
 
     def resolve(self, extra: Mapping[str, Mapping[str, Any]] | None = None) -> RunConfig:
         """The validated config: preset, then the TOML file, then ``extra``, then these choices."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -179,23 +179,29 @@ def _default_prompts(trainer: Trainer, probes: ProbeSet | None) -> list[str]:
     if probes is not None:
         return [probe.prompt for probe in probes.probes][:PROMPTS]
     if trainer.stream_mode:
-        tokens = trainer.validation_examples.tokens
-        tokens = tokens if tokens.size else trainer.train_examples.tokens
-        head = [int(t) for t in tokens[:2048]]
-        markers = {getattr(trainer.tokenizer, "bos_id", None), *getattr(trainer.tokenizer, "eos_ids", ())}
-        records, current = [], []
-        for token in head:
-            if token in markers:
-                if current:
-                    records.append(trainer.tokenizer.decode(current).display)
-                current = []
-            else:
-                current.append(token)
-        if current:
-            records.append(trainer.tokenizer.decode(current).display)
-        return corpus_prompts(records)
+        return corpus_prompts(_stream_records(trainer))
     corpus = trainer.setup.corpus
     return corpus_prompts(list(corpus.validation) or list(corpus.train))
+
+
+def _stream_records(trainer: Trainer) -> list[str]:
+    """The texts of the first records in the stream's token arrays (validation, else
+    training), split at the tokenizer's bos and eos ids."""
+    tokens = trainer.validation_examples.tokens
+    tokens = tokens if tokens.size else trainer.train_examples.tokens
+    head = [int(t) for t in tokens[:2048]]
+    markers = {getattr(trainer.tokenizer, "bos_id", None), *getattr(trainer.tokenizer, "eos_ids", ())}
+    records, current = [], []
+    for token in head:
+        if token not in markers:
+            current.append(token)
+            continue
+        if current:
+            records.append(trainer.tokenizer.decode(current).display)
+        current = []
+    if current:
+        records.append(trainer.tokenizer.decode(current).display)
+    return records
 
 
 def _hold_on_every_rank(prepared: PreparedRun) -> None:
@@ -218,19 +224,9 @@ def _run_probes(plan: RunPlan) -> ProbeSet | None:
 
 
 def _prepare_new(plan: NewRun, progress: Progress | None = None) -> PreparedRun:
-    config = plan.config
-    if plan.until is not None and not 1 <= plan.until <= config.train.steps:
-        raise ConfigError(f"--until must be between 1 and {config.train.steps}")
-    if config.preset == FINETUNE_PRESET and not plan.init_from:
-        raise ConfigError("the finetune preset trains a model you already have: give it with --init-from MODEL "
-                          "(a checkpoint, a transformers folder or a GGUF file)")
-    portable = None
+    _check_new_plan(plan)
     single = plan.parallel is None or not plan.parallel.distributed  # a launcher checked its processes together
-    if plan.init_from:
-        if single:
-            _require_memory_to_start_from(plan.init_from, config)  # before the model is read
-        portable = _warm_start_model(plan.init_from, plan.runs_dir, config)
-        config = fitted_config(config, portable, plan.init_from)
+    portable, config = _start_from(plan, plan.config, single)
     if single:
         require_memory_for_training(config, portable.tokenizer.vocab_size if portable is not None else None)
     # Reading and hashing the corpus run while torch and the trainer are imported.
@@ -248,10 +244,7 @@ def _prepare_new(plan: NewRun, progress: Progress | None = None) -> PreparedRun:
     initial = {n: p.detach() for n, p in portable.model.named_parameters()} if portable is not None else None
     trainer = Trainer(setup, initial_weights=initial, parallel=plan.parallel)
     files: dict[str, Any] = {"config.json": config.to_dict(), "identities.json": identities(setup)}
-    warm = None
-    if portable is not None:
-        warm = WarmStart(Path(portable.path), portable.identity, portable.tokenizer.identity)
-        files["warm_start.json"] = warm.to_json()
+    warm = _warm_start_record(portable, files)
     if not trainer.parallel.world.is_writer:  # rank 0 alone writes
         return PreparedRun(trainer, None, until=plan.until, warm_start=warm, **_placed(trainer, None))
     run = RunDirectory.create(plan.runs_dir, plan.name, config.preset, files)  # whole or not at all
@@ -259,6 +252,35 @@ def _prepare_new(plan: NewRun, progress: Progress | None = None) -> PreparedRun:
     lock.announce()
     return PreparedRun(trainer, run, until=plan.until, summary=summarize(trainer, run), warm_start=warm,
                        lock=lock, **_placed(trainer, run))
+
+
+def _check_new_plan(plan: NewRun) -> None:
+    """Refuse an --until outside the schedule, and the finetune preset without a model."""
+    config = plan.config
+    if plan.until is not None and not 1 <= plan.until <= config.train.steps:
+        raise ConfigError(f"--until must be between 1 and {config.train.steps}")
+    if config.preset == FINETUNE_PRESET and not plan.init_from:
+        raise ConfigError("the finetune preset trains a model you already have: give it with --init-from MODEL "
+                          "(a checkpoint, a transformers folder or a GGUF file)")
+
+
+def _start_from(plan: NewRun, config: RunConfig, single: bool) -> tuple[PortableModel | None, RunConfig]:
+    """The model a new run starts from (None: fresh weights) and the config fitted to it."""
+    if not plan.init_from:
+        return None, config
+    if single:
+        _require_memory_to_start_from(plan.init_from, config)  # before the model is read
+    portable = _warm_start_model(plan.init_from, plan.runs_dir, config)
+    return portable, fitted_config(config, portable, plan.init_from)
+
+
+def _warm_start_record(portable: PortableModel | None, files: dict[str, Any]) -> WarmStart | None:
+    """The warm start of a run from ``portable``, added to the run's ``files``."""
+    if portable is None:
+        return None
+    warm = WarmStart(Path(portable.path), portable.identity, portable.tokenizer.identity)
+    files["warm_start.json"] = warm.to_json()
+    return warm
 
 
 def _require_memory_to_start_from(spec: str, config: RunConfig) -> None:
@@ -307,26 +329,38 @@ def fitted_config(config: RunConfig, portable: PortableModel, spec: str) -> RunC
     def chosen(section: str, name: str) -> bool:
         return preset is None or getattr(getattr(config, section), name) != getattr(getattr(preset, section), name)
 
+    _refuse_model_changes(config, model, spec, chosen)
+    merges = len(portable.tokenizer.merges)
+    if config.tokenizer.merges != merges and chosen("tokenizer", "merges"):
+        raise ConfigError(f"--init-from {spec}: tokenizer.merges = {config.tokenizer.merges} would change the "
+                          "model's tokenizer; the tokenizer comes from the model")
+    window = _fitted_window(config, model, spec, chosen)
+    data = config.to_dict()
+    data["model"] = {**model.declared(), **{name: getattr(config.model, name) for name in TRAINING_ONLY_SETTINGS}}
+    data["tokenizer"]["merges"] = merges
+    data["train"]["context"] = 0 if window == model.context else window
+    return RunConfig.from_dict(data)
+
+
+def _refuse_model_changes(config: RunConfig, model: ModelConfig, spec: str,
+                          chosen: Callable[[str, str], bool]) -> None:
+    """Refuse a model setting the user chose that differs from the model started from."""
     for field in dataclasses.fields(ModelConfig):
         mine, theirs = getattr(config.model, field.name), getattr(model, field.name)
         if field.name not in TRAINING_ONLY_SETTINGS and mine != theirs and chosen("model", field.name):
             raise ConfigError(f"--init-from {spec}: model.{field.name} = {mine!r} would change the model "
                               f"(its {field.name} is {theirs!r}); the architecture comes from the model")
-    merges = len(portable.tokenizer.merges)
-    if config.tokenizer.merges != merges and chosen("tokenizer", "merges"):
-        raise ConfigError(f"--init-from {spec}: tokenizer.merges = {config.tokenizer.merges} would change the "
-                          "model's tokenizer; the tokenizer comes from the model")
+
+
+def _fitted_window(config: RunConfig, model: ModelConfig, spec: str, chosen: Callable[[str, str], bool]) -> int:
+    """The training window, at most the model's context (a chosen longer one is refused)."""
     window = config.train.context
     if window > model.context:
         if chosen("train", "context"):
             raise ConfigError(f"--init-from {spec}: train.context = {window} is longer than the model's context "
                               f"of {model.context}")
         window = model.context
-    data = config.to_dict()
-    data["model"] = {**model.declared(), **{name: getattr(config.model, name) for name in TRAINING_ONLY_SETTINGS}}
-    data["tokenizer"]["merges"] = merges
-    data["train"]["context"] = 0 if window == model.context else window
-    return RunConfig.from_dict(data)
+    return window
 
 
 def _prepare_resume(plan: ResumeRun, progress: Progress | None = None) -> PreparedRun:

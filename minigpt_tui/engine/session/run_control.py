@@ -55,41 +55,60 @@ class TailReader:
     skipped: int = 0
 
     def read_lines(self) -> list[str]:
-        try:
-            info = os.stat(self.path)
-        except OSError:
+        size = self._regular_size()
+        if size is None:
             return []
-        if not stat.S_ISREG(info.st_mode):
-            return []
-        size = info.st_size
         if size < self.offset:  # replaced or truncated: read it again from the start
             self.offset = 0
-        lines: list[str] = []
-        spent = 0
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return []
+        try:
+            return self._read_open(fd, size)
+        finally:
+            os.close(fd)
+
+    def _regular_size(self) -> int | None:
+        """The file's size, or None when it cannot be seen or is not a regular file."""
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        return info.st_size
+
+    def _read_open(self, fd: int, size: int) -> list[str]:
+        """The complete lines between the offset and ``size``, within this call's budget (an
+        error while reading ends the read with the lines read so far)."""
+        lines: list[str] = []
+        spent = 0
         try:
             while self.offset < size and spent < self.budget:
                 data = os.pread(fd, min(self.chunk, size - self.offset), self.offset)
                 if not data:
                     break
                 spent += len(data)
-                end = data.rfind(b"\n")
-                if end < 0:
-                    if len(data) < self.chunk:
-                        break  # the writer's line is not complete yet
-                    self.offset += len(data)  # one line longer than a chunk: never a record
-                    self.skipped += 1
-                    continue
-                self.offset += end + 1
-                lines.extend(data[: end + 1].decode("utf-8", errors="replace").splitlines())
+                if not self._take(data, lines):
+                    break
         except OSError:
             pass
-        finally:
-            os.close(fd)
         return lines
+
+    def _take(self, data: bytes, lines: list[str]) -> bool:
+        """Add the complete lines of one chunk and move past them; False when the chunk ends
+        in a line still being written (read it again next time)."""
+        end = data.rfind(b"\n")
+        if end < 0:
+            if len(data) < self.chunk:
+                return False  # the writer's line is not complete yet
+            self.offset += len(data)  # one line longer than a chunk: never a record
+            self.skipped += 1
+            return True
+        self.offset += end + 1
+        lines.extend(data[: end + 1].decode("utf-8", errors="replace").splitlines())
+        return True
 
 
 MAX_CONTROL_LINE = 4096  # a command is a few dozen bytes
@@ -225,7 +244,15 @@ def read_live(run_dir: Path) -> LiveState | None:
     died without saying so (its lock file names a process that is gone on this host) reads
     as not listening. The file is input: a regular file of bounded size (a FIFO or a device
     is never read), bounded JSON, every field type-checked."""
-    path = Path(run_dir) / LIVE_FILE
+    data = _read_live_object(Path(run_dir) / LIVE_FILE)
+    if not isinstance(data, dict):
+        return data
+    return _live_state(Path(run_dir), data)
+
+
+def _read_live_object(path: Path) -> dict[str, Any] | LiveState | None:
+    """live.json's object; None when there is no such file, an unreadable state when it
+    cannot be read or holds no JSON object."""
     try:
         raw = read_small_file(path, LIVE_LIMIT, "live status file")
     except InputRefused as err:
@@ -238,12 +265,17 @@ def read_live(run_dir: Path) -> LiveState | None:
         return LiveState(UNREADABLE, 0, 0, False, reason=f"live.json is not JSON: {err}"[:120])
     if not isinstance(data, dict):
         return LiveState(UNREADABLE, 0, 0, False, reason="live.json is not an object")
+    return data
+
+
+def _live_state(run_dir: Path, data: dict[str, Any]) -> LiveState:
+    """The live state live.json's object describes, every field type-checked."""
     state, step, steps = data.get("state"), _count(data.get("step")), _count(data.get("steps"))
     if state not in LIVE_STATES or step is None or steps is None:
         return LiveState(UNREADABLE, 0, 0, False, reason="live.json lacks a valid state, step or steps")
     pid = _count(data.get("pid"))
     host = data.get("host") if isinstance(data.get("host"), str) else ""
-    listening = data.get("listening") is True and _writer_alive(Path(run_dir), data)
+    listening = data.get("listening") is True and _writer_alive(run_dir, data)
     if not listening and state in ("running", "paused"):
         state = "ended"
     tensors, scalars = (_count(data.get(key)) or 0 for key in PARAMETER_KEYS)

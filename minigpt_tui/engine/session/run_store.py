@@ -173,21 +173,30 @@ def run_files() -> frozenset[str]:
 
 def foreign_run_files(run_path: Path) -> list[str]:
     """Names in a run folder (and its ``checkpoints/``) that minigpt-tui does not write."""
-    step = re.compile(r"step-\d+|\.step-\d+\..*")
-    ours = run_files()
     try:
-        found = [p.name for p in sorted(run_path.iterdir())
-                 if p.name not in ours and not any(p.name.startswith(f".{name}.") for name in ours)
-                 and not re.fullmatch(r"\.lock-rank-\d+", p.name)]
-        checkpoints = run_path / "checkpoints"
-        if checkpoints.is_dir() and not checkpoints.is_symlink():
-            found += [f"checkpoints/{p.name}" for p in sorted(checkpoints.iterdir())
-                      if not (step.fullmatch(p.name) and p.is_dir() and not p.is_symlink())]
-        elif checkpoints.exists():
-            found.append("checkpoints")
+        return _foreign_top_names(run_path) + _foreign_checkpoint_names(run_path / "checkpoints")
     except OSError:
         return []
-    return found
+
+
+def _foreign_top_names(run_path: Path) -> list[str]:
+    """Top-level names of a run folder that minigpt-tui does not write."""
+    ours = run_files()
+    return [p.name for p in sorted(run_path.iterdir())
+            if p.name not in ours and not any(p.name.startswith(f".{name}.") for name in ours)
+            and not re.fullmatch(r"\.lock-rank-\d+", p.name)]
+
+
+def _foreign_checkpoint_names(checkpoints: Path) -> list[str]:
+    """What a run's ``checkpoints/`` holds besides step folders (``checkpoints`` itself when
+    it is there but not a real folder)."""
+    step = re.compile(r"step-\d+|\.step-\d+\..*")
+    if checkpoints.is_dir() and not checkpoints.is_symlink():
+        return [f"checkpoints/{p.name}" for p in sorted(checkpoints.iterdir())
+                if not (step.fullmatch(p.name) and p.is_dir() and not p.is_symlink())]
+    if checkpoints.exists():
+        return ["checkpoints"]
+    return []
 
 
 def model_file_of(inspection: Any) -> Path | None:
@@ -224,11 +233,7 @@ def read_saved_tokenizer(source: Path) -> SavedTokenizer:
 
 def _read_merges(model_file: Path) -> SavedTokenizer:
     header = read_header(model_file)
-    if not header.has(MERGES_TENSOR):
-        raise CheckpointError(f"{model_file.name} holds no '{MERGES_TENSOR}' tensor: no tokenizer saved here")
-    entry = header.entry(MERGES_TENSOR)
-    if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:
-        raise CheckpointError(f"{MERGES_TENSOR} must be U32 [n, 2], found {entry.dtype} {list(entry.shape)}")
+    entry = _merges_entry(header, model_file)
     with opening_errors(model_file, "a model file"), model_file.open("rb") as fh:
         fh.seek(header.data_start + entry.begin)
         raw = fh.read(entry.nbytes)
@@ -239,17 +244,30 @@ def _read_merges(model_file: Path) -> SavedTokenizer:
         tokenizer = ByteBPETokenizer(tuple((int(a), int(b)) for a, b in pairs))
     except TokenizerError as err:
         raise CheckpointError(f"the saved tokenizer is invalid: {err}") from None
+    return SavedTokenizer(tokenizer, _identity_note(model_file, header, tokenizer))
+
+
+def _merges_entry(header: Any, model_file: Path) -> Any:
+    """The header entry of the merges tensor, refused unless it is U32 [n, 2]."""
+    if not header.has(MERGES_TENSOR):
+        raise CheckpointError(f"{model_file.name} holds no '{MERGES_TENSOR}' tensor: no tokenizer saved here")
+    entry = header.entry(MERGES_TENSOR)
+    if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:
+        raise CheckpointError(f"{MERGES_TENSOR} must be U32 [n, 2], found {entry.dtype} {list(entry.shape)}")
+    return entry
+
+
+def _identity_note(model_file: Path, header: Any, tokenizer: ByteBPETokenizer) -> str:
+    """What to say about the merges against the tokenizer identity the metadata records."""
     try:
         recorded = parse_record(model_file, "tokenizer", header.metadata.get("tokenizer", "{}")).get("identity")
     except (CheckpointError, AttributeError):
         recorded = None
     if recorded is None:
-        note = "no tokenizer identity is recorded in the metadata"
-    elif recorded != tokenizer.identity:
-        note = "warning: these merges do not match the tokenizer identity recorded in the metadata"
-    else:
-        note = ""
-    return SavedTokenizer(tokenizer, note)
+        return "no tokenizer identity is recorded in the metadata"
+    if recorded != tokenizer.identity:
+        return "warning: these merges do not match the tokenizer identity recorded in the metadata"
+    return ""
 
 
 def _changed_at(run_path: Path, checkpoints: tuple[CheckpointListing, ...]) -> float:

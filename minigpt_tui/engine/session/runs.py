@@ -374,23 +374,33 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
         raise CheckpointError(f"the checkpoint '{spec[:40]}…' is {len(spec)} characters long: not a path or RUN:WHICH")
     path = Path(spec).expanduser()
     if path_exists(path):
-        require_file_or_folder(path, "a checkpoint")
-        if path.is_file():
-            if (path.parent / MANIFEST).exists() or STEP_DIR.match(path.parent.name):
-                return path.parent
-            raise CheckpointError(f"{path} is a file; a checkpoint is a folder with {MANIFEST}")
-        if (path / MANIFEST).exists() or STEP_DIR.match(path.name):
-            return path
-        latest = latest_in_folder(path)
-        if latest is not None:
-            return latest
+        return _checkpoint_at_path(path)
+    return _checkpoint_of_run(spec, runs_dir)
 
-        if is_hf_folder(path):
-            refusal = conversion_refusal(path)  # suggest convert only where it works
-            way = (f"'minigpt-tui convert --hf {path} --out model.safetensors' makes a model file of it"
-                   if refusal is None else f"convert refuses it ({refusal})")
-            raise CheckpointError(f"{path} is a transformers model folder, not a checkpoint: inspect shows it, and {way}")
-        raise CheckpointError(f"{path} holds no complete checkpoint")
+
+def _checkpoint_at_path(path: Path) -> Path:
+    """The checkpoint an existing path names: a checkpoint folder, the folder of a file in
+    one, or a folder's latest checkpoint; refused in one line otherwise."""
+    require_file_or_folder(path, "a checkpoint")
+    if path.is_file():
+        if (path.parent / MANIFEST).exists() or STEP_DIR.match(path.parent.name):
+            return path.parent
+        raise CheckpointError(f"{path} is a file; a checkpoint is a folder with {MANIFEST}")
+    if (path / MANIFEST).exists() or STEP_DIR.match(path.name):
+        return path
+    latest = latest_in_folder(path)
+    if latest is not None:
+        return latest
+    if is_hf_folder(path):
+        refusal = conversion_refusal(path)  # suggest convert only where it works
+        way = (f"'minigpt-tui convert --hf {path} --out model.safetensors' makes a model file of it"
+               if refusal is None else f"convert refuses it ({refusal})")
+        raise CheckpointError(f"{path} is a transformers model folder, not a checkpoint: inspect shows it, and {way}")
+    raise CheckpointError(f"{path} holds no complete checkpoint")
+
+
+def _checkpoint_of_run(spec: str, runs_dir: Path) -> Path:
+    """The checkpoint ``RUN[:latest|best|STEP]`` names in ``runs_dir``."""
     run, _, which = spec.partition(":")
     which = which or "latest"
     run_path = Path(runs_dir) / run
@@ -404,15 +414,20 @@ def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
         return latest
     if which == "best":
         return best_checkpoint(checkpoints)
+    return _checkpoint_at_step(spec, run, which, checkpoints)
+
+
+def _checkpoint_at_step(spec: str, run: str, which: str, checkpoints: Path) -> Path:
+    """The run's complete checkpoint at the step ``which`` names (``STEP`` or ``step-STEP``)."""
     step_text = which.removeprefix("step-")
-    if re.fullmatch(r"[0-9]{1,18}", step_text):
-        wanted = checkpoints / checkpoint_name(int(step_text))
-        listed = list_checkpoints(checkpoints)
-        if any(info.path == wanted for info in listed):
-            return wanted
-        raise CheckpointError(f"run '{run}' has no complete checkpoint at step {int(step_text)} "
-                              f"({_steps_held([info.step for info in listed if info.complete])})")
-    raise CheckpointError(f"'{which}' is not latest, best or a step number (in '{spec}')")
+    if not re.fullmatch(r"[0-9]{1,18}", step_text):
+        raise CheckpointError(f"'{which}' is not latest, best or a step number (in '{spec}')")
+    wanted = checkpoints / checkpoint_name(int(step_text))
+    listed = list_checkpoints(checkpoints)
+    if any(info.path == wanted for info in listed):
+        return wanted
+    raise CheckpointError(f"run '{run}' has no complete checkpoint at step {int(step_text)} "
+                          f"({_steps_held([info.step for info in listed if info.complete])})")
 
 
 def resolve_model_file(spec: str, runs_dir: Path) -> Path:

@@ -198,17 +198,10 @@ class TrainingSession:
 
         trainer = prepared.trainer
         apply_precision(trainer.config.train)
-        if prepared.summary is not None:
-            self._sink(prepared.summary)
-        tensors, scalars = trainer.parameter_counts
-        steps = trainer.config.train.steps
-        self._sink(RunStarted({"parameter_tensors": tensors, "parameter_scalars": scalars}, trainer.step, steps))
-        if self._paused:
-            self._sink(Paused(trainer.step))
+        self._announce_start(prepared, trainer)
         trainer.interrupted = self._stop_before_start  # a stop ends even a long evaluation at once
         tuner = self._thread_tuner(trainer)
         work = scheduled_work(trainer, prepared.until)
-        save_every = trainer.config.train.save_every
         watch = DivergenceWatch(trainer.config.train.divergence_patience)
         due: list[str] = []
         with torch.no_grad():  # grad mode is per thread; the trainer enables it per update
@@ -223,46 +216,74 @@ class TrainingSession:
                     return self._finish(trainer, FinishReason.COMPLETED)
                 self._write_metric(item)
                 if isinstance(item, UpdateRecord):
-                    self.unsaved_updates += 1
-                    self._sink(UpdateDone(item, steps))
-                    if watch.observe(item):
-                        raise self._diverged(watch)
-                    if tuner is not None:
-                        self._tune_threads(tuner, item)
-                    if save_every and item.applied and trainer.step % save_every == 0 and watch.healthy:
-                        due.append(SaveReason.INTERVAL)
+                    due += self._after_update(item, trainer, watch, tuner)
                 else:
-                    best_changed = improved_best(item, trainer.best_step)
-                    self._sink(EvaluationDone(item, trainer.best_step, best_changed))
-                    self._score_probes(trainer)
-                    self._watch(trainer)
-                    if best_changed and trainer.step > 0 and watch.healthy:
-                        due.append(SaveReason.BEST)
+                    due += self._after_evaluation(item, trainer, watch)
                 # One checkpoint per step, after that step's scheduled evaluation.
                 if not trainer.evaluation_due():
                     if due:
                         self._save(trainer, "+".join(due))
                     due = []
 
+    def _announce_start(self, prepared: PreparedRun, trainer: Trainer) -> None:
+        """The run's summary (when prepared), its start, and its pause when it starts paused."""
+        if prepared.summary is not None:
+            self._sink(prepared.summary)
+        tensors, scalars = trainer.parameter_counts
+        steps = trainer.config.train.steps
+        self._sink(RunStarted({"parameter_tensors": tensors, "parameter_scalars": scalars}, trainer.step, steps))
+        if self._paused:
+            self._sink(Paused(trainer.step))
+
+    def _after_update(self, item: Any, trainer: Trainer, watch: DivergenceWatch,
+                      tuner: ThreadTuner | None) -> list[str]:
+        """Report an update, watch it for divergence, tune threads; the save it makes due."""
+        self.unsaved_updates += 1
+        self._sink(UpdateDone(item, trainer.config.train.steps))
+        if watch.observe(item):
+            raise self._diverged(watch)
+        if tuner is not None:
+            self._tune_threads(tuner, item)
+        save_every = trainer.config.train.save_every
+        if save_every and item.applied and trainer.step % save_every == 0 and watch.healthy:
+            return [SaveReason.INTERVAL]
+        return []
+
+    def _after_evaluation(self, item: Any, trainer: Trainer, watch: DivergenceWatch) -> list[str]:
+        """Report a scheduled evaluation, score probes, watch; the save it makes due."""
+        best_changed = improved_best(item, trainer.best_step)
+        self._sink(EvaluationDone(item, trainer.best_step, best_changed))
+        self._score_probes(trainer)
+        self._watch(trainer)
+        if best_changed and trainer.step > 0 and watch.healthy:
+            return [SaveReason.BEST]
+        return []
+
     def _apply_commands(self, trainer: Trainer) -> bool:
         """Apply waiting commands; block while paused. True means stop."""
         if self.prepared is not None and self.prepared.agreement is not None:
             return self._apply_agreed_commands(trainer)
         while True:
-            self._read_control_file()
-            if self._stop_requested():
-                return True
-            try:
-                command = self._commands.get(block=self._paused, timeout=0.1 if self._paused else None)
-            except queue.Empty:
-                if self._paused:
-                    continue
-                return False
-            if command is Command.STOP:
-                return True
-            self._apply(command, trainer)
-            if not self._paused and self._commands.empty():
-                return False
+            outcome = self._apply_next_command(trainer)
+            if outcome is not None:
+                return outcome
+
+    def _apply_next_command(self, trainer: Trainer) -> bool | None:
+        """Take one command (waiting for one while paused) and apply it: True means stop,
+        False means train on, None means look for the next command."""
+        self._read_control_file()
+        if self._stop_requested():
+            return True
+        try:
+            command = self._commands.get(block=self._paused, timeout=0.1 if self._paused else None)
+        except queue.Empty:
+            return None if self._paused else False
+        if command is Command.STOP:
+            return True
+        self._apply(command, trainer)
+        if not self._paused and self._commands.empty():
+            return False
+        return None
 
     def _apply_agreed_commands(self, trainer: Trainer) -> bool:
         """Several processes: every rank applies the same commands at the same boundary (rank
@@ -362,18 +383,7 @@ class TrainingSession:
         run = self.prepared.run if self.prepared is not None else None
         if run is None:
             return
-        if hasattr(item, "to_json") and not isinstance(item, ProbesScored):  # samples, head roles
-            record = item.to_json()
-        elif isinstance(item, ProbesScored):
-            record = {"kind": "probes", "step": item.step, "source": item.source,
-                      "probes": [score.to_json() for score in item.scores]}
-        elif hasattr(item, "exact_fields"):
-            record = {"kind": "update", **item.exact_fields(), "seconds": item.seconds,
-                      "tokens_per_second": item.tokens_per_second}
-            if self._record_threads:  # fast precision; exact precision always runs one thread
-                record["threads"] = self._threads_now
-        else:
-            record = {"kind": "evaluation", **asdict(item)}
+        record = self._metric_record(item)
         try:
             run.append_metric(record)
         except MiniGPTError as err:  # stop at this boundary; the stop saves what it can
@@ -381,6 +391,21 @@ class TrainingSession:
                 self.write_failure = err
                 self._sink(Refused("metrics", f"{err}: stopping the run"))
                 self.send(Command.STOP)
+
+    def _metric_record(self, item: Any) -> dict[str, Any]:
+        """The metrics-log record of an update, an evaluation, probe scores, samples or head roles."""
+        if hasattr(item, "to_json") and not isinstance(item, ProbesScored):  # samples, head roles
+            return item.to_json()
+        if isinstance(item, ProbesScored):
+            return {"kind": "probes", "step": item.step, "source": item.source,
+                    "probes": [score.to_json() for score in item.scores]}
+        if hasattr(item, "exact_fields"):
+            record = {"kind": "update", **item.exact_fields(), "seconds": item.seconds,
+                      "tokens_per_second": item.tokens_per_second}
+            if self._record_threads:  # fast precision; exact precision always runs one thread
+                record["threads"] = self._threads_now
+            return record
+        return {"kind": "evaluation", **asdict(item)}
 
     def _thread_tuner(self, trainer: Trainer) -> ThreadTuner | None:
         """An automatic run's tuner (``train.threads = 0`` outside exact precision); with
