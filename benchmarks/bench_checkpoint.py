@@ -41,10 +41,11 @@ from safetensors import safe_open
 from timing import interleaved, ratio
 
 from minigpt_tui.engine.training import checkpoints as directory, state_parts, training_state
-from minigpt_tui.engine.formats import portable, safetensors_io
+from minigpt_tui.engine.formats import portable, safetensors_read, safetensors_write
 from minigpt_tui.engine.training.checkpoints import load_into_trainer, save_checkpoint
 from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
-from minigpt_tui.engine.formats.safetensors_io import load_file, read_header, read_tensor, write_safetensors
+from minigpt_tui.engine.formats.safetensors_read import load_file, read_header, read_tensor
+from minigpt_tui.engine.formats.safetensors_write import write_safetensors
 from minigpt_tui.engine.core.config import load_config
 from minigpt_tui.engine.training.corpus import load_corpus
 from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision
@@ -100,7 +101,7 @@ def measured_fsync_and_hashing(skip: bool = False):
     out wrong: only for measuring what the rest costs)."""
     fsync_time, hash_time = _Timed(), _Timed()
     real_fsync = os.fsync
-    real_writeback = safetensors_io._sync_file_range
+    real_writeback = safetensors_write._sync_file_range
     real_sha256 = hashlib.sha256
 
     def timed(sync: Callable[[int], None]) -> Callable[[int], None]:
@@ -130,11 +131,11 @@ def measured_fsync_and_hashing(skip: bool = False):
     class HashModule:
         sha256 = TimedHash
 
-    modules = (safetensors_io, portable, training_state, state_parts, directory)
+    modules = (safetensors_read, safetensors_write, portable, training_state, state_parts, directory)
     saved = {m: getattr(m, "hashlib", None) for m in modules}
     os.fsync = timed(real_fsync)
     if skip:  # nor start writing pages out early (a hint the fsync would follow up)
-        safetensors_io._sync_file_range = lambda: None
+        safetensors_write._sync_file_range = lambda: None
     for m in modules:
         if saved[m] is not None:
             m.hashlib = HashModule
@@ -142,7 +143,7 @@ def measured_fsync_and_hashing(skip: bool = False):
         yield fsync_time, hash_time
     finally:
         os.fsync = real_fsync
-        safetensors_io._sync_file_range = real_writeback
+        safetensors_write._sync_file_range = real_writeback
         for m, original in saved.items():
             if original is not None:
                 m.hashlib = original

@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import resource
 import statistics
 import subprocess
 import sys

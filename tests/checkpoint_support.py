@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.engine.formats.checkpoint_folder import MANIFEST
-from minigpt_tui.engine.formats.safetensors_io import json_metadata, load_file, write_safetensors
+from minigpt_tui.engine.formats.safetensors_read import load_file
+from minigpt_tui.engine.formats.safetensors_write import json_metadata, write_safetensors
 from minigpt_tui.engine.core.config import load_config
 from minigpt_tui.engine.training.corpus import load_corpus
 from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, apply_precision

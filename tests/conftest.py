@@ -1,7 +1,5 @@
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,16 +27,6 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     env["MINIGPT_TUI_CACHE_DIR"] = str(tmp_path / "token-cache")
     env.pop("PYTHONHASHSEED", None)
     return env
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Poll until ``predicate`` holds (for tests driving a session on another thread)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:

@@ -9,7 +9,6 @@ import json
 import re
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +40,7 @@ from tests.app_support import (
     tree_snapshot,
     write_sparse_large_file,
 )
+from tests.polling import pause_until
 from conftest import patch_everywhere
 
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
@@ -48,10 +48,8 @@ SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only co
 
 async def _until(pilot, condition, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
     """Wait for what a key or click leads to, however busy the machine."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not reached: screen {pilot.app.screen!r}, focus {pilot.app.focused!r}"
-        await pilot.pause(0.02)
+    await pause_until(pilot, condition, timeout=timeout, what="what the key or click leads to",
+                      detail=lambda: f"screen {pilot.app.screen!r}, focus {pilot.app.focused!r}")
 
 
 

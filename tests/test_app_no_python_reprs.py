@@ -7,7 +7,6 @@ preflight of each) or of the Generation screen with its views."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
@@ -15,6 +14,7 @@ from minigpt_tui.app import LaunchSettings, MiniGPTApp, resolve_next_config
 from minigpt_tui.screens.checkpoints import TABS
 from tests.app_support import build_saved_runs, make_app, record_notifications, run_async, settle
 from tests.foreign_support import nanogpt_ckpt, sharded_folder
+from tests.polling import pause_until
 
 # A keyword argument in a code line (``torch.load(weights_only=True)``) is code, not a repr.
 PYTHON_REPR = re.compile(r"(?<![=\w])(None|True|False)\b|\(\)")
@@ -27,13 +27,6 @@ def visible_lines(app) -> list[str]:
 
 def leaks(app, where: str) -> list[str]:
     return [f"{where}: {line.strip()}" for line in visible_lines(app) if PYTHON_REPR.search(line)]
-
-
-async def wait_for(pilot, predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await pilot.pause(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -56,21 +49,23 @@ async def test_training_screen_in_every_state_shows_no_python_repr(tmp_path):
         await pilot.pause()
         found += leaks(app, "fresh")
         await pilot.press("space")
-        await wait_for(pilot, lambda: screen.run is not None and screen.run.step >= 5)
+        await pause_until(pilot, lambda: screen.run is not None and screen.run.step >= 5, timeout=60,
+                          what="update 5", interval=0.05)
         found += leaks(app, "running")
         await pilot.press("space")
-        await wait_for(pilot, lambda: screen.run.state == "paused")
+        await pause_until(pilot, lambda: screen.run.state == "paused", timeout=60, what="the pause", interval=0.05)
         await pilot.pause(0.3)
         found += leaks(app, "paused")
         await pilot.press("x")
-        await wait_for(pilot, lambda: not screen.run.active)
+        await pause_until(pilot, lambda: not screen.run.active, timeout=60, what="the stop", interval=0.05)
         await pilot.pause(0.3)
         found += leaks(app, "stopped")
     finished = MiniGPTApp(LaunchSettings(runs_dir=tmp_path / "runs2", preset="tiny"), preload_engine=False)
     async with finished.run_test(size=SIZE) as pilot:
         screen = finished.training_screen
         await pilot.press("space")
-        await wait_for(pilot, lambda: screen.run is not None and screen.run.state == "finished")
+        await pause_until(pilot, lambda: screen.run is not None and screen.run.state == "finished", timeout=60,
+                          what="the run to finish", interval=0.05)
         await pilot.pause(0.3)
         found += leaks(finished, "finished")
         for key in ("v", "p"):  # the plot and the probes table

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.polling import wait_until
+
 SCRIPT = Path(sys.executable).with_name("minigpt-tui")
 
 pytestmark = pytest.mark.skipif(
@@ -46,13 +48,13 @@ class TmuxPane:
         subprocess.run([*self.tmux, "send-keys", "-t", self.name, *keys], check=True)
 
     def wait_for(self, predicate: Callable[[str], bool], what: str, timeout: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        """The pane's text once ``predicate`` holds for it."""
+        def shown() -> str | None:
             text = self.text()
-            if predicate(text):
-                return text
-            time.sleep(0.1)
-        raise AssertionError(f"waited {timeout} s for {what}; the pane shows:\n{self.text()}")
+            return text if predicate(text) else None
+
+        return wait_until(shown, timeout=timeout, what=what, interval=0.1,
+                          detail=lambda: f"the pane shows:\n{self.text()}")
 
     def close(self) -> None:
         subprocess.run([*self.tmux, "kill-server"], capture_output=True)
@@ -118,9 +120,7 @@ def test_the_real_app_pauses_resumes_and_stops_a_run_in_a_terminal(tmp_path):
                                      and "│" in line)
         unfocused = updates_field()
         pane.keys("Tab")
-        deadline = time.monotonic() + 60
-        while updates_field() == unfocused and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: updates_field() != unfocused, timeout=60, what="the updates field to look focused")
         assert updates_field() != unfocused, "the updates field never looked focused"
         pane.keys(str(LONG_RUN))
         pane.wait_for(lambda t: re.search(rf"updates +{LONG_RUN}\b", t) is not None, "the typed update count")
@@ -131,9 +131,7 @@ def test_the_real_app_pauses_resumes_and_stops_a_run_in_a_terminal(tmp_path):
         paused_at = int(re.search(r"paused +after update (\d+)", screen).group(1))
         # A pause saves unless the paused step is saved already (a best or interval save).
         saved_at_pause = lambda: any(runs.glob(f"*/checkpoints/step-{paused_at:06d}/manifest.json"))  # noqa: E731
-        deadline = time.monotonic() + 30
-        while not saved_at_pause() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(saved_at_pause, timeout=30, what=f"a checkpoint at the paused step {paused_at}", interval=0.1)
         assert saved_at_pause(), f"no checkpoint at the paused step {paused_at}"
         pane.wait_for(lambda t: _run_line(t, LONG_RUN) == ("paused", paused_at), "the progress line to say paused")
         time.sleep(1.0)  # a paused run makes no update
@@ -191,9 +189,7 @@ def test_an_attached_app_that_quits_leaves_the_headless_run_training(tmp_path, l
     metrics = runs / "headless" / "metrics.jsonl"
     pane = None
     try:
-        deadline = time.monotonic() + 60
-        while _last_update(metrics) < 1 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: _last_update(metrics) >= 1, timeout=60, what="the headless run's first update", interval=0.1)
         pane = TmuxPane([str(SCRIPT), "attach", str(runs / "headless")], env)
         pane.wait_for(lambda t: "following" in t or "attached" in t, "the attached run")
         pane.keys("x")

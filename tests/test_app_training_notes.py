@@ -72,12 +72,16 @@ async def test_a_refused_form_value_takes_the_keyboard_to_its_field(tmp_path, fi
 
 
 def test_every_form_field_a_refusal_can_name_exists():
-    from minigpt_tui.screens.new_run import REFUSED_FIELDS, refused_field
+    from minigpt_tui.engine.core.errors import ConfigError
+    from minigpt_tui.screens.new_run import FIELD_INPUTS, NewRunForm, refused_field
 
-    assert {field for _, field in REFUSED_FIELDS} == {
+    assert set(FIELD_INPUTS.values()) == {
         "name", "steps", "save_every", "seed", "init", "data", "dropout", "sampling", "corpus", "threads", "model"}
-    assert refused_field("give one seed or separate stream seeds, not both (also set: data)") == "seed"
-    assert refused_field("something else entirely") is None
+    with pytest.raises(ConfigError) as both:
+        NewRunForm("text", seed="5", data="3").resolve()
+    assert str(both.value) == "give one seed or separate stream seeds, not both (also set: data)"
+    assert refused_field(both.value) == "seed"
+    assert refused_field(ConfigError("something else entirely")) is None
 
 
 @run_async

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from minigpt_tui.app import LaunchSettings, MiniGPTApp, resolve_next_config
+from tests.polling import pause_until
 
 FROZEN_WALL = 1767225600.0
 SNAPSHOT_RUN = {"train": {"steps": 60, "eval_every": 50, "save_every": 0}}
@@ -94,9 +95,7 @@ def finished_run_app(runs_dir: Path, theme: str | None = None) -> tuple[MiniGPTA
             app.theme = theme
         screen = app.training_screen
         screen.start_run(config, "snapshot")
-        deadline = time.monotonic() + 60
-        while screen.run.active and time.monotonic() < deadline:
-            await pilot.pause(0.05)
+        await pause_until(pilot, lambda: not screen.run.active, timeout=60, what="the run to end", interval=0.05)
         assert screen.run.state == "finished"
         await pilot.pause()
 

@@ -26,6 +26,7 @@ from minigpt_tui.engine.session.run_control import (
 from minigpt_tui.screens.confirm_stop import ConfirmStopScreen
 from minigpt_tui.widgets.loss_table import LossTable
 from textual.widgets import Label
+from tests import polling
 from tests.app_support import run_async
 from tests.conftest import cli_command, cli_env
 from tests.training_support import key, press_button, wait_until
@@ -93,9 +94,8 @@ def _start_headless(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
         cli_command("train", "--preset", "mini", "--steps", "200000", "--run", "headless", "--json"),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path))
     run_dir = tmp_path / "runs" / "headless"
-    deadline = time.monotonic() + 60
-    while _live_state(run_dir) != "running" and time.monotonic() < deadline and trainer.poll() is None:
-        time.sleep(0.1)
+    polling.wait_until(lambda: _live_state(run_dir) == "running" or trainer.poll() is not None, timeout=60,
+                       what="the headless run to say running (or end)", interval=0.1)
     return trainer, run_dir
 
 

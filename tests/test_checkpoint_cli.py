@@ -15,7 +15,7 @@ import torch
 from minigpt_tui.cli import main
 from minigpt_tui.engine.formats.checkpoint_folder import MANIFEST
 from minigpt_tui.engine.formats.portable import MODEL_FILE, save_portable_model
-from minigpt_tui.engine.formats.safetensors_io import load_file
+from minigpt_tui.engine.formats.safetensors_read import load_file
 from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 from tests.checkpoint_support import data_offset, flip_bit, make_trainer, refresh_manifest, snapshot
@@ -281,7 +281,7 @@ def test_verify_runs_the_mini_experiment_with_evaluations_in_fresh_processes(tmp
 
 def test_statistics_count_non_finite_values_and_leave_them_out(tmp_path):
     from minigpt_tui.engine.formats.inspect import tensor_statistics
-    from minigpt_tui.engine.formats.safetensors_io import write_safetensors
+    from minigpt_tui.engine.formats.safetensors_write import write_safetensors
 
     path = tmp_path / "odd.safetensors"
     values = torch.tensor([0.0, 1.0, float("nan"), float("inf"), -1.0, 0.0], dtype=torch.float32)

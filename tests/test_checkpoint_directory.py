@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ from minigpt_tui.engine.session.events import Command, Paused, Saved, UpdateDone
 from minigpt_tui.engine.session.training import TrainingSession
 from tests.checkpoint_support import make_trainer
 from tests.conftest import cli_command, cli_env
+from tests.polling import wait_until
 
 
 def test_a_checkpoint_folder_holds_two_files_and_a_manifest_of_their_hashes(tmp_path):
@@ -229,14 +229,14 @@ def test_the_session_saves_through_the_checkpointer_at_intervals_pause_and_stop(
 
 
 def _wait_for_lines(path: Path, count: int, process: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def written() -> bool:
         if path.exists() and path.read_text().count('"kind": "update"') >= count:
-            return
+            return True
         if process.poll() is not None:
             raise AssertionError(process.stderr.read() if process.stderr else "process ended")
-        time.sleep(0.05)
-    raise AssertionError("the run did not start in time")
+        return False
+
+    wait_until(written, timeout=timeout, what=f"the run to start (update {count} in {path.name})")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -303,14 +303,14 @@ def _freeze_inside_a_save(process: subprocess.Popen, checkpoints: Path, timeout:
             return True
         return stat.read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def frozen_inside_a_save() -> bool:
+        if not saving():
+            return False
+        process.send_signal(signal.SIGSTOP)
+        wait_until(stopped, timeout=timeout, what="the process to stop on SIGSTOP", interval=0.001)
         if saving():
-            process.send_signal(signal.SIGSTOP)
-            while not stopped() and time.monotonic() < deadline:
-                time.sleep(0.001)
-            if saving():
-                return
-            process.send_signal(signal.SIGCONT)
-        time.sleep(0.001)
-    raise AssertionError("no save in progress was seen")
+            return True
+        process.send_signal(signal.SIGCONT)
+        return False
+
+    wait_until(frozen_inside_a_save, timeout=timeout, what="a save in progress", interval=0.001)

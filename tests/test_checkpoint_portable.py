@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from minigpt_tui.engine.formats.portable import CONSTANTS, MERGES, save_portable_model
 from minigpt_tui.engine.training.model_file import load_backbone, load_portable_model, save_backbone
-from minigpt_tui.engine.formats.safetensors_io import encode_header, load_file, read_header, write_safetensors
+from minigpt_tui.engine.formats.safetensors_read import load_file, read_header
+from minigpt_tui.engine.formats.safetensors_write import encode_header, write_safetensors
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 from tests.checkpoint_support import data_offset, flip_bit, make_trainer

@@ -10,14 +10,15 @@ import pytest
 import safetensors.torch
 import torch
 
-from minigpt_tui.engine.formats.safetensors_io import (
+from minigpt_tui.engine.formats.safetensors_read import (
     MAX_HEADER_BYTES,
     InvalidSafetensors,
+    Violation,
     load_file,
     read_header,
     read_tensor,
-    write_safetensors,
 )
+from minigpt_tui.engine.formats.safetensors_write import write_safetensors
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.core.tensors import u64_values
 
@@ -88,44 +89,61 @@ def test_duplicate_names_are_refused_on_write(tmp_path):
 GOOD_ENTRY = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
 
 
-@pytest.mark.parametrize(
-    ("build", "violation"),
-    [
-        (lambda p: p.write_bytes(b"\x01\x02"), "file-too-small"),
-        (lambda p: raw_file(p, {"a": GOOD_ENTRY}, bytes(8), declared=MAX_HEADER_BYTES + 1), "header-too-large"),
-        (lambda p: raw_file(p, {"a": GOOD_ENTRY}, bytes(8), declared=10_000), "header-length-beyond-file"),
-        (lambda p: raw_file(p, b'{"a": "\xff\xfe"}'), "header-not-utf8"),
-        (lambda p: raw_file(p, b"[1, 2, 3]"), "header-start"),
-        (lambda p: raw_file(p, b'{"a": '), "header-not-json"),
-        (lambda p: raw_file(p, b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "a": {}}', bytes(8)), "duplicate-name"),
-        (lambda p: raw_file(p, {"a": {"dtype": "F33", "shape": [2], "data_offsets": [0, 8]}}, bytes(8)), "unknown-dtype"),
-        (lambda p: raw_file(p, {"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}, bytes(8)), "bad-shape"),
-        (lambda p: raw_file(p, {"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}, bytes(8)), "bad-offsets"),
-        (lambda p: raw_file(p, {"a": {"dtype": "F32", "shape": [2]}}, bytes(8)), "bad-entry"),
-        (lambda p: raw_file(p, {"a": {"dtype": "F64", "shape": [2], "data_offsets": [0, 8]}}, bytes(8)), "byte-length-mismatch"),
-        (lambda p: raw_file(p, {"a": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}}, bytes(2)), "misaligned-bits"),
-        (
-            lambda p: raw_file(
-                p,
-                {"a": GOOD_ENTRY, "b": {"dtype": "F32", "shape": [1], "data_offsets": [12, 16]}},
-                bytes(16),
-            ),
-            "offsets-not-contiguous",
+VIOLATION_CASES = [
+    (lambda p: p.write_bytes(b"\x01\x02"), "file-too-small"),
+    (lambda p: raw_file(p, {"a": GOOD_ENTRY}, bytes(8), declared=MAX_HEADER_BYTES + 1), "header-too-large"),
+    (lambda p: raw_file(p, {"a": GOOD_ENTRY}, bytes(8), declared=10_000), "header-length-beyond-file"),
+    (lambda p: raw_file(p, b'{"a": "\xff\xfe"}'), "header-not-utf8"),
+    (lambda p: raw_file(p, b"[1, 2, 3]"), "header-start"),
+    (lambda p: raw_file(p, b'{"a": '), "header-not-json"),
+    (lambda p: raw_file(p, b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "a": {}}', bytes(8)), "duplicate-name"),
+    (lambda p: raw_file(p, {"a": {"dtype": "F33", "shape": [2], "data_offsets": [0, 8]}}, bytes(8)), "unknown-dtype"),
+    (lambda p: raw_file(p, {"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}, bytes(8)), "bad-shape"),
+    (lambda p: raw_file(p, {"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}, bytes(8)), "offsets-reversed"),
+    (lambda p: raw_file(p, {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0]}}, bytes(8)), "offsets-not-pair"),
+    (lambda p: raw_file(p, {"a": {"dtype": "F32", "shape": [2**32, 2**32], "data_offsets": [0, 8]}}, bytes(8)),
+     "element-count-overflow"),
+    (lambda p: raw_file(p, {"a": {"dtype": "F64", "shape": [2**62], "data_offsets": [0, 8]}}, bytes(8)),
+     "byte-size-overflow"),
+    (lambda p: raw_file(p, b'{"\\ud800": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', bytes(8)),
+     "lone-surrogate-name"),
+    (lambda p: raw_file(p, b'{"__metadata__": {"k": "\\udc00"}, "a": {"dtype": "F32", "shape": [2], '
+                           b'"data_offsets": [0, 8]}}', bytes(8)), "lone-surrogate-metadata"),
+    (lambda p: raw_file(p, {"a": {"dtype": "F32", "shape": [2]}}, bytes(8)), "bad-entry"),
+    (lambda p: raw_file(p, {"a": {"dtype": "F64", "shape": [2], "data_offsets": [0, 8]}}, bytes(8)), "byte-length-mismatch"),
+    (lambda p: raw_file(p, {"a": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}}, bytes(2)), "misaligned-bits"),
+    (
+        lambda p: raw_file(
+            p,
+            {"a": GOOD_ENTRY, "b": {"dtype": "F32", "shape": [1], "data_offsets": [12, 16]}},
+            bytes(16),
         ),
-        (
-            lambda p: raw_file(
-                p,
-                {"a": GOOD_ENTRY, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}},
-                bytes(12),
-            ),
-            "offsets-not-contiguous",
+        "offsets-not-contiguous",
+    ),
+    (
+        lambda p: raw_file(
+            p,
+            {"a": GOOD_ENTRY, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}},
+            bytes(12),
         ),
-        (lambda p: raw_file(p, {"a": GOOD_ENTRY}, bytes(5)), "truncated-data"),
-        (lambda p: raw_file(p, {"a": GOOD_ENTRY}, bytes(12)), "data-not-covered"),
-        (lambda p: raw_file(p, {"__metadata__": {"k": 1}, "a": GOOD_ENTRY}, bytes(8)), "metadata-not-strings"),
-        (lambda p: p.write_bytes(b"This is plain text, not a safetensors file at all.\n"), "header-too-large"),
-    ],
-)
+        "offsets-not-contiguous",
+    ),
+    (lambda p: raw_file(p, {"a": GOOD_ENTRY}, bytes(5)), "truncated-data"),
+    (lambda p: raw_file(p, {"a": GOOD_ENTRY}, bytes(12)), "data-not-covered"),
+    (lambda p: raw_file(p, {"__metadata__": {"k": 1}, "a": GOOD_ENTRY}, bytes(8)), "metadata-not-strings"),
+    (lambda p: p.write_bytes(b"This is plain text, not a safetensors file at all.\n"), "header-too-large"),
+]
+# Checks no file on disk reaches: a header cut short while it is read (the file shrank after
+# its size was taken), and JSON that begins with '{' yet is no object.
+UNBUILT_VIOLATIONS = {Violation.TRUNCATED_HEADER, Violation.HEADER_NOT_OBJECT}
+
+
+def test_each_check_has_its_own_violation_and_a_case():
+    assert len({v.value for v in Violation}) == len(Violation)
+    assert {violation for _, violation in VIOLATION_CASES} == {v.value for v in Violation} - UNBUILT_VIOLATIONS
+
+
+@pytest.mark.parametrize(("build", "violation"), VIOLATION_CASES)
 def test_each_format_violation_is_named(tmp_path, build, violation):
     path = tmp_path / "bad.safetensors"
     build(path)

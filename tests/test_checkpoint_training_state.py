@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from minigpt_tui.engine.training.checkpoints import load_checkpoint, restore_trainer, save_checkpoint
 from minigpt_tui.engine.formats.portable import MODEL_FILE, save_portable_model
-from minigpt_tui.engine.formats.safetensors_io import load_file
+from minigpt_tui.engine.formats.safetensors_read import load_file
 from minigpt_tui.engine.training.training_state import capture_training_state
 from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 from minigpt_tui.engine.core.errors import CaptureRefused, ResumeRefused

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from minigpt_tui.engine.training.checkpoints import restore_trainer, save_checkpoint
-from minigpt_tui.engine.formats.safetensors_io import load_file
+from minigpt_tui.engine.formats.safetensors_read import load_file
 from minigpt_tui.engine.training.training_state import capture_state, config_identity, envelope_differences
 from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 from minigpt_tui.engine.core.config import load_config

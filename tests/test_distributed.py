@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import cli_command, cli_env
+from tests.polling import wait_until
 
 MINI_DOCUMENT_ORDER = """
 [train]
@@ -142,9 +143,7 @@ def test_a_rank_that_dies_ends_the_run_and_the_last_checkpoint_resumes(tmp_path)
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path),
     )
     checkpoints = tmp_path / "runs" / "dies" / "checkpoints"
-    deadline = time.monotonic() + 90
-    while not (checkpoints / "step-000004").is_dir() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until((checkpoints / "step-000004").is_dir, timeout=90, what="the checkpoint of update 4", interval=0.2)
     pid = _rank_pid(tmp_path / "runs", 1)
     assert pid is not None and (checkpoints / "step-000004").is_dir()
     os.kill(pid, signal.SIGKILL)
@@ -230,25 +229,29 @@ def test_the_control_file_steers_every_rank_of_a_two_process_run(tmp_path):
         live = read_live(run_dir)
         return live.state if live is not None else None
 
-    def wait(predicate, timeout: float = 90) -> None:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert time.monotonic() < deadline and launcher.poll() is None, launcher.stderr.read() if launcher.poll() else ""
-            time.sleep(0.1)
+    def wait(predicate, what: str, timeout: float = 90) -> None:  # type: ignore[no-untyped-def]
+        """Until ``predicate`` holds; the launcher's errors if it ends first."""
+        def reached() -> bool:
+            if predicate():
+                return True
+            assert launcher.poll() is None, launcher.stderr.read() if launcher.poll() else ""
+            return False
+
+        wait_until(reached, timeout=timeout, what=what, interval=0.1)
 
     try:
         metrics = run_dir / "metrics.jsonl"
         # Pause after an update has been written, so the pause has something to save.
-        wait(lambda: state() == "running" and last_update(metrics) > 0)
+        wait(lambda: state() == "running" and last_update(metrics) > 0, "a written update")
         send_command(run_dir, Command.PAUSE)
-        wait(lambda: state() == "paused")
+        wait(lambda: state() == "paused", "the pause")
         paused = read_live(run_dir).step  # type: ignore[union-attr]
         assert (run_dir / "checkpoints" / f"step-{paused:06d}").is_dir()  # a pause saves
         send_command(run_dir, Command.RESUME)
-        wait(lambda: state() == "running")
+        wait(lambda: state() == "running", "the resume")
         # Stop after an update past the pause: a pause between an update and its evaluation
         # resumes with that evaluation, and a stop landing right after it ends at the paused step.
-        wait(lambda: last_update(metrics) > paused)
+        wait(lambda: last_update(metrics) > paused, "an update past the pause")
         send_command(run_dir, Command.STOP)
         out, err = launcher.communicate(timeout=90)
         assert launcher.returncode == 0, err
@@ -291,10 +294,13 @@ def _start_long_two_process_run(tmp_path: Path, name: str) -> tuple[subprocess.P
         cli_command("train", "--preset", "mini", "--config", str(config), "--run", name, "--nproc", "2", "--json"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path), start_new_session=True)
     metrics = tmp_path / "runs" / name / "metrics.jsonl"
-    deadline = time.monotonic() + 90
-    while last_update(metrics) < 3 and time.monotonic() < deadline:
+    def three_updates() -> bool:
+        if last_update(metrics) >= 3:
+            return True
         assert launcher.poll() is None, launcher.stderr.read()
-        time.sleep(0.1)
+        return False
+
+    wait_until(three_updates, timeout=90, what="update 3", interval=0.1)
     assert last_update(metrics) >= 3 and len(_rank_pids(tmp_path / "runs")) == 2
     return launcher, tmp_path / "runs" / name
 
@@ -306,9 +312,7 @@ def test_a_launcher_killed_with_sigkill_takes_its_processes_with_it_and_they_sav
     try:
         os.kill(launcher.pid, signal.SIGKILL)
         launcher.wait()
-        deadline = time.monotonic() + 30
-        while _rank_pids(tmp_path / "runs") and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: not _rank_pids(tmp_path / "runs"), timeout=30, what="every process to exit", interval=0.1)
         assert _rank_pids(tmp_path / "runs") == [], "a process outlived its launcher"
         saved = sorted((run_dir / "checkpoints").glob("step-*"))
         assert saved, "the processes stopped without saving"
@@ -360,14 +364,15 @@ def test_no_resume_starts_while_any_process_of_the_run_lives(tmp_path):
         with pytest.raises(RunLocked, match=f"process {rank1}.*process 1 of a several-process run"):
             lock_run(run_dir).release()
         os.kill(rank1, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while True:  # the last process is gone (its files closed as it exits): the run is free
+        def run_free() -> bool:
             try:
                 lock_run(run_dir).release()
-                break
             except RunLocked:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+                return False
+            return True
+
+        # The last process is gone (its files closed as it exits): the run is free.
+        wait_until(run_free, timeout=10, what="the run to be free", interval=0.1)
         launcher.communicate(timeout=60)
         assert launcher.returncode == 1
     finally:

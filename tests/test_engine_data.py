@@ -168,6 +168,42 @@ def test_a_setting_of_the_wrong_type_is_named_with_the_type_it_needs(tmp_path, t
     assert str(err.value) == message
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message", "field"),
+    [
+        ({"train": {"steps": 0}}, "train.steps must be at least 1, got 0", "train.steps"),
+        ({"train": {"steps": 10**10}}, "train.steps is 10000000000, above the limit of 1,000,000,000", "train.steps"),
+        ({"train": {"clip": -1.0}}, "train.clip must be 0 (off) or positive", "train.clip"),
+        ({"train": {"threads": -1}}, "train.threads must be 0 (auto: adapts to how busy the machine is) or at least 1",
+         "train.threads"),
+        ({"corpus": {"val_every": 1}}, "corpus.val_every must be 0 (none) or at least 2", "corpus.val_every"),
+        ({"model": {"dropout": 1.0}}, "model.dropout must be in [0, 1)", "model.dropout"),
+        ({"model": {"rotary_fraction": 0.0}}, "model.rotary_fraction must be in (0, 1]", "model.rotary_fraction"),
+        ({"seeds": {"data": -1}}, "seeds.data must be an unsigned 64-bit integer", "seeds.data"),
+        ({"model": {"family": "x"}}, ("model.family must be one of ('llama', 'gpt2', 'qwen2', 'gpt_neo', "
+                                      "'gpt_neox'), got 'x'"), "model.family"),
+        ({"train": {"warmup": 9, "steps": 3}}, ("train.warmup (9 updates) is longer than train.steps (3): train "
+                                                "at least 9 updates, or set a shorter warmup ([train] warmup = N "
+                                                "in a --config file)"), "train.warmup"),
+        ({"train": {"lr": "fast"}}, "train.lr must be a number, got 'fast'", "train.lr"),
+    ],
+)
+def test_a_refusal_names_the_setting_it_refuses(overrides, message, field):
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny", overrides=overrides)
+    assert (str(err.value), err.value.field) == (message, field)
+
+
+def test_limits_and_help_come_from_each_settings_declaration():
+    from minigpt_tui.engine.core.config import LIMITS, setting_of
+
+    assert LIMITS["model.width"] == 16_384 and LIMITS["train.keep_last"] == 1_000_000 and len(LIMITS) == 21
+    assert setting_of("train.steps").span == "1 to 1,000,000,000"
+    assert setting_of("train.save_every").span == "0 to 1,000,000,000"
+    assert setting_of("corpus.val_every").span == "0 (none) or 2 to 1,000,000,000"
+    assert setting_of("train.batch_size").help == "examples per microbatch"
+
+
 def test_settings_read_as_their_declared_types(tmp_path):
     user = tmp_path / "user.toml"
     user.write_text("[train]\nlr = 1\nbetas = [0, 0.5]\nrecompute = true\n")

@@ -24,7 +24,8 @@ from minigpt_tui.engine.training.trainer import (
     scheduled_work,
     target_loss_sum,
 )
-from tests.conftest import cli_command, cli_env, wait_for
+from tests.conftest import cli_command, cli_env
+from tests.polling import wait_until
 
 
 def make_trainer(preset: str = "mini", **train: object) -> Trainer:
@@ -153,10 +154,11 @@ def test_pause_evaluate_and_resume_in_process_equal_never_pausing():
             pause_sent.wait(30)
 
     def script(controller, events):
-        assert wait_for(lambda: any(isinstance(x, UpdateDone) and x.record.step >= 7 for x in events), 30)
+        wait_until(lambda: any(isinstance(x, UpdateDone) and x.record.step >= 7 for x in events), timeout=30,
+                   what="update 7", interval=0.01)
         controller.send(Command.PAUSE)
         pause_sent.set()
-        assert wait_for(lambda: any(isinstance(x, Paused) for x in events), 30)
+        wait_until(lambda: any(isinstance(x, Paused) for x in events), timeout=30, what="the pause", interval=0.01)
         controller.send(Command.EVALUATE)
         controller.send(Command.EVALUATE)
         controller.send(Command.RESUME)

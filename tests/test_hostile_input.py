@@ -25,7 +25,7 @@ from minigpt_tui.engine.formats.checkpoint_folder import MANIFEST, read_manifest
 from minigpt_tui.engine.formats.inspect import inspect_path
 from minigpt_tui.engine.formats.portable import MODEL_FILE, model_identity, read_portable, semantic_settings
 from minigpt_tui.engine.training.model_file import load_portable_model
-from minigpt_tui.engine.formats.safetensors_io import InvalidSafetensors, load_file, read_header
+from minigpt_tui.engine.formats.safetensors_read import InvalidSafetensors, load_file, read_header
 from minigpt_tui.engine.formats.state_groups import StateGroup
 from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 from minigpt_tui.engine.core.config import ModelConfig, load_config
@@ -38,9 +38,10 @@ from minigpt_tui.engine.core.errors import (
     WriteRefused,
 )
 from minigpt_tui.engine.core.files import write_file
-from minigpt_tui.engine.formats.foreign import WALK_DEPTH
+from minigpt_tui.engine.formats.record_walk import WALK_DEPTH
 from minigpt_tui.engine.core.printable import escape_controls
-from minigpt_tui.engine.session.runs import RunDirectory, lock_run, run_for_checkpoint
+from minigpt_tui.engine.session.plans import ResumeRun, prepare
+from minigpt_tui.engine.session.runs import RunDirectory, lock_run
 from tests.checkpoint_support import data_offset, flip_bit, make_trainer, refresh_manifest, snapshot
 from tests.conftest import ROOT, cli_command, cli_env
 
@@ -139,7 +140,7 @@ def _resign_config(path: Path, **changes: int) -> None:
         settings, records["composition"], records["special_ids"], records["aliases"], tensors
     )
     named = [(e.name, loaded.tensor(e.name).clone()) for e in loaded.header.entries]
-    from minigpt_tui.engine.formats.safetensors_io import json_metadata, write_safetensors
+    from minigpt_tui.engine.formats.safetensors_write import json_metadata, write_safetensors
 
     write_safetensors(path, named, json_metadata(records))
 
@@ -392,12 +393,15 @@ def test_a_checkpoint_copied_into_another_run_is_refused_unless_forked(runs, che
     shutil.copytree(checkpoint, copied)
     before = snapshot(runs)
     with pytest.raises(ResumeRefused, match="saved by another run.*--fork"):
-        run_for_checkpoint(copied, runs, config)
+        prepare(ResumeRun(copied, runs))
     assert snapshot(runs) == before
-    forked, new = run_for_checkpoint(copied, runs, config, fork=True)
-    assert new and forked.path != other.path and forked.run_id != other.run_id
-    same, new = run_for_checkpoint(checkpoint, runs, config)
-    assert not new and same.path == runs / "good"
+    forked = prepare(ResumeRun(copied, runs, fork=True))
+    forked.release()
+    new = forked.run.name.startswith("resumed-tiny-") and forked.run.path.parent == runs
+    assert new and forked.run.path != other.path and forked.run.run_id != other.run_id
+    same = prepare(ResumeRun(checkpoint, runs))
+    same.release()
+    assert same.run.path == runs / "good"
 
 
 @pytest.mark.parametrize("field, value", [("best_step", "x"), ("saved_at", "never"), ("reason", 5),

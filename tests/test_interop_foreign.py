@@ -19,7 +19,7 @@ from minigpt_tui.engine.formats.inspect import inspect_path
 from minigpt_tui.engine.formats.state_groups import StateGroup
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.formats.foreign import inspect_foreign
-from minigpt_tui.engine.formats.foreign import pickle_imports
+from minigpt_tui.engine.formats.foreign_pickle import pickle_imports
 
 
 

@@ -18,11 +18,11 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from minigpt_tui.cli import main
-from minigpt_tui.engine.formats import safetensors_io
+from minigpt_tui.engine.formats import safetensors_read
 from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
 from minigpt_tui.engine.formats.compare import compare_checkpoints
 from minigpt_tui.engine.core.errors import CheckpointError
-from minigpt_tui.engine.formats import foreign
+from minigpt_tui.engine.formats import foreign_hf, foreign_pickle
 from tests.foreign_support import RunsAShellCommand, nanogpt_checkpoint
 from conftest import patch_everywhere
 
@@ -76,11 +76,11 @@ def test_statistics_of_a_tensor_in_a_later_shard_read_alone(llamas, tmp_path, mo
     def refuse(*args, **kwargs):
         raise AssertionError("read more than the index, one header and one tensor")
 
-    monkeypatch.setattr(foreign, "read_hf_folder", refuse)
-    patch_everywhere(monkeypatch, safetensors_io, "load_file", refuse)
+    monkeypatch.setattr(foreign_hf, "read_hf_folder", refuse)
+    patch_everywhere(monkeypatch, safetensors_read, "load_file", refuse)
     opened: list[str] = []
-    original = foreign.read_header
-    monkeypatch.setattr(foreign, "read_header", lambda path: opened.append(Path(path).name) or original(path))
+    original = foreign_hf.read_header
+    monkeypatch.setattr(foreign_hf, "read_header", lambda path: opened.append(Path(path).name) or original(path))
     for target, asked in ((folder, name), (folder / INDEX, name), (folder, f"{shards[-1]}:{name}")):
         opened.clear()
         stats = tensor_statistics(target, asked, bins=7)
@@ -232,7 +232,7 @@ def test_code_executing_pickles_stay_refused_for_statistics_and_comparison(tmp_p
     torch.save({"model": {"w": torch.zeros(2)}, "iter_num": 1, "payload": RunsAShellCommand(target)}, evil)
     torch.save({"model": {"w": torch.zeros(2)}, "iter_num": 1}, tmp_path / "fine.pt")
     for attempt in (lambda: tensor_statistics(evil, "model.w"), lambda: compare_checkpoints(tmp_path / "fine.pt", evil),
-                    lambda: foreign.pickle_tensors(evil)):
+                    lambda: foreign_pickle.pickle_tensors(evil)):
         with pytest.raises(CheckpointError, match="refused") as caught:
             attempt()
         assert "code execution" in str(caught.value) and "\n" not in str(caught.value)

@@ -9,7 +9,7 @@ import torch
 
 from minigpt_tui.engine.training.checkpoints import restore_trainer, save_checkpoint
 from minigpt_tui.engine.formats.portable import MODEL_FILE
-from minigpt_tui.engine.formats.safetensors_io import load_file
+from minigpt_tui.engine.formats.safetensors_read import load_file
 from minigpt_tui.engine.core.config import load_config
 from minigpt_tui.engine.core.errors import ConfigError
 from minigpt_tui.engine.training.trainer import autocast_for, mixed_precision_note

@@ -23,7 +23,7 @@ from minigpt_tui.engine.session.events import (
     Saved,
     UpdateDone,
 )
-from minigpt_tui.engine.session.plans import NewRun, ResumeRun, run_for_checkpoint
+from minigpt_tui.engine.session.plans import NewRun, ResumeRun, prepare
 from minigpt_tui.engine.session.training import TrainingSession, improved_best
 from minigpt_tui.engine.training.trainer import EvaluationRecord
 from tests.checkpoint_support import make_trainer
@@ -94,13 +94,20 @@ def test_a_stop_after_updates_saves_them_once(tmp_path):
     assert isinstance(events[-1], Finished) and events[-1].reason == "stopped"
 
 
+def _resumed_in(checkpoint, runs_dir) -> RunDirectory:
+    """The run folder a resume from ``checkpoint`` continues in, as prepared (lock released)."""
+    prepared = prepare(ResumeRun(checkpoint, runs_dir))
+    prepared.release()
+    assert prepared.run is not None
+    return prepared.run
+
+
 def test_a_resume_continues_in_the_run_folder_only_when_it_is_a_run(tmp_path):
     run = _saved_run(tmp_path)
     checkpoint = list_checkpoints(run.checkpoints)[-1].path
-    config = load_config("tiny")
-    assert run_for_checkpoint(checkpoint, tmp_path / "runs", config) == run
+    assert _resumed_in(checkpoint, tmp_path / "runs") == run
     (run.path / "config.json").unlink()  # checkpoints/ inside a folder that is not a run
-    other = run_for_checkpoint(checkpoint, tmp_path / "runs", config)
+    other = _resumed_in(checkpoint, tmp_path / "runs")
     assert other != run and other.name.startswith("resumed-tiny-")
     assert (other.path / "config.json").is_file()
 

@@ -12,7 +12,6 @@ import re
 import select
 import signal
 import subprocess
-import time
 
 from rich.console import Console
 
@@ -20,6 +19,7 @@ from minigpt_tui.commands.train import _announcing, _progress
 from minigpt_tui.engine.session.events import Preparing, RunStarted
 from minigpt_tui.engine.training.token_cache import TokenCache
 from tests.conftest import cli_command, cli_env
+from tests.polling import wait_until
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -74,11 +74,18 @@ def test_ctrl_c_while_encoding_stops_at_once_with_nothing_written(tmp_path):
         stdout=subprocess.DEVNULL, stderr=follower, env=cli_env(tmp_path))
     os.close(follower)
     seen = b""
+
+    def encoding_or_ended() -> bool:
+        nonlocal seen
+        if b"encoding train" in seen or process.poll() is not None:
+            return True
+        if select.select([leader], [], [], 0.5)[0]:
+            seen += os.read(leader, 65536)
+        return False
+
     try:
-        deadline = time.monotonic() + 120
-        while b"encoding train" not in seen and time.monotonic() < deadline and process.poll() is None:
-            if select.select([leader], [], [], 0.5)[0]:
-                seen += os.read(leader, 65536)
+        wait_until(encoding_or_ended, timeout=120, what="the progress to say encoding train (or the process to end)",
+                   interval=0, detail=lambda: seen.decode(errors="replace"))
         assert b"encoding train" in seen, seen.decode(errors="replace")
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 130

@@ -80,4 +80,4 @@ def test_the_new_run_form_takes_auto_or_a_number_of_threads():
     assert NewRunForm("text", threads="3").resolve().train.threads == 3
     with pytest.raises(ConfigError) as refused:
         NewRunForm("text", threads="many").resolve()
-    assert refused_field(str(refused.value)) == "threads"
+    assert refused_field(refused.value) == "threads"

@@ -4,7 +4,6 @@ waits that say what the run was doing, and the reference run it must equal."""
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from textual.app import App
 
 from minigpt_tui.app import LaunchSettings, MiniGPTApp, resolve_next_config
 from minigpt_tui.screens.training import TrainingScreen
+from tests.polling import pause_until
 
 SIZE = (100, 30)
 # mini: a few seconds at most, long enough that a pause sent after update 20 lands mid-run.
@@ -38,14 +38,15 @@ def record_notifications(app: App) -> list[tuple[str, str]]:
 
 
 async def wait_until(pilot, predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            screen = pilot.app.training_screen
-            run = screen.run if screen is not None else None
-            seen = (run.state, run.step, run.events_seen, screen.query_one("#events").entries[-6:]) if run else None
-            raise AssertionError(f"condition not reached in {timeout} s; run: {seen}")
-        await pilot.pause(0.02)
+    """Wait in the Pilot until ``predicate`` holds; a failure says what the run was doing."""
+
+    def run_seen() -> str:
+        screen = pilot.app.training_screen
+        run = screen.run if screen is not None else None
+        seen = (run.state, run.step, run.events_seen, screen.query_one("#events").entries[-6:]) if run else None
+        return f"run: {seen}"
+
+    await pause_until(pilot, predicate, timeout=timeout, what="the condition", detail=run_seen)
 
 
 async def start_then_pause(pilot, screen, after: int) -> int:  # type: ignore[no-untyped-def]

@@ -82,7 +82,7 @@ def mutate(text: str, rng: random.Random) -> str:
 
 
 def _readers(folder: Path) -> dict[str, Callable[[str], object]]:
-    from minigpt_tui.engine.formats.safetensors_io import read_json_input
+    from minigpt_tui.engine.formats.bounded_json import read_json_input
     from minigpt_tui.engine.formats.hf_tokenizer import read_tokenizer_json
     from minigpt_tui.engine.session.run_control import RunControl, read_live
     from minigpt_tui.engine.training.token_cache import TokenCache, entry_key

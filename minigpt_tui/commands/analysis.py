@@ -144,17 +144,25 @@ def _print_patching(result: Any, tokenizer: Any) -> None:
                        f"{result.clean_difference:.4f}, corrupt {result.corrupt_difference:.4f}"))
     pieces = [escape_controls(tokenizer.piece_text(i)) for i in result.corrupt_ids]
     for site in dict.fromkeys(e.site for e in result.effects):
-        effects = [e for e in result.effects if e.site == site]
-        table = Table(title=f"{site}: share of the clean difference restored, layer × position", title_justify="left")
-        table.add_column("layer" if site != "head" else "layer.head")
-        for position, piece in enumerate(pieces):
-            table.add_column(f"{position} '{piece}'"[:12], justify="right")
-        keys = dict.fromkeys((e.layer, e.head) for e in effects)
-        for layer, head in keys:
-            row = [e for e in effects if (e.layer, e.head) == (layer, head)]
-            label = str(layer) if head is None else f"{layer}.{head}"
-            table.add_row(label, *("–" if e.restored is None else f"{e.restored:.2f}" for e in row))
-        console.print(table)
+        console.print(_site_table(site, [e for e in result.effects if e.site == site], pieces))
+
+
+def _site_table(site: str, effects: list[Any], pieces: list[str]) -> Table:
+    """One patched site: a row per layer (per head, at the heads), a column per position."""
+    table = Table(title=f"{site}: share of the clean difference restored, layer × position", title_justify="left")
+    table.add_column("layer" if site != "head" else "layer.head")
+    for position, piece in enumerate(pieces):
+        table.add_column(f"{position} '{piece}'"[:12], justify="right")
+    for layer, head in dict.fromkeys((e.layer, e.head) for e in effects):
+        table.add_row(*_effect_row(effects, layer, head))
+    return table
+
+
+def _effect_row(effects: list[Any], layer: int, head: int | None) -> list[str]:
+    """The label of one layer (or head) and the share it restores at each position (– where unknown)."""
+    row = [e for e in effects if (e.layer, e.head) == (layer, head)]
+    label = str(layer) if head is None else f"{layer}.{head}"
+    return [label, *("–" if e.restored is None else f"{e.restored:.2f}" for e in row)]
 
 
 def run_heads(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from minigpt_tui.commands.common import emit_json
 from minigpt_tui.engine.core.printable import escape_controls as printable
@@ -40,15 +41,25 @@ def run_cache_list(args: argparse.Namespace) -> int:
         return 0
     print(f"token cache {printable(str(root))}: {counted(len(entries), 'entry', 'entries')}, {human_bytes(total)}")
     for e in entries:
-        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created)) if e.created else "?"
-        state = "" if e.intact else "  (incomplete)"
-        print(f"  {e.key}  {human_bytes(e.bytes):>9}  {e.train_tokens + e.validation_tokens:>12,} tokens  "
-              f"{created}  {printable(e.source)}{state}")
+        print(_entry_line(e))
     for p in partials:
-        state = ("being written now" if p.writer_alive
-                 else "left by an interrupted write; cache clear or the next write removes it")
-        print(f"  {p.path.name}  {human_bytes(p.bytes):>9}  {state}")
+        print(_partial_line(p))
     return 0
+
+
+def _entry_line(e: Any) -> str:
+    """A cached corpus: key, size, tokens, when it was made, its source (and if incomplete)."""
+    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created)) if e.created else "?"
+    state = "" if e.intact else "  (incomplete)"
+    return (f"  {e.key}  {human_bytes(e.bytes):>9}  {e.train_tokens + e.validation_tokens:>12,} tokens  "
+            f"{created}  {printable(e.source)}{state}")
+
+
+def _partial_line(p: Any) -> str:
+    """A write in progress, or one an interrupted write left."""
+    state = ("being written now" if p.writer_alive
+             else "left by an interrupted write; cache clear or the next write removes it")
+    return f"  {p.path.name}  {human_bytes(p.bytes):>9}  {state}"
 
 
 def run_cache_clear(args: argparse.Namespace) -> int:

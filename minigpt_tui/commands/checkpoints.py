@@ -17,7 +17,12 @@ from rich.table import Table
 from rich.text import Text
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from minigpt_tui.commands.common import emit_json, output_console, runs_dir_from_args
+from minigpt_tui.commands.common import (
+    emit_json,
+    output_console,
+    runs_dir_from_args,
+    setting_help,
+)
 from minigpt_tui.commands.inspect_output import print_inspection
 from minigpt_tui.commands.launch import (
     add_process_arguments,
@@ -31,7 +36,7 @@ from minigpt_tui.commands.train import (
     print_summary,
     probe_options,
 )
-from minigpt_tui.engine.core.config import ModelConfig
+from minigpt_tui.engine.core.config import ModelConfig, setting_of
 from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
 from minigpt_tui.engine.core.files import make_folder
 from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
@@ -40,7 +45,7 @@ from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR
 from minigpt_tui.engine.formats.compare import compare_checkpoints
 from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
 from minigpt_tui.engine.formats.portable import save_portable_model
-from minigpt_tui.engine.formats.safetensors_io import load_file
+from minigpt_tui.engine.formats.safetensors_read import load_file
 from minigpt_tui.engine.session.history import probe_records
 from minigpt_tui.engine.session.plans import ResumeRun, saved_run_config
 from minigpt_tui.engine.session.runs import checkpoint_target, resolve_checkpoint
@@ -70,8 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     resume.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     resume.add_argument("--corpus", help="the corpus moved: read it from here (its identity must match)")
     resume.add_argument("--save-every", type=int,
-                        help="save every N updates, 0 to 1,000,000,000 (default: the run's setting)")
-    resume.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best, 1 to 1,000,000")
+                        help=f"save every N updates, {setting_of('train.save_every').span} (default: the run's setting)")
+    resume.add_argument("--keep-last", type=int, help=setting_help("train.keep_last"))
     add_probe_arguments(resume)
     resume.add_argument(
         "--allow-environment-change",
@@ -232,9 +237,51 @@ def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> 
     def command_line(*args: str) -> list[str]:
         return _command(*args, *processes)
 
+    env = _experiment_env(runs_dir)
+    setting = _experiment_setting(preset, runs_dir)
+    saved_at = f"saved:step-{cut}"
+    saved = _run_json(command_line("train", *setting, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
+    resumed = _run_json(
+        command_line("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
+    )
+    straight = _run_json(command_line("train", *setting, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
+    warm = _run_json(
+        command_line("train", *_warm_setting(setting), "--init-from", saved_at, "--until", str(end - cut),
+                     "--run", "warm", "--json"),
+        env,
+        "warm-start",
+    )
+    comparisons = _comparisons(cut, end, saved, resumed, straight, warm)
+    return {
+        "preset": preset,
+        "processes": nproc or 1,
+        "saved_after": cut,
+        "resumed_until": end,
+        "comparisons": comparisons,
+        "all_equal": all(c["equal"] for c in comparisons),
+        "warm_start": {
+            "note": "a weights-only warm start is a new training history: fresh optimizer moments, "
+            "schedule clock, data position, random streams and loss scaler",
+            "first_update": _first(warm),
+            "resumed_first_update": _first(resumed),
+            "updates_per_path": end - cut,
+            "weights_differ": warm["weights_digest"] != resumed["weights_digest"],
+        },
+        "runs_dir": str(runs_dir),
+    }
+
+
+def _experiment_env(runs_dir: Path) -> dict[str, str]:
+    """This environment, with the experiment's runs and token cache under ``runs_dir``."""
     env = dict(os.environ)
     env["MINIGPT_TUI_RUNS_DIR"] = str(runs_dir)
     env["MINIGPT_TUI_CACHE_DIR"] = str(runs_dir / "token-cache")
+    return env
+
+
+def _experiment_setting(preset: str, runs_dir: Path) -> list[str]:
+    """The options every training of the experiment gets (writing the stream config, or the
+    model to fine-tune, under ``runs_dir`` where the preset needs one)."""
     setting = ["--preset", preset]
     if preset == "stream":
         runs_dir.mkdir(parents=True, exist_ok=True)
@@ -244,22 +291,20 @@ def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> 
         model = finetune_model(runs_dir / "model-to-tune")
         setting = ["--preset", "finetune", "--init-from", str(model), "--precision", "exact",
                    "--corpus", "bundled:patterns.txt"]
-    saved_at = f"saved:step-{cut}"
-    saved = _run_json(command_line("train", *setting, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
-    resumed = _run_json(
-        command_line("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
-    )
-    straight = _run_json(command_line("train", *setting, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
-    warm_setting = [item for i, item in enumerate(setting)
-                    if "--init-from" not in (item, setting[i - 1] if i else "")]  # started from the saved weights instead
-    warm = _run_json(
-        command_line("train", *warm_setting, "--init-from", saved_at, "--until", str(end - cut), "--run", "warm", "--json"),
-        env,
-        "warm-start",
-    )
+    return setting
+
+
+def _warm_setting(setting: list[str]) -> list[str]:
+    """``setting`` without its ``--init-from`` and value: the warm start starts from the saved weights instead."""
+    return [item for i, item in enumerate(setting) if "--init-from" not in (item, setting[i - 1] if i else "")]
+
+
+def _comparisons(cut: int, end: int, saved: dict[str, Any], resumed: dict[str, Any], straight: dict[str, Any],
+                 warm: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each thing the resumed run must equal in the uninterrupted one, and the warm start must not."""
     after = [u for u in straight["updates"] if u["step"] > cut]
     later_evaluations = [e for e in straight["evaluations"] if e["step"] > cut]
-    comparisons = [
+    return [
         _same("updates 1..%d: saving run = uninterrupted run" % cut, saved["updates"], straight["updates"][:cut]),
         _same(f"updates {cut + 1}..{end}: resumed = uninterrupted", resumed["updates"], after),
         _same(
@@ -279,23 +324,6 @@ def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> 
             "detail": {"warm": warm["weights_digest"][:16], "resumed": resumed["weights_digest"][:16]},
         },
     ]
-    return {
-        "preset": preset,
-        "processes": nproc or 1,
-        "saved_after": cut,
-        "resumed_until": end,
-        "comparisons": comparisons,
-        "all_equal": all(c["equal"] for c in comparisons),
-        "warm_start": {
-            "note": "a weights-only warm start is a new training history: fresh optimizer moments, "
-            "schedule clock, data position, random streams and loss scaler",
-            "first_update": _first(warm),
-            "resumed_first_update": _first(resumed),
-            "updates_per_path": end - cut,
-            "weights_differ": warm["weights_digest"] != resumed["weights_digest"],
-        },
-        "runs_dir": str(runs_dir),
-    }
 
 
 def finetune_model(folder: Path) -> Path:

@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from minigpt_tui.engine.core.config import load_config
+from minigpt_tui.engine.core.config import PRECISIONS, load_config, setting_of
 from minigpt_tui.engine.core.errors import ConfigError, GenerationError
 from minigpt_tui.engine.session.inputs import RunChoices, parse_number
 from minigpt_tui.engine.session.runs import resolve_runs_dir
@@ -108,42 +108,44 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="TOML file whose sections override the preset")
     parser.add_argument("--corpus", help="UTF-8 text file (one record per line or paragraphs), JSON Lines file "
                                          "(.jsonl, one record per object) or a folder of them")
-    parser.add_argument("--text-field", metavar="NAME", help="the field of each .jsonl object that holds its text "
-                                                              "(default: text)")
+    parser.add_argument("--text-field", metavar="NAME", help=f"{setting_of('corpus.text_field').help} (default: text)")
     parser.add_argument("--follow-links", action="store_true", default=None,
                         help="read symbolic links in a corpus folder that point outside it (refused otherwise)")
-    parser.add_argument("--val-every", type=int, help="every Nth record is validation: 0 (none) or 2 to 1,000,000,000")
-    parser.add_argument("--steps", type=int, help="number of updates, 1 to 1,000,000,000")
+    parser.add_argument("--val-every", type=int, help=setting_help("corpus.val_every", ": "))
+    parser.add_argument("--steps", type=int, help=setting_help("train.steps"))
     parser.add_argument("--seed", type=int, help="one seed (0 to 2**64-1) from which init, data, dropout and sampling derive")
-    parser.add_argument("--precision", choices=["exact", "fast", "bf16", "fp16"],
+    parser.add_argument("--precision", choices=list(PRECISIONS),
                         help="exact: float64, one thread; fast: float32; bf16/fp16: autocast, float32 master weights")
+    threads = setting_of("train.threads")
     parser.add_argument("--threads", type=thread_count, metavar="auto|N",
-                        help="threads in fast precision: auto (adapts to how busy the machine is) or 1 to 1,024")
-    for flag, kind, what in HYPERPARAMETER_FLAGS:
-        parser.add_argument(flag, type=kind, help=what)
+                        help=f"{threads.help}: auto (adapts to how busy the machine is) or {threads.least} to "
+                             f"{threads.limit:,}")
+    for flag, dotted in HYPERPARAMETER_FLAGS.items():
+        parser.add_argument(flag, type=FLAG_TYPES[flag], help=f"{dotted}: {setting_of(dotted).help}{FLAG_NOTES.get(flag, '')}")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="any setting, as in a --config file (repeatable): --set train.weight_decay=0.1")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"],
                         help="where to train (auto: cuda, then mps, then cpu; default: cpu)")
 
 
-# The settings nanoGPT users reach for, as flags: (flag, type, help); the setting is
-# SECTION.FIELD from the flag's name, validated as the same setting in a TOML file is.
-HYPERPARAMETER_FLAGS: tuple[tuple[str, type, str], ...] = (
-    ("--batch-size", int, "train.batch_size: examples per microbatch"),
-    ("--lr", float, "train.lr: the peak learning rate"),
-    ("--eval-every", int, "train.eval_every: updates between evaluations (0: none)"),
-    ("--width", int, "model.width: the residual stream's size"),
-    ("--layers", int, "model.layers: transformer blocks"),
-    ("--heads", int, "model.heads: attention heads (key/value heads follow when the preset has as many)"),
-    ("--context", int, "model.context: positions"),
-    ("--dropout", float, "model.dropout: the dropout rate"),
-)
-FLAG_SETTINGS = {"--batch-size": ("train", "batch_size"), "--lr": ("train", "lr"),
-                 "--eval-every": ("train", "eval_every"), "--width": ("model", "width"),
-                 "--layers": ("model", "layers"), "--heads": ("model", "heads"),
-                 "--context": ("model", "context"), "--dropout": ("model", "dropout"),
-                 "--text-field": ("corpus", "text_field")}
+def setting_help(dotted: str, joint: str = ", ") -> str:
+    """A setting's help as a flag shows it: what it is, then the values it takes."""
+    declared = setting_of(dotted)
+    return f"{declared.help}{joint}{declared.span}"
+
+
+# The settings nanoGPT users reach for, as flags: the setting each sets, its help the
+# setting's own, validated as the same setting in a TOML file is.
+HYPERPARAMETER_FLAGS: dict[str, str] = {
+    "--batch-size": "train.batch_size", "--lr": "train.lr", "--eval-every": "train.eval_every",
+    "--width": "model.width", "--layers": "model.layers", "--heads": "model.heads",
+    "--context": "model.context", "--dropout": "model.dropout",
+}
+FLAG_TYPES: dict[str, type] = {"--lr": float, "--dropout": float, **dict.fromkeys(
+    ("--batch-size", "--eval-every", "--width", "--layers", "--heads", "--context"), int)}
+FLAG_NOTES = {"--heads": " (key/value heads follow when the preset has as many)"}
+FLAG_SETTINGS = {flag: tuple(dotted.split(".")) for flag, dotted in
+                 {**HYPERPARAMETER_FLAGS, "--text-field": "corpus.text_field"}.items()}
 
 
 def settings_from_flags(args: argparse.Namespace) -> dict[str, dict[str, Any]]:

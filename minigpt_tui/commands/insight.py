@@ -93,35 +93,52 @@ def print_insights(decisions: Sequence[Any], insights: Sequence[Any]) -> None:
     for decision, insight in zip(decisions, insights):
         chosen = f"step {decision.step} · chosen {decision.chosen.id} {_shown(decision.chosen.piece.text)}"
         if insight.lens is not None:
-            table = Table(title=f"lens · {chosen}")
-            for name in ("layer", "stream", "chosen rank", "chosen p", "top ids (p)"):
-                table.add_column(name, justify="left" if name in ("stream", "top ids (p)") else "right")
-            for row in insight.lens:
-                top = ", ".join(f"{_shown(e.piece)} {e.probability:.3g}" for e in row.top)
-                table.add_row(str(row.layer), row.stream, str(row.chosen_rank), f"{row.chosen_probability:.3g}",
-                              Text(top))
-            console.print(table)
+            console.print(_lens_table(insight.lens, chosen))
         for parts in insight.contributions:
-            table = Table(title=f"contributions · step {decision.step} · {parts.id} {_shown(parts.piece)}",
-                          caption=f"logit {parts.logit:.9f} · sum of parts {parts.total:.9f}")
-            table.add_column("part")
-            table.add_column("logit", justify="right")
-            table.add_row("embedding", f"{parts.embedding:+.6f}")
-            for layer, heads in enumerate(parts.heads):
-                for head, value in enumerate(heads):
-                    table.add_row(f"block {layer} head {head}", f"{value:+.6f}")
-                if parts.attention_bias[layer]:
-                    table.add_row(f"block {layer} attention bias", f"{parts.attention_bias[layer]:+.6f}")
-                table.add_row(f"block {layer} feed-forward", f"{parts.ffn[layer]:+.6f}")
-            if parts.norm_bias:
-                table.add_row("final norm bias", f"{parts.norm_bias:+.6f}")
-            console.print(table)
+            console.print(_contributions_table(decision.step, parts))
         if insight.pattern is not None:
-            pattern = insight.pattern
-            table = Table(title=f"attention · block {pattern.layer} head {pattern.head} · {chosen} · query x key")
-            table.add_column("query")
-            for _, piece in pattern.tokens:
-                table.add_column(Text(_shown(piece)), justify="right")
-            for (_, piece), row in zip(pattern.tokens, pattern.weights.tolist()):
-                table.add_row(Text(_shown(piece)), *(f"{value:.2f}" for value in row))
-            console.print(table)
+            console.print(_pattern_table(insight.pattern, chosen))
+
+
+def _lens_table(lens: Sequence[Any], chosen: str) -> Table:
+    table = Table(title=f"lens · {chosen}")
+    for name in ("layer", "stream", "chosen rank", "chosen p", "top ids (p)"):
+        table.add_column(name, justify="left" if name in ("stream", "top ids (p)") else "right")
+    for row in lens:
+        top = ", ".join(f"{_shown(e.piece)} {e.probability:.3g}" for e in row.top)
+        table.add_row(str(row.layer), row.stream, str(row.chosen_rank), f"{row.chosen_probability:.3g}",
+                      Text(top))
+    return table
+
+
+def _contributions_table(step: int, parts: Any) -> Table:
+    """One id's logit as its signed parts: the embedding, then each block's heads, attention
+    bias (where it has one) and feed-forward, then the final norm's bias (where it has one)."""
+    table = Table(title=f"contributions · step {step} · {parts.id} {_shown(parts.piece)}",
+                  caption=f"logit {parts.logit:.9f} · sum of parts {parts.total:.9f}")
+    table.add_column("part")
+    table.add_column("logit", justify="right")
+    table.add_row("embedding", f"{parts.embedding:+.6f}")
+    for layer, heads in enumerate(parts.heads):
+        _add_block_parts(table, parts, layer, heads)
+    if parts.norm_bias:
+        table.add_row("final norm bias", f"{parts.norm_bias:+.6f}")
+    return table
+
+
+def _add_block_parts(table: Table, parts: Any, layer: int, heads: Sequence[float]) -> None:
+    for head, value in enumerate(heads):
+        table.add_row(f"block {layer} head {head}", f"{value:+.6f}")
+    if parts.attention_bias[layer]:
+        table.add_row(f"block {layer} attention bias", f"{parts.attention_bias[layer]:+.6f}")
+    table.add_row(f"block {layer} feed-forward", f"{parts.ffn[layer]:+.6f}")
+
+
+def _pattern_table(pattern: Any, chosen: str) -> Table:
+    table = Table(title=f"attention · block {pattern.layer} head {pattern.head} · {chosen} · query x key")
+    table.add_column("query")
+    for _, piece in pattern.tokens:
+        table.add_column(Text(_shown(piece)), justify="right")
+    for (_, piece), row in zip(pattern.tokens, pattern.weights.tolist()):
+        table.add_row(Text(_shown(piece)), *(f"{value:.2f}" for value in row))
+    return table

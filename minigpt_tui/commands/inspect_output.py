@@ -51,35 +51,51 @@ def _entries(console: Any, result: dict[str, Any]) -> None:
     wide = console.width >= WIDE_FROM
     columns = ("group", "dtype", "shape", "elements", "bytes", "offsets") if wide else (
         "dtype", "shape", "elements", "bytes")
-    by_file: dict[str, list[dict[str, Any]]] = {}
-    for e in result["entries"]:  # one pass: a million entries over many shards stay linear
-        by_file.setdefault(e["file"], []).append(e)
-    # A table per file while there are a few; past that, one table with a file column.
-    groups = list(by_file.items()) if len(by_file) <= MAX_FILE_TABLES else [("", result["entries"])]
+    groups, file_count = _entry_groups(result["entries"])
     shown = 0
     for file_name, file_entries in groups:
         if shown >= MAX_TABLE_ENTRIES:
             break
-        title = f"{file_name}: tensor entries (header only)" if file_name else \
-            f"tensor entries of {len(by_file):,} files (header only)"
-        entries = Table(title=_text(title))
-        if not file_name:
-            entries.add_column("file", overflow="fold")
-        entries.add_column("name", overflow="fold", ratio=1)
-        for column in columns:
-            entries.add_column(column, no_wrap=True)
+        entries = _entries_table(file_name, file_count, columns)
         for e in file_entries[: MAX_TABLE_ENTRIES - shown]:
-            values = {"group": e["group"], "dtype": e["dtype"], "shape": str(e["shape"]),
-                      "elements": str(e["elements"]), "bytes": str(e["bytes"]),
-                      "offsets": f"{e['begin']}..{e['end']}"}
-            cells = [_text(e["name"]), *(_text(values[c]) for c in columns)]
-            entries.add_row(*([_text(e["file"])] if not file_name else []), *cells)
+            entries.add_row(*_entry_cells(e, file_name, columns))
         shown += min(len(file_entries), MAX_TABLE_ENTRIES - shown)
         console.print(entries)
     total = len(result["entries"])
     if total > shown:
         console.print(_text(f"… and {total - shown:,} more entries, not shown (the first {shown:,} of {total:,}); "
                             "--json lists every one"))
+
+
+def _entry_groups(entries: list[dict[str, Any]]) -> tuple[list[tuple[str, list[dict[str, Any]]]], int]:
+    """The entries by file while there are a few files; past that, one group named "" (a
+    table with a file column). With how many files there are."""
+    by_file: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:  # one pass: a million entries over many shards stay linear
+        by_file.setdefault(e["file"], []).append(e)
+    groups = list(by_file.items()) if len(by_file) <= MAX_FILE_TABLES else [("", entries)]
+    return groups, len(by_file)
+
+
+def _entries_table(file_name: str, file_count: int, columns: tuple[str, ...]) -> Table:
+    """An empty entries table for one file, or (``file_name`` "") for every file, with a file column."""
+    title = f"{file_name}: tensor entries (header only)" if file_name else \
+        f"tensor entries of {file_count:,} files (header only)"
+    entries = Table(title=_text(title))
+    if not file_name:
+        entries.add_column("file", overflow="fold")
+    entries.add_column("name", overflow="fold", ratio=1)
+    for column in columns:
+        entries.add_column(column, no_wrap=True)
+    return entries
+
+
+def _entry_cells(e: dict[str, Any], file_name: str, columns: tuple[str, ...]) -> list[Any]:
+    values = {"group": e["group"], "dtype": e["dtype"], "shape": str(e["shape"]),
+              "elements": str(e["elements"]), "bytes": str(e["bytes"]),
+              "offsets": f"{e['begin']}..{e['end']}"}
+    cells = [_text(e["name"]), *(_text(values[c]) for c in columns)]
+    return [*([_text(e["file"])] if not file_name else []), *cells]
 
 
 def _aliases(console: Any, result: dict[str, Any]) -> None:

@@ -27,6 +27,7 @@ from minigpt_tui.commands.common import (
     graceful_stop,
     output_console,
     runs_dir_from_args,
+    setting_help,
 )
 from minigpt_tui.commands.launch import (
     add_process_arguments,
@@ -63,8 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     parser.add_argument("--until", type=int, help="stop after this update, 1 to --steps (the schedule stays the same)")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    parser.add_argument("--save-every", type=int, help="save a checkpoint every N updates, 0 to 1,000,000,000 (0: only at stop and best)")
-    parser.add_argument("--keep-last", type=int, help="keep the last K checkpoints plus the best, 1 to 1,000,000")
+    parser.add_argument("--save-every", type=int, help=f"{setting_help('train.save_every')} (0: only at stop and best)")
+    parser.add_argument("--keep-last", type=int, help=setting_help("train.keep_last"))
     parser.add_argument(
         "--init-from",
         metavar="MODEL",
@@ -220,12 +221,13 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
     trainer = prepared.trainer
     if prepared.run is None:  # a rank other than 0: it writes and reports nothing
         return {}
-    tensors, scalars = trainer.parameter_counts
+    summary = prepared.summary
+    assert summary is not None  # every rank that writes has one
     result: dict[str, Any] = {
-        "preset": trainer.config.preset,
-        "parameter_tensors": tensors,
-        "parameter_scalars": scalars,
-        "steps": trainer.config.train.steps,
+        "preset": summary.preset,
+        "parameter_tensors": summary.parameter_tensors,
+        "parameter_scalars": summary.parameter_scalars,
+        "steps": summary.steps,
         "step": trainer.step,
         "stopped_by": stop.signal_name if finished.reason == FinishReason.STOPPED else None,
         "updates": recorder.updates,
@@ -238,13 +240,13 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "weights_digest": trainer.weights_digest(),
         "optimizer_digest": trainer.optimizer_digest(),
         "progress": trainer.progress(),
-        "corpus_identity": trainer.setup.corpus.identity,
-        "corpus_source": trainer.config.corpus.source,
+        "corpus_identity": summary.corpus_identity,
+        "corpus_source": summary.corpus_source,
         "data": trainer.data_summary(),
-        "evaluation_rule": trainer.evaluation_rule,
-        "tokenizer_identity": trainer.tokenizer.identity,
+        "evaluation_rule": summary.evaluation_rule,
+        "tokenizer_identity": summary.tokenizer_identity,
         "checkpoints": [path for path in recorder.saved if Path(path).exists()],  # retention deleted the rest
-        "run_dir": str(prepared.run.path),
+        "run_dir": str(summary.run_dir),
         "device": trainer.placement.kind,
         "world_size": trainer.parallel.world_size,
         "global_batch": trainer.config.train.batch_size * trainer.config.train.microbatches

@@ -8,7 +8,7 @@ A blank field keeps the preset's value, shown as the field's placeholder.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +19,29 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
-from minigpt_tui.engine.core.config import load_config, preset_names
+from minigpt_tui.engine.core.config import (
+    CorpusConfig,
+    load_config,
+    preset_names,
+    setting_of,
+)
 from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
 from minigpt_tui.engine.session.inputs import SEED_STREAMS, RunChoices, parse_number
 from minigpt_tui.engine.session.runs import check_run_name
 
-# The field a refusal is about, from the words it starts with (the form's own labels, then
-# the engine's setting names): the keyboard goes there, so the value can be fixed at once.
-REFUSED_FIELDS: tuple[tuple[str, str], ...] = (
-    ("invalid run name", "name"), ("run '", "name"), ("updates ", "steps"), ("train.steps", "steps"),
-    ("train.warmup", "steps"), ("save interval", "save_every"), ("train.save_every", "save_every"),
-    *((f"{name} seed", name) for name in SEED_STREAMS), *((f"seeds.{name}", name) for name in SEED_STREAMS),
-    ("seed ", "seed"), ("give one seed", "seed"), ("corpus", "corpus"), ("threads", "threads"),
-    ("train.threads", "threads"), ("model:", "model"), ("--init-from", "model"), ("the finetune preset", "model"),
-)
+# The form's field for each setting a refusal can carry (MiniGPTError.field): the keyboard
+# goes there, so the value can be fixed at once.
+FIELD_INPUTS: dict[str, str] = {
+    "name": "name", "model": "model", "train.steps": "steps", "train.warmup": "steps",
+    "train.save_every": "save_every", "train.threads": "threads", "seeds": "seed",
+    **{f"seeds.{name}": name for name in SEED_STREAMS},
+    **{f"corpus.{item.name}": "corpus" for item in fields(CorpusConfig)},
+}
 
 
-def refused_field(message: str) -> str | None:
-    """The id of the form's field that ``message`` refuses, if it names one."""
-    return next((field for prefix, field in REFUSED_FIELDS if message.startswith(prefix)), None)
+def refused_field(err: MiniGPTError) -> str | None:
+    """The id of the form's field that ``err`` refuses, if it refuses one."""
+    return FIELD_INPUTS.get(err.field or "")
 
 
 @dataclass(frozen=True)
@@ -71,29 +75,36 @@ class NewRunForm:
         if name is not None:
             check_run_name(name)
             if (runs_dir / name).exists():
-                raise ConfigError(f"run '{name}' already exists in {runs_dir}")
+                raise ConfigError(f"run '{name}' already exists in {runs_dir}", field="name")
         model = self.model.strip() or None
         if model is None and self.preset == "finetune":
             raise ConfigError("model: the finetune preset trains a model you already have (a checkpoint, "
-                              "a transformers folder or a GGUF file)")
+                              "a transformers folder or a GGUF file)", field="model")
         return NewRunRequest(self.resolve(), name, model)
 
     def resolve(self) -> Any:
         return RunChoices(
             self.preset,
             corpus=self.corpus or None,
-            steps=parse_number(self.steps, "updates", int),
-            save_every=parse_number(self.save_every, "save interval", int),
+            steps=parse_number(self.steps, "updates", int, field="train.steps"),
+            save_every=parse_number(self.save_every, "save interval", int, field="train.save_every"),
             precision=self.precision or None,
-            threads=0 if self.threads.strip().lower() == "auto" else parse_number(self.threads, "threads", int),
-            seed=parse_number(self.seed, "seed", int),
-            stream_seeds={name: parse_number(getattr(self, name), f"{name} seed", int) for name in SEED_STREAMS},
+            threads=0 if self.threads.strip().lower() == "auto" else parse_number(self.threads, "threads", int,
+                                                                                  field="train.threads"),
+            seed=parse_number(self.seed, "seed", int, field="seeds"),
+            stream_seeds={name: parse_number(getattr(self, name), f"{name} seed", int, field=f"seeds.{name}")
+                          for name in SEED_STREAMS},
         ).resolve()
 
 
 def threads_hint(threads: int) -> str:
     """The threads field's placeholder: the preset's choice, and what may be typed."""
     return ("auto" if threads == 0 else str(threads)) + " (auto or a number; fast precision)"
+
+
+def save_every_hint(save_every: int) -> str:
+    """The save-interval field's placeholder: the preset's interval, and what 0 means."""
+    return f"{save_every} (0: {setting_of('train.save_every').zero})"
 
 
 class NewRunScreen(ModalScreen[NewRunRequest | None]):
@@ -138,7 +149,7 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
                     yield Label(f"{name} seed")
                     yield Input(placeholder=str(getattr(current.seeds, name)), compact=True, id=name)
                 yield Label("save every")
-                yield Input(placeholder=f"{current.train.save_every} (0: off)", compact=True, id="save_every")
+                yield Input(placeholder=save_every_hint(current.train.save_every), compact=True, id="save_every")
             with Horizontal(classes="buttons"):
                 yield Button("Start", id="start", variant="primary", compact=True)
                 yield Button("Cancel", id="cancel", compact=True)
@@ -153,7 +164,7 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
         self.query_one("#corpus", Input).placeholder = config.corpus.source
         self.query_one("#steps", Input).placeholder = str(config.train.steps)
         self.query_one("#threads", Input).placeholder = threads_hint(config.train.threads)
-        self.query_one("#save_every", Input).placeholder = f"{config.train.save_every} (0: off)"
+        self.query_one("#save_every", Input).placeholder = save_every_hint(config.train.save_every)
         for name in SEED_STREAMS:
             self.query_one(f"#{name}", Input).placeholder = str(getattr(config.seeds, name))
         self.query_one("#precision", Select).value = config.train.precision
@@ -185,7 +196,7 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
             request = self.form().request(self.runs_dir)
         except MiniGPTError as err:
             self.notify(str(err), title="invalid value", severity="error", markup=False)
-            field = refused_field(str(err))
+            field = refused_field(err)
             if field is not None:
                 self.query_one(f"#{field}", Input).focus()
             return

@@ -52,6 +52,13 @@ def fit_columns(width: int) -> CandidateFit:
     return CandidateFit(piece, min(BAR_WIDTH, max(0, room - piece)))
 
 
+def _row_to_show(decision: DecisionView, keep_row: int | None) -> int:
+    """``keep_row`` where the decision has that row, else the chosen candidate's (else the first)."""
+    if keep_row is not None and keep_row < len(decision.candidates):
+        return keep_row
+    return next((i for i, c in enumerate(decision.candidates) if c.chosen), 0)
+
+
 class CandidateTable(DataTable):
     DEFAULT_CSS = """
     CandidateTable { height: 1fr; scrollbar-size-vertical: 1; }
@@ -80,8 +87,7 @@ class CandidateTable(DataTable):
             self.show_decision(self.decision, keep_row=self.cursor_row)
 
     def show_decision(self, decision: DecisionView | None, *, keep_row: int | None = None) -> None:
-        if keep_row is None and decision is not None and self.decision is not None \
-                and decision.step == self.decision.step:
+        if keep_row is None and self._same_decision(decision):
             keep_row = self.cursor_row
         self.decision = decision
         self.border_title = f"Candidates · decision {decision.step}" if decision else "Candidates"
@@ -91,9 +97,11 @@ class CandidateTable(DataTable):
         self.bar_scale = max((c.raw_probability for c in decision.candidates), default=0.0)
         for candidate in decision.candidates:
             self.add_row(*self._cells(candidate), key=str(candidate.id))
-        chosen_row = next((i for i, c in enumerate(decision.candidates) if c.chosen), 0)
-        row = keep_row if keep_row is not None and keep_row < len(decision.candidates) else chosen_row
-        self.move_cursor(row=row, animate=False, scroll=True)
+        self.move_cursor(row=_row_to_show(decision, keep_row), animate=False, scroll=True)
+
+    def _same_decision(self, decision: DecisionView | None) -> bool:
+        """``decision`` is the step shown now (redrawn): the cursor stays on its row."""
+        return decision is not None and self.decision is not None and decision.step == self.decision.step
 
     def _cells(self, candidate: CandidateView) -> tuple[Any, ...]:
         style = "bold" if candidate.chosen else ("dim" if not candidate.eligible else "")

@@ -37,6 +37,23 @@ def fit_piece(width: int, step_width: int) -> int:
     return min(PIECE_WIDTH, max(MIN_PIECE_WIDTH, room))
 
 
+def opinion_cells(opinion: Any) -> list[Text]:
+    """The second model's pB (bold where its top choice differs) and KL(A||B) cells."""
+    kl = max(opinion.kl, 0.0)  # a rounding hair below zero reads as 0
+    return [Text(short_probability(opinion.probability), justify="right", style="" if opinion.top1_agree else "bold"),
+            Text(f"{kl:.2f}" if kl >= 0.005 or kl == 0 else short_probability(kl), justify="right")]
+
+
+def _unchanged_rows(old: tuple[DecisionView, ...], old_opinions: tuple[Any, ...],
+                    decisions: tuple[DecisionView, ...], opinions: tuple[Any, ...]) -> int:
+    """How many leading rows are the same decisions (and opinions) as before."""
+    common = 0
+    while common < min(len(old), len(decisions)) and old[common] is decisions[common] and (
+            not opinions or opinions[common] == old_opinions[common]):
+        common += 1
+    return common
+
+
 class DecisionList(DataTable):
     DEFAULT_CSS = """
     DecisionList { height: 1fr; scrollbar-size-vertical: 1; }
@@ -92,37 +109,39 @@ class DecisionList(DataTable):
         old, old_opinions = self.decisions, self.opinions
         self.decisions = decisions
         self.opinions = opinions
-        columns_changed = len(self.columns) != 2 + self._number_columns
-        piece_width = self._fit(decisions)
-        common = 0
-        if piece_width != self.piece_width or columns_changed:
-            self.piece_width = piece_width
-            self._add_columns()
+        if self._refit_columns(decisions):
             old = ()
-        while common < min(len(old), len(decisions)) and old[common] is decisions[common] and (
-                not opinions or opinions[common] == old_opinions[common]):
-            common += 1
+        common = _unchanged_rows(old, old_opinions, decisions, opinions)
         if common < len(old):
             self.clear()
             common = 0
         for index, decision in enumerate(decisions[common:], start=common):
-            chosen = decision.chosen
-            cells = [
-                Text(step_label(decision), justify="right"),
-                fitted_piece(chosen.piece, self.piece_width, style="reverse" if decision.forced else ""),
-            ]
-            if self._shows_p:
-                cells.append(Text(short_probability(chosen.selection_probability), justify="right"))
-            if opinions:
-                opinion = opinions[index]
-                cells.append(Text(short_probability(opinion.probability), justify="right",
-                                  style="" if opinion.top1_agree else "bold"))
-                kl = max(opinion.kl, 0.0)  # a rounding hair below zero reads as 0
-                cells.append(Text(f"{kl:.2f}" if kl >= 0.005 or kl == 0 else short_probability(kl),
-                                  justify="right"))
-            self.add_row(*cells, key=str(decision.step))
+            self.add_row(*self._row_cells(decision, opinions[index] if opinions else None), key=str(decision.step))
         if select is not None and decisions:
             self.move_cursor(row=min(max(select, 1), len(decisions)) - 1, animate=False, scroll=True)
+
+    def _refit_columns(self, decisions: tuple[DecisionView, ...]) -> bool:
+        """Rebuild the columns if the piece width or the number columns changed (the rows go
+        with them); whether they were rebuilt."""
+        columns_changed = len(self.columns) != 2 + self._number_columns
+        piece_width = self._fit(decisions)
+        if piece_width == self.piece_width and not columns_changed:
+            return False
+        self.piece_width = piece_width
+        self._add_columns()
+        return True
+
+    def _row_cells(self, decision: DecisionView, opinion: Any | None) -> list[Text]:
+        chosen = decision.chosen
+        cells = [
+            Text(step_label(decision), justify="right"),
+            fitted_piece(chosen.piece, self.piece_width, style="reverse" if decision.forced else ""),
+        ]
+        if self._shows_p:
+            cells.append(Text(short_probability(chosen.selection_probability), justify="right"))
+        if opinion is not None:
+            cells += opinion_cells(opinion)
+        return cells
 
     def show_view(self, view: StepperView, select: int | None) -> None:
         """The decisions of ``view`` (with the second model's opinions, if any); ``select`` is

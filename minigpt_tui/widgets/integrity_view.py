@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from minigpt_tui.engine.formats.checkpoint_folder import verify_checkpoint
-from minigpt_tui.engine.formats.integrity import Integrity, IntegrityScope
+from minigpt_tui.engine.formats.integrity import FileIntegrity, Integrity, IntegrityScope
 from minigpt_tui.messages import IntegrityReady
 from minigpt_tui.widgets.checkpoint_summary import kind_label
 from minigpt_tui.widgets.state_view import short_value
@@ -47,33 +47,40 @@ def _manifest_text(integrity: Integrity) -> Text:
         return out
     ok = integrity.ok
     out.append("manifest: ", style="bold")
-    if not ok:
-        verdict = "a check failed"
-    elif integrity.hashes_checked:
-        verdict = "every file's size and SHA-256 match"
-    else:
-        verdict = "every file's size matches (SHA-256 not checked yet)"
-    out.append("complete, " + verdict, style="green" if ok else "bold red")
+    out.append("complete, " + _manifest_verdict(integrity), style="green" if ok else "bold red")
     out.append(f"\nstep {integrity.step}, saved because: {integrity.reason}\n")
     if integrity.problem:
         out.append(f"problem: {integrity.problem}\n", style="red")
     out.append("SHA-256 " + ("checked against every file\n" if integrity.hashes_checked
                              else "not checked yet (press v)\n"), style="dim")
     for record in integrity.files:
-        out.append(f"\n{record.name}\n", style="bold")
-        out.append(f"  recorded size {record.recorded_size:,} bytes; ")
-        if not record.present:
-            out.append("missing\n", style="red")
-            continue
-        out.append("size matches" if record.size_ok else f"actual {record.actual_size:,}",
-                   style="green" if record.size_ok else "red")
-        out.append("\n  sha256 " + record.sha256 + " ")
-        if record.sha256_ok is None:
-            out.append("(not checked)", style="dim")
-        else:
-            out.append("matches" if record.sha256_ok else "DIFFERS", style="green" if record.sha256_ok else "bold red")
-        out.append("\n")
+        _append_file_record(out, record)
     return out
+
+
+def _manifest_verdict(integrity: Integrity) -> str:
+    if not integrity.ok:
+        return "a check failed"
+    if integrity.hashes_checked:
+        return "every file's size and SHA-256 match"
+    return "every file's size matches (SHA-256 not checked yet)"
+
+
+def _append_file_record(out: Text, record: FileIntegrity) -> None:
+    """One file of the manifest: its recorded size against the actual one, then its SHA-256."""
+    out.append(f"\n{record.name}\n", style="bold")
+    out.append(f"  recorded size {record.recorded_size:,} bytes; ")
+    if not record.present:
+        out.append("missing\n", style="red")
+        return
+    out.append("size matches" if record.size_ok else f"actual {record.actual_size:,}",
+               style="green" if record.size_ok else "red")
+    out.append("\n  sha256 " + record.sha256 + " ")
+    if record.sha256_ok is None:
+        out.append("(not checked)", style="dim")
+    else:
+        out.append("matches" if record.sha256_ok else "DIFFERS", style="green" if record.sha256_ok else "bold red")
+    out.append("\n")
 
 
 class IntegrityView(VerticalScroll):

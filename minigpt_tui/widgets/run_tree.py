@@ -17,6 +17,7 @@ from textual import on, work
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Tree
+from textual.widgets.tree import TreeNode
 from textual.worker import get_current_worker
 
 from minigpt_tui.engine.core.errors import MiniGPTError
@@ -155,26 +156,37 @@ class RunTree(Tree[TreeTarget]):
 
     def show_runs(self, listings: tuple[RunListing, ...], select: Path | None = None) -> None:
         """Rebuild the tree; the node for ``select`` (a run or checkpoint path) gets the cursor."""
-        expanded = {node.data.path for node in self.root.children
-                    if node.data is not None and node.data.kind == "run" and node.is_expanded}
+        expanded = self._expanded_runs()
         self.listings = listings
         self.clear()
         target_line = None
         for listing in listings:
-            run_node = self.root.add(run_label(listing), data=TreeTarget("run", listing.path, listing),
-                                     expand=listing.path in expanded or (select is not None and
-                                                                         listing.path in select.parents))
-            if select == listing.path:
-                target_line = run_node
-            if not listing.checkpoints:
-                run_node.add_leaf(Text("no checkpoints", style="dim italic"), data=None)
-            for checkpoint in reversed(listing.checkpoints):  # newest first
-                leaf = run_node.add_leaf(checkpoint_label(checkpoint),
-                                         data=TreeTarget("checkpoint", checkpoint.path, listing))
-                if select == checkpoint.path:
-                    target_line = leaf
+            found = self._add_run(listing, listing.path in expanded, select)
+            if found is not None:
+                target_line = found
         if not listings:
             self.root.add_leaf(Text("no runs yet: train one (t) or open a file (o)", style="dim italic"))
+        self._place_cursor(listings, target_line)
+
+    def _expanded_runs(self) -> set[Path]:
+        return {node.data.path for node in self.root.children
+                if node.data is not None and node.data.kind == "run" and node.is_expanded}
+
+    def _add_run(self, listing: RunListing, was_expanded: bool, select: Path | None) -> TreeNode[TreeTarget] | None:
+        """A run's node with its checkpoints (newest first); the node for ``select``, if here."""
+        run_node = self.root.add(run_label(listing), data=TreeTarget("run", listing.path, listing),
+                                 expand=was_expanded or (select is not None and listing.path in select.parents))
+        target_line = run_node if select == listing.path else None
+        if not listing.checkpoints:
+            run_node.add_leaf(Text("no checkpoints", style="dim italic"), data=None)
+        for checkpoint in reversed(listing.checkpoints):  # newest first
+            leaf = run_node.add_leaf(checkpoint_label(checkpoint),
+                                     data=TreeTarget("checkpoint", checkpoint.path, listing))
+            if select == checkpoint.path:
+                target_line = leaf
+        return target_line
+
+    def _place_cursor(self, listings: tuple[RunListing, ...], target_line: TreeNode[TreeTarget] | None) -> None:
         if target_line is not None:
             self.call_after_refresh(self.move_cursor, target_line)
         elif listings:  # the newest run with a checkpoint (else the newest run), not the first by name

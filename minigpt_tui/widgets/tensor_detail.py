@@ -77,11 +77,15 @@ def histogram_table(stats: dict[str, Any], width: int = HISTOGRAM_WIDTH) -> Tabl
     table.add_column(no_wrap=True)
     table.add_column(justify="right", no_wrap=True)
     for index, count in enumerate(counts):
-        low = edges[index] if index < len(edges) else None
-        high = edges[index + 1] if index + 1 < len(edges) else None
-        span = f"{number(low)} … {number(high)}"
-        table.add_row(span, Text(bar(count / top, width), style="bold"), f"{count:,}")
+        table.add_row(_bin_span(edges, index), Text(bar(count / top, width), style="bold"), f"{count:,}")
     return table
+
+
+def _bin_span(edges: list[Any], index: int) -> str:
+    """Bin ``index``'s interval, low … high (– for an edge the histogram lacks)."""
+    low = edges[index] if index < len(edges) else None
+    high = edges[index + 1] if index + 1 < len(edges) else None
+    return f"{number(low)} … {number(high)}"
 
 
 class TensorDetail(VerticalScroll):

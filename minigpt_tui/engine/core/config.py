@@ -20,6 +20,7 @@ from typing import Any
 from minigpt_tui.engine.core.devices import DEVICE_CHOICES
 from minigpt_tui.engine.core.errors import ConfigError
 from minigpt_tui.engine.core.files import path_exists, require_regular_file
+from minigpt_tui.engine.core.setting import Setting, declared, setting
 from minigpt_tui.engine.core.tokenizer import FIRST_MERGE_ID
 
 FAMILIES = ("llama", "gpt2", "qwen2", "gpt_neo", "gpt_neox")  # each a setting of the parts (FAMILY_PARTS)
@@ -37,35 +38,44 @@ CORPUS_MODES = ("records", "stream")
 SCHEDULES = ("constant", "cosine")
 GELU_APPROXIMATIONS = ("tanh", "none")
 U64_MAX = 2**64 - 1
+GIGA = 1_000_000_000  # the limit of an update or record count: more is a typo
+
+
+def _names_a_json_field(text: str) -> bool:
+    return 0 < len(text) <= 200
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    family: str = "llama"
-    width: int = 16
-    heads: int = 2
-    kv_heads: int = 2
-    ffn: int = 64
-    layers: int = 1
-    context: int = 64
-    dropout: float = 0.0
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-5
-    gelu_approximation: str = "tanh"
+    family: str = setting("llama", choices=FAMILIES, echo=True)
+    width: int = setting(16, least=1, limit=16_384, help="the residual stream's size")
+    heads: int = setting(2, least=1, limit=1_024, help="attention heads")
+    kv_heads: int = setting(2, least=1, limit=1_024)
+    ffn: int = setting(64, least=1, limit=65_536)
+    layers: int = setting(1, least=1, limit=1_024, help="transformer blocks")
+    context: int = setting(64, least=1, limit=65_536, help="positions")
+    dropout: float = setting(0.0, least=0, under=1, help="the dropout rate")
+    rope_base: float = setting(10000.0, above=0)
+    norm_eps: float = setting(1e-5, above=0)
+    gelu_approximation: str = setting("tanh", choices=GELU_APPROXIMATIONS, refusal="{where}: tanh or none")
     init_std: float = 0.02
     # The model's parts. None takes the family's own setting (FAMILY_PARTS), so a family is
     # a setting of the parts and any part can be set on its own.
-    norm: str | None = None  # layernorm (weight and bias) | rmsnorm (weight)
+    norm: str | None = setting(None, choices=NORMS, echo=True)  # layernorm (weight and bias) | rmsnorm (weight)
     norm_bias: bool = True  # a LayerNorm's bias (nanoGPT's bias=False has none)
-    positions: str | None = None  # learned table | rotary (rotate-half)
-    rotary_fraction: float = 1.0  # the leading share of each head's width that is rotated
-    attention_bias: str | None = None  # none | qkv | out | all
-    attention_scale: str | None = None  # inverse_sqrt | none
-    attention_window: int = 0  # 0: every earlier position; W: the last W positions ...
+    positions: str | None = setting(None, choices=POSITION_KINDS, echo=True)  # learned table | rotary (rotate-half)
+    # the leading share of each head's width that is rotated
+    rotary_fraction: float = setting(1.0, above=0, most=1)
+    attention_bias: str | None = setting(None, choices=ATTENTION_BIASES)  # none | qkv | out | all
+    attention_scale: str | None = setting(None, choices=ATTENTION_SCALES)  # inverse_sqrt | none
+    # 0: every earlier position; W: the last W positions ...
+    attention_window: int = setting(0, zero="every position", above=0)
     local_layers: tuple[int, ...] = ()  # ... in these blocks only
-    ffn_kind: str | None = None  # gelu (up, activation, down) | swiglu (silu(gate) * up, down)
+    # gelu (up, activation, down) | swiglu (silu(gate) * up, down)
+    ffn_kind: str | None = setting(None, choices=FFN_KINDS, echo=True)
     ffn_bias: bool | None = None
-    residual: str = "sequential"  # sequential: x + attn, then + ffn | parallel: x + attn(x) + ffn(x)
+    # sequential: x + attn, then + ffn | parallel: x + attn(x) + ffn(x)
+    residual: str = setting("sequential", choices=RESIDUALS, echo=True)
     tied_head: bool = True  # the head is the token table transposed, or a table of its own
 
     def __post_init__(self) -> None:
@@ -124,10 +134,10 @@ PART_DEFAULTS: dict[str, Any] = {"norm_bias": True, "rotary_fraction": 1.0, "att
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    merges: int = 32
+    merges: int = setting(32, least=0, limit=100_000)
     # Learn the merges from the leading training records up to this many UTF-8 bytes
     # (whole records; at least one); 0: from the whole training split.
-    train_bytes: int = 0
+    train_bytes: int = setting(0, zero="all", above=0)
 
 
 @dataclass(frozen=True)
@@ -135,23 +145,28 @@ class CorpusConfig:
     # "bundled:NAME" for a file in the package's assets/corpus, else a path.
     source: str = "bundled:teaching.txt"
     # Record i (1-based, in file order) is validation when i % val_every == 0; 0: none.
-    val_every: int = 4
+    val_every: int = setting(4, zero="none", least=2, limit=GIGA, help="every Nth record is validation")
     # records: one padded example (or several windows) per record. stream: every record
     # joined as BOS text EOS into one token array per split; examples are full windows.
-    mode: str = "records"
+    mode: str = setting("records", choices=CORPUS_MODES, echo=True)
     # A folder corpus reads the links in it only where they stay inside the folder, unless this.
     follow_links: bool = False
     # The field of each JSON Lines object (a .jsonl file) that holds its record's text.
-    text_field: str = "text"
+    text_field: str = setting("text", accepts=_names_a_json_field,
+                              refusal="{where} must name a JSON field (1 to 200 characters)",
+                              help="the field of each .jsonl object that holds its text")
+
+
+_SEED: dict[str, Any] = {"least": 0, "most": U64_MAX, "refusal": "{where} must be an unsigned 64-bit integer"}
 
 
 @dataclass(frozen=True)
 class SeedConfig:
-    init: int = 1729
-    data: int = 101
-    dropout: int = 0
-    sampling: int = 31415
-    evaluation: int = 0  # draws the fixed batches of bounded evaluation
+    init: int = setting(1729, **_SEED)
+    data: int = setting(101, **_SEED)
+    dropout: int = setting(0, **_SEED)
+    sampling: int = setting(31415, **_SEED)
+    evaluation: int = setting(0, **_SEED)  # draws the fixed batches of bounded evaluation
 
     @staticmethod
     def derive(seed: int) -> "SeedConfig":
@@ -165,43 +180,46 @@ class SeedConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 600
-    batch_policy: str = "replacement"
+    steps: int = setting(600, least=1, echo=True, limit=GIGA, help="number of updates")
+    batch_policy: str = setting("replacement", choices=BATCH_POLICIES)
     document_order: tuple[int, ...] = ()
-    batch_size: int = 8
-    microbatches: int = 1
-    schedule: str = "constant"
-    lr: float = 0.01
-    final_lr: float = 0.01
-    warmup: int = 0
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    clip: float = 0.0
+    batch_size: int = setting(8, least=1, limit=65_536, help="examples per microbatch")
+    microbatches: int = setting(1, least=1, limit=65_536)
+    schedule: str = setting("constant", choices=SCHEDULES)
+    lr: float = setting(0.01, above=0, help="the peak learning rate")
+    final_lr: float = setting(0.01, least=0)
+    warmup: int = setting(0, least=0, echo=True, limit=GIGA)
+    betas: tuple[float, float] = setting((0.9, 0.999), least=0, under=1)
+    eps: float = setting(1e-8, above=0)
+    weight_decay: float = setting(0.0, least=0)
+    clip: float = setting(0.0, zero="off", above=0)
     recompute: bool = False
     loss_scale: bool = False
     loss_scale_init: float = 65536.0
-    loss_scale_min: float = 1.0
+    loss_scale_min: float = setting(1.0, above=0)
     loss_scale_max: float = 2.0**24
-    loss_scale_growth_interval: int = 2000
+    loss_scale_growth_interval: int = setting(2000, least=1, limit=GIGA)
     loss_scale_growth_factor: float = 2.0
     loss_scale_backoff_factor: float = 0.5
     # Training windows of this many tokens (at most the model's context); 0: the model's context.
-    context: int = 0
-    eval_every: int = 50
-    eval_batch_size: int = 8
+    context: int = setting(0, limit=65_536)
+    eval_every: int = setting(50, zero="off", above=0, limit=GIGA, help="updates between evaluations (0: none)")
+    eval_batch_size: int = setting(8, least=1, limit=65_536)
     # 0: evaluate the complete splits. N: N fixed batches per split, drawn once from
     # seeds.evaluation; a split that N batches would cover anyway is evaluated completely.
-    eval_batches: int = 0
-    monitor_tokens: int = 0
-    precision: str = "exact"
-    threads: int = 1
-    device: str = "cpu"  # auto | cpu | cuda | mps (auto: cuda, then mps, then cpu)
-    save_every: int = 0
-    keep_last: int = 3
+    eval_batches: int = setting(0, zero="complete splits", above=0)
+    monitor_tokens: int = setting(0, least=0, limit=GIGA)
+    precision: str = setting("exact", choices=PRECISIONS)
+    threads: int = setting(1, zero="auto: adapts to how busy the machine is", least=1, limit=1_024,
+                           help="threads in fast precision")
+    # auto | cpu | cuda | mps (auto: cuda, then mps, then cpu)
+    device: str = setting("cpu", choices=DEVICE_CHOICES,
+                          refusal=f"{{where}} must be one of {', '.join(DEVICE_CHOICES)}, got '{{value}}'")
+    save_every: int = setting(0, zero="off", above=0, limit=GIGA, help="save a checkpoint every N updates")
+    keep_last: int = setting(3, least=1, limit=1_000_000, help="keep the last K checkpoints plus the best")
     # Consecutive updates with a non-finite loss or gradient (skipped, with loss scaling)
     # after which the run stops as diverged; 0: never.
-    divergence_patience: int = 20
+    divergence_patience: int = setting(20, zero="never stop", above=0, limit=GIGA)
 
 
 @dataclass(frozen=True)
@@ -277,6 +295,12 @@ _SECTIONS: dict[str, type] = {
 }
 
 
+def setting_of(dotted: str) -> Setting:
+    """The declaration of the setting ``section.name`` (its bounds, limit and help)."""
+    section, _, name = dotted.partition(".")
+    return dict(declared(_SECTIONS[section]))[name]
+
+
 def preset_names() -> list[str]:
     return list(_load_presets())
 
@@ -294,7 +318,7 @@ def load_config(
     """Resolve a preset, then a user's TOML file, then explicit overrides, and validate."""
     presets = _load_presets()
     if preset not in presets:
-        raise ConfigError(f"unknown preset '{preset}' (choose from {', '.join(presets)})")
+        raise ConfigError(f"unknown preset '{preset}' (choose from {', '.join(presets)})", field="preset")
     data: dict[str, Any] = {name: dict(presets[preset].get(name, {})) for name in _SECTIONS}
     if config_file is not None:
         _apply_user_file(data, config_file)
@@ -331,37 +355,37 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 def _as_bool(where: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(f"{where} must be true or false, got {value!r}")
+        raise ConfigError(f"{where} must be true or false, got {value!r}", field=where)
     return value
 
 
 def _as_int(where: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{where} must be an integer, got {value!r}")
+        raise ConfigError(f"{where} must be an integer, got {value!r}", field=where)
     return value
 
 
 def _as_float(where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{where} must be a number, got {value!r}")
+        raise ConfigError(f"{where} must be a number, got {value!r}", field=where)
     return float(value)
 
 
 def _as_str(where: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise ConfigError(f"{where} must be a string, got {value!r}")
+        raise ConfigError(f"{where} must be a string, got {value!r}", field=where)
     return value
 
 
 def _as_float_pair(where: str, value: Any) -> tuple[float, ...]:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise ConfigError(f"{where} must be a list of two numbers, got {value!r}")
+        raise ConfigError(f"{where} must be a list of two numbers, got {value!r}", field=where)
     return tuple(_as_float(where, v) for v in value)
 
 
 def _as_ints(where: str, value: Any) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{where} must be a list of integers, got {value!r}")
+        raise ConfigError(f"{where} must be a list of integers, got {value!r}", field=where)
     return tuple(_as_int(where, v) for v in value)
 
 
@@ -399,129 +423,81 @@ def _build(preset: str, data: dict[str, Any]) -> RunConfig:
     return config
 
 
-def _need(ok: bool, message: str) -> None:
+def _need(ok: bool, message: str, field: str) -> None:
     if not ok:
-        raise ConfigError(message)
+        raise ConfigError(message, field=field)
 
 
 def validate(config: RunConfig) -> None:
-    _validate_model(config.model)
-    _validate_data(config)
-    _validate_train(config.train, config.model)
+    """Each section's declared rules, then the rules between its settings; then the limits."""
+    for section, cls in _SECTIONS.items():
+        for name, rule in declared(cls):
+            value = getattr(getattr(config, section), name)
+            _need(rule.takes(value), rule.refused(f"{section}.{name}", value), f"{section}.{name}")
+        if section in _BETWEEN:
+            _BETWEEN[section](config)
     check_bounds(config)
 
 
-def _validate_model(m: ModelConfig) -> None:
-    need = _need
-    need(m.family in FAMILIES, f"model.family must be one of {FAMILIES}, got '{m.family}'")
-    for name in ("width", "heads", "kv_heads", "ffn", "layers", "context"):
-        need(getattr(m, name) >= 1, f"model.{name} must be at least 1")
-    need(m.width % m.heads == 0, "model.width must be a multiple of model.heads")
-    need(m.heads % m.kv_heads == 0, "model.heads must be a multiple of model.kv_heads")
-    need(m.positions != "rotary" or m.head_dim % 2 == 0, "rotary positions need an even head width")
-    need(m.norm in NORMS, f"model.norm must be one of {NORMS}, got '{m.norm}'")
-    need(m.positions in POSITION_KINDS, f"model.positions must be one of {POSITION_KINDS}, got '{m.positions}'")
-    need(0.0 < m.rotary_fraction <= 1.0, "model.rotary_fraction must be in (0, 1]")
-    need(m.positions != "rotary" or m.rotary_dims >= 2, "model.rotary_fraction leaves no rotated dimensions")
-    need(m.attention_bias in ATTENTION_BIASES, f"model.attention_bias must be one of {ATTENTION_BIASES}")
-    need(m.attention_scale in ATTENTION_SCALES, f"model.attention_scale must be one of {ATTENTION_SCALES}")
-    need(m.attention_window >= 0, "model.attention_window must be 0 (every position) or positive")
-    need(all(0 <= layer < m.layers for layer in m.local_layers),
-         "model.local_layers must name blocks of the model (0 to layers - 1)")
-    need(m.ffn_kind in FFN_KINDS, f"model.ffn_kind must be one of {FFN_KINDS}, got '{m.ffn_kind}'")
-    need(m.residual in RESIDUALS, f"model.residual must be one of {RESIDUALS}, got '{m.residual}'")
-    need(0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)")
-    need(m.norm_eps > 0, "model.norm_eps must be positive")
-    need(m.rope_base > 0, "model.rope_base must be positive")
-    need(m.gelu_approximation in GELU_APPROXIMATIONS, "model.gelu_approximation: tanh or none")
+def _model_between(config: RunConfig) -> None:
+    m = config.model
+    _need(m.width % m.heads == 0, "model.width must be a multiple of model.heads", "model.width")
+    _need(m.heads % m.kv_heads == 0, "model.heads must be a multiple of model.kv_heads", "model.heads")
+    _need(m.positions != "rotary" or m.head_dim % 2 == 0, "rotary positions need an even head width",
+          "model.positions")
+    _need(m.positions != "rotary" or m.rotary_dims >= 2, "model.rotary_fraction leaves no rotated dimensions",
+          "model.rotary_fraction")
+    _need(all(0 <= layer < m.layers for layer in m.local_layers),
+          "model.local_layers must name blocks of the model (0 to layers - 1)", "model.local_layers")
 
 
-def _validate_data(config: RunConfig) -> None:
-    need, t, s, c = _need, config.train, config.seeds, config.corpus
-    need(config.tokenizer.merges >= 0, "tokenizer.merges must be 0 or more")
-    need(config.tokenizer.train_bytes >= 0, "tokenizer.train_bytes must be 0 (all) or positive")
-    need(c.val_every >= 0 and c.val_every != 1, "corpus.val_every must be 0 (none) or at least 2")
-    need(isinstance(c.text_field, str) and 0 < len(c.text_field) <= 200,
-         "corpus.text_field must name a JSON field (1 to 200 characters)")
-    need(c.mode in CORPUS_MODES, f"corpus.mode must be one of {CORPUS_MODES}, got '{c.mode}'")
-    need(
-        c.mode != "stream" or t.batch_policy == "replacement",
+def _corpus_between(config: RunConfig) -> None:
+    _need(
+        config.corpus.mode != "stream" or config.train.batch_policy == "replacement",
         "corpus.mode = \"stream\" draws windows with replacement: set train.batch_policy = \"replacement\"",
+        "corpus.mode",
     )
-    for name in ("init", "data", "dropout", "sampling", "evaluation"):
-        value = getattr(s, name)
-        need(0 <= value <= U64_MAX, f"seeds.{name} must be an unsigned 64-bit integer")
 
 
-def _validate_train(t: TrainConfig, m: ModelConfig) -> None:
-    need = _need
-    need(t.steps >= 1, f"train.steps must be at least 1, got {t.steps}")
-    need(t.batch_policy in BATCH_POLICIES, f"train.batch_policy must be one of {BATCH_POLICIES}")
-    need(t.batch_size >= 1, "train.batch_size must be at least 1")
-    need(t.microbatches >= 1, "train.microbatches must be at least 1")
-    need(t.schedule in SCHEDULES, f"train.schedule must be one of {SCHEDULES}")
-    need(t.lr > 0, "train.lr must be positive")
-    need(t.final_lr >= 0, "train.final_lr must be 0 or more")
-    need(0 <= t.warmup, f"train.warmup must be 0 or more, got {t.warmup}")
-    need(
+def _train_between(config: RunConfig) -> None:
+    t, m = config.train, config.model
+    _need(
         t.warmup <= t.steps,
         f"train.warmup ({t.warmup} updates) is longer than train.steps ({t.steps}): train at least "
         f"{t.warmup} updates, or set a shorter warmup ([train] warmup = N in a --config file)",
+        "train.warmup",
     )
-    need(all(0 <= b < 1 for b in t.betas), "train.betas must be in [0, 1)")
-    need(t.eps > 0, "train.eps must be positive")
-    need(t.weight_decay >= 0, "train.weight_decay must be 0 or more")
-    need(t.clip >= 0, "train.clip must be 0 (off) or positive")
-    need(t.loss_scale_min > 0, "train.loss_scale_min must be positive")
-    need(
+    _need(
         t.loss_scale_min <= t.loss_scale_init <= t.loss_scale_max,
         "train.loss_scale_init must lie within [loss_scale_min, loss_scale_max]",
+        "train.loss_scale_init",
     )
-    need(t.loss_scale_growth_interval >= 1, "train.loss_scale_growth_interval must be at least 1")
-    need(0 <= t.context <= m.context,
-         f"train.context ({t.context}) must be 0 (the model's context) or at most the model's context of {m.context}")
-    need(t.eval_every >= 0, "train.eval_every must be 0 (off) or positive")
-    need(t.eval_batch_size >= 1, "train.eval_batch_size must be at least 1")
-    need(t.eval_batches >= 0, "train.eval_batches must be 0 (complete splits) or positive")
-    need(t.monitor_tokens >= 0, "train.monitor_tokens must be 0 or more")
-    need(t.precision in PRECISIONS, f"train.precision must be one of {PRECISIONS}")
-    need(t.threads >= 0, "train.threads must be 0 (auto: adapts to how busy the machine is) or at least 1")
-    need(t.device in DEVICE_CHOICES, f"train.device must be one of {', '.join(DEVICE_CHOICES)}, got '{t.device}'")
-    need(t.save_every >= 0, "train.save_every must be 0 (off) or positive")
-    need(t.keep_last >= 1, "train.keep_last must be at least 1")
-    need(t.divergence_patience >= 0, "train.divergence_patience must be 0 (never stop) or positive")
+    _need(0 <= t.context <= m.context,
+          f"train.context ({t.context}) must be 0 (the model's context) or at most the model's context of {m.context}",
+          "train.context")
     if t.document_order:
-        need(
+        _need(
             sorted(t.document_order) == list(range(len(t.document_order))),
             "train.document_order must be a permutation of 0..n-1",
+            "train.document_order",
         )
 
 
-# Upper bounds on sizes and counts, and every number finite: a value beyond them is a typo
-# or a hostile file, and is refused before anything is allocated or any folder is made.
-LIMITS: dict[str, int] = {
-    "model.width": 16_384,
-    "model.heads": 1_024,
-    "model.kv_heads": 1_024,
-    "model.ffn": 65_536,
-    "model.layers": 1_024,
-    "model.context": 65_536,
-    "tokenizer.merges": 100_000,
-    "corpus.val_every": 1_000_000_000,
-    "train.steps": 1_000_000_000,
-    "train.warmup": 1_000_000_000,
-    "train.batch_size": 65_536,
-    "train.microbatches": 65_536,
-    "train.context": 65_536,
-    "train.eval_every": 1_000_000_000,
-    "train.eval_batch_size": 65_536,
-    "train.monitor_tokens": 1_000_000_000,
-    "train.threads": 1_024,
-    "train.save_every": 1_000_000_000,
-    "train.keep_last": 1_000_000,
-    "train.divergence_patience": 1_000_000_000,
-    "train.loss_scale_growth_interval": 1_000_000_000,
+# The rules between a section's settings, checked after the section's own.
+_BETWEEN: dict[str, Callable[[RunConfig], None]] = {
+    "model": _model_between, "corpus": _corpus_between, "train": _train_between,
 }
+
+# Upper bounds on sizes and counts (each setting's declared limit), and every number
+# finite: a value beyond them is a typo or a hostile file, and is refused before anything
+# is allocated or any folder is made.
+LIMITS: dict[str, int] = {
+    f"{section}.{name}": rule.limit
+    for section, cls in _SECTIONS.items()
+    for name, rule in declared(cls)
+    if rule.limit is not None
+}
+
 # The most scalars a model may have here (about 8 GB in float64): CPU training beyond it
 # is not what this tool is for, and a saved config declaring more is not a real model.
 MAX_PARAMETERS = 1_000_000_000
@@ -542,14 +518,15 @@ def check_bounds(config: RunConfig) -> None:
         section, name = dotted.split(".")
         value = getattr(getattr(config, section), name)
         if value > limit:
-            raise ConfigError(f"{dotted} is {value}, above the limit of {limit:,}")
+            raise ConfigError(f"{dotted} is {value}, above the limit of {limit:,}", field=dotted)
     for section in ("model", "train"):
         part = getattr(config, section)
         for item in fields(part):
             value = getattr(part, item.name)
             values = value if isinstance(value, tuple) else (value,)
             if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-                raise ConfigError(f"{section}.{item.name} must be a finite number, got {value!r}")
+                raise ConfigError(f"{section}.{item.name} must be a finite number, got {value!r}",
+                                  field=f"{section}.{item.name}")
 
     scalars = estimated_parameters(config.model, FIRST_MERGE_ID + config.tokenizer.merges)
     if scalars > MAX_PARAMETERS:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 
 class MiniGPTError(Exception):
-    """Base of every error the user may see. ``str(err)`` is the one-line message."""
+    """Base of every error the user may see. ``str(err)`` is the one-line message;
+    ``field``, where it refuses one setting or input, names it as the config does
+    (``train.steps``, ``seeds.data``, ``corpus.source``) or as a run is asked for (``name``,
+    ``model``: the model a run starts from, ``seeds``: the one seed they derive from)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(" ".join(message.split()))
+        self.field = field
 
 
 class ConfigError(MiniGPTError):

@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -148,9 +148,9 @@ def write_file(path: Path | str, data: bytes, *, replace: bool = False, what: st
 
 
 @contextmanager
-def removed_on_failure(work: Path, failure: str) -> Iterator[None]:
+def removed_on_failure(work: Path, failure: str, *, error: type[Exception] = WriteRefused) -> Iterator[None]:
     """Remove ``work`` (a temporary file or folder) when the block fails; an OS error
-    becomes one line, ``failure: reason``."""
+    becomes one line, ``failure: reason``, raised as ``error``."""
     try:
         yield
     except BaseException as err:
@@ -159,8 +159,50 @@ def removed_on_failure(work: Path, failure: str) -> Iterator[None]:
         else:
             _discard(work)
         if isinstance(err, OSError):
-            raise WriteRefused(f"{failure}: {err.strerror or err}") from None
+            raise error(f"{failure}: {err.strerror or err}") from None
         raise
+
+
+def install_new(work: Path, final: Path) -> None:
+    """Rename ``work`` to ``final`` where nothing is: a path that appeared there while the
+    work was written is never replaced."""
+    if os.path.lexists(final):
+        raise FileExistsError(errno.EEXIST, "it appeared while writing")
+    os.replace(work, final)
+
+
+def _unheard(_event: str) -> None:
+    pass
+
+
+@contextmanager
+def built_then_installed(
+    work: Path,
+    final: Path,
+    failure: str,
+    *,
+    error: type[Exception] = WriteRefused,
+    install: Callable[[Path, Path], Path | None] = install_new,
+    notify: Callable[[str], None] = _unheard,
+) -> Iterator[Path]:
+    """A folder built under the hidden name ``work`` beside ``final``, then put in place:
+    ``work`` is made, the block writes its files there; when the block ends the folder is
+    fsynced, ``install`` renames it to ``final`` (by default only where nothing is) and the
+    parent is fsynced, so a process killed at any moment leaves ``final`` whole or as it
+    was. A folder ``install`` displaced (it returns it under a work name) is removed last,
+    unsynced: the new one is durable already. On any failure ``work`` is removed and an OS
+    error becomes one line, ``failure: reason``, raised as ``error``. ``notify`` hears
+    ``folder-fsynced`` and ``parent-fsynced``."""
+    with removed_on_failure(work, failure, error=error):
+        work.mkdir()
+        yield work
+        fsync_folder(work)
+        notify("folder-fsynced")
+        displaced = install(work, final)
+        fsync_folder(final.parent)
+        notify("parent-fsynced")
+    if displaced is not None:
+        shutil.rmtree(displaced, ignore_errors=True)
 
 
 def append_line(path: Path | str, line: str) -> None:

@@ -21,11 +21,13 @@ from minigpt_tui.engine.formats.integrity import (
     Integrity,
     IntegrityScope,
 )
-from minigpt_tui.engine.formats.safetensors_io import (
-    ExpectedFile,
+from minigpt_tui.engine.formats.bounded_json import (
     JSONRefused,
-    file_sha256,
     load_json,
+)
+from minigpt_tui.engine.formats.safetensors_read import (
+    ExpectedFile,
+    file_sha256,
 )
 
 if TYPE_CHECKING:

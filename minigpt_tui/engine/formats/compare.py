@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
-from minigpt_tui.engine.formats.foreign import PICKLE_KINDS, pickle_tensors
+from minigpt_tui.engine.formats.foreign_pickle import PICKLE_KINDS, pickle_tensors
 from minigpt_tui.engine.formats.inspect import inspect_path
 from minigpt_tui.engine.formats.inspection import (
     TRAINING_STATE,
     FileSummary,
     Inspection,
 )
-from minigpt_tui.engine.formats.safetensors_io import load_file
+from minigpt_tui.engine.formats.safetensors_read import load_file
 
 
 # -- comparison ----------------------------------------------------------------------------------

@@ -14,16 +14,13 @@ fsynced, then renamed into place: a refused or failed export leaves nothing behi
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.core.errors import CheckpointError
-from minigpt_tui.engine.core.files import check_new_output, work_path
+from minigpt_tui.engine.core.files import built_then_installed, check_new_output, work_path
 from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
 from minigpt_tui.engine.formats.hf_families import model_config
 from minigpt_tui.engine.formats.hf_family_export import (
@@ -31,11 +28,10 @@ from minigpt_tui.engine.formats.hf_family_export import (
     family_config,
     family_tensors,
 )
-from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
-from minigpt_tui.engine.formats.safetensors_io import (
+from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS, without_tokenizer
+from minigpt_tui.engine.formats.safetensors_format import dtype_name
+from minigpt_tui.engine.formats.safetensors_write import (
     atomic_write_bytes,
-    dtype_name,
-    fsync_directory,
     write_safetensors,
 )
 
@@ -88,7 +84,7 @@ def hf_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[
     """(config, tensors, other files by name) of the transformers folder for a model."""
     model, tokenizer = portable.model, portable.tokenizer
     if tokenizer is None:
-        raise CheckpointError(f"{portable.path}: a model without its tokenizer cannot be exported")
+        raise without_tokenizer(portable.path, "be exported to transformers")
     if getattr(tokenizer, "kind", "") == "tokenizers":  # a model from elsewhere, with its own tokenizer.json
         return _family_folder_contents(portable)
     if getattr(tokenizer, "kind", None) is not None:
@@ -166,23 +162,10 @@ def export_hf(portable: "PortableModel", out: Path | str) -> HFExport:
         metadata.update(dropped_head(portable.model.config))
     else:
         metadata[hf_layout.HEAD_NAME] = hf_layout.table_name(family)
-    work = work_path(out)
-    try:
-        work.mkdir()
+    with built_then_installed(work_path(out), out, f"cannot write {out}", error=CheckpointError) as work:
         write_safetensors(work / WEIGHTS_FILE, tensors, metadata, atomic=False)
         for name, data in files.items():
             atomic_write_bytes(work / name, data, atomic=False)
-        fsync_directory(work)
-        if os.path.lexists(out):  # appeared while we wrote: never replace it
-            raise FileExistsError(errno.EEXIST, "it appeared while writing")
-        os.replace(work, out)
-        fsync_directory(out.parent)
-    except OSError as err:
-        shutil.rmtree(work, ignore_errors=True)
-        raise CheckpointError(f"cannot write {out}: {err.strerror or err}") from None
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return HFExport(
         path=out,
         architecture=hf_config["architectures"][0],

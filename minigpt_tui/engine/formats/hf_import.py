@@ -27,12 +27,14 @@ from minigpt_tui.engine.core.memory import require_memory
 from minigpt_tui.engine.core.tokenizer import BOS, EOS
 from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
 from minigpt_tui.engine.formats.hf_export import CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
-from minigpt_tui.engine.formats.portable import read_portable
-from minigpt_tui.engine.formats.safetensors_io import (
-    Header,
+from minigpt_tui.engine.formats.portable import read_portable, without_tokenizer
+from minigpt_tui.engine.formats.bounded_json import (
     JSONRefused,
-    read_header,
     read_json_input,
+)
+from minigpt_tui.engine.formats.safetensors_read import (
+    Header,
+    read_header,
 )
 
 if TYPE_CHECKING:
@@ -222,7 +224,7 @@ def tokenizer_from(path: Path | str) -> tuple["ByteBPETokenizer", str]:
         return _as_checkpoint_error(lambda: hf_tokenizer.read_tokenizer_json(path)), str(path)
     portable = read_portable(path)
     if portable.tokenizer is None:
-        raise CheckpointError(f"{path}: holds no tokenizer")
+        raise without_tokenizer(path, "supply a tokenizer")
     return portable.tokenizer, str(portable.path)
 
 

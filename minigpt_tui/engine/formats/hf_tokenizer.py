@@ -28,7 +28,7 @@ from minigpt_tui.engine.core.tokenizer import (
     FIRST_MERGE_ID,
     ByteBPETokenizer,
 )
-from minigpt_tui.engine.formats.safetensors_io import JSONRefused, read_json_input
+from minigpt_tui.engine.formats.bounded_json import JSONRefused, read_json_input
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"

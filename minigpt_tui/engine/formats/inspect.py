@@ -39,11 +39,13 @@ from minigpt_tui.engine.formats.inspection import (
 )
 from minigpt_tui.engine.formats.portable import FORMAT_NAME as MODEL_FORMAT
 from minigpt_tui.engine.formats.portable import MODEL_FILE
-from minigpt_tui.engine.formats.safetensors_io import (
-    RECORD_DEPTH,
-    Header,
+from minigpt_tui.engine.formats.bounded_json import (
     JSONRefused,
     load_json,
+)
+from minigpt_tui.engine.formats.safetensors_read import (
+    RECORD_DEPTH,
+    Header,
     read_header,
     read_tensor,
 )

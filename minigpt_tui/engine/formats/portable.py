@@ -13,7 +13,6 @@ config, special ids, alias records and the model identity. See docs/checkpoint-f
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from minigpt_tui.engine.core.config import RunConfig
 from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, TokenizerError
 from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
 from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.core.tensors import DigestScheme, TensorRecord, tensor_digest
 from minigpt_tui.engine.core.tokenizer import (
     BOS,
     BYTE_OFFSET,
@@ -35,15 +35,19 @@ from minigpt_tui.engine.formats.checkpoint_folder import (
     TRAINING_STATE_FORMAT,
     expected_from_manifest,
 )
-from minigpt_tui.engine.formats.safetensors_io import (
-    LoadedFile,
-    ProgressHook,
+from minigpt_tui.engine.formats.safetensors_format import (
     TensorEntry,
-    WrittenFile,
     dtype_name,
-    json_metadata,
+)
+from minigpt_tui.engine.formats.safetensors_read import (
+    LoadedFile,
     load_file,
     parse_record,
+)
+from minigpt_tui.engine.formats.safetensors_write import (
+    ProgressHook,
+    WrittenFile,
+    json_metadata,
     tensor_memory,
     write_safetensors,
 )
@@ -83,6 +87,11 @@ def constant_layout(family: str) -> list[str]:
 
 
 # -- identity -------------------------------------------------------------------------------
+# The model identity: the scheme's name first, then the declared settings, then the tensors
+# in name order (independent of the file's layout and metadata order).
+_IDENTITY_DIGEST = DigestScheme(IDENTITY_SCHEME.encode() + b"\0")
+
+
 def semantic_settings(config: "ModelConfig", vocab_size: int | None) -> dict[str, Any]:
     settings = {k: v for k, v in config.declared().items() if k not in TRAINING_ONLY_SETTINGS}
     settings["vocab_size"] = vocab_size
@@ -94,11 +103,10 @@ def model_identity(
     composition: dict[str, Any],
     special_ids: dict[str, Any] | None,
     aliases: list[dict[str, Any]],
-    tensors: list[tuple[str, str, tuple[int, ...], bytes | memoryview]],
+    tensors: list[TensorRecord],
 ) -> str:
     """SHA-256 over normalized settings, composition, sharing policy and every tensor's
     name, dtype, shape and bytes in name order: independent of metadata order and layout."""
-    digest = hashlib.sha256(IDENTITY_SCHEME.encode() + b"\0")
     declared = {
         "settings": settings,
         "composition": composition,
@@ -106,25 +114,17 @@ def model_identity(
         "sharing": sorted(aliases, key=lambda a: a["name"]),
     }
     text = json.dumps(declared, separators=(",", ":"), sort_keys=True).encode()
-    digest.update(len(text).to_bytes(8, "little") + text)
-    for name, dtype, shape, data in sorted(tensors, key=lambda t: t[0]):
-        head = f"{name}|{dtype}|{list(shape)}".encode()
-        digest.update(len(head).to_bytes(8, "little") + head)
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    return digest.hexdigest()
+    return tensor_digest(_IDENTITY_DIGEST, tensors, declared=text)
 
 
-def tensor_records(
-    named: list[tuple[str, "torch.Tensor"]],
-) -> list[tuple[str, str, tuple[int, ...], bytes | memoryview]]:
-    out: list[tuple[str, str, tuple[int, ...], bytes | memoryview]] = []
-    for name, tensor in named:
-        out.append((name, dtype_name(tensor.dtype), tuple(tensor.shape), tensor_memory(tensor)))
-    return out
+def tensor_records(named: list[tuple[str, "torch.Tensor"]]) -> list[TensorRecord]:
+    """Tensors as a digest of a file's content sees them: safetensors dtype names, the
+    bytes they are written with."""
+    return [(name, dtype_name(tensor.dtype), tuple(tensor.shape), tensor_memory(tensor)) for name, tensor in named]
 
 
-def _file_records(loaded: LoadedFile) -> list[tuple[str, str, tuple[int, ...], memoryview]]:
+def file_records(loaded: LoadedFile) -> list[TensorRecord]:
+    """A read file's tensors as :func:`tensor_records` gives them before writing."""
     view = memoryview(loaded.buffer)
     start = loaded.header.data_start
     return [(e.name, e.dtype, e.shape, view[start + e.begin : start + e.end]) for e in loaded.header.entries]
@@ -172,6 +172,12 @@ class PortablePayload:
 
     def metadata(self, identity: str) -> dict[str, str]:
         return json_metadata({**self.records, "identity": {"scheme": IDENTITY_SCHEME, "model": identity}})
+
+
+def without_tokenizer(path: Path | str, action: str, error: type[Exception] = CheckpointError) -> Exception:
+    """The one refusal of a model that holds no tokenizer (a backbone-only export, the one
+    form of ours without one), in one wording: ``action`` says what it cannot do. Raise it."""
+    return error(f"{path} holds no tokenizer: a backbone-only export cannot {action}")
 
 
 def portable_payload(
@@ -435,7 +441,7 @@ def _stored_identity(path: Path, records: dict[str, Any]) -> str:
 def _check_identity(path: Path, loaded: LoadedFile, records: dict[str, Any], settings: dict[str, Any]) -> str:
     stored = _stored_identity(path, records)
     computed = model_identity(
-        settings, records["composition"], records["special_ids"], records["aliases"], _file_records(loaded)
+        settings, records["composition"], records["special_ids"], records["aliases"], file_records(loaded)
     )
     if stored != computed:
         raise CheckpointError(

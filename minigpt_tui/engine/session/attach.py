@@ -18,7 +18,7 @@ from typing import Any
 
 from minigpt_tui.engine.core.config import RunConfig
 from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
-from minigpt_tui.engine.formats.safetensors_io import JSONRefused, load_json
+from minigpt_tui.engine.formats.bounded_json import JSONRefused, load_json
 from minigpt_tui.engine.session.events import (
     Command,
     EvaluationDone,
@@ -85,9 +85,9 @@ def attached_config(run_dir: Path) -> Any:
 class RunFollower:
     """A run folder followed on a worker thread: every ``interval`` seconds (the screen's
     refresh period, never faster) new complete metrics lines, live-state changes and new
-    checkpoints become events. Ends when the writer ends (or is gone) or on :meth:`detach`."""
+    checkpoints become events. Ends when the writer ends (or is gone) or on :meth:`detach`:
+    quitting the app detaches it, never stopping the run."""
 
-    follows_only = True  # quitting the app detaches; it never stops the run
     unsaved_updates = 0
 
     def __init__(self, run_dir: Path, sink: EventSink, *, interval: float = 0.2,

@@ -23,9 +23,9 @@ Number = TypeVar("Number", int, float)
 
 
 def parse_number(text: str | None, label: str, kind: type[Number], *,
-                 error: type[MiniGPTError] = ConfigError) -> Number | None:
+                 error: type[MiniGPTError] = ConfigError, field: str | None = None) -> Number | None:
     """``text`` as ``kind``; blank or None is None (the default applies). Underscores
-    group digits (``10_000``)."""
+    group digits (``10_000``). A refusal carries ``field``, the setting the text is for."""
     if text is None:
         return None
     cleaned = text.strip().replace("_", "")
@@ -35,7 +35,7 @@ def parse_number(text: str | None, label: str, kind: type[Number], *,
         return kind(cleaned)
     except ValueError:
         expected = "a whole number" if kind is int else "a number"
-        raise error(f"{label} must be {expected}, got '{cleaned}'") from None
+        raise error(f"{label} must be {expected}, got '{cleaned}'", field=field) from None
 
 
 def corpus_source(text: str) -> str:
@@ -46,7 +46,7 @@ def corpus_source(text: str) -> str:
         return source
     path = Path(source).expanduser()
     if not path.exists():
-        raise CorpusError(f"corpus not found: {path}")
+        raise CorpusError(f"corpus not found: {path}", field="corpus.source")
     return str(path.resolve())
 
 
@@ -87,9 +87,10 @@ class RunChoices:
         if self.seed is None:
             return given
         if given:
-            raise ConfigError(f"give one seed or separate stream seeds, not both (also set: {', '.join(given)})")
+            raise ConfigError(f"give one seed or separate stream seeds, not both (also set: {', '.join(given)})",
+                              field="seeds")
         if not 0 <= self.seed < 2**64:
-            raise ConfigError(f"{self.seed_label} must be an unsigned 64-bit integer")
+            raise ConfigError(f"{self.seed_label} must be an unsigned 64-bit integer", field="seeds")
         derived = SeedConfig.derive(self.seed)
         return {name: getattr(derived, name) for name in (*SEED_STREAMS, "evaluation")}
 

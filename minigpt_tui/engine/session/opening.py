@@ -16,6 +16,7 @@ from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.formats.gguf_file import read_gguf_header
 from minigpt_tui.engine.formats.hf_families import model_config
 from minigpt_tui.engine.formats.hf_import import is_hf_folder, read_json_file
+from minigpt_tui.engine.formats.portable import without_tokenizer
 from minigpt_tui.engine.session.runs import resolve_model_file
 from minigpt_tui.engine.training.gguf_models import gguf_config, open_gguf_model
 from minigpt_tui.engine.training.hf_models import open_hf_model
@@ -80,5 +81,5 @@ def open_model(spec: str, runs_dir: Path, *, dtype: str | None = None,
         return open_nanogpt(spec, dtype=dtype or "float32", tokenizer=tokenizer)
     portable = load_portable_model(resolve_model_file(spec, runs_dir))
     if portable.tokenizer is None:
-        raise GenerationError(f"{portable.path} holds no tokenizer: a backbone-only export cannot generate text")
+        raise without_tokenizer(portable.path, "generate text", GenerationError)
     return portable

@@ -24,12 +24,11 @@ from minigpt_tui.engine.core.config import (
 from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, ResumeRefused
 from minigpt_tui.engine.core.memory import require_memory_for_training
 from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
-from minigpt_tui.engine.formats.safetensors_io import read_header
+from minigpt_tui.engine.formats.safetensors_read import read_header
 from minigpt_tui.engine.session.events import RunSummary
 from minigpt_tui.engine.session.inputs import BUNDLED_PREFIX
 from minigpt_tui.engine.session.opening import open_model, peek_model
 from minigpt_tui.engine.session.runs import RunDirectory, RunLock, lock_rank, owning_run
-from minigpt_tui.engine.session.runs import run_for_checkpoint as find_run
 from minigpt_tui.engine.session.watching import PROMPTS, corpus_prompts
 from minigpt_tui.engine.training.corpus import CorpusLoading
 
@@ -141,7 +140,7 @@ def _placed(trainer: Trainer, run: RunDirectory | None) -> dict[str, Any]:
     )
 
     parallel = trainer.parallel
-    inner = Checkpointer(run) if run is not None else None
+    inner = Checkpointer(run, run_id=run.run_id) if run is not None else None
     if not parallel.distributed:
         return {"checkpointer": inner}
     return {"checkpointer": WriterCheckpointer(parallel, inner), "agreement": CommandAgreement(parallel, trainer.device)}
@@ -261,7 +260,7 @@ def _check_new_plan(plan: NewRun) -> None:
         raise ConfigError(f"--until must be between 1 and {config.train.steps}")
     if config.preset == FINETUNE_PRESET and not plan.init_from:
         raise ConfigError("the finetune preset trains a model you already have: give it with --init-from MODEL "
-                          "(a checkpoint, a transformers folder or a GGUF file)")
+                          "(a checkpoint, a transformers folder or a GGUF file)", field="model")
 
 
 def _start_from(plan: NewRun, config: RunConfig, single: bool) -> tuple[PortableModel | None, RunConfig]:
@@ -310,7 +309,7 @@ def _warm_start_model(spec: str, runs_dir: Path, config: RunConfig) -> PortableM
     if getattr(portable.tokenizer, "kind", "tokenizers") != "tokenizers":  # ours have no kind
         raise ConfigError(
             f"--init-from {spec}: its tokenizer ({portable.tokenizer.kind}) cannot be saved with a run; "
-            "fine-tuning takes models with a tokenizer.json or a GGUF vocabulary"
+            "fine-tuning takes models with a tokenizer.json or a GGUF vocabulary", field="model"
         )
     return portable
 
@@ -333,7 +332,7 @@ def fitted_config(config: RunConfig, portable: PortableModel, spec: str) -> RunC
     merges = len(portable.tokenizer.merges)
     if config.tokenizer.merges != merges and chosen("tokenizer", "merges"):
         raise ConfigError(f"--init-from {spec}: tokenizer.merges = {config.tokenizer.merges} would change the "
-                          "model's tokenizer; the tokenizer comes from the model")
+                          "model's tokenizer; the tokenizer comes from the model", field="model")
     window = _fitted_window(config, model, spec, chosen)
     data = config.to_dict()
     data["model"] = {**model.declared(), **{name: getattr(config.model, name) for name in TRAINING_ONLY_SETTINGS}}
@@ -349,7 +348,8 @@ def _refuse_model_changes(config: RunConfig, model: ModelConfig, spec: str,
         mine, theirs = getattr(config.model, field.name), getattr(model, field.name)
         if field.name not in TRAINING_ONLY_SETTINGS and mine != theirs and chosen("model", field.name):
             raise ConfigError(f"--init-from {spec}: model.{field.name} = {mine!r} would change the model "
-                              f"(its {field.name} is {theirs!r}); the architecture comes from the model")
+                              f"(its {field.name} is {theirs!r}); the architecture comes from the model",
+                              field="model")
 
 
 def _fitted_window(config: RunConfig, model: ModelConfig, spec: str, chosen: Callable[[str, str], bool]) -> int:
@@ -358,7 +358,7 @@ def _fitted_window(config: RunConfig, model: ModelConfig, spec: str, chosen: Cal
     if window > model.context:
         if chosen("train", "context"):
             raise ConfigError(f"--init-from {spec}: train.context = {window} is longer than the model's context "
-                              f"of {model.context}")
+                              f"of {model.context}", field="model")
         window = model.context
     return window
 
@@ -417,13 +417,6 @@ def _restore_into(plan: ResumeRun, folder: Path, run: RunDirectory | None, lock:
     run.append_metric({"kind": "resume", "from": str(folder), "step": trainer.step})
     return PreparedRun(trainer, run, until=plan.until, summary=summarize(trainer, run, resumed_from=folder),
                        resumed_from=folder, lock=lock, **_placed(trainer, run))
-
-
-def run_for_checkpoint(folder: Path, runs_dir: Path, config: RunConfig) -> RunDirectory:
-    """The run a checkpoint continues in: the run folder it was saved in (``RUN`` holds
-    the ``config.json`` every run folder has, and both record the same run identity), else
-    a new ``resumed-PRESET-TIMESTAMP`` run folder (see ``engine.runs.run_for_checkpoint``)."""
-    return find_run(folder, runs_dir, config)[0]
 
 
 def identities(setup: TrainingSetup) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 from minigpt_tui.engine.core.errors import ConfigError, InputRefused, WriteRefused
 from minigpt_tui.engine.core.files import process_alive, read_small_file
 from minigpt_tui.engine.core.printable import escape_controls
-from minigpt_tui.engine.formats.safetensors_io import JSONRefused, load_json
+from minigpt_tui.engine.formats.bounded_json import JSONRefused, load_json
 from minigpt_tui.engine.session.events import (
     Command,
     Failed,

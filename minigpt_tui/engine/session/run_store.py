@@ -22,7 +22,8 @@ from minigpt_tui.engine.core.errors import (
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 from minigpt_tui.engine.formats.checkpoint_folder import list_checkpoints
 from minigpt_tui.engine.formats.hf_tokenizer import read_tokenizer_json
-from minigpt_tui.engine.formats.safetensors_io import (
+from minigpt_tui.engine.formats.portable import TOKENIZER_JSON, without_tokenizer
+from minigpt_tui.engine.formats.safetensors_read import (
     opening_errors,
     parse_record,
     read_header,
@@ -250,6 +251,8 @@ def _read_merges(model_file: Path) -> SavedTokenizer:
 def _merges_entry(header: Any, model_file: Path) -> Any:
     """The header entry of the merges tensor, refused unless it is U32 [n, 2]."""
     if not header.has(MERGES_TENSOR):
+        if not header.has(TOKENIZER_JSON):
+            raise without_tokenizer(model_file.name, "show one")
         raise CheckpointError(f"{model_file.name} holds no '{MERGES_TENSOR}' tensor: no tokenizer saved here")
     entry = header.entry(MERGES_TENSOR)
     if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:

@@ -69,7 +69,7 @@ def resolve_runs_dir(runs_dir: str | Path | None) -> Path:
 def check_run_name(name: str) -> str:
     if not _NAME.match(name):
         raise ConfigError(
-            f"invalid run name '{name}': use letters, digits, '.', '_' or '-' (at most 100)"
+            f"invalid run name '{name}': use letters, digits, '.', '_' or '-' (at most 100)", field="name"
         )
     return name
 
@@ -321,18 +321,6 @@ def owning_run(folder: Path, *, fork: bool = False) -> RunDirectory | None:
             "add --fork to continue it in a new run folder"
         )
     return run
-
-
-def run_for_checkpoint(
-    folder: Path, runs_dir: Path, config: Any, *, fork: bool = False
-) -> tuple[RunDirectory, bool]:
-    """The run that a resume from ``folder`` continues (see :func:`owning_run`), made now
-    when it is a new one; and whether it is new."""
-    run = owning_run(folder, fork=fork)
-    if run is not None:
-        return run, False
-    run = RunDirectory.create(runs_dir, None, f"resumed-{config.preset}", {"config.json": config.to_dict()})
-    return run, True
 
 
 def list_runs(runs_dir: Path) -> list[RunDirectory]:

@@ -7,14 +7,13 @@ Padded positions repeat EOS as input and carry target -1: no target, masked from
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from minigpt_tui.engine.core.errors import CorpusError
-from minigpt_tui.engine.core.tensors import u64, u64_values
+from minigpt_tui.engine.core.tensors import bytes_digest, u64, u64_values
 from minigpt_tui.engine.core.tokenizer import EOS, ByteBPETokenizer
 
 NO_TARGET = -1
@@ -102,7 +101,7 @@ class ReplacementSampler:
         return {"draws": self.draws}
 
     def generator_digest(self) -> str:
-        return hashlib.sha256(self.generator.get_state().numpy().tobytes()).hexdigest()
+        return bytes_digest(self.generator.get_state())
 
 
 class DocumentOrder:

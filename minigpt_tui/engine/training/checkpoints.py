@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from minigpt_tui.engine.core.errors import CheckpointError, ResumeRefused
-from minigpt_tui.engine.core.files import process_alive
+from minigpt_tui.engine.core.files import built_then_installed, fsync_folder, process_alive
 from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 from minigpt_tui.engine.formats.portable import (
     MODEL_FILE,
@@ -33,13 +33,12 @@ from minigpt_tui.engine.formats.portable import (
     PortablePayload,
     portable_payload,
 )
-from minigpt_tui.engine.formats.safetensors_io import (
-    ExpectedFile,
+from minigpt_tui.engine.formats.safetensors_read import ExpectedFile
+from minigpt_tui.engine.formats.safetensors_write import (
     ProgressHook,
     WrittenFile,
     atomic_write_bytes,
     create_file,
-    fsync_directory,
     json_metadata,
     plan_file,
     start_writeback,
@@ -117,7 +116,7 @@ def _remove_folder(path: Path) -> None:
     """Rename out of sight first, so a crash mid-removal never leaves a listed half folder."""
     trash = _work_name(path, "trash")
     os.rename(path, trash)
-    fsync_directory(path.parent)
+    fsync_folder(path.parent)
     shutil.rmtree(trash, ignore_errors=True)
 
 
@@ -139,7 +138,7 @@ def recover_interrupted(checkpoints_dir: Path) -> list[str]:
             shutil.rmtree(child, ignore_errors=True)
             actions.append(f"removed {child.name}")
     if actions:
-        fsync_directory(checkpoints_dir)
+        fsync_folder(checkpoints_dir)
     return actions
 
 
@@ -245,14 +244,14 @@ def save_checkpoint(
     trainer.require_update_boundary()  # refuse before anything touches the disk
     checkpoints_dir = Path(checkpoints_dir)
     final = checkpoints_dir / checkpoint_name(trainer.step)
-    tmp = _work_name(final, "partial")
+    failure = f"cannot save in {checkpoints_dir}"
     try:
         checkpoints_dir.mkdir(parents=True, exist_ok=True)
-        tmp.mkdir()
     except OSError as err:
-        raise CheckpointError(f"cannot save in {checkpoints_dir}: {err.strerror or err}") from None
-    notify("begin")
-    try:
+        raise CheckpointError(f"{failure}: {err.strerror or err}") from None
+    with built_then_installed(_work_name(final, "partial"), final, failure, error=CheckpointError,
+                              install=lambda work, target: _install(work, target, notify), notify=notify) as tmp:
+        notify("begin")
         origin = {"step": trainer.step, **(provenance or {})}
         payload = portable_payload(trainer.model, trainer.tokenizer, origin)
         captured = capture_state(trainer)
@@ -272,21 +271,6 @@ def save_checkpoint(
         }
         text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
         atomic_write_bytes(tmp / MANIFEST, text.encode("utf-8"), progress=notify, atomic=False)
-        fsync_directory(tmp)
-        notify("folder-fsynced")
-        displaced = _install(tmp, final, notify)
-        fsync_directory(checkpoints_dir)
-        notify("parent-fsynced")
-    except OSError as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"cannot save in {checkpoints_dir}: {err.strerror or err}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if displaced is not None:
-        # Not fsynced: the new checkpoint is durable already, and freeing the old one's
-        # blocks need not be waited for.
-        shutil.rmtree(displaced, ignore_errors=True)
     return final
 
 

@@ -25,7 +25,7 @@ from minigpt_tui.engine.core.errors import CheckpointError, TokenizerError
 from minigpt_tui.engine.core.files import check_new_output
 from minigpt_tui.engine.core.library_tokenizer import read_library_tokenizer
 from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
-from minigpt_tui.engine.formats.foreign import pickle_tensors
+from minigpt_tui.engine.formats.foreign_pickle import pickle_tensors
 from minigpt_tui.engine.formats.hf_families import model_config, our_tensors
 from minigpt_tui.engine.formats.hf_import import (
     PICKLED_WEIGHTS,
@@ -38,7 +38,7 @@ from minigpt_tui.engine.formats.hf_import import (
     tokenizer_from,
 )
 from minigpt_tui.engine.formats.portable import write_portable_model
-from minigpt_tui.engine.formats.safetensors_io import (
+from minigpt_tui.engine.formats.safetensors_read import (
     LoadedFile,
     load_file,
     opening_errors,

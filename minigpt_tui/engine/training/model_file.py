@@ -37,7 +37,9 @@ from minigpt_tui.engine.formats.portable import (
     tensor_records,
     torch_dtype,
 )
-from minigpt_tui.engine.formats.safetensors_io import LoadedFile, ProgressHook, dtype_name, json_metadata, write_safetensors
+from minigpt_tui.engine.formats.safetensors_format import dtype_name
+from minigpt_tui.engine.formats.safetensors_read import LoadedFile
+from minigpt_tui.engine.formats.safetensors_write import ProgressHook, json_metadata, write_safetensors
 from minigpt_tui.engine.training.model import MiniGPT
 
 if TYPE_CHECKING:

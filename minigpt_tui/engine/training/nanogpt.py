@@ -32,7 +32,7 @@ from minigpt_tui.engine.core.errors import (
 from minigpt_tui.engine.core.files import read_small_file
 from minigpt_tui.engine.core.library_tokenizer import read_library_tokenizer
 from minigpt_tui.engine.core.tokenizer import Decoded
-from minigpt_tui.engine.formats.foreign import load_torch_pickle
+from minigpt_tui.engine.formats.foreign_pickle import load_torch_pickle
 from minigpt_tui.engine.training.hf_models import built_model, compute_dtype
 
 if TYPE_CHECKING:

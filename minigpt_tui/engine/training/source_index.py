@@ -25,7 +25,7 @@ import platformdirs
 
 from minigpt_tui.engine.core.errors import InputRefused
 from minigpt_tui.engine.core.files import read_small_file
-from minigpt_tui.engine.formats.safetensors_io import load_json
+from minigpt_tui.engine.formats.bounded_json import load_json
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.training.corpus import Corpus

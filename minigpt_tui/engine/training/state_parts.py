@@ -10,7 +10,6 @@ parts' tensors and records.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from minigpt_tui.engine.core.errors import CheckpointError, ResumeRefused
-from minigpt_tui.engine.formats.safetensors_io import dtype_name, tensor_memory
+from minigpt_tui.engine.core.tensors import bytes_digest, u64, u64_values
+from minigpt_tui.engine.formats.safetensors_format import dtype_name
 from minigpt_tui.engine.formats.state_groups import StateGroup
 
 if TYPE_CHECKING:
@@ -44,8 +44,6 @@ class TensorSpec:
     def make(self, values: Any) -> torch.Tensor:
         """The tensor for ``values`` (a list, or a tensor kept as it is)."""
         import torch  # deferred: imports torch
-
-        from minigpt_tui.engine.core.tensors import u64  # deferred: imports torch
 
         if isinstance(values, torch.Tensor):
             return values
@@ -82,10 +80,6 @@ class SavedTensors:
         return tensor
 
     def u64(self, spec: TensorSpec, shape: tuple[int, ...] | None = None) -> list[int]:
-        from minigpt_tui.engine.core.tensors import (  # deferred: imports torch
-            u64_values,
-        )
-
         return u64_values(self.read(spec, shape).reshape(-1))
 
 
@@ -106,10 +100,6 @@ class StatePart(Protocol):
     def check(self, trainer: Trainer, saved: SavedTensors) -> Apply:
         """Validate the saved tensors against ``trainer`` without changing it; return the change."""
         ...
-
-
-def _digest(tensor: torch.Tensor) -> str:
-    return hashlib.sha256(tensor_memory(tensor)).hexdigest()
 
 
 class _Always:
@@ -390,7 +380,7 @@ class ReplacementPart:
         tensors = [(self.GENERATOR.name, batches.state()["generator_state"].to(torch.uint8)),
                    (self.DRAWS.name, self.DRAWS.make([draws]))]
         record = {"policy": trainer.config.train.batch_policy, "draws": draws,
-                  "generator_sha256": _digest(batches.generator.get_state()), "next_batch": trainer.next_batch(),
+                  "generator_sha256": bytes_digest(batches.generator.get_state()), "next_batch": trainer.next_batch(),
                   # Stream mode: the drawn indices are window start offsets into the token array.
                   **(trainer.data_summary() if trainer.stream_mode else {})}
         return PartCapture(tensors, record)
@@ -421,7 +411,7 @@ class RandomnessPart(_Always):
                    (self.SAMPLING.name, trainer.sampling.get_state().clone()),
                    (self.SEEDS.name, self.SEEDS.make([seeds.init, seeds.data, seeds.dropout, seeds.sampling]))]
         record = {"dropout_seed": trainer.dropout_seed, "dropout_counter": trainer.dropout_counter,
-                  "sampling_generator_sha256": _digest(trainer.sampling.get_state())}
+                  "sampling_generator_sha256": bytes_digest(trainer.sampling.get_state())}
         return PartCapture(tensors, record)
 
     def check(self, trainer: Trainer, saved: SavedTensors) -> Apply:

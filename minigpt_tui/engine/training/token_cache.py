@@ -26,7 +26,7 @@ import numpy as np
 
 from minigpt_tui.engine.core.errors import CacheError, InputRefused
 from minigpt_tui.engine.core.files import process_alive, read_small_file, shorten_middle
-from minigpt_tui.engine.formats.safetensors_io import load_json
+from minigpt_tui.engine.formats.bounded_json import load_json
 from minigpt_tui.engine.training.source_index import (
     CACHE_ENV,
     SOURCES,

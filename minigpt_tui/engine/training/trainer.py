@@ -11,7 +11,6 @@ saving and pausing never change the trajectory.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import sys
 import time
@@ -31,7 +30,7 @@ from minigpt_tui.engine.core.errors import (
     CorpusError,
     EvaluationInterrupted,
 )
-from minigpt_tui.engine.core.tensors import digest_tensors, update_digest
+from minigpt_tui.engine.core.tensors import bytes_digest, digest_tensors
 from minigpt_tui.engine.core.tokenizer import BOS, ByteBPETokenizer
 from minigpt_tui.engine.training.batches import (
     NO_TARGET,
@@ -638,12 +637,8 @@ class Trainer:
 
     def state_digest(self) -> str:
         """SHA-256 over every parameter's and optimizer tensor's name, dtype, shape, bytes."""
-        digest = hashlib.sha256()
-        for name, tensor in self.named_weights():
-            update_digest(digest, f"param/{name}", tensor)
-        for name, tensor in self.named_optimizer_tensors():
-            update_digest(digest, f"optim/{name}", tensor)
-        return digest.hexdigest()
+        return digest_tensors([*((f"param/{name}", tensor) for name, tensor in self.named_weights()),
+                               *((f"optim/{name}", tensor) for name, tensor in self.named_optimizer_tensors())])
 
     def progress(self) -> dict[str, Any]:
         """Data, random and scaler progress: what decides the next update besides tensors."""
@@ -656,7 +651,7 @@ class Trainer:
             "next_batch": self.next_batch(),
             "dropout_seed": self.dropout_seed,
             "dropout_counter": self.dropout_counter,
-            "sampling_generator_sha256": hashlib.sha256(self.sampling.get_state().numpy().tobytes()).hexdigest(),
+            "sampling_generator_sha256": bytes_digest(self.sampling.get_state()),
             "loss_scale": self.scaler.scale,
             "loss_scale_finite_updates": self.scaler.finite_updates,
             "best_step": self.best_step,
@@ -674,11 +669,6 @@ class Trainer:
             raise CaptureRefused(
                 f"cannot capture training state: {len(pending)} parameters hold gradients (first: {pending[0]})"
             )
-
-
-def build_trainer(config: RunConfig, corpus: Corpus, tokenizer: ByteBPETokenizer | None = None) -> Trainer:
-    return Trainer(TrainingSetup.build(config, corpus, tokenizer))
-
 
 
 def scheduled_work(trainer: Trainer, until: int | None = None) -> Iterator[UpdateRecord | EvaluationRecord]:

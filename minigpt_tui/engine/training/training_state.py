@@ -24,23 +24,19 @@ from minigpt_tui import __version__
 from minigpt_tui.engine.core.config import RunConfig, identity_form
 from minigpt_tui.engine.core.devices import choose_device
 from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, ResumeRefused
+from minigpt_tui.engine.core.tensors import DigestScheme, tensor_digest
 from minigpt_tui.engine.formats.checkpoint_folder import (
     TRAINING_STATE_FORMAT as FORMAT_NAME,
 )
 from minigpt_tui.engine.formats.checkpoint_folder import (
     TRAINING_STATE_VERSION as FORMAT_VERSION,
 )
-from minigpt_tui.engine.formats.safetensors_io import (
+from minigpt_tui.engine.formats.portable import file_records, tensor_records
+from minigpt_tui.engine.formats.safetensors_read import (
     ExpectedFile,
     LoadedFile,
-    ProgressHook,
-    WrittenFile,
-    dtype_name,
-    json_metadata,
     load_file,
     parse_record,
-    tensor_memory,
-    write_safetensors,
 )
 from minigpt_tui.engine.training.state_parts import (
     STATE_PARTS,
@@ -127,18 +123,8 @@ def envelope_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str
     ]
 
 
-def content_digest(records: list[tuple[str, str, tuple[int, ...], Any]]) -> str:
-    digest = hashlib.sha256(b"minigpt-tui/training-state-content/v1\0")
-    for name, dtype, shape, data in sorted(records, key=lambda r: r[0]):
-        head = f"{name}|{dtype}|{list(shape)}".encode()
-        digest.update(len(head).to_bytes(8, "little") + head)
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    return digest.hexdigest()
-
-
-def _raw(tensor: "torch.Tensor") -> memoryview:
-    return tensor_memory(tensor)
+# The tensors' content digest: the scheme's name first, then the tensors in name order.
+CONTENT_DIGEST = DigestScheme(b"minigpt-tui/training-state-content/v1\0")
 
 
 # -- capture ------------------------------------------------------------------------------------
@@ -172,7 +158,7 @@ class CapturedState:
     records: dict[str, Any]  # every metadata record except the model identity and content digest
 
     def content_digest(self) -> str:
-        return content_digest([(n, dtype_name(t.dtype), tuple(t.shape), _raw(t)) for n, t in self.tensors])
+        return tensor_digest(CONTENT_DIGEST, tensor_records(self.tensors))
 
     def metadata(self, model_identity: str, content_sha256: str) -> dict[str, Any]:
         identities = {**self.records["identities"], "model": model_identity}
@@ -221,19 +207,6 @@ def capture_state(trainer: "Trainer") -> CapturedState:
         "producer": {"package": "minigpt-tui", "version": __version__},
     }
     return CapturedState(tensors, metadata)
-
-
-def write_training_state(
-    trainer: "Trainer",
-    path: Path,
-    model_identity: str,
-    *,
-    progress: ProgressHook | None = None,
-    atomic: bool = True,
-) -> WrittenFile:
-    captured = capture_state(trainer)
-    metadata = captured.metadata(model_identity, captured.content_digest())
-    return write_safetensors(path, captured.tensors, json_metadata(metadata), progress=progress, atomic=atomic)
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -321,10 +294,8 @@ def _check_format_records(path: Path, metadata: dict[str, Any]) -> None:
 def _check_content_digest(path: Path, loaded: LoadedFile, metadata: dict[str, Any], verify_content: bool) -> None:
     """The tensors' digest, recomputed from their bytes unless ``verify_content`` is False,
     equals the one recorded at saving."""
-    view = memoryview(loaded.buffer)
-    start = loaded.header.data_start
     computed = (
-        content_digest([(e.name, e.dtype, e.shape, view[start + e.begin : start + e.end]) for e in loaded.header.entries])
+        tensor_digest(CONTENT_DIGEST, file_records(loaded))
         if verify_content
         else metadata["content_sha256"]
     )
