@@ -2,7 +2,7 @@
 model was rebuilt out of declared parts. A change to the model, the trainer or the portable
 file that moves one bit of these fails here.
 
-Recorded with ``python tests/test_preset_pins.py --record`` (only when a change is meant
+Recorded with ``python tests/unit/test_preset_pins.py --record`` (only when a change is meant
 to alter them; say so in the CHANGELOG). Float results depend on the CPU's kernels, so the
 file holds one set of pins per kind of CPU (``--record`` adds or replaces this one's); on any
 machine,
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -28,7 +28,7 @@ from checkpoint_support import make_trainer  # noqa: E402
 from minigpt_tui.engine.formats.portable import portable_payload  # noqa: E402
 from minigpt_tui.engine.analysis.lens import inspect_decision  # noqa: E402
 
-PINS = Path(__file__).parent / "fixtures" / "preset-pins.json"
+PINS = Path(__file__).parents[1] / "fixtures" / "preset-pins.json"
 CASES = [("tiny", "exact"), ("mini", "exact"), ("small", "exact"), ("text", "exact"),
          ("mini", "fast"), ("small", "fast"), ("text", "fast")]
 PROMPT = "the cat sat on"

@@ -17,7 +17,7 @@ from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.formats.hf_import import read_hf_folder
 from minigpt_tui.engine.formats.hf_layout import model_config_from_hf
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tiny-format1" / "step-000002"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "tiny-format1" / "step-000002"
 SHA = "0" * 64
 
 

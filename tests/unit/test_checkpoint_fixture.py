@@ -32,7 +32,7 @@ from minigpt_tui.engine.training.training_state import (
 )
 from tests.checkpoint_support import make_trainer
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tiny-format1" / "step-000002"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "tiny-format1" / "step-000002"
 
 
 def _resumed():

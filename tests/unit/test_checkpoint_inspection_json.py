@@ -14,7 +14,7 @@ from minigpt_tui.engine.formats.inspect import inspect_path
 from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup
 from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 FIXTURE = FIXTURES / "tiny-format1" / "step-000002"
 GOLDEN = FIXTURES / "tiny-format1-inspection.json"
 MODEL_GROUPS = ["identities", "composition", "model_config", "constants", "tokenizer", "special_ids", "parameters",

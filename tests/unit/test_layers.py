@@ -12,7 +12,7 @@ from pathlib import Path
 import grimp
 from importlinter.cli import lint_imports
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_layer_contracts_pass():

@@ -13,7 +13,7 @@ import pytest
 
 from minigpt_tui.cli import build_parser, main
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tiny-format1" / "step-000002"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "tiny-format1" / "step-000002"
 PYTHON_REPR = re.compile(r"(?<![=\w])(None|True|False)\b|\{'|\(\)")
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import cli_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
