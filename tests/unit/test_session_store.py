@@ -3,7 +3,9 @@ paths) and the shared reading of typed values into numbers and a run config."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from minigpt_tui.engine.core.config import SeedConfig, load_config
 from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, CorpusError, GenerationError
@@ -124,3 +126,17 @@ def test_a_generation_session_gives_typed_views_with_ranks_and_probabilities(sto
     assert decision.chosen.selection_probability >= decision.chosen.raw_probability
     assert all(c.selection_probability == 0.0 for c in decision.candidates if not c.eligible)
     assert view.generated[0].id == decision.chosen.id and not view.finished
+
+
+def test_a_model_that_keeps_a_library_tokenizer_is_told_apart_from_one_without(tmp_path):
+    library = tmp_path / "library.safetensors"
+    save_file({"tokenizer.json": np.frombuffer(b'{"model": {}}', dtype=np.uint8).copy(),
+               "w": np.zeros((2, 2), dtype=np.float32)}, str(library))
+    bare = tmp_path / "bare.safetensors"
+    save_file({"w": np.zeros((2, 2), dtype=np.float32)}, str(bare))
+    with pytest.raises(CheckpointError) as kept:
+        read_saved_tokenizer(library)
+    assert "keeps its tokenizer as tokenizer.json" in str(kept.value)
+    with pytest.raises(CheckpointError) as none:
+        read_saved_tokenizer(bare)
+    assert "holds no tokenizer" in str(none.value)

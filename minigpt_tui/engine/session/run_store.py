@@ -253,7 +253,8 @@ def _merges_entry(header: Any, model_file: Path) -> Any:
     if not header.has(MERGES_TENSOR):
         if not header.has(TOKENIZER_JSON):
             raise without_tokenizer(model_file.name, "show one")
-        raise CheckpointError(f"{model_file.name} holds no '{MERGES_TENSOR}' tensor: no tokenizer saved here")
+        raise CheckpointError(f"{model_file.name} keeps its tokenizer as {TOKENIZER_JSON} (a tokenizers-library "
+                              "tokenizer, which generation uses): this panel lists minigpt-tui's own merges only")
     entry = header.entry(MERGES_TENSOR)
     if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:
         raise CheckpointError(f"{MERGES_TENSOR} must be U32 [n, 2], found {entry.dtype} {list(entry.shape)}")
