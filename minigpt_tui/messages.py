@@ -24,6 +24,9 @@ from minigpt_tui.engine.formats.integrity import Integrity
 from minigpt_tui.engine.session.events import RunSummary
 from minigpt_tui.engine.session.generation import StepperView
 from minigpt_tui.engine.session.insight import InsightView
+from minigpt_tui.engine.session.patching import PatchDefaults, PatchingView
+from minigpt_tui.engine.session.head_role_view import HeadRolesView
+from minigpt_tui.engine.session.text_scores import TextScoresView
 from minigpt_tui.engine.session.run_store import RunListing
 from minigpt_tui.engine.session.history import LoadedCurve, RunHistory
 
@@ -158,6 +161,57 @@ class InsightReady(Message):
     """What one decision looked like inside, computed on the generation worker."""
 
     view: "InsightView"
+
+
+@dataclass
+class HeadRolesReady(Message):
+    """Every head's role scores for the loaded model, computed on the generation worker."""
+
+    view: "HeadRolesView"
+
+
+@dataclass
+class TextScored(Message):
+    """A text's per-token loss, scored on the generation worker for the Text view."""
+
+    view: "TextScoresView"
+
+
+@dataclass
+class PatchDefaultsReady(Message):
+    """What the patching dialog starts from, read on the generation worker."""
+
+    defaults: "PatchDefaults"
+
+
+@dataclass
+class PatchProgress(Message):
+    """Patched runs done of the sweep's total (from the generation worker)."""
+
+    done: int
+    total: int
+
+
+@dataclass
+class PatchReady(Message):
+    """A patching sweep's effects as plain numbers."""
+
+    view: "PatchingView"
+
+
+@dataclass
+class PatchHeadsReady(Message):
+    """Every head of one block patched at every position."""
+
+    layer: int
+    effects: tuple[Any, ...]
+
+
+@dataclass
+class PatchRefused(Message):
+    """The engine refused the patching request (the queue notifies the reason)."""
+
+    reason: str
 
 
 # -- one screen asking the app for another ---------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -17,11 +16,8 @@ from minigpt_tui.commands.generate import (
     add_dtype_flag,
     load_model,
 )
-from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.core.files import read_small_file
 from minigpt_tui.engine.core.printable import escape_controls
-
-TEXT_LIMIT = 64 * 1024 * 1024
+from minigpt_tui.engine.session.text_scores import read_text_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -59,14 +55,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     patch.set_defaults(handler=run_patch)
 
 
-def _read_text(path: str) -> str:
-    data = read_small_file(Path(path).expanduser(), TEXT_LIMIT, "a text file")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise GenerationError(f"{path}: not UTF-8 text (byte {err.start})") from None
-
-
 def run_score(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.analysis.contrast import (  # deferred: imports torch
         check_same_tokenizer,
@@ -77,7 +65,7 @@ def run_score(args: argparse.Namespace) -> int:
         score_text,
     )
 
-    text = _read_text(args.text)
+    text = read_text_file(args.text)
     first = load_model(args.model, args)
     scored = score_text(first.model, first.tokenizer, text, stride=args.stride)
     data: dict[str, Any] = {"model": str(first.path), **scored.to_json()}

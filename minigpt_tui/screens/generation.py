@@ -14,7 +14,6 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input
 
 from minigpt_tui.engine.core.errors import GenerationError, MiniGPTError
@@ -28,9 +27,9 @@ from minigpt_tui.engine.session.insight import InsightView
 from minigpt_tui.messages import (
     GenerationFailed,
     GenerationUpdated,
-    InsightReady,
     QueueIdle,
 )
+from minigpt_tui.screens.decision_views import DecisionViews
 from minigpt_tui.screens.help_texts import GENERATION_HELP
 from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.widgets.attention_view import AttentionView
@@ -39,6 +38,7 @@ from minigpt_tui.widgets.decision_info import DecisionInfo
 from minigpt_tui.widgets.decision_list import DecisionList
 from minigpt_tui.widgets.generation_form import GenerationForm
 from minigpt_tui.widgets.generation_output import GenerationOutput
+from minigpt_tui.widgets.head_role_grid import HeadRoleGrid
 from minigpt_tui.widgets.insight_panel import InsightPanel
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.prefix_view import PrefixView
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
 
 
-class GenerationScreen(Screen):
+class GenerationScreen(DecisionViews):
     HELP = GENERATION_HELP
     HELP_TITLE = "Generation"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
@@ -71,7 +71,10 @@ class GenerationScreen(Screen):
         Binding("right_square_bracket", "pattern(1, 0)", "Layer +", show=False),
         Binding("left_curly_bracket", "pattern(0, -1)", "Head -", show=False),
         Binding("right_curly_bracket", "pattern(0, 1)", "Head +", show=False),
+        Binding("o", "head_role", "Role", show=False),
         Binding("m", "second_model", "2nd model", show=False),
+        Binding("p", "patch", "Patch", show=False),
+        Binding("s", "score", "Score", show=False),  # the key bar is full at 80 columns; ? and the palette list it
         Binding("escape", "leave_form", "Leave form"),
     ]
     PALETTE_COMMANDS = (
@@ -83,7 +86,10 @@ class GenerationScreen(Screen):
         ("Logit lens", "Each layer's guess for the selected decision (l)", "insight('lens')"),
         ("Contributions", "Split the chosen logit into embedding, heads and blocks (x)", "insight('contributions')"),
         ("Head pattern", "One head's whole attention pattern over the prefix (h)", "insight('pattern')"),
+        ("Head role", "Show the next role in the head view's grid of every head's score (o)", "head_role"),
         ("Second model", "Compare each decision with a second model (m)", "second_model"),
+        ("Activation patching", "Which layer and position restore the selected decision's answer (p)", "patch"),
+        ("Score a text", "Each token of a text coloured by its loss, in the Text view (s)", "score"),
     )
 
     def __init__(self) -> None:
@@ -266,57 +272,6 @@ class GenerationScreen(Screen):
     def action_leave_form(self) -> None:
         self.query_one(CandidateTable).focus()
 
-    # -- looking inside a decision ------------------------------------------------------------
-    def action_insight(self, kind: str) -> None:
-        """Show the lens, the contributions or the head pattern of the selected decision in
-        place of the candidates (the same key again goes back)."""
-        if self.insight_kind == kind:
-            self.insight_kind = None
-            self.remove_class("-show-insight")
-            self.query_one(CandidateTable).focus()
-            return
-        if self.query_one(DecisionList).selected is None:
-            self.notify("take a decision first (n), then look inside it", title="inside", severity="warning")
-            return
-        self.insight_kind = kind
-        self.add_class("-show-insight")
-        self.query_one(InsightPanel).show_kind(kind)
-        self.query_one(DecisionList).focus()  # up and down choose the decision to look inside
-        self._request_insight()
-
-    def action_pattern(self, layers: int, heads: int) -> None:
-        if self.query_one(InsightPanel).move_pattern(layers, heads):
-            self._request_insight()
-
-    def _request_insight(self) -> None:
-        """Queue the computation for the selected decision unless that one is already asked."""
-        decision = self.query_one(DecisionList).selected
-        if self.insight_kind is None or decision is None:
-            return
-        candidate = self.query_one(CandidateTable).highlighted
-        candidate_id = candidate.id if candidate else None
-        panel = self.query_one(InsightPanel)
-        if panel.ask(decision, candidate_id):
-            self._enqueue(operations.inspect(decision.step, panel.pattern_layer, panel.pattern_head, candidate_id,
-                                             lambda view: self.post_message(InsightReady(view))))
-
-    @on(InsightReady)
-    def _insight_ready(self, message: InsightReady) -> None:
-        self.query_one(InsightPanel).show_inspected(message.view)
-
-    def action_second_model(self) -> None:
-        if self.queue.spec_applied is None:
-            self.notify("load a model first", title="second model", severity="warning")
-            return
-
-        def chosen(text: str | None) -> None:
-            if text is not None:
-                self._enqueue(operations.second_model(None if text.strip().lower() == "none" else text.strip()))
-
-        self.app.push_screen(PathPromptScreen(
-            "Second model", "Compare each decision with (none: remove the second model):", value="",
-            placeholder="RUN:latest, RUN:best, RUN:STEP, a checkpoint folder or a model file"), chosen)
-
     # -- the queue -----------------------------------------------------------------------------
     def _enqueue(self, operation: operations.Operation) -> None:
         start = self.queue.push(operation)
@@ -343,6 +298,7 @@ class GenerationScreen(Screen):
     @on(GenerationFailed)
     def _failed(self, message: GenerationFailed) -> None:
         self.notify(message.reason, title=f"{message.what} failed", severity="error")
+        self.query_one(HeadRoleGrid).forget_pending()  # dropped with the queue: asked again later
         if self.session is not None:  # the session keeps the previous model, if any; the mirror follows it
             self.queue.follow(self.session, message.what)
 
@@ -362,6 +318,7 @@ class GenerationScreen(Screen):
         self.query_one(PrefixView).show_view(view)
         self._show_title()
         self._show_selected()
+        self._request_head_roles()  # a model loaded while the head view shows
         self.query_one(GenerationOutput).show_output(view)
 
     @on(DataTable.RowHighlighted, "#decisions")

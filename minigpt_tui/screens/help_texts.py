@@ -164,7 +164,10 @@ chosen id.
 | `l` | logit lens of the selected decision, in place of the candidates (again: back) |
 | `x` | contributions to the selected decision's logit (and to the highlighted candidate's) |
 | `h` | one head's whole attention pattern over the prefix; `[` `]` change the block, `{` `}` the head |
+| `o` | in the head view: the next role in the grid of every head's role score (induction, previous-token, duplicate-token, first-token; the shown head bracketed) |
 | `m` | compare every decision with a second model (same tokenizer; `none` removes it) |
+| `p` | activation patching of the selected decision: a corrupt prompt of the same token length, answers A and B (the chosen id and the runner-up); the sweep runs on the worker, then a layer x position grid of *restored* (`c` cycles resid / attn / mlp, `h` or `enter` a layer's heads, `escape` closes) |
+| `s` | score a text (the prompt and continuation on screen, or a text file) in the Text view: each token coloured by its loss, the selected token's alternatives |
 | `tab` / `shift+tab` | move through the form (model, prompt, rule, sampling settings, budget) and the tables; the prompt keeps its text when you tab into it |
 | `escape` | leave the form for the candidate table |
 
@@ -220,4 +223,32 @@ each row ends with its largest weight and where it falls.
 While deciding: how many decisions of the budget. At the end: the **stop** reason (eos: the model chose EOS;
 budget: the budget is spent; context: the prefix fills the context), the generated **bytes** (EOS excluded),
 whether they are valid **UTF-8**, and the text (invalid bytes shown as �).
+"""
+
+TEXT_VIEW_HELP = """\
+# Text view
+
+A text scored by the Generation screen's model as `minigpt-tui score` scores it (on the worker): encoded as a
+prompt is (BOS first), every id after the first gets its loss −log p in nats, its probability and its rank; a
+text longer than the context is read in overlapping windows, each id scored once.
+
+## Keys
+| key | action |
+|---|---|
+| `←` `→` | the previous or next token |
+| `↑` `↓` / `pageup` `pagedown` | the token a line (a page) above or below |
+| `home` / `end` | the first or last scored token |
+| `d` | colour by the change between the two models (B's loss minus A's; a second model set with `m`), again: by loss |
+| `escape` | back to the Generation screen |
+
+## Text
+Each scored token's background is its loss on a scale from 0 (green) to ln V nats (red; the loss of a uniform guess
+over the V ids, and anything above it). With `d`: blue where the second model B predicts the token better, red where
+worse, grey where they agree, scaled to the largest change. The text colour alternates from token to token, so
+neighbours of one colour still read apart. The first id (BOS) is not scored and stays plain. A newline shows as ↵. The line above gives the tokens scored, the windows, the **mean loss** and the perplexity.
+
+## Selected token
+Its piece and id, **loss** (nats), **p** (its probability), **rank** over the vocabulary (logit descending, ties by
+smaller id), and the five ids the model found likeliest there, with their probabilities (the token itself
+highlighted). With `d`: B's loss and the change.
 """

@@ -116,12 +116,18 @@ class CheckpointPanels(Vertical):
     def on_resize(self) -> None:
         self.call_after_refresh(self.summary_fits)
 
-    def show_tab(self, tab: str) -> None:
+    def show_tab(self, tab: str, waits: int = 10) -> None:
         """Show a panel; the keyboard, when it was in the panel hidden now, moves to it."""
         tabbed = self.query_one(TabbedContent)
         focused = self.screen.focused
         in_a_pane = focused is not None and any(isinstance(node, TabPane) for node in focused.ancestors)
-        tabbed.active = tab
+        try:
+            tabbed.active = tab
+        except ValueError:
+            # The tabs mount a moment after the screen: a key that came with it waits for them.
+            if waits > 0:
+                self.call_after_refresh(self.show_tab, tab, waits - 1)
+            return
         if in_a_pane and tabbed.active_pane not in focused.ancestors:
             self.focus_active_panel()
 

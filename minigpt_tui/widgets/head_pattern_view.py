@@ -16,6 +16,7 @@ from textual.containers import ScrollableContainer
 from textual.widgets import Static
 
 from minigpt_tui.widgets.attention_view import heat_cell
+from minigpt_tui.widgets.head_role_grid import HeadRoleGrid
 from minigpt_tui.widgets.pieces import SPECIAL_PIECES, fitted_piece, visible_piece
 
 LABEL_CELLS = 10  # "123 piece·" before the cells
@@ -53,6 +54,7 @@ class HeadPatternView(ScrollableContainer):
     """
 
     def compose(self) -> Any:
+        yield HeadRoleGrid(id="head-roles")  # every head's role score, above the one head's pattern
         yield Static(Text(EMPTY, style="dim"), id="head-pattern-text")
 
     def show_pattern(self, layer: int | None = None, head: int | None = None, pieces: Sequence[str] = (),

@@ -15,6 +15,7 @@ from minigpt_tui.engine.session.generation import DecisionView
 from minigpt_tui.engine.session.insight import InsightView
 from minigpt_tui.widgets.contributions_view import ContributionsView
 from minigpt_tui.widgets.head_pattern_view import HeadPatternView
+from minigpt_tui.widgets.head_role_grid import HeadRoleGrid
 from minigpt_tui.widgets.lens_view import LensView
 
 
@@ -40,6 +41,7 @@ class InsightPanel(ContentSwitcher):
         if (layer, head) == (self.pattern_layer, self.pattern_head):
             return False
         self.pattern_layer, self.pattern_head = layer, head
+        self.query_one(HeadRoleGrid).show_head(layer, head)
         return True
 
     def ask(self, decision: DecisionView, candidate_id: int | None) -> bool:

@@ -17,8 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minigpt_tui.engine.core.errors import GenerationError, MiniGPTError
+from minigpt_tui.engine.session import patching
 from minigpt_tui.engine.session.generation import GenerationSession, GenerationSettings, StepperView
+from minigpt_tui.engine.session.head_role_view import HeadRolesView, head_roles_view
 from minigpt_tui.engine.session.insight import InsightView
+from minigpt_tui.engine.session.patching import (
+    PatchDefaults,
+    PatchingView,
+    PatchRequest,
+)
+from minigpt_tui.engine.session.text_scores import TextScoresView, read_text_file, score_for_view, screen_text
 
 # updated(view, note, select): select is the decision to show, None to keep the current one
 Updated = Callable[[StepperView | None, str | None, int | None], None]
@@ -162,3 +170,62 @@ def inspect(step: int, layer: int, head: int, candidate_id: int | None,
         deliver(session.inspect(step, layer, head, candidate_id))
 
     return Operation("inside", run, select="keep")
+
+
+def patch_defaults(step: int, deliver: Callable[[PatchDefaults], None]) -> Operation:
+    """What the patching dialog starts from for decision ``step``."""
+
+    def run(session: GenerationSession) -> None:
+        deliver(patching.patch_defaults(session, step))
+
+    return Operation("patch", run, select="keep")
+
+
+def _patching(work: Callable[[GenerationSession], None], refused: Callable[[str], None]) -> Operation:
+    """A patching operation: ``refused`` hears a refusal's reason before the queue reports
+    it; a sweep stopped by its view ends with a note."""
+
+    def run(session: GenerationSession) -> str | None:
+        try:
+            work(session)
+        except patching.PatchingStopped:
+            return "patching stopped"
+        except (MiniGPTError, OSError) as err:
+            refused(failure_reason(err))
+            raise
+        return None
+
+    return Operation("patch", run, select="keep")
+
+
+def patch(request: PatchRequest, stop: threading.Event, progress: patching.Progress,
+          deliver: Callable[[PatchingView], None], refused: Callable[[str], None]) -> Operation:
+    """The engine's sweep of ``request``; a set ``stop`` ends it at the next patched run."""
+    return _patching(lambda session: deliver(patching.run_patching(session, request, progress, stop)), refused)
+
+
+def patch_heads(request: PatchRequest, layer: int, stop: threading.Event, progress: patching.Progress,
+                deliver: Callable[[int, tuple[patching.Effect, ...]], None], refused: Callable[[str], None]) -> Operation:
+    """Every head of block ``layer`` patched at every position (the per-head grid, on demand)."""
+    return _patching(
+        lambda session: deliver(layer, patching.run_layer_heads(session, request, layer, progress, stop)), refused)
+
+
+def score(path: str | None, deliver: Callable[[TextScoresView], None]) -> Operation:
+    """Score the UTF-8 file at ``path`` (None: the prompt and continuation on screen) for the
+    Text view; ``deliver`` receives the view on the worker thread."""
+
+    def run(session: GenerationSession) -> None:
+        deliver(score_for_view(session, read_text_file(path) if path is not None else screen_text(session)))
+
+    return Operation("score", run, select="keep")
+
+
+def head_roles(deliver: Callable[[HeadRolesView], None]) -> Operation:
+    """Score every head's roles on the loaded model for the head view; ``deliver`` receives
+    the view on the worker thread."""
+
+    def run(session: GenerationSession) -> None:
+        deliver(head_roles_view(session))
+
+    return Operation("head roles", run, select="keep")

@@ -1,0 +1,170 @@
+"""Activation patching for the Generation screen: the defaults a decision suggests (its
+context as the clean prompt, the chosen id against the runner-up) and the sweep itself, as
+plain numbers. Torch-free at import: the screen's queue worker calls these functions and the
+engine (:mod:`minigpt_tui.engine.analysis.patching`) does every forward pass, so the grid
+shows exactly the engine's ``sweep``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.session.generation import NO_MODEL, GenerationSession
+
+if TYPE_CHECKING:
+    from minigpt_tui.engine.analysis.patching import Effect
+
+GRID_SITES = ("resid", "attn", "mlp")  # the kinds the layer x position grid cycles through
+Progress = Callable[[int, int], None]  # progress(done, total), on the worker thread
+
+
+class PatchingStopped(Exception):
+    """The view was closed while its sweep ran: the sweep ends at the next patched run."""
+
+
+@dataclass(frozen=True)
+class PatchDefaults:
+    """What the dialog starts from: the decision's context, its chosen id and the runner-up
+    (as text; an empty ``against`` when the decision has no other candidate)."""
+
+    step: int
+    clean: str
+    answer: str
+    against: str
+
+
+@dataclass(frozen=True)
+class PatchRequest:
+    clean: str
+    corrupt: str
+    answer: str
+    against: str
+    sites: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PatchingView:
+    """A sweep's outcome: the two prompts' pieces, the metric at both ends, every effect
+    (``head`` effects only where asked for) and the model's shape."""
+
+    request: PatchRequest
+    clean_pieces: tuple[str, ...]
+    corrupt_pieces: tuple[str, ...]
+    answer_piece: str
+    against_piece: str
+    clean_difference: float
+    corrupt_difference: float
+    layers: int
+    heads: int
+    effects: tuple[Effect, ...]
+
+    @property
+    def differing(self) -> frozenset[int]:
+        """Positions where the clean and corrupt prompts hold different pieces."""
+        return frozenset(i for i, (a, b) in enumerate(zip(self.clean_pieces, self.corrupt_pieces)) if a != b)
+
+
+def _token_text(tokenizer: Any, token_id: int) -> str:
+    return tokenizer.decode([token_id]).display
+
+
+def _typable(tokenizer: Any, token_id: int) -> bool:
+    """Whether the id's text can be typed in the one-line field (printable, so no newline or
+    control byte) and encodes back to that one id (a lone byte of a longer UTF-8 character,
+    or a special, does not)."""
+    text = _token_text(tokenizer, token_id)
+    return bool(text) and text.isprintable() and tokenizer.encode(text, bos=False, eos=False) == [token_id]
+
+
+def patch_defaults(session: GenerationSession, step: int) -> PatchDefaults:
+    """Decision ``step`` (1-based) as the dialog's defaults: its context, the chosen id and
+    the runner-up (the best-ranked other eligible id whose text can be typed)."""
+    stepper = session.stepper
+    if stepper is None:
+        raise GenerationError(NO_MODEL)
+    if not 1 <= step <= len(stepper.decisions):
+        raise GenerationError(f"there is no decision {step} to patch")
+    decision = stepper.decisions[step - 1]
+    tokenizer = stepper.tokenizer
+    chosen = decision.chosen.id
+    logits = decision.logits.tolist()
+    ranked = sorted(range(len(logits)), key=lambda i: (-logits[i], i))  # the stepper's rank order
+    eligible = decision.eligible.tolist()
+    runner_up = next((i for i in ranked if i != chosen and eligible[i] and _typable(tokenizer, i)), None)
+    against = _token_text(tokenizer, runner_up) if runner_up is not None else ""
+    return PatchDefaults(step, tokenizer.decode(decision.prefix_ids).display, _token_text(tokenizer, chosen), against)
+
+
+def _checked(progress: Progress | None, stop: threading.Event) -> Progress:
+    def report(done: int, total: int) -> None:
+        if stop.is_set():
+            raise PatchingStopped
+        if progress is not None:
+            progress(done, total)
+    return report
+
+
+def _patcher(session: GenerationSession, request: PatchRequest) -> tuple[Any, Any, tuple[int, int], tuple[int, int]]:
+    from minigpt_tui.engine.analysis.patching import (  # deferred: imports torch
+        Patcher,
+        one_token,
+    )
+
+    portable = session.portable
+    if portable is None:
+        raise GenerationError(NO_MODEL)
+    tokenizer = portable.tokenizer
+    a, b = one_token(tokenizer, request.answer, "the answer"), one_token(tokenizer, request.against, "the other answer")
+    patcher = Patcher(portable.model, tokenizer.encode_prompt(request.clean), tokenizer.encode_prompt(request.corrupt),
+                      a, b)
+    return patcher, tokenizer, (a, b), (len(patcher.clean_ids), portable.model.config.layers)
+
+
+def run_patching(session: GenerationSession, request: PatchRequest, progress: Progress | None = None,
+                 stop: threading.Event | None = None) -> PatchingView:
+    """The engine's sweep over ``request.sites``, as a view (worker thread)."""
+    from minigpt_tui.engine.analysis.patching import (  # deferred: imports torch
+        sweep,
+    )
+
+    stop = stop or threading.Event()
+    if stop.is_set():
+        raise PatchingStopped
+    patcher, tokenizer, (a, b), _ = _patcher(session, request)
+    effects = sweep(patcher, request.sites, _checked(progress, stop))
+    config = patcher.model.config
+    return PatchingView(request, tuple(tokenizer.piece_text(i) for i in patcher.clean_ids),
+                        tuple(tokenizer.piece_text(i) for i in patcher.corrupt_ids), tokenizer.piece_text(a),
+                        tokenizer.piece_text(b), patcher.clean_difference, patcher.corrupt_difference, config.layers,
+                        config.heads, effects)
+
+
+def run_layer_heads(session: GenerationSession, request: PatchRequest, layer: int, progress: Progress | None = None,
+                    stop: threading.Event | None = None) -> tuple[Effect, ...]:
+    """Every head of block ``layer`` at every position, patched one at a time in the order
+    (and with the very runs) of the engine's ``sweep`` over ``head``."""
+    from minigpt_tui.engine.analysis.patching import (  # deferred: imports torch
+        Effect,
+        Patch,
+    )
+
+    stop = stop or threading.Event()
+    if stop.is_set():
+        raise PatchingStopped
+    patcher, _, _, (length, layers) = _patcher(session, request)
+    if not 0 <= layer < layers:
+        raise GenerationError(f"head has layers 0 to {layers - 1}, not {layer}")
+    plan = [Patch("head", layer, (position,), head) for head in range(patcher.model.config.heads)
+            for position in range(length)]
+    report = _checked(progress, stop)
+    effects = []
+    for done, patch in enumerate(plan, start=1):
+        difference = patcher.difference([patch])
+        effects.append(Effect(patch.site, patch.layer, patch.head, patch.positions[0], difference,
+                              patcher.restored(difference)))
+        report(done, len(plan))
+    return tuple(effects)

@@ -1,0 +1,145 @@
+"""What the Generation screen opens about its decisions: the lens, contributions and head
+pattern of one decision, the head-role grid, a second model's view, the Text view of a
+text's per-token loss and activation patching. A base of :class:`GenerationScreen`, which
+holds the operation queue and the widgets these read; every computation goes to its worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on
+from textual.screen import Screen
+
+from minigpt_tui.engine.session import operations
+from minigpt_tui.engine.session.head_role_view import stepper_key
+from minigpt_tui.messages import (
+    HeadRolesReady,
+    InsightReady,
+    PatchDefaultsReady,
+    TextScored,
+)
+from minigpt_tui.screens.patch_view import open_patching
+from minigpt_tui.screens.path_prompt import PathPromptScreen
+from minigpt_tui.screens.text_view import TextViewScreen
+from minigpt_tui.widgets.candidate_table import CandidateTable
+from minigpt_tui.widgets.decision_list import DecisionList
+from minigpt_tui.widgets.head_role_grid import HeadRoleGrid
+from minigpt_tui.widgets.insight_panel import InsightPanel
+
+class DecisionViews(Screen):
+    """The Generation screen's views of a decision (see the module's docstring)."""
+
+    # Set by GenerationScreen: what the insight panel shows, and the queue its worker drains.
+    insight_kind: str | None
+    queue: Any
+
+    def _enqueue(self, operation: operations.Operation) -> None:
+        raise NotImplementedError  # GenerationScreen queues it for its worker
+
+    # -- looking inside a decision ------------------------------------------------------------
+    def action_insight(self, kind: str) -> None:
+        """Show the lens, the contributions or the head pattern of the selected decision in
+        place of the candidates (the same key again goes back)."""
+        if self.insight_kind == kind:
+            self.insight_kind = None
+            self.remove_class("-show-insight")
+            self.query_one(CandidateTable).focus()
+            return
+        if self.query_one(DecisionList).selected is None:
+            self.notify("take a decision first (n), then look inside it", title="inside", severity="warning")
+            return
+        self.insight_kind = kind
+        self.add_class("-show-insight")
+        self.query_one(InsightPanel).show_kind(kind)
+        self.query_one(DecisionList).focus()  # up and down choose the decision to look inside
+        self._request_insight()
+        self._request_head_roles()
+
+    def action_pattern(self, layers: int, heads: int) -> None:
+        if self.query_one(InsightPanel).move_pattern(layers, heads):
+            self._request_insight()
+
+    def _request_insight(self) -> None:
+        """Queue the computation for the selected decision unless that one is already asked."""
+        decision = self.query_one(DecisionList).selected
+        if self.insight_kind is None or decision is None:
+            return
+        candidate = self.query_one(CandidateTable).highlighted
+        candidate_id = candidate.id if candidate else None
+        panel = self.query_one(InsightPanel)
+        if panel.ask(decision, candidate_id):
+            self._enqueue(operations.inspect(decision.step, panel.pattern_layer, panel.pattern_head, candidate_id,
+                                             lambda view: self.post_message(InsightReady(view))))
+
+    @on(InsightReady)
+    def _insight_ready(self, message: InsightReady) -> None:
+        self.query_one(InsightPanel).show_inspected(message.view)
+
+    def _request_head_roles(self) -> None:
+        """Queue every head's role scores once per loaded model, while the head view shows."""
+        if self.insight_kind != "pattern" or self.view is None:
+            return
+        if self.query_one(HeadRoleGrid).ask(stepper_key(self.view)):
+            self._enqueue(operations.head_roles(lambda view: self.post_message(HeadRolesReady(view))))
+
+    @on(HeadRolesReady)
+    def _head_roles_ready(self, message: HeadRolesReady) -> None:
+        self.query_one(HeadRoleGrid).show_roles(message.view)
+
+    def action_head_role(self) -> None:
+        if self.insight_kind != "pattern":
+            self.notify("press h for the head view first; o then shows the next head role", title="head roles",
+                        severity="warning")
+            return
+        self.query_one(HeadRoleGrid).cycle_role()
+
+    def action_second_model(self) -> None:
+        if self.queue.spec_applied is None:
+            self.notify("load a model first", title="second model", severity="warning")
+            return
+
+        def chosen(text: str | None) -> None:
+            if text is not None:
+                self._enqueue(operations.second_model(None if text.strip().lower() == "none" else text.strip()))
+
+        self.app.push_screen(PathPromptScreen(
+            "Second model", "Compare each decision with (none: remove the second model):", value="",
+            placeholder="RUN:latest, RUN:best, RUN:STEP, a checkpoint folder or a model file"), chosen)
+
+    # -- the Text view -------------------------------------------------------------------------
+    def action_score(self) -> None:
+        """Ask for a text (the one on screen, or a file), score it on the worker, then show it."""
+        if self.queue.spec_applied is None:
+            self.notify("load a model first", title="score", severity="warning")
+            return
+        on_screen = "\0screen"  # no typed path is this
+        choices = [("the prompt and continuation on screen", on_screen)] if self.view is not None else []
+
+        def chosen(text: str | None) -> None:
+            if text is not None:
+                self._enqueue(operations.score(None if text == on_screen else text,
+                                               lambda view: self.post_message(TextScored(view))))
+
+        self.app.push_screen(PathPromptScreen(
+            "Score a text", "Colour each token by its loss: the text on screen, or a UTF-8 text file:",
+            placeholder="a path to a UTF-8 text file", choices=choices), chosen)
+
+    @on(TextScored)
+    def _text_scored(self, message: TextScored) -> None:
+        self.app.push_screen(TextViewScreen(message.view))
+
+    # -- activation patching -------------------------------------------------------------------
+    def action_patch(self) -> None:
+        """Ask for a corrupt prompt against the selected decision's context, then sweep on the worker."""
+        decision = self.query_one(DecisionList).selected
+        if decision is None:
+            self.notify("take a decision first (n), then press p to patch its context", title="patching",
+                        severity="warning")
+            return
+        self._enqueue(operations.patch_defaults(decision.step, lambda d: self.post_message(PatchDefaultsReady(d))))
+
+    @on(PatchDefaultsReady)
+    def _patch_defaults_ready(self, message: PatchDefaultsReady) -> None:
+        d = message.defaults
+        open_patching(self, self._enqueue, d.clean, d.answer, d.against)

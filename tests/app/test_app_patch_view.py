@@ -1,0 +1,245 @@
+"""Activation patching on the Generation screen: ``p`` asks for a corrupt prompt against the
+selected decision's context, the sweep runs on the queue worker, and the grid shows exactly
+the engine's ``restored`` values."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from textual.coordinate import Coordinate
+from textual.widgets import Input
+
+from minigpt_tui.engine.analysis.patching import (
+    Patcher,
+    one_token,
+    patch_prompts,
+    sweep,
+)
+from minigpt_tui.engine.core.tokenizer import BOS, EOS
+from minigpt_tui.engine.session import operations
+from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.screens.generation import GenerationScreen
+from minigpt_tui.screens.patch_prompt import PatchPromptScreen
+from minigpt_tui.screens.patch_view import PatchViewScreen
+from minigpt_tui.widgets.decision_list import DecisionList
+from minigpt_tui.widgets.patch_grid import PatchGrid
+from tests.app_support import (
+    build_saved_runs,
+    make_app,
+    record_notifications,
+    run_async,
+    settle,
+    static_text,
+)
+from tests.polling import pause_until
+
+SIZE = (80, 24)
+PROMPT = "ab"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    return build_saved_runs(tmp_path_factory.mktemp("patch-app"))
+
+
+@pytest.fixture
+def runs(saved, tmp_path):
+    return saved.copy_to(tmp_path)
+
+
+def portable(runs: Path):
+    return load_portable_model(runs / "tiny-a" / "checkpoints" / "step-000004" / "model.safetensors")
+
+
+def corrupt_of(tokenizer, clean: str) -> str:
+    """A prompt of the clean one's token length with other ids (the tiny tokenizer merges "ab")."""
+    ids = tokenizer.encode_prompt(clean)
+    letters = "zyxwq"
+    for candidate in [a + clean[1:] for a in letters] + list(letters) + [a + b for a in letters for b in letters]:
+        other = tokenizer.encode_prompt(candidate)
+        if len(other) == len(ids) and other != ids:
+            return candidate
+    raise AssertionError("no corrupt prompt of equal length")
+
+
+async def load_model(pilot) -> GenerationScreen:
+    await pilot.press("g")
+    await settle(pilot)
+    screen = pilot.app.screen
+    assert isinstance(screen, GenerationScreen)
+    screen.query_one("#prompt", Input).value = PROMPT
+    field = screen.query_one("#model", Input)
+    field.value = "tiny-a:latest"
+    field.focus()
+    await pilot.press("enter")
+    await settle(pilot)
+    return screen
+
+
+async def open_dialog(pilot) -> tuple[GenerationScreen, PatchPromptScreen]:
+    screen = await load_model(pilot)
+    await pilot.press("n")
+    await settle(pilot)
+    await pilot.press("p")
+    dialog = await pause_until(pilot, lambda: isinstance(pilot.app.screen, PatchPromptScreen) and pilot.app.screen,
+                               timeout=30, what="the patching dialog")
+    return screen, dialog
+
+
+async def next_dialog(pilot, old: PatchPromptScreen) -> PatchPromptScreen:
+    """The dialog that comes back after a refusal (not the one submitted)."""
+    return await pause_until(pilot, lambda: isinstance(pilot.app.screen, PatchPromptScreen)
+                             and pilot.app.screen is not old and pilot.app.screen, timeout=30, what="the dialog again")
+
+
+async def submit(pilot, dialog: PatchPromptScreen, **values: str) -> None:
+    for name, value in values.items():
+        dialog.query_one(f"#patch-{name}", Input).value = value
+    dialog.query_one("#patch-corrupt", Input).focus()
+    await pilot.press("enter")
+
+
+async def wait_for_grid(pilot) -> PatchViewScreen:
+    view = await pause_until(pilot, lambda: isinstance(pilot.app.screen, PatchViewScreen) and pilot.app.screen,
+                             timeout=30, what="the patch view")
+    await pause_until(pilot, lambda: view.result is not None and not view.working, timeout=60, what="the sweep")
+    await settle(pilot)
+    return view
+
+
+@run_async
+async def test_the_grid_shows_the_engines_sweep_and_per_head_view_on_the_worker(runs, monkeypatch):
+    from minigpt_tui.engine.training import model as model_module
+
+    threads: list[threading.Thread] = []
+    recording = [True]  # off while the test itself runs the engine for the reference
+    forward = model_module.MiniGPT.forward
+
+    def spy_forward(self, *args, **kwargs):
+        if recording[0]:
+            threads.append(threading.current_thread())
+        return forward(self, *args, **kwargs)
+
+    queued: list[str] = []
+    push = operations.OperationQueue.push
+
+    def spy_push(self, operation):
+        queued.append(operation.what)
+        return push(self, operation)
+
+    monkeypatch.setattr(model_module.MiniGPT, "forward", spy_forward)
+    monkeypatch.setattr(operations.OperationQueue, "push", spy_push)
+
+    reference = portable(runs)
+    tokenizer = reference.tokenizer
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen, dialog = await open_dialog(pilot)
+        decision = screen.query_one(DecisionList).selected
+        # The defaults: the decision's context, its chosen id and the runner-up.
+        clean = dialog.query_one("#patch-clean", Input).value
+        answer = dialog.query_one("#patch-answer", Input).value
+        against = dialog.query_one("#patch-against", Input).value
+        assert tokenizer.encode_prompt(clean) == tokenizer.encode_prompt(PROMPT)
+        assert one_token(tokenizer, answer, "A") == decision.chosen.id
+        # The runner-up: the best-ranked other id whose text can be typed (printable, one token:
+        # a lone UTF-8 byte or a control byte cannot).
+        logits = screen.session.stepper.decisions[0].logits.tolist()
+        ranked = sorted(range(len(logits)), key=lambda i: (-logits[i], i))
+        typable = [i for i in ranked if i not in (decision.chosen.id, BOS, EOS)
+                   and (text := tokenizer.decode([i]).display).isprintable()
+                   and tokenizer.encode(text, bos=False, eos=False) == [i]]
+        assert against.isprintable() and against
+        assert one_token(tokenizer, against, "B") == typable[0]
+        assert dialog.query_one("#patch-corrupt", Input).value == clean
+        corrupt = corrupt_of(tokenizer, clean)
+        await submit(pilot, dialog, corrupt=corrupt)
+        view = await wait_for_grid(pilot)
+
+        recording[0] = False
+        expected = patch_prompts(reference.model, tokenizer, clean, corrupt, answer, against)
+        recording[0] = True
+        assert view.result.effects == expected.effects  # exactly: the same engine records
+        assert view.result.clean_difference == expected.clean_difference
+        assert view.result.corrupt_difference == expected.corrupt_difference
+        grid = view.query_one(PatchGrid)
+        layers = reference.model.config.layers
+        for site, rows in (("resid", layers + 1), ("attn", layers), ("mlp", layers)):
+            want = {(e.site, e.layer, e.head, e.position): e.restored for e in expected.effects if e.site == site}
+            assert grid.values() == want
+            assert grid.row_count == rows and len(grid.columns) == len(expected.corrupt_ids)
+            if site == "resid":
+                differing = [i for i, (a, b) in enumerate(zip(expected.clean_ids, expected.corrupt_ids)) if a != b]
+                assert differing
+                assert all(want[("resid", 0, None, p)] == 1.0 for p in differing)
+                assert grid.get_cell_at(Coordinate(0, differing[0])).plain == "+1.00"
+            await pilot.press("c")
+            await settle(pilot)
+        assert "clean" in static_text(view, "#patch-summary") and "restored" in static_text(view, "#patch-legend")
+        assert "resid layer 0 · position 0" in static_text(view, "#patch-cell")
+
+        # Heads of the layer under the cursor, on demand, equal the engine's head sweep.
+        await pilot.press("down", "h")
+        await pause_until(pilot, lambda: view.heads_layer == 1 and not view.working, timeout=60,
+                          what="the heads of layer 1")
+        await settle(pilot)
+        recording[0] = False
+        patcher = Patcher(reference.model, expected.clean_ids, expected.corrupt_ids, expected.answer[0],
+                          expected.against[0])
+        heads = {(e.site, e.layer, e.head, e.position): e.restored for e in sweep(patcher, ["head"]) if e.layer == 1}
+        recording[0] = True
+        assert grid.values() == heads
+        assert grid.row_count == reference.model.config.heads
+        assert "block 1 head 0" in static_text(view, "#patch-cell")
+        await pilot.press("h")
+        await settle(pilot)
+        assert view.heads_layer is None
+        await pilot.press("escape")
+        await settle(pilot)
+        assert pilot.app.screen is screen
+    assert queued.count("patch") == 3  # the defaults, the sweep, the heads of one layer
+    assert threads and all(t is not threading.main_thread() for t in threads)
+
+
+@run_async
+async def test_refusals_are_one_line_notifications_and_the_dialog_comes_back(runs):
+    tokenizer = portable(runs).tokenizer
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        seen = record_notifications(app)
+        screen = await load_model(pilot)
+        await pilot.press("p")  # no decision yet
+        await settle(pilot)
+        assert any("take a decision first" in message for message, _ in seen)
+        await pilot.press("n")
+        await settle(pilot)
+        await pilot.press("p")
+        dialog = await pause_until(pilot, lambda: isinstance(pilot.app.screen, PatchPromptScreen) and pilot.app.screen,
+                                   timeout=30, what="the patching dialog")
+        clean = dialog.query_one("#patch-clean", Input).value
+        longer = clean + clean + clean
+        await submit(pilot, dialog, corrupt=longer)
+        dialog = await next_dialog(pilot, dialog)
+        await settle(pilot)
+        n_clean, n_corrupt = len(tokenizer.encode_prompt(clean)), len(tokenizer.encode_prompt(longer))
+        message = (f"the clean prompt is {n_clean} ids and the corrupt one {n_corrupt}: "
+                   "patching needs prompts of equal token length")
+        assert (message, "error") in seen
+        assert dialog.query_one("#patch-corrupt", Input).value == longer  # what was typed is kept
+        pieces = tokenizer.encode("zzzq", bos=False, eos=False)
+        assert len(pieces) > 1
+        await submit(pilot, dialog, corrupt=corrupt_of(tokenizer, clean), answer="zzzq")
+        await pause_until(pilot, lambda: any("must be one token" in m for m, _ in seen), timeout=30,
+                          what="the one-token refusal", detail=lambda: (seen, pilot.app.screen_stack))
+        refusal = next(m for m, _ in seen if "must be one token" in m)
+        assert refusal.startswith("the answer 'zzzq' must be one token; it encodes to") and "\n" not in refusal
+        assert all(repr(tokenizer.piece_text(i)) in refusal for i in pieces)
+        dialog = await next_dialog(pilot, dialog)
+        await submit(pilot, dialog, corrupt=clean)  # checked in the dialog: nothing to patch
+        await settle(pilot)
+        assert any("the corrupt prompt is the clean one" in m for m, _ in seen)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert pilot.app.screen is screen
