@@ -18,6 +18,8 @@ FIELDS = (("clean", "clean prompt (its answer is A)"), ("corrupt", "corrupt prom
           ("answer", "A: one token"), ("against", "B: one token, measured against A"))
 SITES = (("resid", "residual stream", True), ("attn", "attention output", True), ("mlp", "feed-forward output", True),
          ("head", "every head now (else on demand)", False))
+PLACEHOLDERS = {"clean": "the prompt whose next token is A", "corrupt": "the clean prompt with a change",
+                "answer": "a piece the model may say next", "against": "another piece"}
 
 
 class PatchPromptScreen(ModalScreen[PatchRequest | None]):
@@ -53,7 +55,7 @@ class PatchPromptScreen(ModalScreen[PatchRequest | None]):
             box.border_subtitle = "tab moves · enter patches · escape cancels"
             for name, label in FIELDS:
                 yield Label(label, classes="dim")
-                yield Input(value=self.values[name], id=f"patch-{name}")
+                yield Input(value=self.values[name], placeholder=PLACEHOLDERS[name], id=f"patch-{name}")
             with Horizontal(id="patch-sites"):
                 for site, label, _ in SITES:
                     box_ = Checkbox(site, site in self.sites, id=f"patch-site-{site}")
