@@ -150,28 +150,37 @@ FLAG_SETTINGS = {flag: tuple(dotted.split(".")) for flag, dotted in
 
 def settings_from_flags(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The settings the hyperparameter flags and ``--set`` give, by section."""
-
     extra: dict[str, dict[str, Any]] = {}
     for flag, (section, field) in FLAG_SETTINGS.items():
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
         if value is not None:
             extra.setdefault(section, {})[field] = value
     for item in getattr(args, "set", None) or []:
-        name, sep, text = item.partition("=")
-        section, dot, field = name.strip().partition(".")
-        if not sep or not dot or not section or not field:
-            raise ConfigError(f"--set takes SECTION.FIELD=VALUE, got '{item[:80]}'")
-        try:
-            value = tomllib.loads(f"v = {text.strip()}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = text.strip()  # a bare word: a string, as it would be quoted in TOML
+        section, field, value = _set_item(item)
         extra.setdefault(section, {})[field] = value
+    _keep_full_attention(extra, args.preset)
+    return extra
+
+
+def _set_item(item: str) -> tuple[str, str, Any]:
+    """One ``--set SECTION.FIELD=VALUE``: the value read as TOML, or as a bare word."""
+    name, sep, text = item.partition("=")
+    section, dot, field = name.strip().partition(".")
+    if not sep or not dot or not section or not field:
+        raise ConfigError(f"--set takes SECTION.FIELD=VALUE, got '{item[:80]}'")
+    try:
+        return section, field, tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        return section, field, text.strip()  # a bare word: a string, as it would be quoted in TOML
+
+
+def _keep_full_attention(extra: dict[str, dict[str, Any]], preset: str) -> None:
+    """A new head count on a preset with full attention keeps it full (kv heads follow)."""
     heads = extra.get("model", {}).get("heads")
     if heads is not None and "kv_heads" not in extra.get("model", {}):
-        preset = load_config(args.preset).model
-        if preset.kv_heads == preset.heads:  # full attention stays full
+        model = load_config(preset).model
+        if model.kv_heads == model.heads:
             extra["model"]["kv_heads"] = heads
-    return extra
 
 
 def thread_count(text: str) -> int:

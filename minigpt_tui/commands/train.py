@@ -218,18 +218,24 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         raise WriteRefused(f"{session.write_failure}: the run stopped after update {finished.step}{where}")
     prepared = session.prepared
     assert prepared is not None
-    trainer = prepared.trainer
     if prepared.run is None:  # a rank other than 0: it writes and reports nothing
         return {}
+    stopped_by = stop.signal_name if finished.reason == FinishReason.STOPPED else None
+    return {**_result(prepared, recorder, stopped_by), **_starts(prepared)}
+
+
+def _result(prepared: Any, recorder: RunRecorder, stopped_by: str | None) -> dict[str, Any]:
+    """What a finished run reports: its summary, what it recorded and the trainer's state."""
+    trainer = prepared.trainer
     summary = prepared.summary
     assert summary is not None  # every rank that writes has one
-    result: dict[str, Any] = {
+    return {
         "preset": summary.preset,
         "parameter_tensors": summary.parameter_tensors,
         "parameter_scalars": summary.parameter_scalars,
         "steps": summary.steps,
         "step": trainer.step,
-        "stopped_by": stop.signal_name if finished.reason == FinishReason.STOPPED else None,
+        "stopped_by": stopped_by,
         "updates": recorder.updates,
         "evaluations": recorder.evaluations,
         "probes": recorder.probes,
@@ -252,6 +258,11 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         "global_batch": trainer.config.train.batch_size * trainer.config.train.microbatches
         * trainer.parallel.world_size,
     }
+
+
+def _starts(prepared: Any) -> dict[str, Any]:
+    """Where the run started from, when it did not start fresh: a warm start, a resume."""
+    result: dict[str, Any] = {}
     if prepared.warm_start is not None:
         result["warm_start"] = prepared.warm_start.to_json()
     if prepared.resumed_from is not None:
@@ -260,7 +271,7 @@ def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
         )
 
         result["resumed_from"] = str(prepared.resumed_from)
-        result["continuation"] = continuation_record(trainer)
+        result["continuation"] = continuation_record(prepared.trainer)
     return result
 
 
