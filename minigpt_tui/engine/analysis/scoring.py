@@ -89,10 +89,13 @@ def score_text(model: Any, tokenizer: Any, text: str, *, stride: int | None = No
     try:
         with torch.no_grad():
             for start, end, first in spans:
-                logits = model(torch.tensor([ids[start:end]])).logits[0].to(torch.float64)
+                # Only the rows that predict this window's scored ids (a row-wise softmax:
+                # the same numbers as over every row, half the float64 work past the first).
+                logits = model(torch.tensor([ids[start:end]])).logits[0, first - start - 1:end - start - 1]
+                logits = logits.to(torch.float64)
                 log_probs = torch.log_softmax(logits, dim=-1)
                 for target in range(first, end):
-                    row, token = target - start - 1, ids[target]
+                    row, token = target - first, ids[target]
                     probabilities = log_probs[row].exp()
                     order = top_ranked(logits[row], TOP)
                     values = probabilities[order].tolist()
