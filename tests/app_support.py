@@ -15,8 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import safetensors.numpy
+from textual.widgets import Input
 
 from minigpt_tui.app import LaunchSettings, MiniGPTApp
+from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.engine.training.checkpoints import Checkpointer
 from minigpt_tui.engine.formats.checkpoint_folder import MANIFEST
 from minigpt_tui.engine.core.config import load_config
@@ -156,3 +158,32 @@ def static_text(parent, selector: str) -> str:
     from textual.widgets import Static
 
     return plain(parent.query_one(selector, Static).content)
+
+
+# -- the Generation screen ---------------------------------------------------------------------
+def saved_model_file(runs: Path, step: int = 4) -> Path:
+    """The model file of ``tiny-a``'s checkpoint at ``step`` in runs made by build_saved_runs."""
+    return runs / "tiny-a" / "checkpoints" / f"step-{step:06d}" / "model.safetensors"
+
+
+async def press_settled(pilot, *pressed: str) -> None:
+    """Press each key and let the screen settle after it."""
+    for key in pressed:
+        await pilot.press(key)
+        await settle(pilot, rounds=2)
+
+
+async def open_generation(pilot, *, model: str | None = "tiny-a:latest", prompt: str = "ab") -> GenerationScreen:
+    """Switch to the Generation screen, set the prompt and load ``model`` (None: leave it)."""
+    await pilot.press("g")
+    await settle(pilot)
+    screen = pilot.app.screen
+    assert isinstance(screen, GenerationScreen)
+    screen.query_one("#prompt", Input).value = prompt
+    if model is not None:
+        field = screen.query_one("#model", Input)
+        field.value = model
+        field.focus()
+        await pilot.press("enter")
+        await settle(pilot)
+    return screen

@@ -24,7 +24,7 @@ from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.decision_list import DecisionList
 from minigpt_tui.widgets.numbers import short_probability
-from tests.app_support import build_saved_runs, record_notifications, run_async, make_app, settle, static_text, tree_snapshot
+from tests.app_support import build_saved_runs, record_notifications, run_async, make_app, settle, static_text, tree_snapshot, saved_model_file as model_file, press_settled as keys, open_generation
 
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
 PROMPT = "ab"
@@ -41,33 +41,8 @@ def runs(saved, tmp_path):
     return saved.copy_to(tmp_path)
 
 
-def model_file(runs: Path, step: int = 4) -> Path:
-    return runs / "tiny-a" / "checkpoints" / f"step-{step:06d}" / "model.safetensors"
-
-
 def engine_stepper(runs: Path, rule: GenerationRule, prompt: str = PROMPT) -> DecisionStepper:
     return DecisionStepper.from_portable(load_portable_model(model_file(runs)), prompt, rule)
-
-
-async def open_generation(pilot, *, model: str | None = "tiny-a:latest", prompt: str = PROMPT) -> GenerationScreen:
-    await pilot.press("g")
-    await settle(pilot)
-    screen = pilot.app.screen
-    assert isinstance(screen, GenerationScreen)
-    screen.query_one("#prompt", Input).value = prompt
-    if model is not None:
-        field = screen.query_one("#model", Input)
-        field.value = model
-        field.focus()
-        await pilot.press("enter")
-        await settle(pilot)
-    return screen
-
-
-async def keys(pilot, *pressed: str) -> None:
-    for key in pressed:
-        await pilot.press(key)
-        await settle(pilot, rounds=2)
 
 
 def chosen_ids(screen: GenerationScreen) -> list[int]:

@@ -22,7 +22,7 @@ from minigpt_tui.engine.training.model_file import load_portable_model
 from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.widgets.head_role_grid import HeadRoleGrid, score_cell
 from minigpt_tui.widgets.insight_panel import InsightPanel
-from tests.app_support import make_app, plain, record_notifications, run_async, settle
+from tests.app_support import make_app, plain, record_notifications, run_async, settle, press_settled as keys
 from tests.polling import pause_until
 
 SIZE = (80, 24)
@@ -53,12 +53,6 @@ async def load(pilot, screen: GenerationScreen, path: Path) -> None:
     field.focus()
     await pilot.press("enter")
     await settle(pilot)
-
-
-async def keys(pilot, *pressed: str) -> None:
-    for key in pressed:
-        await pilot.press(key)
-        await settle(pilot, rounds=2)
 
 
 async def open_head_view(pilot, path: Path) -> tuple[GenerationScreen, HeadRoleGrid]:

@@ -26,6 +26,7 @@ from minigpt_tui.screens.patch_view import PatchViewScreen
 from minigpt_tui.widgets.decision_list import DecisionList
 from minigpt_tui.widgets.patch_grid import PatchGrid
 from tests.app_support import (
+    open_generation,
     build_saved_runs,
     make_app,
     record_notifications,
@@ -64,22 +65,8 @@ def corrupt_of(tokenizer, clean: str) -> str:
     raise AssertionError("no corrupt prompt of equal length")
 
 
-async def load_model(pilot) -> GenerationScreen:
-    await pilot.press("g")
-    await settle(pilot)
-    screen = pilot.app.screen
-    assert isinstance(screen, GenerationScreen)
-    screen.query_one("#prompt", Input).value = PROMPT
-    field = screen.query_one("#model", Input)
-    field.value = "tiny-a:latest"
-    field.focus()
-    await pilot.press("enter")
-    await settle(pilot)
-    return screen
-
-
 async def open_dialog(pilot) -> tuple[GenerationScreen, PatchPromptScreen]:
-    screen = await load_model(pilot)
+    screen = await open_generation(pilot)
     await pilot.press("n")
     await settle(pilot)
     await pilot.press("p")
@@ -209,7 +196,7 @@ async def test_refusals_are_one_line_notifications_and_the_dialog_comes_back(run
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
         seen = record_notifications(app)
-        screen = await load_model(pilot)
+        screen = await open_generation(pilot)
         await pilot.press("p")  # no decision yet
         await settle(pilot)
         assert any("take a decision first" in message for message, _ in seen)

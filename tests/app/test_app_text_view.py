@@ -5,7 +5,6 @@ models, and every refusal in one line."""
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 from textual.widgets import Input
@@ -26,7 +25,7 @@ from minigpt_tui.widgets.token_loss_view import (
     shown_piece,
     wrap_pieces,
 )
-from tests.app_support import build_saved_runs, make_app, record_notifications, run_async, settle, static_text
+from tests.app_support import build_saved_runs, make_app, record_notifications, run_async, settle, static_text, saved_model_file as model_file, press_settled as keys, open_generation
 
 SIZE = (80, 24)
 PROMPT = "ab"
@@ -40,30 +39,6 @@ def saved(tmp_path_factory):
 @pytest.fixture
 def runs(saved, tmp_path):
     return saved.copy_to(tmp_path)
-
-
-def model_file(runs: Path, step: int = 4) -> Path:
-    return runs / "tiny-a" / "checkpoints" / f"step-{step:06d}" / "model.safetensors"
-
-
-async def open_generation(pilot, *, prompt: str = PROMPT) -> GenerationScreen:
-    await pilot.press("g")
-    await settle(pilot)
-    screen = pilot.app.screen
-    assert isinstance(screen, GenerationScreen)
-    screen.query_one("#prompt", Input).value = prompt
-    field = screen.query_one("#model", Input)
-    field.value = "tiny-a:latest"
-    field.focus()
-    await pilot.press("enter")
-    await settle(pilot)
-    return screen
-
-
-async def keys(pilot, *pressed: str) -> None:
-    for key in pressed:
-        await pilot.press(key)
-        await settle(pilot, rounds=2)
 
 
 async def score(pilot, path: str = "") -> TextViewScreen | None:
