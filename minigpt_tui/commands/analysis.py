@@ -16,6 +16,7 @@ from minigpt_tui.commands.generate import (
     add_dtype_flag,
     load_model,
 )
+from minigpt_tui.commands.task_progress import task_progress
 from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.text_scores import read_text_file
 
@@ -116,8 +117,9 @@ def run_patch(args: argparse.Namespace) -> int:
 
     sites = [s.strip() for s in args.sites.split(",") if s.strip()]
     portable = load_model(args.model, args)
-    result = patch_prompts(portable.model, portable.tokenizer, _prompt(args.clean), _prompt(args.corrupt),
-                           _prompt(args.answer), _prompt(args.against), sites)
+    with task_progress("patching", enabled=not args.json) as advance:
+        result = patch_prompts(portable.model, portable.tokenizer, _prompt(args.clean), _prompt(args.corrupt),
+                               _prompt(args.answer), _prompt(args.against), sites, progress=advance)
     if args.json:
         emit_json(result.to_json())
         return 0
