@@ -45,7 +45,14 @@ def byte_level_tokenizer(vocab: int = 400, split_regex: bool = False):
 
 def metaspace_tokenizer(vocab: int = 400):
     """Llama 2 style: Metaspace, byte fallback, BOS added by the post-processor."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tokenizer = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
@@ -122,3 +129,24 @@ def reference_greedy(model, ids: list[int], steps: int) -> list[int]:
         out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                              max_new_tokens=steps, do_sample=False, eos_token_id=None, pad_token_id=0)
     return out[0, len(ids):].tolist()
+
+
+CHAT_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
+
+
+def make_chat_folder(folder: Path, template: str | None, *, seed: int = 0) -> Path:
+    """A random-weight GPT-2 folder whose byte-level tokenizer has the role markers as
+    special tokens and ``template`` (None: no template) as its chat template."""
+    import transformers as tr
+
+    raw = byte_level_tokenizer()
+    raw.add_special_tokens(list(CHAT_TOKENS))
+    eos = raw.token_to_id("<|endoftext|>")
+    wrapped = tr.PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+    if template is not None:
+        wrapped.chat_template = template
+    torch.manual_seed(seed)
+    model = tr.AutoModelForCausalLM.from_config(family_config("gpt2", raw.get_vocab_size(), eos, eos))
+    model.save_pretrained(folder)
+    wrapped.save_pretrained(folder)
+    return folder

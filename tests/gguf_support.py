@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from family_support import byte_level_tokenizer, family_config
 
 QUANTIZABLE = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "attn_qkv.weight",
@@ -43,7 +42,8 @@ def _tensors(model, family: str) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def write_gguf(model, tokenizer, family: str, path: Path, quant: str = "F32", pre: str = "gpt2") -> Path:
+def write_gguf(model, tokenizer, family: str, path: Path, quant: str = "F32", pre: str = "gpt2",
+               chat_template: str | None = None) -> Path:
     """``tokenizer``: a tokenizers.Tokenizer (byte-level BPE) that the model's ids follow."""
     import json
 
@@ -87,6 +87,8 @@ def write_gguf(model, tokenizer, family: str, path: Path, quant: str = "F32", pr
         writer.add_add_bos_token(False)
     writer.add_bos_token_id(config.bos_token_id)
     writer.add_eos_token_id(config.eos_token_id)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
     kind = getattr(gguf.GGMLQuantizationType, quant)
     for name, array in _tensors(model, family):
         if quant != "F32" and name.endswith(QUANTIZABLE) and array.shape[-1] % 32 == 0:
@@ -120,7 +122,7 @@ def random_family_model(family: str, seed: int):
     return model.eval(), raw
 
 
-def family_gguf_file(tmp_path: Path, family: str, quant: str, seed: int = 0) -> Path:
+def family_gguf_file(tmp_path: Path, family: str, quant: str, seed: int = 0, chat_template: str | None = None) -> Path:
     model, raw = random_family_model(family, seed)
     return write_gguf(model, raw, family, tmp_path / f"{family}-{quant}.gguf", quant=quant,
-                      pre="qwen2" if family == "qwen2" else "gpt2")
+                      pre="qwen2" if family == "qwen2" else "gpt2", chat_template=chat_template)

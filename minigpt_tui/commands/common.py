@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from minigpt_tui.engine.core.config import PRECISIONS, load_config, setting_of
+from minigpt_tui.engine.core.config import PRECISIONS, TRAIN_ON, load_config, setting_of
 from minigpt_tui.engine.core.errors import ConfigError, GenerationError
 from minigpt_tui.engine.session.inputs import RunChoices, parse_number
 from minigpt_tui.engine.session.runs import resolve_runs_dir
@@ -107,8 +107,12 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="preset: tiny, mini, small, text or finetune (with --init-from) (default: mini)")
     parser.add_argument("--config", help="TOML file whose sections override the preset")
     parser.add_argument("--corpus", help="UTF-8 text file (one record per line or paragraphs), JSON Lines file "
-                                         "(.jsonl, one record per object) or a folder of them")
+                                         "(.jsonl, one record per object; chat records as 'messages'), Parquet "
+                                         "file (.parquet, one record per row) or a folder of them")
     parser.add_argument("--text-field", metavar="NAME", help=f"{setting_of('corpus.text_field').help} (default: text)")
+    parser.add_argument("--train-on", choices=list(TRAIN_ON),
+                        help="the tokens the loss counts: all, or only the assistant's turns of chat records "
+                             "(default: all)")
     parser.add_argument("--follow-links", action="store_true", default=None,
                         help="read symbolic links in a corpus folder that point outside it (refused otherwise)")
     parser.add_argument("--val-every", type=int, help=setting_help("corpus.val_every", ": "))
@@ -145,7 +149,7 @@ FLAG_TYPES: dict[str, type] = {"--lr": float, "--dropout": float, **dict.fromkey
     ("--batch-size", "--eval-every", "--width", "--layers", "--heads", "--context"), int)}
 FLAG_NOTES = {"--heads": " (key/value heads follow when the preset has as many)"}
 FLAG_SETTINGS = {flag: tuple(dotted.split(".")) for flag, dotted in
-                 {**HYPERPARAMETER_FLAGS, "--text-field": "corpus.text_field"}.items()}
+                 {**HYPERPARAMETER_FLAGS, "--text-field": "corpus.text_field", "--train-on": "corpus.train_on"}.items()}
 
 
 def settings_from_flags(args: argparse.Namespace) -> dict[str, dict[str, Any]]:

@@ -35,6 +35,7 @@ RESIDUALS = ("sequential", "parallel")
 PRECISIONS = ("exact", "fast", "bf16", "fp16")
 BATCH_POLICIES = ("replacement", "document_order")
 CORPUS_MODES = ("records", "stream")
+TRAIN_ON = ("all", "assistant")  # the tokens the loss counts: every one, or the assistant's turns of chat records
 SCHEDULES = ("constant", "cosine")
 GELU_APPROXIMATIONS = ("tanh", "none")
 U64_MAX = 2**64 - 1
@@ -43,6 +44,17 @@ GIGA = 1_000_000_000  # the limit of an update or record count: more is a typo
 
 def _names_a_json_field(text: str) -> bool:
     return 0 < len(text) <= 200
+
+
+CHAT_TEMPLATE_LIMIT = 1 << 20  # characters: the longest chat templates published are tens of kilobytes
+
+
+def _fits_a_chat_template(text: str) -> bool:
+    return len(text) <= CHAT_TEMPLATE_LIMIT
+
+
+_CHAT_TEXT: dict[str, Any] = {"accepts": _fits_a_chat_template,
+                              "refusal": f"{{where}} is longer than {CHAT_TEMPLATE_LIMIT:,} characters"}
 
 
 @dataclass(frozen=True)
@@ -147,14 +159,24 @@ class CorpusConfig:
     # Record i (1-based, in file order) is validation when i % val_every == 0; 0: none.
     val_every: int = setting(4, zero="none", least=2, limit=GIGA, help="every Nth record is validation")
     # records: one padded example (or several windows) per record. stream: every record
-    # joined as BOS text EOS into one token array per split; examples are full windows.
+    # joined as BOS text EOS (a chat record as its template renders it) into one token array
+    # per split; examples are full windows.
     mode: str = setting("records", choices=CORPUS_MODES, echo=True)
     # A folder corpus reads the links in it only where they stay inside the folder, unless this.
     follow_links: bool = False
-    # The field of each JSON Lines object (a .jsonl file) that holds its record's text.
+    # The field of each JSON Lines object (a .jsonl file) or the column of a .parquet file
+    # that holds its record's text.
     text_field: str = setting("text", accepts=_names_a_json_field,
                               refusal="{where} must name a JSON field (1 to 200 characters)",
-                              help="the field of each .jsonl object that holds its text")
+                              help="the field of each .jsonl object or .parquet column that holds its text")
+    # all: the loss counts every token. assistant: only the assistant's turns of chat records (stream mode).
+    train_on: str = setting("all", choices=TRAIN_ON, echo=True,
+                            help="which tokens the loss counts: all, or the assistant's turns of chat records")
+    # The Jinja chat template that chat records (messages) are rendered with, and the texts of
+    # the bos and eos tokens it is given; a run started from a model takes its own.
+    chat_template: str = setting("", **_CHAT_TEXT)
+    chat_bos_token: str = setting("", **_CHAT_TEXT)
+    chat_eos_token: str = setting("", **_CHAT_TEXT)
 
 
 _SEED: dict[str, Any] = {"least": 0, "most": U64_MAX, "refusal": "{where} must be an unsigned 64-bit integer"}
@@ -169,7 +191,7 @@ class SeedConfig:
     evaluation: int = setting(0, **_SEED)  # draws the fixed batches of bounded evaluation
 
     @staticmethod
-    def derive(seed: int) -> "SeedConfig":
+    def derive(seed: int) -> SeedConfig:
         """Independent stream seeds from one user seed (SHA-256 of seed and name)."""
         values = {}
         for name in ("init", "data", "dropout", "sampling", "evaluation"):
@@ -236,10 +258,10 @@ class RunConfig:
         return json.loads(json.dumps({**dataclasses.asdict(self), "model": self.model.declared()}))
 
     @staticmethod
-    def from_dict(data: dict[str, Any]) -> "RunConfig":
+    def from_dict(data: dict[str, Any]) -> RunConfig:
         return _build(str(data.get("preset", "custom")), data)
 
-    def replace(self, **sections: dict[str, Any]) -> "RunConfig":
+    def replace(self, **sections: dict[str, Any]) -> RunConfig:
         """A copy with some fields of some sections changed, validated like a user file."""
         data = self.to_dict()
         for section, values in sections.items():
@@ -269,6 +291,10 @@ LATER_SETTINGS: dict[tuple[str, str], Any] = {
     ("corpus", "follow_links"): False,
     ("train", "context"): 0,
     ("corpus", "text_field"): "text",
+    ("corpus", "train_on"): "all",
+    ("corpus", "chat_template"): "",
+    ("corpus", "chat_bos_token"): "",
+    ("corpus", "chat_eos_token"): "",
 }
 
 
@@ -456,6 +482,11 @@ def _corpus_between(config: RunConfig) -> None:
         config.corpus.mode != "stream" or config.train.batch_policy == "replacement",
         "corpus.mode = \"stream\" draws windows with replacement: set train.batch_policy = \"replacement\"",
         "corpus.mode",
+    )
+    _need(
+        config.corpus.train_on == "all" or config.corpus.mode == "stream",
+        "corpus.train_on = \"assistant\" reads the assistant's tokens from a token stream: set corpus.mode = \"stream\"",
+        "corpus.train_on",
     )
 
 

@@ -23,13 +23,32 @@ from minigpt_tui.engine.core.config import (
 )
 from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, ResumeRefused
 from minigpt_tui.engine.core.memory import require_memory_for_training
+from minigpt_tui.engine.formats.gguf_file import read_gguf_header
 from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
 from minigpt_tui.engine.formats.safetensors_read import read_header
 from minigpt_tui.engine.session.events import RunSummary
 from minigpt_tui.engine.session.inputs import BUNDLED_PREFIX
-from minigpt_tui.engine.session.opening import open_model, peek_model
-from minigpt_tui.engine.session.runs import RunDirectory, RunLock, lock_rank, owning_run
+from minigpt_tui.engine.session.opening import (
+    is_gguf_file,
+    is_torch_checkpoint,
+    is_transformers_folder,
+    open_model,
+    peek_model,
+)
+from minigpt_tui.engine.session.runs import (
+    RunDirectory,
+    RunLock,
+    lock_rank,
+    owning_run,
+    resolve_model_file,
+)
 from minigpt_tui.engine.session.watching import PROMPTS, corpus_prompts
+from minigpt_tui.engine.training.chat_data import (
+    ChatTemplate,
+    chat_template_of,
+    gguf_chat_template,
+    hf_chat_template,
+)
 from minigpt_tui.engine.training.corpus import CorpusLoading
 
 if TYPE_CHECKING:
@@ -270,7 +289,34 @@ def _start_from(plan: NewRun, config: RunConfig, single: bool) -> tuple[Portable
     if single:
         _require_memory_to_start_from(plan.init_from, config)  # before the model is read
     portable = _warm_start_model(plan.init_from, plan.runs_dir, config)
-    return portable, fitted_config(config, portable, plan.init_from)
+    fitted = fitted_config(config, portable, plan.init_from)
+    return portable, with_model_chat_template(fitted, plan.init_from, plan.runs_dir)
+
+
+def with_model_chat_template(config: RunConfig, spec: str, runs_dir: Path) -> RunConfig:
+    """The run's config with the chat template of the model it starts from (unless one was
+    set): chat records are rendered as that model renders them, and a resume, which reads
+    the template from the saved config, renders them the same."""
+    if config.corpus.chat_template:
+        return config
+    template = model_chat_template(spec, runs_dir)
+    return config if template is None else config.replace(corpus=template.settings())
+
+
+def model_chat_template(spec: str, runs_dir: Path) -> ChatTemplate | None:
+    """A model's chat template: a transformers folder's, a GGUF file's, or the one that the
+    run which saved one of our checkpoints rendered its chat records with; None: none."""
+    path = Path(spec).expanduser()
+    if is_transformers_folder(spec):
+        return hf_chat_template(path)
+    if is_gguf_file(spec):
+        return gguf_chat_template(read_gguf_header(path).metadata)
+    if is_torch_checkpoint(spec):
+        return None
+    try:
+        return chat_template_of(saved_run_config(resolve_model_file(spec, runs_dir).parent).corpus)
+    except (CheckpointError, ConfigError):  # a model file alone, outside a checkpoint: no saved config
+        return None
 
 
 def _warm_start_record(portable: PortableModel | None, files: dict[str, Any]) -> WarmStart | None:

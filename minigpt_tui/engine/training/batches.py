@@ -7,6 +7,7 @@ Padded positions repeat EOS as input and carry target -1: no target, masked from
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -33,9 +34,12 @@ class Batch:
     valid_targets: int
 
 
-def make_examples(texts: list[str], tokenizer: ByteBPETokenizer, context: int) -> list[Example]:
+def make_examples(texts: list[str], tokenizer: ByteBPETokenizer, context: int,
+                  encode: Callable[[list[str]], list[list[int]]] | None = None) -> list[Example]:
+    """Each record's ids (``tokenizer.encode_many``, or ``encode`` where given: chat records
+    are encoded as their template renders them), cut into windows that fit the context."""
     examples: list[Example] = []
-    for record, ids in enumerate(tokenizer.encode_many(texts)):
+    for record, ids in enumerate((encode or tokenizer.encode_many)(texts)):
         if len(ids) <= context + 1:
             examples.append(Example(tuple(ids), record, 0))
             continue

@@ -6,6 +6,13 @@ entry exists, the corpus's identity and record counts are known without decoding
 splitting anything, and the records are read only if something asks for them (a records-mode
 trainer, merge training). A restart on a large text that the token cache already holds
 therefore costs one hash of the file, not one Python object per record.
+
+A corpus is text files (records are lines or paragraphs), JSON Lines files (``.jsonl``: one
+record per object, its text field), Parquet files (``.parquet``: one record per row of its
+text column; pyarrow reads them) or a folder of them. A record of a ``.jsonl`` or ``.parquet``
+file without the text field but with ``messages`` is a chat record, rendered with the run's
+chat template (:mod:`minigpt_tui.engine.training.chat_data`); a corpus holds text records or
+chat records, not both.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from minigpt_tui.engine.core.config import CorpusConfig
 from minigpt_tui.engine.core.errors import CorpusError
@@ -28,6 +36,14 @@ from minigpt_tui.engine.core.files import (
     require_regular_file,
 )
 from minigpt_tui.engine.core.memory import require_memory
+from minigpt_tui.engine.training.chat_data import (
+    MESSAGES,
+    ChatRenderer,
+    ChatTurns,
+    chat_reading_key,
+    chat_renderer,
+)
+from minigpt_tui.engine.training.parquet_corpus import PARQUET_SUFFIX, parquet_items
 from minigpt_tui.engine.training.source_index import (
     CorpusCounts,
     SourceFingerprint,
@@ -37,6 +53,7 @@ from minigpt_tui.engine.training.source_index import (
 TRAIN = "train"
 VALIDATION = "validation"
 IDENTITY_SCHEME = b"minigpt-tui-corpus-v1\0"
+CHAT_IDENTITY_SCHEME = b"minigpt-tui-chat-corpus-v1\0"
 IDENTITY_CHUNK = 65_536  # records hashed per joined update: bounds the bytes held at once
 
 
@@ -47,6 +64,17 @@ class Record:
     index: int  # position in source order, 0-based
 
 
+@dataclass(frozen=True)
+class Records:
+    """A corpus's record texts in source order. ``chat`` (for chat records) is what decided
+    their rendering (:func:`chat_reading_key`); ``turns``, with ``--train-on assistant``,
+    each record's assistant turns."""
+
+    texts: list[str]
+    chat: bytes | None = None
+    turns: list[ChatTurns] | None = None
+
+
 @dataclass(frozen=True, eq=False)
 class Corpus:
     """A corpus's records in source order, split by ``val_every``. The records come from
@@ -55,18 +83,27 @@ class Corpus:
 
     source: str
     val_every: int
-    read: Callable[[], list[str]] = field(repr=False)
+    read: Callable[[], Records] = field(repr=False)
     known: CorpusCounts | None = None
     fingerprint: SourceFingerprint | None = None
 
     @staticmethod
     def of_texts(texts: Sequence[str], source: str, val_every: int) -> Corpus:
-        held = list(texts)
+        held = Records(list(texts))
         return Corpus(source, val_every, lambda: held)
 
     @cached_property
-    def texts(self) -> list[str]:
+    def _records(self) -> Records:
         return self.read()
+
+    @property
+    def texts(self) -> list[str]:
+        return self._records.texts
+
+    @property
+    def chat(self) -> bool:
+        """Whether the records are chat records (rendered with a template, encoded as rendered)."""
+        return self._records.chat is not None
 
     @cached_property
     def records(self) -> tuple[Record, ...]:
@@ -74,22 +111,28 @@ class Corpus:
 
     @cached_property
     def train(self) -> list[str]:
-        kept = list(self.texts)
-        if self.val_every:
-            del kept[self.val_every - 1 :: self.val_every]
-        return kept
+        return _training_part(self.texts, self.val_every)
 
     @cached_property
     def validation(self) -> list[str]:
         return self.texts[self.val_every - 1 :: self.val_every] if self.val_every else []
+
+    @cached_property
+    def turns(self) -> tuple[list[ChatTurns], list[ChatTurns]] | None:
+        """With ``--train-on assistant``, the assistant turns of the training and the validation records."""
+        turns = self._records.turns
+        if turns is None:
+            return None
+        return _training_part(turns, self.val_every), turns[self.val_every - 1 :: self.val_every] if self.val_every else []
 
     @cached_property  # every checkpoint save and load asks
     def counts(self) -> CorpusCounts:
         if self.known is not None:
             return self.known
         validation = len(self.texts) // self.val_every if self.val_every else 0
-        return CorpusCounts(corpus_identity(self.texts, self.val_every), len(self.texts),
-                            len(self.texts) - validation, validation)
+        records = self._records
+        identity = corpus_identity(self.texts, self.val_every, records.chat, records.turns)
+        return CorpusCounts(identity, len(self.texts), len(self.texts) - validation, validation)
 
     @property
     def identity(self) -> str:
@@ -115,14 +158,28 @@ class Corpus:
         }
 
 
-def corpus_identity(texts: Sequence[str], val_every: int) -> str:
-    """SHA-256 over each record's split and exact UTF-8 bytes, in order, length-prefixed."""
-    digest = hashlib.sha256(IDENTITY_SCHEME)
+def _training_part(items: list[Any], val_every: int) -> list[Any]:
+    kept = list(items)
+    if val_every:
+        del kept[val_every - 1 :: val_every]
+    return kept
+
+
+def corpus_identity(texts: Sequence[str], val_every: int, chat: bytes | None = None,
+                    turns: Sequence[ChatTurns] | None = None) -> str:
+    """SHA-256 over each record's split and exact UTF-8 bytes, in order, length-prefixed;
+    for chat records also over what decided their rendering (the template, the tokens the
+    loss counts) and each record's assistant turns."""
+    digest = hashlib.sha256(IDENTITY_SCHEME if chat is None else CHAT_IDENTITY_SCHEME + chat)
     tags = (TRAIN.encode() + b"\0", VALIDATION.encode() + b"\0")
     for start in range(0, len(texts), IDENTITY_CHUNK):
         parts: list[bytes] = []
         for number, data in enumerate(map(str.encode, texts[start : start + IDENTITY_CHUNK]), start + 1):
             parts += (tags[bool(val_every) and number % val_every == 0], len(data).to_bytes(8, "little"), data)
+            if turns is not None:
+                spans = turns[number - 1].spans
+                parts += (len(spans).to_bytes(8, "little"),
+                          b"".join(a.to_bytes(8, "little") + b.to_bytes(8, "little") for a, b in spans))
         digest.update(b"".join(parts))
     return digest.hexdigest()
 
@@ -238,11 +295,15 @@ def _refuse_outside_link(path: Path, entry: Path, inside: Path) -> None:
                           "refused (--follow-links reads it)")
 
 
-def source_fingerprint(contents: Sequence[bytes], val_every: int, text_field: str | None = None) -> SourceFingerprint:
-    """The bytes' SHA-256 (with the JSON field read, for a corpus with JSON Lines files)."""
+def source_fingerprint(contents: Sequence[bytes], val_every: int, text_field: str | None = None,
+                       chat: bytes | None = None) -> SourceFingerprint:
+    """The bytes' SHA-256 (with the field read, for a corpus with JSON Lines or Parquet
+    files, and what renders its chat records, where that is not the default)."""
     digest = hashlib.sha256(b"minigpt-tui-source-v1\0")
     if text_field is not None:
         digest.update(b"jsonl-field\0" + text_field.encode("utf-8") + b"\0")
+    if chat is not None:
+        digest.update(chat + b"\0")
     for data in contents:
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)  # hashlib releases the GIL on large buffers
@@ -250,39 +311,100 @@ def source_fingerprint(contents: Sequence[bytes], val_every: int, text_field: st
 
 
 JSONL_SUFFIX = ".jsonl"
+STRUCTURED_SUFFIXES = (JSONL_SUFFIX, PARQUET_SUFFIX)  # files of records with fields
 
 
-def _records_of(files: Sequence[Path], contents: Sequence[bytes], text_field: str = "text") -> list[str]:
-    records: list[str] = []
+class _Gathering:
+    """The records of a corpus's files in order: text records, or chat records rendered as
+    they come (a corpus mixing both is refused, naming the first record of the other kind)."""
+
+    def __init__(self, config: CorpusConfig) -> None:
+        self.config = config
+        self.texts: list[str] = []
+        self.turns: list[ChatTurns] = []
+        self.renderer: ChatRenderer | None = None
+        self.first_text: str | None = None  # where the first text record is
+        self.first_chat: str | None = None
+
+    def add_texts(self, where: str, texts: list[str]) -> None:
+        if texts and self.first_text is None:
+            self.first_text = where
+            self._refuse_mixing(where)
+        self.texts += texts
+
+    def add_items(self, items: list[tuple[str, bool, Any]]) -> None:
+        """Items from a structured file: (where, False, text) or (where, True, messages)."""
+        for where, chat, value in items:
+            if chat:
+                self._add_chat(where, value)
+            else:
+                self.add_texts(where, [value] if value.strip() else [])
+
+    def _add_chat(self, where: str, messages: Any) -> None:
+        if self.renderer is None:
+            self.first_chat = where
+            self._refuse_mixing(where)
+            self.renderer = chat_renderer(self.config, where)
+        text, turns = self.renderer.record(where, messages)
+        self.texts.append(text)
+        if turns is not None:
+            self.turns.append(turns)
+
+    def _refuse_mixing(self, where: str) -> None:
+        if self.first_text is not None and self.first_chat is not None:
+            first = self.first_chat if where == self.first_text else self.first_text
+            raise CorpusError(f"{where}: the corpus mixes chat records ('{MESSAGES}') and text records (the first "
+                              f"of the other kind: {first}); give each kind as its own corpus")
+
+    def records(self, source: str) -> Records:
+        if self.renderer is None:
+            if self.config.train_on != "all" and self.texts:
+                raise CorpusError(f"corpus {source} has no chat records ('{MESSAGES}'): --train-on assistant "
+                                  "counts the assistant's turns of chat records; use --train-on all")
+            return Records(self.texts)
+        turns = self.turns if self.config.train_on != "all" else None
+        return Records(self.texts, chat_reading_key(self.config) or b"", turns)
+
+
+def _records_of(files: Sequence[Path], contents: Sequence[bytes], config: CorpusConfig) -> Records:
+    gathering = _Gathering(config)
     for path, data in zip(files, contents):
-        text = _decode(path, data)
-        records += jsonl_records(path, text, text_field) if path.suffix == JSONL_SUFFIX else parse_records(text)
-    return records
+        if path.suffix == PARQUET_SUFFIX:
+            gathering.add_items(parquet_items(path, data, config.text_field))
+        elif path.suffix == JSONL_SUFFIX:
+            gathering.add_items(jsonl_items(path, _decode(path, data), config.text_field))
+        else:
+            gathering.add_texts(str(path), parse_records(_decode(path, data)))
+    return gathering.records(config.source)
 
 
-def jsonl_records(path: Path, text: str, field: str) -> list[str]:
-    """One record per JSON Lines object: its ``field`` (a string); blank lines are skipped.
-    A line that is not an object with that string names its file and line number."""
-    records = []
+def jsonl_items(path: Path, text: str, field: str) -> list[tuple[str, bool, Any]]:
+    """(where, chat, value) of each JSON Lines object: its ``field`` (a string), else its
+    ``messages`` (a chat record); blank lines are skipped. A line that is neither names its
+    file and line number."""
+    items: list[tuple[str, bool, Any]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        where = f"{path} line {number}"
         try:
             item = json.loads(line)
         except ValueError as err:
-            raise CorpusError(f"{path} line {number}: not JSON ({str(err).split(':')[0]})") from None
+            raise CorpusError(f"{where}: not JSON ({str(err).split(':')[0]})") from None
+        if isinstance(item, dict) and field not in item and MESSAGES in item:
+            items.append((where, True, item[MESSAGES]))
+            continue
         if not isinstance(item, dict) or field not in item:
-            raise CorpusError(f"{path} line {number}: no field '{field}' (--text-field names another)")
+            raise CorpusError(f"{where}: no field '{field}' (--text-field names another)")
         value = item[field]
         if not isinstance(value, str):
-            raise CorpusError(f"{path} line {number}: the field '{field}' is {type(value).__name__}, not text")
-        if value.strip():
-            records.append(value)
-    return records
+            raise CorpusError(f"{where}: the field '{field}' is {type(value).__name__}, not text")
+        items.append((where, False, value))
+    return items
 
 
-def _jsonl_field(files: Sequence[Path], field: str) -> str | None:
-    return field if any(path.suffix == JSONL_SUFFIX for path in files) else None
+def _structured_field(files: Sequence[Path], field: str) -> str | None:
+    return field if any(path.suffix in STRUCTURED_SUFFIXES for path in files) else None
 
 
 def _checked(corpus: Corpus) -> Corpus:
@@ -302,31 +424,36 @@ def load_corpus(config: CorpusConfig, cache_dir: str | Path | None = None) -> Co
         asset = resources.files("minigpt_tui").joinpath(f"assets/corpus/{name}")
         if not asset.is_file():
             raise CorpusError(f"no bundled corpus named '{name}'")
-        return _checked(Corpus.of_texts(parse_records(asset.read_text("utf-8")), source, config.val_every))
+        texts = parse_records(asset.read_text("utf-8"))
+        if config.train_on != "all":
+            raise CorpusError(f"corpus {source} has no chat records ('{MESSAGES}'): --train-on assistant counts the "
+                              "assistant's turns of chat records; use --train-on all")
+        return _checked(Corpus.of_texts(texts, source, config.val_every))
     files = _source_files(source, config.follow_links)
     contents = [_read_bytes(path) for path in files]
     fingerprint = None
     if config.mode == "stream":  # records mode reads every record anyway: no index
-        jsonl = _jsonl_field(files, config.text_field)
-        fingerprint = source_fingerprint(contents, config.val_every, jsonl)
+        structured = _structured_field(files, config.text_field)
+        chat = chat_reading_key(config) if structured is not None else None
+        fingerprint = source_fingerprint(contents, config.val_every, structured, chat)
         known = SourceIndex.at(cache_dir).lookup(fingerprint)
         if known is not None:
             del contents  # the records are read again only if something asks for them
 
-            def read_again() -> list[str]:
+            def read_again() -> Records:
                 again = [_read_bytes(path) for path in files]
-                if source_fingerprint(again, config.val_every, jsonl) != fingerprint:
+                if source_fingerprint(again, config.val_every, structured, chat) != fingerprint:
                     raise CorpusError(f"corpus {source} changed while it was in use; start again")
-                return _records_of(files, again, config.text_field)
+                return _records_of(files, again, config)
 
             return Corpus(source, config.val_every, read_again, known, fingerprint)
 
     # Records, their token arrays and the passes between take about this many times the
     # text's bytes at their peak: a text too large for memory is refused before, not killed in.
     require_memory(READING_FACTOR * sum(map(len, contents)), f"reading the corpus {source}")
-    texts = _records_of(files, contents, config.text_field)
+    records = _records_of(files, contents, config)
     del contents
-    return _checked(Corpus(source, config.val_every, lambda: texts, fingerprint=fingerprint))
+    return _checked(Corpus(source, config.val_every, lambda: records, fingerprint=fingerprint))
 
 
 class CorpusLoading:

@@ -20,7 +20,7 @@ import torch
 
 from minigpt_tui.engine.core.errors import CorpusError
 from minigpt_tui.engine.core.tokenizer import BOS, BYTE_OFFSET, EOS, ByteBPETokenizer
-from minigpt_tui.engine.training.batches import Batch, Example
+from minigpt_tui.engine.training.batches import NO_TARGET, Batch, Example
 from minigpt_tui.engine.training.fast_encoder import fast_encoder
 
 # (what is being done, units done, units in all): records while encoding, steps otherwise.
@@ -36,10 +36,14 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 @dataclass(frozen=True)
 class TokenStream:
-    """The train and validation token arrays of one (corpus, tokenizer)."""
+    """The train and validation token arrays of one (corpus, tokenizer); with
+    ``--train-on assistant`` also a mask of each (uint8, 1 where the token is a target the
+    loss counts)."""
 
     train: np.ndarray
     validation: np.ndarray
+    train_mask: np.ndarray | None = None
+    validation_mask: np.ndarray | None = None
 
     @property
     def tokens(self) -> int:
@@ -104,15 +108,26 @@ def _encode_bytes_only(texts: Sequence[str], dtype: np.dtype, progress: Progress
 
 
 class TokenWindows(Sequence[Example]):
-    """Every full window of ``context + 1`` tokens of one split, by start offset."""
+    """Every full window of ``context + 1`` tokens of one split, by start offset. With a
+    ``mask``, only the windows with a target the mask counts, in order (window i starts at
+    ``starts[i]``), and the targets it does not count are no targets."""
 
-    def __init__(self, tokens: np.ndarray, context: int) -> None:
+    def __init__(self, tokens: np.ndarray, context: int, mask: np.ndarray | None = None) -> None:
         self.tokens = tokens
         self.context = context
+        self.mask = mask
         self._span = np.arange(context + 1, dtype=np.int64)
+        self.starts = None if mask is None else counted_starts(mask, context)
 
     def __len__(self) -> int:
+        if self.starts is not None:
+            return int(self.starts.size)
         return max(0, int(self.tokens.size) - self.context)
+
+    def offsets(self, windows: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Where each window starts in the token array."""
+        indices = np.asarray(windows, dtype=np.int64)
+        return indices if self.starts is None else self.starts[indices]
 
     @overload
     def __getitem__(self, start: int) -> Example: ...
@@ -123,19 +138,40 @@ class TokenWindows(Sequence[Example]):
             return [self[i] for i in range(*start.indices(len(self)))]
         if not -len(self) <= start < len(self):
             raise IndexError(f"window {start} outside 0..{len(self) - 1}")
-        start %= len(self)
+        start = int(self.offsets([start % len(self)])[0])
         ids = self.tokens[start : start + self.context + 1].astype(np.int64).tolist()
         return Example(tuple(ids), record=0, window=start)
 
-    def batch(self, starts: Sequence[int] | np.ndarray) -> Batch:
-        """The windows at ``starts``: inputs are tokens 0..T-1, targets 1..T, all valid."""
-        offsets = np.asarray(starts, dtype=np.int64)
-        windows = torch.from_numpy(self.tokens[offsets[:, None] + self._span].astype(np.int64))
-        return Batch(windows[:, :-1].contiguous(), windows[:, 1:].contiguous(), int(offsets.size) * self.context)
+    def batch(self, windows: Sequence[int] | np.ndarray) -> Batch:
+        """The ``windows``: inputs are tokens 0..T-1, targets 1..T (without a mask, all valid)."""
+        offsets = self.offsets(windows)
+        at = offsets[:, None] + self._span
+        ids = torch.from_numpy(self.tokens[at].astype(np.int64))
+        inputs = ids[:, :-1].contiguous()
+        if self.mask is None:
+            return Batch(inputs, ids[:, 1:].contiguous(), int(offsets.size) * self.context)
+        counted = torch.from_numpy(self.mask[at[:, 1:]].astype(bool))
+        targets = torch.where(counted, ids[:, 1:], NO_TARGET)  # a new tensor: the inputs keep every id
+        return Batch(inputs, targets, int(counted.sum()))
 
     def tiling(self) -> list[int]:
-        """Non-overlapping windows from the start: every covered target predicted once."""
-        return list(range(0, len(self), self.context))
+        """Non-overlapping windows from the start: every covered target predicted once
+        (with a mask, the windows among them that hold a counted target)."""
+        if self.starts is None:
+            return list(range(0, len(self), self.context))
+        tiles = np.arange(0, max(0, int(self.tokens.size) - self.context), self.context, dtype=np.int64)
+        found = np.searchsorted(self.starts, tiles)
+        held = found < self.starts.size
+        held[held] = self.starts[found[held]] == tiles[held]
+        return found[held].tolist()
+
+
+def counted_starts(mask: np.ndarray, context: int) -> np.ndarray:
+    """The start offsets of the full windows whose targets (tokens 1..context) hold one the mask counts."""
+    windows = max(0, int(mask.size) - context)
+    running = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
+    counted = running[context + 1 : context + 1 + windows] - running[1 : 1 + windows]
+    return np.flatnonzero(counted > 0)
 
 
 def check_stream(stream: TokenStream, context: int, source: str, has_validation: bool) -> None:
@@ -151,3 +187,10 @@ def check_stream(stream: TokenStream, context: int, source: str, has_validation:
             f"corpus {source}: the validation split has {stream.validation.size} tokens, fewer than one "
             f"evaluation window of {window} (context {context} + 1); lower corpus.val_every or the context"
         )
+    splits = [("training", stream.train, stream.train_mask)]
+    if has_validation:
+        splits.append(("validation", stream.validation, stream.validation_mask))
+    for split, tokens, mask in splits:  # an evaluation reads the tiling: it must count a target
+        if mask is not None and not TokenWindows(tokens, context, mask).tiling():
+            raise CorpusError(f"corpus {source}: the {split} split has no token of an assistant's turn that a "
+                              "window counts, so --train-on assistant has nothing to learn or evaluate there")

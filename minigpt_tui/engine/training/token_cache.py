@@ -1,8 +1,9 @@
 """Encoded token arrays kept between runs, one entry per (corpus, tokenizer) identity.
 
 An entry is a folder named after the two identities holding ``train.npy``,
-``validation.npy`` and ``entry.json`` (identities, source, sizes, the SHA-256 of every
-16 MiB block of each array file). It is written in a temporary folder and renamed into
+``validation.npy`` (with ``--train-on assistant`` also ``train_mask.npy`` and
+``validation_mask.npy``, the targets the loss counts) and ``entry.json`` (identities, source,
+sizes, the SHA-256 of every 16 MiB block of each array file). It is written in a temporary folder and renamed into
 place, so an interrupted write leaves no entry. A read checks every block's hash first, on
 parallel threads (hashlib releases the GIL), then maps the arrays from disk: a damaged entry
 is removed and rebuilt, never used. The default place is platformdirs' user cache dir; the
@@ -41,7 +42,8 @@ ENTRY_FORMAT = "minigpt-tui-token-cache-v2"
 KNOWN_FORMATS = ("minigpt-tui-token-cache-v1", ENTRY_FORMAT)  # v1 entries are rebuilt on use
 ENTRY_FILE = "entry.json"
 SPLIT_FILES = {"train": "train.npy", "validation": "validation.npy"}
-ENTRY_FILES = frozenset({ENTRY_FILE, *SPLIT_FILES.values()})
+MASK_FILES = {"train_mask": "train_mask.npy", "validation_mask": "validation_mask.npy"}
+ENTRY_FILES = frozenset({ENTRY_FILE, *SPLIT_FILES.values(), *MASK_FILES.values()})
 ENTRY_RECORD_LIMIT = 1 << 20  # an entry record is a few kilobytes even for a 100 GB corpus
 TAG_FILE = "CACHEDIR.TAG"
 TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -163,11 +165,20 @@ def _block_hashes(paths: list[Path]) -> dict[str, list[str]]:
     return found
 
 
-def _mapped(folder: Path, dtype: str) -> TokenStream:
-    arrays = {split: np.load(folder / name, mmap_mode="r", allow_pickle=False) for split, name in SPLIT_FILES.items()}
-    if any(a.ndim != 1 or a.dtype.name != dtype for a in arrays.values()):
+def _array_files(masked: bool) -> dict[str, str]:
+    """The array files of an entry by the stream's field: the splits, and their masks."""
+    return {**SPLIT_FILES, **(MASK_FILES if masked else {})}
+
+
+def _mapped(folder: Path, dtype: str, masked: bool = False) -> TokenStream:
+    arrays = {split: np.load(folder / name, mmap_mode="r", allow_pickle=False)
+              for split, name in _array_files(masked).items()}
+    if any(arrays[split].ndim != 1 or arrays[split].dtype.name != dtype for split in SPLIT_FILES):
         raise ValueError("array layout differs")
-    return TokenStream(arrays["train"], arrays["validation"])
+    if masked and any(arrays[f"{split}_mask"].shape != arrays[split].shape or arrays[f"{split}_mask"].dtype != np.uint8
+                      for split in SPLIT_FILES):
+        raise ValueError("a mask does not fit its tokens")
+    return TokenStream(**arrays)
 
 
 class TokenCache:
@@ -188,12 +199,13 @@ class TokenCache:
             record = read_entry_record(folder)
             if record.get("format") != ENTRY_FORMAT:
                 raise ValueError("an older entry format")
-            files = [folder / name for name in SPLIT_FILES.values()]
+            masked = record.get("masks", False) is True
+            files = [folder / name for name in _array_files(masked).values()]
             if not all(f.is_file() and not f.is_symlink() for f in files):
                 raise ValueError("an array file is missing")
             if _block_hashes(files) != record["sha256_blocks"]:
                 raise ValueError("an array file's hash differs")
-            return _mapped(folder, str(record["dtype"]))
+            return _mapped(folder, str(record["dtype"]), masked)
         except (OSError, ValueError, KeyError, TypeError, AttributeError, InputRefused):
             _remove_entry_folder(folder)  # damaged: rebuilt by the caller (only our files go)
             return None
@@ -211,9 +223,11 @@ class TokenCache:
             self.reclaim_partials()
             _remove_entry_folder(temporary)
             temporary.mkdir()
-            steps = len(SPLIT_FILES) + 1
-            _write_arrays(temporary, stream, progress, steps)
-            hashes = _block_hashes([temporary / name for name in SPLIT_FILES.values()])
+            masked = stream.train_mask is not None
+            files = _array_files(masked)
+            steps = len(files) + 1
+            _write_arrays(temporary, stream, files, progress)
+            hashes = _block_hashes([temporary / name for name in files.values()])
             record = {
                 "format": ENTRY_FORMAT,
                 "corpus_identity": corpus_identity,
@@ -222,6 +236,7 @@ class TokenCache:
                 "train_tokens": int(stream.train.size),
                 "validation_tokens": int(stream.validation.size),
                 "dtype": stream.train.dtype.name,
+                **({"masks": True} if masked else {}),
                 "hash_block": HASH_BLOCK,
                 "sha256_blocks": hashes,
                 "created": time.time(),
@@ -236,7 +251,7 @@ class TokenCache:
         finally:
             _remove_entry_folder(temporary)
         try:  # the hashes were just taken from these files: map them without reading them again
-            return _mapped(folder, stream.train.dtype.name)
+            return _mapped(folder, stream.train.dtype.name, masked)
         except (OSError, ValueError) as err:
             raise CacheError(f"the token cache entry {folder} could not be read back after writing: {err}") from None
 
@@ -381,14 +396,16 @@ def _plan_sources(plan: ClearingPlan, child: Path) -> None:
         plan.foreign.append(f"{child.name}/")
 
 
-def _write_arrays(folder: Path, stream: TokenStream, progress: Progress | None, steps: int) -> None:
-    """Each split's array as a ``.npy`` file in ``folder``, progress told before each."""
-    for done, (split, name) in enumerate(SPLIT_FILES.items()):
+def _write_arrays(folder: Path, stream: TokenStream, files: dict[str, str], progress: Progress | None) -> None:
+    """Each of the stream's ``files`` (field: file name) as a ``.npy`` file in ``folder``,
+    progress told before each."""
+    steps = len(files) + 1
+    for done, (split, name) in enumerate(files.items()):
         if progress is not None:
             progress(WRITING, done, steps)
         np.save(folder / name, np.ascontiguousarray(getattr(stream, split)), allow_pickle=False)
     if progress is not None:
-        progress(WRITING, len(SPLIT_FILES), steps)
+        progress(WRITING, len(files), steps)
 
 
 def _move_into_place(temporary: Path, folder: Path) -> None:

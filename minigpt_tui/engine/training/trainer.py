@@ -42,6 +42,7 @@ from minigpt_tui.engine.training.batches import (
     make_batch,
     make_examples,
 )
+from minigpt_tui.engine.training.chat_tokens import chat_stream, encode_plain
 from minigpt_tui.engine.training.corpus import Corpus
 from minigpt_tui.engine.training.distributed import (
     DataParallel,
@@ -211,7 +212,7 @@ class TrainingSetup:
         corpus: Corpus,
         tokenizer: ByteBPETokenizer | None = None,
         progress: Progress | None = None,
-    ) -> "TrainingSetup":
+    ) -> TrainingSetup:
         """Train the tokenizer (unless given); in stream mode also encode the corpus, so
         that every corpus problem is found before anything is written."""
         if tokenizer is None:
@@ -243,6 +244,9 @@ class TrainingSetup:
             corpus, tokenizer, context = self.corpus, self.tokenizer, self.config.window
 
             def build() -> TokenStream:
+                if corpus.chat:  # as the template renders each record, with the masks of --train-on assistant
+                    return chat_stream(corpus.train, corpus.validation, corpus.turns, tokenizer, corpus.source,
+                                       self.progress)
                 return TokenStream(
                     encode_records(corpus.train, tokenizer, progress=self.progress, label="encoding train"),
                     encode_records(corpus.validation, tokenizer, progress=self.progress, label="encoding validation"),
@@ -333,11 +337,14 @@ class Trainer:
         mode, else one example per record."""
         if self.stream_mode:
             stream = setup.token_stream()
-            self.train_examples: list[Example] | TokenWindows = TokenWindows(stream.train, context)
-            self.validation_examples: list[Example] | TokenWindows = TokenWindows(stream.validation, context)
+            self.train_examples: list[Example] | TokenWindows = TokenWindows(stream.train, context, stream.train_mask)
+            self.validation_examples: list[Example] | TokenWindows = TokenWindows(stream.validation, context,
+                                                                                  stream.validation_mask)
         else:
-            self.train_examples = make_examples(setup.corpus.train, self.tokenizer, context)
-            self.validation_examples = make_examples(setup.corpus.validation, self.tokenizer, context)
+            corpus = setup.corpus
+            encode = (lambda texts: [encode_plain(self.tokenizer, t) for t in texts]) if corpus.chat else None
+            self.train_examples = make_examples(corpus.train, self.tokenizer, context, encode)
+            self.validation_examples = make_examples(corpus.validation, self.tokenizer, context, encode)
 
     def _new_optimizer(self) -> AdamW:
         """AdamW over the model's parameters: weight decay on matrices only."""
