@@ -73,3 +73,38 @@ def test_sample_prompt_refusals_are_one_line(tmp_path, capsys):
         lines = err.strip().splitlines()
         assert code != 0 and len(lines) == 1 and message in lines[0], err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_samples_fed_through_the_cache_equal_whole_windows_past_the_context(tmp_path, capsys):
+    """A continuation feeds only new ids while the text fits the context, then whole windows:
+    the ids equal those of recomputing every window from the start (greedy and seeded)."""
+    import torch
+
+    from minigpt_tui.engine.analysis.generation import eligibility_mask, greedy_choice
+    from minigpt_tui.engine.session.watching import _continue
+
+    run = _train(capsys, "--preset", "tiny", "--run", "tiny")
+    portable = load_portable_model(Path(run["checkpoints"][-1]))
+    model, tokenizer = portable.model.eval(), portable.tokenizer
+    context = model.config.context
+    ids = tokenizer.encode_prompt("The key")
+    steps = context + 5  # past the context
+    eligible = eligibility_mask(tokenizer.vocab_size, bos_id=tokenizer.bos_id, eos_ids=())
+
+    def whole_windows(generator):
+        out = []
+        for _ in range(steps):
+            logits = model(torch.tensor([(ids + out)[-context:]])).logits[0, -1].to(torch.float64)
+            if generator is None:
+                out.append(greedy_choice(logits, eligible))
+            else:
+                probabilities = torch.softmax(logits.masked_fill(~eligible, float("-inf")), dim=-1)
+                out.append(int(torch.multinomial(probabilities, 1, generator=generator)))
+        return out
+
+    with torch.no_grad():
+        for seed in (None, 7):
+            mine = _continue(model, tokenizer, ids, steps, eligible,
+                             None if seed is None else torch.Generator().manual_seed(seed))
+            theirs = whole_windows(None if seed is None else torch.Generator().manual_seed(seed))
+            assert len(mine) == steps and mine == theirs

@@ -51,9 +51,16 @@ def _continue(model: Any, tokenizer: Any, ids: list[int], steps: int, eligible: 
     context = model.config.context
     eos = set(getattr(tokenizer, "eos_ids", ()) or ())
     out: list[int] = []
+    cache: list[Any] = []  # keys and values of the ids fed so far, while the whole text fits the context
+    fed = 0
     for _ in range(steps):
-        window = (ids + out)[-context:]
-        logits = model(torch.tensor([window], device=device)).logits[0, -1].to("cpu", torch.float64)
+        text = ids + out
+        if len(text) <= context:  # only the ids the cache does not hold yet
+            logits = model(torch.tensor([text[fed:]], device=device), cache=cache).logits
+            fed = len(text)
+        else:  # past the context: the last window, whole
+            logits = model(torch.tensor([text[-context:]], device=device)).logits
+        logits = logits[0, -1].to("cpu", torch.float64)
         if not bool(torch.isfinite(logits).all()):
             break  # a diverged model samples nothing
         if generator is None:
