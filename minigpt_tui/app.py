@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
@@ -30,6 +30,7 @@ from minigpt_tui.messages import EngineImported, OpenInGeneration, ResumeOnTrain
 from minigpt_tui.screens import MAIN_SCREENS, ScreenEntry
 from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
 from minigpt_tui.screens.help import HelpScreen
+from minigpt_tui.screens.typed_ahead import pass_to_field
 
 NOTIFICATION_LIMIT = 600  # characters of a notification shown, as an error line on the command line
 
@@ -148,6 +149,10 @@ class MiniGPTApp(App[None]):
             return
         self.action_show_screen("training")
         self.training_screen.resume_from_checkpoint(message.checkpoint)
+
+    def on_key(self, event: events.Key) -> None:
+        """A character typed right after the key that opened a dialog goes into its field."""
+        pass_to_field(self.screen, event)
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

@@ -16,15 +16,15 @@ FAMILY_SHAPES = {
 }
 
 
-def varied_model(family: str, seed: int = 3) -> MiniGPT:
-    """A float64 model whose norms and biases are not at their initial values and whose
-    logits span several units, so that a sum that misses a part shows."""
-    model = MiniGPT(FAMILY_SHAPES[family], BYTES_ONLY.vocab_size, torch.float64)
+def varied_model(family: str, seed: int = 3, dtype: torch.dtype = torch.float64) -> MiniGPT:
+    """A model (float64 unless ``dtype``) whose norms and biases are not at their initial
+    values and whose logits span several units, so that a sum that misses a part shows."""
+    model = MiniGPT(FAMILY_SHAPES[family], BYTES_ONLY.vocab_size, dtype)
     model.initialize(seed)
     generator = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            noise = torch.randn(param.shape, generator=generator, dtype=torch.float64)
+            noise = torch.randn(param.shape, generator=generator, dtype=torch.float64).to(dtype)
             if "norm" in name or name.endswith("bias"):
                 param.add_(0.5 * noise)
             else:

@@ -114,8 +114,10 @@ def _lens_table(lens: Sequence[Any], chosen: str) -> Table:
 def _contributions_table(step: int, parts: Any) -> Table:
     """One id's logit as its signed parts: the embedding, then each block's heads, attention
     bias (where it has one) and feed-forward, then the final norm's bias (where it has one)."""
-    table = Table(title=f"contributions · step {step} · {parts.id} {_shown(parts.piece)}",
-                  caption=f"logit {parts.logit:.9f} · sum of parts {parts.total:.9f}")
+    caption = f"logit {parts.logit:.9f} · sum of parts {parts.total:.9f}"
+    if parts.dtype != "float64" and parts.agrees:  # a float32 model's logit is rounded to float32
+        caption += f", equal to {parts.dtype} rounding"
+    table = Table(title=f"contributions · step {step} · {parts.id} {_shown(parts.piece)}", caption=caption)
     table.add_column("part")
     table.add_column("logit", justify="right")
     table.add_row("embedding", f"{parts.embedding:+.6f}")

@@ -7,6 +7,7 @@ the :class:`OperationQueue` the keys fill; after each operation it posts a
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,7 @@ from minigpt_tui.widgets.generation_output import GenerationOutput
 from minigpt_tui.widgets.head_role_grid import HeadRoleGrid
 from minigpt_tui.widgets.insight_panel import InsightPanel
 from minigpt_tui.widgets.key_bar import KeyBar
+from minigpt_tui.widgets.pieces import piece_tests, visible_piece
 from minigpt_tui.widgets.prefix_view import PrefixView
 
 if TYPE_CHECKING:
@@ -100,6 +102,7 @@ class GenerationScreen(DecisionViews):
         self._pending_model: str | None = None
         self._form_ready = False  # set in on_mount (is_mounted turns true only later)
         self.insight_kind: str | None = None  # the view shown in place of the candidates
+        self._busy = False  # the worker has operations to do
 
     @property
     def insight(self) -> InsightView | None:
@@ -135,12 +138,15 @@ class GenerationScreen(DecisionViews):
             spec, self._pending_model = self._pending_model, None
             self.load_model(spec)
         else:
-            # Nothing to step through yet: the form has the keyboard, enter loads the model.
-            self.query_one("#model", Input).focus()
+            # Nothing to step through yet; n loads the suggested model and decides. The
+            # keyboard stays out of the form, so a key typed next never edits the model field.
+            self.query_one(CandidateTable).focus()
             self._suggest_model()
 
     def on_screen_resume(self) -> None:
         self._show_title()
+        if self.focused is not None and self.query_one(GenerationForm) in self.focused.ancestors:
+            self.query_one(CandidateTable).focus()  # arriving from another screen: keys act, not type
 
     def _show_title(self) -> None:
         """The subtitle names the model shown, relative to the runs directory."""
@@ -226,17 +232,40 @@ class GenerationScreen(DecisionViews):
             self.notify("back to the prompt", timeout=2)
 
     def action_force(self) -> None:
+        """Ask for the id or piece to take at the selected decision instead of the rule's
+        choice (the highlighted candidate, offered as the choice), then force it on the worker."""
         decision = self.query_one(DecisionList).selected
-        candidate = self.query_one(CandidateTable).highlighted
-        if decision is None or candidate is None:
-            self.notify("take a decision first (n), then highlight a candidate to force", title="force",
+        if decision is None:
+            self.notify("take a decision first (n), then press f to force another id there", title="force",
                         severity="warning")
             return
-        if not candidate.eligible:
-            self.notify(f"id {candidate.id} ({candidate.piece}) is not eligible: it can never be chosen",
-                        title="force refused", severity="error")
+        candidate = self.query_one(CandidateTable).highlighted
+        step = decision.step
+
+        def chosen(text: str | None) -> None:
+            if text is not None:
+                self._force_typed(step, text)
+
+        # Enter on the empty field takes the highlighted candidate; anything typed replaces it.
+        highlighted = [(f"the highlighted candidate: id {candidate.id} {visible_piece(candidate.piece)}",
+                        str(candidate.id))] if candidate is not None else []
+        self.app.push_screen(PathPromptScreen(
+            f"Force decision {step}",
+            "Take instead of the rule's choice: a token id, or a piece as the candidates show it "
+            '(·the), or in double quotes as typed (" the"). Later decisions are undone.',
+            placeholder="an id like 1234, or a piece like ·the", choices=highlighted), chosen)
+
+    def _force_typed(self, step: int, typed: str) -> None:
+        """Force the id ``typed`` names (a number), else the piece it spells."""
+        if re.fullmatch(r"-?[0-9]+", typed):
+            self._enqueue(operations.force(step, int(typed)))
             return
-        self._enqueue(operations.force(decision.step, candidate.id))
+        tests = piece_tests(typed)
+        if tests is None:
+            self.notify(f"{typed} does not read as quoted text: quote a piece as in JSON "
+                        '(\\" for a quote, \\n for a newline)', title="force refused", severity="error")
+            return
+        self._enqueue(operations.force_piece(step, tests, typed))
 
     def action_save_trace(self) -> None:
         if self.view is None or not self.view.decisions:
@@ -288,7 +317,18 @@ class GenerationScreen(DecisionViews):
         self.post_message(QueueIdle())
 
     def _set_busy(self, busy: bool) -> None:
-        self.query_one("#decisions", DecisionList).border_subtitle = "working…" if busy else ""
+        self._busy = busy
+        self._show_decisions_subtitle()
+
+    def _show_decisions_subtitle(self) -> None:
+        """Under the decisions: working… while the worker has operations, else the second
+        model's name (the pB and KL columns are its)."""
+        second = self.view.second_label if self.view is not None else None
+        if self._busy or second is None or self.session is None:
+            subtitle = "working…" if self._busy else ""
+        else:
+            subtitle = f"B: {self.session.short_name(second)}"
+        self.query_one("#decisions", DecisionList).border_subtitle = subtitle
 
     @on(QueueIdle)
     def _queue_idle(self) -> None:
@@ -316,6 +356,7 @@ class GenerationScreen(DecisionViews):
         self.query_one(DecisionList).show_view(view, message.select)
         self.set_class(bool(view.second_opinions) or view.second_label is not None, "-contrast")
         self.query_one(PrefixView).show_view(view)
+        self._show_decisions_subtitle()
         self._show_title()
         self._show_selected()
         self._request_head_roles()  # a model loaded while the head view shows

@@ -18,11 +18,15 @@ Trains a run on a thread of its own; this screen shows what it does, live.
 | `v` | on a narrow terminal, switch between the loss table and the plot |
 | `p` | show the probes table in place of the loss table (and back); the highlighted probe's probability is drawn on the plot |
 | `h` | show the Watch panel in place of the loss table (and back): samples and head roles; the highlighted role's score is drawn on the plot |
+| `l` | the plot's y axis: linear or log |
+| `m` | the plot's smoothing of per-update curves: off, then a moving average keeping 0.6, 0.9 or 0.97 of the past |
+| `y` | the plotted series: loss, learning rate, gradient norm |
+| `+` / `-` | zoom the plot to the last N updates (fewer with `+`, more with `-`, back to all) |
 
 ## Run summary
 - **run**: the run's name (its folder in the runs directory), its preset, and its parameters: the number of learned scalars in how many tensors (the tied token table counts once).
 - **precision**: `exact` trains in float64 on one thread with deterministic algorithms, so a paused, saved and resumed run gives bit-for-bit the same records as one never stopped; `fast` uses float32 and several threads.
-- **corpus**: where the records come from, how many are in the training and validation splits, and the corpus identity (SHA-256 over every record's split and bytes).
+- **corpus**: where the records come from, how many are in the training and validation splits (for a stream corpus, how many tokens: `stream of N train / M val tokens`, the same for a run followed from another process), and the corpus identity (SHA-256 over every record's split and bytes).
 - **tokenizer**: the byte-level BPE tokenizer learned from the training split: merges, vocabulary size (2 specials + 256 bytes + merges) and its identity (SHA-256 of its definition).
 
 ## Progress
@@ -52,7 +56,9 @@ After every scheduled evaluation the run continues a few prompts (the probes', t
 Then each prompt with its **greedy** and **sampled** continuation at the latest evaluation. Neither changes the run.
 
 ## Plot
-Batch loss per update (blue, averaged into buckets when there are more points than columns), train loss (orange) and validation loss (green) per evaluation; an overlaid run's curves appear under its name. With the probes table shown, the highlighted probe's probability (red) is drawn against the right axis, 0 to 1; with the Watch panel shown, the highlighted role's top score.
+Batch loss per update (blue `⠤`, averaged into buckets when there are more points than columns), train loss (orange `•`) and validation loss (green `+`) per evaluation; an overlaid run's curves are named once, under its name (`·` batch, `o` train, `x` val). The legend above the plot names each mark. With the probes table shown, the highlighted probe's probability (red `*`) is drawn against the right axis, 0 to 1; with the Watch panel shown, the highlighted role's top score.
+
+The title says what the plot shows: the series (`y`: loss, learning rate, gradient norm), `log` for a log y axis (`l`), `EMA` and its weight when per-update curves are smoothed (`m`: an exponential moving average, corrected at its start; evaluations are never smoothed), and `last N updates` when zoomed (`+` / `-`). The y axis is marked at round values the same number of rows apart (on a log axis, at round values where they fall).
 
 ## Events
 Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, the number of matching probes when it changes, the first prompt's greedy sample at each evaluation, the strongest induction head when it changes, refused actions with their reason, finished or stopped with the final state digest, and failures.
@@ -82,6 +88,7 @@ the statistics of one tensor, on a worker thread.
 | `m` | compare with another checkpoint (a path or `RUN:STEP`): changed tensors and differing state records |
 | `e` | in the runs tree: rename the run under the cursor |
 | `d` | in the runs tree: delete the run under the cursor (asks first) |
+| `w` | in the runs tree: write the run's metrics as TensorBoard event files in its folder's `tensorboard/` (needs the tensorboard extra); view them with `tensorboard --logdir` that folder |
 | `f5` | read the runs directory again |
 
 ## Runs tree
@@ -158,7 +165,7 @@ chosen id.
 | `r` | run: decide until a stop (EOS, the budget, or the context is full) |
 | `backspace` | step back one decision (the sampling generator is restored, so `n` redoes it exactly) |
 | `ctrl+r` | reset to the prompt (apply changed settings) |
-| `f` | force the highlighted candidate instead of the rule's choice at the selected decision; later decisions are undone and you continue from there |
+| `f` | force another id at the selected decision instead of the rule's choice: enter on its empty field takes the highlighted candidate; type any id, or a piece as the screen shows it (`·the`) or in double quotes (`" the"`); later decisions are undone and you continue from there |
 | `w` | save the trace (JSON: model, rule, prompt ids, every decision with logits and probabilities, output) |
 | `v` | on a small terminal, switch between the candidates and the attention view |
 | `l` | logit lens of the selected decision, in place of the candidates (again: back) |
@@ -183,9 +190,10 @@ Spaces show as ·, newlines as ↵. The count is prefix length against the model
 
 ## Decisions
 One row per decision: its number (with `*` when you forced it), the chosen piece (reversed when forced) and its
-selection probability **p** (small ones as 4e-3). The highlighted row is the decision shown on the right; move it to look back.
+selection probability **p** (under 0.005 as 4e-3). The highlighted row is the decision shown on the right; move it to look back.
 With a second model (`m`): **pB**, the chosen id's probability under the second model reading the same prefix (bold when
-the two models' top choices differ), and **KL**, KL(A||B) of the two distributions in nats (0: they agree exactly).
+the two models' top choices differ), and **KL**, KL(A||B) of the two distributions in nats (0: they agree exactly);
+the second model's name is under the list (**B:**).
 
 ## Inside a decision
 Computed on the worker from one extra forward pass over the decision's prefix.
@@ -194,7 +202,8 @@ Computed on the worker from one extra forward pass over the decision's prefix.
   its rank by layer (a full cell is rank 1). The last row is exactly the model's own distribution.
 - **Parts** (`x`): the chosen logit split into the embedding, each head, each block's feed-forward part and (gpt2)
   the attention output and final norm biases, as signed bars on the scale of the largest part. The final norm's scale is
-  taken at the final residual, so the parts add up to the logit.
+  taken at the final residual, so the parts (summed in float64) add up to the logit; for a float32 model, whose own
+  logit is rounded to float32, the line says when the two agree to that rounding.
 - **Head** (`h`): the whole attention pattern of one head, a row per query position and a column per key position;
   a cell's height is its weight relative to the row's largest, bold from 0.5, dim under 0.1. It scrolls.
 
@@ -205,7 +214,8 @@ the uniform **draw** in [0, 1) under sampling.
 
 ## Candidates
 The top ids of the selected decision by logit, plus the chosen id and the rule's pick if they rank lower,
-and the ineligible ids (BOS, which is never chosen) wherever they rank:
+and the ineligible ids (BOS, which is never chosen) wherever they rank. Probabilities from 0.005 up have four
+decimals (0.4778); under 0.005 an exponent (4.2e-3); exactly zero is 0.
 - **rank**: 1-based by logit, ties by smaller id.
 - **logit**: the model's score for the last position.
 - **raw p**: softmax of all logits (the model's own distribution), with a bar scaled to the most probable candidate (it shows even when every probability is small).

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
@@ -19,8 +20,12 @@ class OverlayScreen(ModalScreen[Path | None]):
     """Dismisses with a run directory or metrics file, :attr:`REMOVE`, or None."""
 
     REMOVE = Path("\0remove-overlay")
-    BINDINGS = [Binding("escape", "cancel", "Cancel"),
-                Binding("down,up", "to_choices", "Choices", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel"),
+                                             Binding("down,up", "to_choices", "Choices", show=False)]
+    # Focused as the dialog is composed, before any key typed ahead is handled (a focus set
+    # in on_mount came after it: the first characters typed went to the list). Down (or up)
+    # moves to the runs; enter on an empty field takes the highlighted one.
+    AUTO_FOCUS = "#overlay-path"
 
     def __init__(self, runs_dir: Path, current_run: Path | None, has_overlay: bool) -> None:
         super().__init__()
@@ -42,9 +47,6 @@ class OverlayScreen(ModalScreen[Path | None]):
                 yield Label(f"No other runs with metrics in {self.runs_dir}", classes="dim")
             yield OptionList(*options, id="overlay-runs")
             yield Input(placeholder="or a run's name, a run folder or a metrics.jsonl path", id="overlay-path")
-
-    def on_mount(self) -> None:
-        self.query_one(Input).focus()  # down (or up) moves to the runs; enter on an empty field takes the highlighted one
 
     def action_to_choices(self) -> None:
         options = self.query_one(OptionList)

@@ -59,19 +59,20 @@ class ActiveRun:
     # Saves the user asked for with `s` whose outcome is still to come: their refusal is
     # notified; automatic saves (interval, best, pause, stop) are refused only in the log.
     requested_saves: int = 0
+    saved_step: int | None = None  # the update of the newest checkpoint (a resumed run's: the one it left)
     refusals_logged: set[str] = field(default_factory=set)
     probe_matches: int | None = None  # the event log notes when the number of matching probes changes
     induction_shown: tuple[int, int, int] | None = None  # the strongest induction head last noted
     sample_shown: str | None = None  # the first prompt's greedy continuation last noted
 
     @classmethod
-    def training(cls, plan: RunPlan, config: Any, post: Callable[[Message], Any]) -> "ActiveRun":
+    def training(cls, plan: RunPlan, config: Any, post: Callable[[Message], Any]) -> ActiveRun:
         """A run this process trains (a new one or a resumed one, as ``plan`` says)."""
         feed = RunFeed(post)
         return cls(TrainingSession(plan, feed), feed, config, steps=config.train.steps)
 
     @classmethod
-    def following(cls, run_dir: Path, config: Any, post: Callable[[Message], Any], interval: float) -> "ActiveRun":
+    def following(cls, run_dir: Path, config: Any, post: Callable[[Message], Any], interval: float) -> ActiveRun:
         """A run another process writes, read every ``interval`` seconds; commands go through
         its control file."""
         feed = RunFeed(post)
@@ -122,15 +123,14 @@ class RunWidgets:
 
     @classmethod
     def build(cls, *, clock: Callable[[], float], wall_clock: Callable[[], float], table_refreshes_per_second: float,
-              plot_redraws_per_second: float) -> "RunWidgets":
+              plot_redraws_per_second: float) -> RunWidgets:
         """The widgets, with the ids and border titles the Training screen's styles know them by."""
         summary, progress = RunSummaryView(id="summary"), RunProgress(clock=clock, id="progress")
         table = LossTable(clock=clock, max_refreshes_per_second=table_refreshes_per_second, id="loss-table")
         table.border_title = "Losses"
         probes = ProbesTable(id="probes-table")
         probes.border_title = "Probes"
-        plot = LossPlot(clock=clock, max_redraws_per_second=plot_redraws_per_second, id="loss-plot")
-        plot.border_title = "Loss"
+        plot = LossPlot(clock=clock, max_redraws_per_second=plot_redraws_per_second, id="loss-plot")  # titled by its mode
         log = EventLog(wall_clock=wall_clock, id="events")
         log.border_title = "Events"
         return cls(summary, progress, table, probes, plot, log, WatchPanel(id="watch-panel"))
@@ -210,10 +210,10 @@ class RunMonitor:
         records = sorted([(u, None) for u in history.updates] + [(e, history.best_step) for e in history.evaluations],
                          key=lambda item: (item[0].step, hasattr(item[0], "train_loss")))
         self.widgets.table.prepend_records(records)
+        updates, evaluations = history.updates, history.evaluations
         self.widgets.plot.prepend_history(
-            [(u.step, u.loss) for u in history.updates if u.loss is not None],
-            [(e.step, e.train_loss) for e in history.evaluations if e.train_loss is not None],
-            [(e.step, e.validation_loss) for e in history.evaluations if e.validation_loss is not None])
+            _points(updates, "loss"), _points(evaluations, "train_loss"), _points(evaluations, "validation_loss"),
+            lr=_points(updates, "lr"), grad_norm=_points(updates, "grad_norm"))
         self.widgets.probes.prepend_history(history.probes)
         self.widgets.log.record(
             "resumed", f"history: {len(history.updates)} updates, {len(history.evaluations)} evaluations before")
@@ -256,7 +256,7 @@ class RunMonitor:
     def _on_update_done(self, run: ActiveRun, event: engine.UpdateDone, applied: AppliedEvents) -> None:
         record = event.record
         applied.rows.append((record, None))
-        self.widgets.plot.add_update(record.step, record.loss)
+        self.widgets.plot.add_update(record.step, record.loss, record.lr, record.grad_norm)
         run.step = record.step
 
     def _on_evaluation_done(self, run: ActiveRun, event: engine.EvaluationDone, applied: AppliedEvents) -> None:
@@ -298,6 +298,8 @@ class RunMonitor:
     def _on_run_summary(self, run: ActiveRun, event: RunSummary, applied: AppliedEvents) -> None:
         run.summary = event
         run.step = event.start_step
+        if event.resumed_from is not None:
+            run.saved_step = event.start_step
         self.widgets.summary.show_run(event)
         if event.resumed_from is not None and event.run_dir is not None:
             self._load_history(run.feed, event.run_dir, event.start_step)
@@ -324,6 +326,7 @@ class RunMonitor:
     def _on_saved(self, run: ActiveRun, event: engine.Saved, applied: AppliedEvents) -> None:
         if event.reason == engine.SaveReason.MANUAL and run.requested_saves:
             run.requested_saves -= 1
+        run.saved_step = event.step
         self.widgets.log.record("saved", f"update {event.step} ({event.reason}): {self.run_path(run, event.path)}")
 
     def _on_threads_changed(self, run: ActiveRun, event: engine.ThreadsChanged, applied: AppliedEvents) -> None:
@@ -364,6 +367,11 @@ class RunMonitor:
         self.widgets.progress.end_preparing()
         self.widgets.progress.run_clock.pause()
         self.show_failure(event.message)
+
+
+def _points(records: Any, field: str) -> list[tuple[int, float]]:
+    """(step, value) of the records whose ``field`` holds a value."""
+    return [(r.step, value) for r in records if (value := getattr(r, field)) is not None]
 
 
 def _validation_text(value: float | None) -> str:

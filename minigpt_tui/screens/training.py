@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import events, on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import Header
 from textual.worker import Worker, WorkerState
@@ -43,6 +43,12 @@ from minigpt_tui.screens.run_monitor import (
     RunWidgets,
 )
 from minigpt_tui.screens.side_panels import SidePanels
+from minigpt_tui.screens.training_plot import (
+    PLOT_BINDINGS,
+    PLOT_KEYS_HINT,
+    PLOT_PALETTE_COMMANDS,
+    PlotControls,
+)
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.throttle import Throttle
 
@@ -52,11 +58,11 @@ if TYPE_CHECKING:
 IDLE_RUN_KEYS = {"s": "save", "e": "evaluate", "x": "stop"}  # dimmed while no run is active; pressed, they say why
 
 
-class TrainingScreen(SidePanels, RunFilesScreen):
+class TrainingScreen(SidePanels, PlotControls, RunFilesScreen):
     HELP = TRAINING_HELP
     HELP_TITLE = "Training"
     WIDE_FROM = 120
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_FROM, "-wide")]
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (WIDE_FROM, "-wide")]
     # How often a running run's events reach the screen. Every refresh takes the GIL from
     # training for a moment; measured in tmux on mini (benchmarks/bench_app.py), 10 / 4 / 1
     # cost about 15% of the training speed, 5 / 2 / 0.5 about 5%. A pause or the end of
@@ -65,7 +71,7 @@ class TrainingScreen(SidePanels, RunFilesScreen):
     TABLE_REFRESHES_PER_SECOND = 2.0
     PLOT_REDRAWS_PER_SECOND = 0.5
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "start", "Start"),
         Binding("space", "pause", "Pause"),
         Binding("space", "resume", "Resume"),
@@ -78,12 +84,14 @@ class TrainingScreen(SidePanels, RunFilesScreen):
         Binding("v", "toggle_view", "Table/Plot", show=False),
         Binding("p", "toggle_probes", "Probes", show=False),
         Binding("h", "toggle_watch", "Watch", show=False),
+        *PLOT_BINDINGS,
     ]
     PALETTE_COMMANDS = (
         ("New run", "Configure and start a new training run (n)", "new_run"),
         ("Watch", "Samples and head roles at the latest evaluation; a role's score on the plot (h)", "toggle_watch"),
         ("Overlay a run", "Overlay another run's loss curves on the plot (o)", "overlay"),
         ("Export metrics to CSV", "Write this run's metrics.csv (w)", "export_csv"),
+        *PLOT_PALETTE_COMMANDS,
     )
 
     def __init__(self) -> None:
@@ -92,7 +100,7 @@ class TrainingScreen(SidePanels, RunFilesScreen):
         self._exit_after_run = False
 
     @property
-    def mini_app(self) -> "MiniGPTApp":
+    def mini_app(self) -> MiniGPTApp:
         return self.app  # type: ignore[return-value]
 
     # -- layout --------------------------------------------------------------------------
@@ -161,8 +169,11 @@ class TrainingScreen(SidePanels, RunFilesScreen):
         if not self._require_active("save"):
             return
         assert self.run is not None
-        self.run.requested_saves += 1  # a refusal of this save is notified, not only logged
         paused = self.run.state == "paused"  # a paused run is at a boundary already: at once
+        if paused and self.run.saved_step == self.run.step:  # the pause saved it, or `s` did
+            self.notify(f"update {self.run.step} is already saved", title="save", timeout=3, markup=False)
+            return
+        self.run.requested_saves += 1  # a refusal of this save is notified, not only logged
         self._command(Command.SAVE, "saving now" if paused else "saving at the next update boundary")
 
     def action_evaluate(self) -> None:
@@ -243,7 +254,7 @@ class TrainingScreen(SidePanels, RunFilesScreen):
         narrow = (width if width is not None else self.size.width) < self.WIDE_FROM
         showing_plot = self.has_class("-show-plot")
         self.widgets.table.border_subtitle = "v: plot" if narrow and not showing_plot else ""
-        self.widgets.plot.border_subtitle = "v: table" if narrow and showing_plot else ""
+        self.widgets.plot.border_subtitle = f"v: table · {PLOT_KEYS_HINT}" if narrow and showing_plot else PLOT_KEYS_HINT
 
     def _require_active(self, action: str) -> bool:
         if self.run is None or not self.run.active:

@@ -17,6 +17,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from minigpt_tui.engine.session.generation import CandidateView, DecisionView
+from minigpt_tui.widgets.numbers import table_probability
 from minigpt_tui.widgets.pieces import bar, fitted_piece
 
 BAR_WIDTH = 8  # the widest bar
@@ -24,7 +25,7 @@ MIN_BAR_WIDTH = 3
 PIECE_WIDTH = 10  # the widest piece cell
 MIN_PIECE_WIDTH = 6
 # Cells the other columns take, padding included: rank ▶ and 3 digits, a 3-digit id, a logit
-# like -12.345, two probabilities like 0.4778 or 5.6e-5, and the elig mark under its label.
+# like -12.345, two probabilities like 0.4778 or 4.2e-3, and the elig mark under its label.
 CELL_PADDING = 2
 OTHER_COLUMNS_WIDTH = (4 + 3 + 7 + 6 + 6 + 4) + CELL_PADDING * 6
 COLUMNS = (("rank", "rank"), ("id", "id"), ("piece", "piece"), ("logit", "logit"), ("raw p", "raw"),
@@ -32,11 +33,8 @@ COLUMNS = (("rank", "rank"), ("id", "id"), ("piece", "piece"), ("logit", "logit"
 
 
 def probability(value: float) -> Text:
-    """0.4778 for a probability from 1e-4, else 5.6e-5 (no zero padding in the exponent)."""
-    if value >= 1e-4 or value == 0:
-        return Text(f"{value:.4f}", justify="right")
-    mantissa, exponent = f"{value:.1e}".split("e")
-    return Text(f"{mantissa}e{int(exponent)}", justify="right")
+    """0.4778 from 0.005 up, else 4.2e-3; 0 for zero (the rule in :mod:`numbers`)."""
+    return Text(table_probability(value), justify="right")
 
 
 @dataclass(frozen=True)

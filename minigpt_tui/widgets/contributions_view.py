@@ -49,6 +49,17 @@ def signed_bar(value: float, largest: float, half: int) -> Text:
     return out
 
 
+def sum_line(parts: Any) -> str:
+    """The parts' sum beside the logit; where the two differ in the digits shown, whether the
+    model's own precision explains it (a float32 model's logit is rounded to float32)."""
+    total = f"{parts.total:+.6f}"
+    if total == f"{parts.logit:+.6f}":
+        return f"parts add up to {total}"
+    if parts.agrees:
+        return f"parts add up to {total}, equal to the logit to {parts.dtype} rounding"
+    return f"parts add up to {total}, {abs(parts.total - parts.logit):.1e} from the logit"
+
+
 def contributions_text(all_parts: Sequence[Any], half: int = HALF_WIDTH) -> Text:
     out = Text(no_wrap=True)
     for index, parts in enumerate(all_parts):
@@ -58,7 +69,7 @@ def contributions_text(all_parts: Sequence[Any], half: int = HALF_WIDTH) -> Text
         largest = max((abs(value) for _, value in rows), default=0.0)
         out.append("logit of ", style="dim")
         out.append_text(fitted_piece(parts.piece, 12, style="bold reverse"))
-        out.append(f" {parts.id}: {parts.logit:+.6f}\nparts add up to {parts.total:+.6f}\n", style="dim")
+        out.append(f" {parts.id}: {parts.logit:+.6f}\n{sum_line(parts)}\n", style="dim")
         for label, value in rows:
             out.append(f"{label:<13}{value:+9.4f} ")
             out.append_text(signed_bar(value, largest, half))

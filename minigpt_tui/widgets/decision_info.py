@@ -14,7 +14,7 @@ from minigpt_tui.engine.session.generation import DecisionView
 from minigpt_tui.widgets.candidate_table import probability
 from minigpt_tui.widgets.pieces import piece_text
 
-NO_MODEL_HINT = "Load a model (enter in the model field), then press n to take a decision."
+NO_MODEL_HINT = "Press n to load the model named above and take a decision; tab moves to the form."
 NO_DECISION_HINT = "Press n to take the first decision, r to run to the end."
 
 

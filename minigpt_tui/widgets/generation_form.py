@@ -31,10 +31,10 @@ class GenerationForm(Vertical):
     def compose(self) -> ComposeResult:
         with Horizontal(classes="form-row"):
             yield Label("model")
+            # Tabbing in keeps the model and the prompt: what is typed next is added at the end.
             yield Input(placeholder="checkpoint, model.safetensors or RUN:latest / RUN:best",
-                        compact=True, id="model")
+                        compact=True, select_on_focus=False, id="model")
             yield Label("prompt")
-            # Tabbing in keeps the prompt: what is typed next is added at its end.
             yield Input(placeholder="text the model continues", compact=True, select_on_focus=False, id="prompt")
         with Horizontal(classes="form-row"):
             yield Label("rule")

@@ -18,6 +18,8 @@ from minigpt_tui.widgets.head_pattern_view import HeadPatternView
 from minigpt_tui.widgets.head_role_grid import HeadRoleGrid
 from minigpt_tui.widgets.lens_view import LensView
 
+WORKING = "working…"
+
 
 class InsightPanel(ContentSwitcher):
     DEFAULT_CSS = """
@@ -51,7 +53,7 @@ class InsightPanel(ContentSwitcher):
         if key == self._asked:
             return False
         self._asked = key
-        self.border_subtitle = "working…"
+        self.border_subtitle = WORKING
         return True
 
     def compose(self) -> Any:
@@ -65,6 +67,7 @@ class InsightPanel(ContentSwitcher):
 
     def show_kind(self, kind: str) -> None:
         self.current = f"insight-{kind}"
+        self._show_title()
 
     def show_insight(self, view: InsightView | None) -> None:
         """Fill every view from ``view`` (None: back to the hints)."""
@@ -80,10 +83,23 @@ class InsightPanel(ContentSwitcher):
         parts.show_contributions(view.contributions or None)
         pattern.show_pattern(view.pattern.layer, view.pattern.head, view.pattern.pieces, view.pattern.weights)
 
-
     def show_inspected(self, view: InsightView) -> None:
-        """Fill every view from ``view`` and name the decision, block and head in the border."""
+        """Fill every view from ``view`` and name the decision (and, for the head view, the
+        block and head) in the border."""
         self.inspected = view
         self.show_insight(view)
-        self.border_subtitle = "l lens · x parts · h head · [ ] block · { } head"
-        self.border_title = f"Inside decision {view.step} · block {view.pattern.layer} head {view.pattern.head}"
+        self.border_subtitle = ""  # the result is in: the keys again, not "working…"
+        self._show_title()
+
+    def _show_title(self) -> None:
+        """The border names what the view shown reads: the lens and the parts a decision, the
+        head view also its block and head (and the keys that change them)."""
+        view = self.inspected
+        if view is None:
+            self.border_title = "Inside"
+            return
+        pattern = self.kind == "pattern"
+        self.border_title = f"Inside decision {view.step}" + (
+            f" · block {view.pattern.layer} head {view.pattern.head}" if pattern else "")
+        if self.border_subtitle != WORKING:
+            self.border_subtitle = "l lens · x parts · h head" + (" · [ ] block · { } head" if pattern else "")

@@ -3,6 +3,9 @@ that shows pieces (prefix, candidates, merges, the tokenizer's try-it field)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+
 from rich.markup import escape
 from rich.text import Text
 
@@ -26,6 +29,19 @@ def visible_piece(text: str) -> str:
     if text in SPECIAL_PIECES:
         return text
     return escape_controls("".join(WHITESPACE_MARKS.get(ch, ch) for ch in text))
+
+
+def piece_tests(typed: str) -> tuple[Callable[[str], bool], ...] | None:
+    """How a typed piece is looked up, in order: in double quotes, the piece exactly as JSON
+    text reads (``" the"``, ``"12"``); else the piece as the screens draw it (``·the``), then
+    as typed. None for quotes that do not read as JSON text."""
+    if len(typed) >= 2 and typed.startswith('"') and typed.endswith('"'):
+        try:
+            exact = json.loads(typed)
+        except ValueError:
+            return None
+        return (lambda piece: piece == exact,) if isinstance(exact, str) else None
+    return (lambda piece: visible_piece(piece) == typed, lambda piece: piece == typed)
 
 
 def piece_text(text: str, *, style: str = "") -> Text:

@@ -10,6 +10,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Tree
 
+from minigpt_tui.engine.core.config import settings_in_use
 from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.formats.state_groups import (
     InspectionState,
@@ -96,7 +97,10 @@ class StateView(Tree[None]):
             if meaning:
                 label.append(f" — {meaning}", style="dim")
             node = self.root.add(label, expand=True)
-            self._add_records(node, group.records)
+            records = group.records
+            if group.group == StateGroup.MODEL_CONFIG and isinstance(records, Mapping):
+                records = settings_in_use(records)  # a setting the model's parts never read is not listed
+            self._add_records(node, records)
 
     def _add_records(self, node: Any, records: Any) -> None:
         if not isinstance(records, Mapping):

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input, Select
+from textual.widgets import Input, OptionList, Select
 
 from minigpt_tui.engine.training.model_file import load_portable_model
 from minigpt_tui.engine.core.errors import GenerationError
@@ -127,7 +127,10 @@ async def test_force_takes_the_highlighted_candidate_and_continues_from_there(ru
         target = table.decision.candidates[2]
         table.focus()
         table.move_cursor(row=2)
-        await keys(pilot, "f")
+        await keys(pilot, "f")  # enter on the empty field takes the highlighted candidate
+        assert isinstance(app.screen, PathPromptScreen) and app.screen.query_one(Input).value == ""
+        assert f"id {target.id}" in str(app.screen.query_one(OptionList).get_option_at_index(0).prompt)
+        await keys(pilot, "enter")
         view = screen.view
         assert len(view.decisions) == 2  # decisions after the forced one were undone
         forced = view.decisions[1]
@@ -407,7 +410,7 @@ async def test_invalid_values_and_models_are_notified_and_change_nothing(runs):
         bos_row = next(i for i, c in enumerate(table.decision.candidates) if c.id == BOS)
         table.move_cursor(row=bos_row)
         seen.clear()
-        await keys(pilot, "f")
+        await keys(pilot, "f", "enter")
         assert any("not eligible" in m for m, s in seen if s == "error")
         assert chosen_ids(screen) == good
     assert tree_snapshot(runs.parent) == before

@@ -60,6 +60,26 @@ def test_contributions_view_draws_a_signed_bar_per_part(insight):
     assert signed_bar(-1.0, 1.0, 4).plain == "████│    " and signed_bar(0.5, 1.0, 4).plain == "    │██  "
 
 
+def test_a_float32_models_parts_say_they_equal_its_logit_to_float32_rounding():
+    import dataclasses
+
+    import torch
+
+    model = varied_model("gpt2", dtype=torch.float32)
+    ids = BYTES_ONLY.encode_prompt("Heat map")
+    every = list(range(BYTES_ONLY.vocab_size))
+    parts = inspect_decision(model, BYTES_ONLY, ids, 0, contributions=True, candidate_ids=every).contributions
+    differing = next(c for c in parts if f"{c.total:+.6f}" != f"{c.logit:+.6f}")
+    text = contributions_text([differing], half=10).plain
+    assert f"{differing.logit:+.6f}" in text
+    assert f"parts add up to {differing.total:+.6f}, equal to the logit to float32 rounding" in text
+    same = next(c for c in parts if f"{c.total:+.6f}" == f"{c.logit:+.6f}")
+    assert f"parts add up to {same.total:+.6f}\n" in contributions_text([same], half=10).plain
+    # A sum that is off by more than rounding says by how much, never that it agrees.
+    wrong = dataclasses.replace(differing, total=differing.total + 0.25)
+    assert f"parts add up to {wrong.total:+.6f}, 2.5e-01 from the logit" in contributions_text([wrong], half=10).plain
+
+
 def test_head_pattern_view_has_a_row_per_query_and_nothing_past_the_diagonal(insight):
     pattern = insight.pattern
     pieces = [piece for _, piece in pattern.tokens]

@@ -23,6 +23,7 @@ from minigpt_tui.screens.help import HelpScreen
 from minigpt_tui.screens.new_run import NewRunScreen
 from minigpt_tui.screens.overlay import OverlayScreen
 from minigpt_tui.screens.training import TrainingScreen
+from minigpt_tui.screens.training_plot import PLOT_KEYS_HINT
 from minigpt_tui.widgets.loss_plot import LossPlot, bucket_means, whole_ticks
 from minigpt_tui.widgets.loss_table import BEST_MARK, EXTRA_MARK, LossTable
 from tests.app_support import run_async
@@ -63,7 +64,7 @@ async def test_pause_and_resume_give_the_records_of_a_run_never_paused(tmp_path)
 
 
 @run_async
-async def test_evaluate_now_is_extra_save_now_saves_and_stop_ends_at_an_update(tmp_path):
+async def test_evaluate_now_is_extra_save_now_says_the_paused_update_is_saved_and_stop_ends_at_an_update(tmp_path):
     overrides = {"train": {"steps": 400, "eval_every": 50, "save_every": 0}}
     app = make_app(tmp_path / "runs", overrides)
     async with app.run_test(size=SIZE) as pilot:
@@ -76,8 +77,10 @@ async def test_evaluate_now_is_extra_save_now_saves_and_stop_ends_at_an_update(t
         extra = [row for row in table.rows if row.mark == EXTRA_MARK]
         assert extra[0].cells[0] == f"eval {step}"
         assert [row.cells[0] for row in table.rows if row.mark == BEST_MARK] == best_before
-        await key(pilot, "s")
-        await wait_until(pilot, lambda: any("(manual)" in m for k, m in screen.query_one("#events").entries))
+        seen = record_notifications(app)
+        await key(pilot, "s")  # the pause saved this update: saying so, nothing saved again
+        await wait_until(pilot, lambda: (f"update {step} is already saved", "information") in seen)
+        assert not any("(manual)" in m for k, m in screen.query_one("#events").entries)
         assert (screen.run.run_dir / "checkpoints" / f"step-{step:06d}" / "manifest.json").is_file()
         await key(pilot, "x")
         await wait_until(pilot, lambda: screen.run.state == "stopped")
@@ -398,9 +401,9 @@ async def test_keys_switch_screens_and_the_palette_lists_each_screen(tmp_path):
         await pilot.press("g")
         await pilot.pause()
         assert type(app.screen).__name__ == "GenerationScreen"
-        # Nothing loaded: the model field has the keyboard; escape leaves it for the screen's keys.
-        assert app.screen.focused is app.screen.query_one("#model")
-        await pilot.press("escape", "t")
+        # Arriving, the keyboard is on the screen's keys, never in the model field.
+        assert app.screen.focused is not app.screen.query_one("#model")
+        await pilot.press("t")
         await pilot.pause()
         assert isinstance(app.screen, TrainingScreen)
         titles = [command.title for command in app.get_system_commands(app.screen)]
@@ -442,10 +445,10 @@ async def test_clicking_a_key_in_the_key_bar_presses_it_and_v_switches_table_and
         assert table.display and not plot.display and table.border_subtitle == "v: plot"
         await pilot.press("v")
         await pilot.pause()
-        assert plot.display and not table.display and plot.border_subtitle == "v: table"
+        assert plot.display and not table.display and plot.border_subtitle == f"v: table · {PLOT_KEYS_HINT}"
         await pilot.resize_terminal(130, 40)
         await pilot.pause()
-        assert plot.display and table.display and not table.border_subtitle and not plot.border_subtitle
+        assert plot.display and table.display and not table.border_subtitle and plot.border_subtitle == PLOT_KEYS_HINT
 
 
 # -- overlay and export -------------------------------------------------------------------------

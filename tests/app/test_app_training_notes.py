@@ -1,6 +1,8 @@
 """What the Training screen says and where the keyboard goes: a paused run is at an update
-boundary already, so a save or a stop happens at once and the note says so; a resumed run
-says so within 80 columns; a refused value in the new-run form takes the keyboard to its field."""
+boundary already, so a save or a stop happens at once and the note says so, and a save of
+an update already saved says so instead of saving it again; a resumed run says so within 80
+columns; a stream run's header counts tokens, attached or not; a refused value in the
+new-run form takes the keyboard to its field."""
 
 from __future__ import annotations
 
@@ -13,22 +15,76 @@ from tests.training_support import SIZE, UNSAVED_RUN, key, make_app, start_then_
 
 
 @run_async
-async def test_save_and_stop_on_a_paused_run_say_now(tmp_path):
+async def test_save_right_after_a_pause_says_the_update_is_saved_and_a_stop_is_at_once(tmp_path):
+    """A paused run is at an update boundary and its pause saved that update: `s` says so
+    and saves nothing (it saved the same update again), `x` stops at once."""
     app = make_app(tmp_path / "runs", UNSAVED_RUN)
     async with app.run_test(size=SIZE) as pilot:
         seen = record_notifications(app)
         screen = training(app)
-        paused_at = await start_then_pause(pilot, screen, after=3)
-        before = len(seen)
+        paused_at = await start_then_pause(pilot, screen, after=3)  # the pause saves the update
+
+        def saves() -> list[str]:
+            return [text for kind, text in screen.query_one("#events").entries if kind == "saved"]
+
+        await wait_until(pilot, lambda: len(saves()) == 1)
+        assert "(pause)" in saves()[0]
         await key(pilot, "s")
-        assert ("saving now", "information") in seen
-        run_dir = screen.run.run_dir
-        await wait_until(pilot, lambda: (run_dir / "checkpoints" / f"step-{paused_at:06d}" / "manifest.json").is_file())
+        await pilot.pause(0.5)
+        assert (f"update {paused_at} is already saved", "information") in seen
+        assert ("saving now", "information") not in seen
+        assert len(saves()) == 1 and screen.run.requested_saves == 0
+        before = len(seen)
         await key(pilot, "x")
         assert ("stopping now", "information") in seen
         await wait_until(pilot, lambda: screen.run.state == "stopped")
         assert screen.run.step == paused_at
         assert not [m for m, _ in seen[before:] if "next update boundary" in m or "next complete update" in m]
+        checkpoints = screen.run.run_dir / "checkpoints"
+        assert [p.name for p in checkpoints.iterdir()] == [f"step-{paused_at:06d}"]
+        assert len(saves()) == 1
+
+
+@run_async
+async def test_save_while_running_saves_at_the_next_update_boundary(tmp_path):
+    app = make_app(tmp_path / "runs", UNSAVED_RUN)
+    async with app.run_test(size=SIZE) as pilot:
+        seen = record_notifications(app)
+        screen = training(app)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run.step >= 3)
+        await key(pilot, "s")
+        assert ("saving at the next update boundary", "information") in seen
+        events = screen.query_one("#events")
+        await wait_until(pilot, lambda: any("(manual)" in text for kind, text in events.entries if kind == "saved"))
+        await key(pilot, "x")
+        await wait_until(pilot, lambda: screen.run.state == "stopped")
+
+
+@run_async
+async def test_an_attached_stream_run_counts_its_corpus_in_tokens_as_the_app_does(tmp_path):
+    from minigpt_tui.app import LaunchSettings, MiniGPTApp
+    from tests.app_support import static_text
+
+    runs = tmp_path / "runs"
+    stream = {"corpus": {"mode": "stream", "source": "bundled:patterns.txt"},
+              "train": {"steps": 4, "eval_every": 0, "save_every": 0, "eval_batches": 2, "batch_policy": "replacement"}}
+    app = make_app(runs, stream, preset="tiny")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = training(app)
+        await key(pilot, "space")
+        await wait_until(pilot, lambda: screen.run is not None and screen.run.state == "finished")
+        run_dir = screen.run.run_dir
+        started = static_text(screen, "#summary").splitlines()
+    attached_app = MiniGPTApp(LaunchSettings(runs_dir=runs, attach=run_dir), preload_engine=False)
+    async with attached_app.run_test(size=(120, 40)) as pilot:
+        screen = attached_app.training_screen
+        await wait_until(pilot, lambda: screen.run is not None and screen.run.summary is not None)
+        await pilot.pause()
+        attached = static_text(screen, "#summary").splitlines()
+    corpus = [line for line in started if line.startswith("corpus")]
+    assert corpus and " · stream of " in corpus[0] and " val tokens · id " in corpus[0]
+    assert [line for line in attached if line.startswith("corpus")] == corpus  # said "N train / M val records"
 
 
 @run_async

@@ -108,6 +108,12 @@ def test_snapshot_training_screen_after_a_run(tmp_path, frozen_trainer_clock, sn
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
+def test_snapshot_training_screen_plot_at_80x24(tmp_path, frozen_trainer_clock, snap_compare):
+    """v shows the plot in the table's place: round y ticks evenly spaced, the legend above it."""
+    app, run_before = finished_run_app(tmp_path / "runs")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before, press=["v"])
+
+
 def test_snapshot_training_screen_light_theme(tmp_path, frozen_trainer_clock, snap_compare):
     app, run_before = finished_run_app(tmp_path / "runs", theme="textual-light")
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)

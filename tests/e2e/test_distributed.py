@@ -11,6 +11,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -50,10 +53,20 @@ def run_json(tmp_path: Path, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+@contextmanager
+def rendezvous_store() -> Iterator[int]:
+    """A c10d rendezvous store served by this process on a port the system picks as it binds
+    (port 0): no other process can take the port between its choice and its use, as one
+    could when a free port was looked up, closed and passed on. The nodes join as clients
+    (``is_host=false``); the port it serves on is yielded."""
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, multi_tenant=True,
+                     timeout=timedelta(seconds=120))
+    try:
+        yield store.port
+    finally:
+        del store
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -163,13 +176,14 @@ def test_two_nodes_on_localhost_train_as_two_processes(tmp_path):
     """Two single-process nodes meeting at a c10d rendezvous on localhost give the records
     of ``--nproc 2`` bit for bit."""
     reference = run_json(tmp_path, "train", "--preset", "tiny", "--run", "reference", "--nproc", "2")
-    port = free_port()
-    node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes",
-            "-m", "minigpt_tui", "--", "train", "--preset", "tiny", "--run", "nodes", "--json"]
-    nodes = [subprocess.Popen(node, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path))
-             for _ in range(2)]
-    outputs = [p.communicate(timeout=120) for p in nodes]
+    with rendezvous_store() as port:
+        node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes",
+                "--rdzv-conf", "is_host=false",
+                "-m", "minigpt_tui", "--", "train", "--preset", "tiny", "--run", "nodes", "--json"]
+        nodes = [subprocess.Popen(node, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=cli_env(tmp_path)) for _ in range(2)]
+        outputs = [p.communicate(timeout=120) for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], [err[-2000:] for _, err in outputs]
     reports = [json.loads(out) for out, _ in outputs if out.strip()]
     assert len(reports) == 1  # rank 0 alone reports

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from lens_support import BYTES_ONLY, varied_model
+from minigpt_tui.commands.insight import _contributions_table
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
 from minigpt_tui.engine.analysis.lens import inspect_decision, lens_stream_name, run_with_cache
@@ -56,6 +59,30 @@ def test_contributions_add_up_to_the_logit_in_float64(family):
             assert all(c.norm_bias == 0.0 and not any(c.attention_bias) for c in insight.contributions)
         else:
             assert all(c.norm_bias != 0.0 and all(c.attention_bias) for c in insight.contributions)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_float32_models_parts_are_summed_in_float64_and_agree_to_float32_rounding(family):
+    model = varied_model(family, dtype=torch.float32)
+    ids = BYTES_ONLY.encode_prompt(PROMPT)
+    every = list(range(BYTES_ONLY.vocab_size))
+    insight = inspect_decision(model, BYTES_ONLY, ids, 0, contributions=True, candidate_ids=every)
+    parts = insight.contributions
+    assert {c.dtype for c in parts} == {"float32"}
+    # The model's float32 logit is rounded to float32: the float64 sum differs from it in the
+    # sixth decimal for some ids, and by no more than float32 rounding explains for any.
+    assert any(f"{c.total:+.6f}" != f"{c.logit:+.6f}" for c in parts)
+    assert all(c.agrees for c in parts)
+    assert max(c.rounding for c in parts) < 1e-4
+    # The command line's caption says so too.
+    assert str(_contributions_table(1, parts[0]).caption).endswith(", equal to float32 rounding")
+    # A sum that missed a part would not agree.
+    head = parts[1].heads[0][0]
+    assert abs(head) > 10 * parts[1].rounding
+    assert not dataclasses.replace(parts[1], total=parts[1].total - head).agrees
+    # In float64 the allowance is far below the 1e-9 the sums are checked to.
+    float64 = inspect_decision(varied_model(family), BYTES_ONLY, ids, 0, contributions=True).contributions[0]
+    assert float64.dtype == "float64" and float64.agrees and float64.rounding < 1e-11
 
 
 def test_silent_blocks_leave_the_whole_logit_to_the_embedding():

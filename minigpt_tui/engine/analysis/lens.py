@@ -39,7 +39,10 @@ scale is fixed, so the scale is taken at the final residual and applied to every
   ``W[c] . b`` on its own (``norm_bias``).
 
 Here x is the final residual, g the norm's weight and W[c] the token table row of id c.
-The parts add up to the logit within rounding (1e-9 in float64 is checked).
+Every part is computed and summed in float64. The parts add up to the logit within
+rounding (1e-9 in float64 is checked); for a model that computes in float32 or less, its
+own logit carries that precision's rounding, so the float64 sum agrees with it to the
+model's precision (``Contributions.rounding`` says how far).
 
 The analysis makes its own forward pass over the whole prefix, in evaluation mode, with
 no dropout; it never changes the model.
@@ -61,6 +64,9 @@ from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 DEFAULT_LENS_TOP = 5
 LENS_WORK = 200_000_000
+# A model's logit and the float64 sum of its parts may differ by this many epsilons of the
+# model's precision times the size of the parts (measured: under 2 in float32 models).
+ROUNDING_UNITS = 16
 
 
 # -- named activations --------------------------------------------------------------------
@@ -150,12 +156,19 @@ class Contributions:
     attention_bias: tuple[float, ...]  # [layer]; zeros in llama
     ffn: tuple[float, ...]  # [layer]
     norm_bias: float  # zero in llama
-    total: float  # the sum of every part above
+    total: float  # the sum of every part above, in float64
+    dtype: str = "float64"  # the precision the model computes its logit in
+    rounding: float = 0.0  # how far that precision alone may put the logit from the total
+
+    @property
+    def agrees(self) -> bool:
+        """The parts' sum equals the model's logit up to the model's own rounding."""
+        return abs(self.total - self.logit) <= self.rounding
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "piece": self.piece, "logit": self.logit, "embedding": self.embedding,
                 "heads": [list(layer) for layer in self.heads], "attention_bias": list(self.attention_bias),
-                "ffn": list(self.ffn), "norm_bias": self.norm_bias, "total": self.total}
+                "ffn": list(self.ffn), "norm_bias": self.norm_bias, "total": self.total, "dtype": self.dtype}
 
 
 @dataclass(frozen=True, eq=False)
@@ -242,20 +255,29 @@ def logit_lens(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationCac
 
 
 def _norm_parts(model: MiniGPT, cache: ActivationCache) -> tuple[list[Tensor], list[int]]:
-    """The final residual's parts at the last position as rows, and how many per group."""
+    """The final residual's parts at the last position as float64 rows, and how many per group."""
     config = model.config
-    embedding = cache["hook_embed"][-1]
+    wide = torch.float64
+    embedding = cache["hook_embed"][-1].to(wide)
     if config.positions == "learned":
-        embedding = embedding + cache["hook_pos_embed"][-1]
+        embedding = embedding + cache["hook_pos_embed"][-1].to(wide)
     rows = [embedding[None]]
     for index, block in enumerate(model.blocks):
-        z = cache[f"blocks.{index}.attn.hook_z"][-1]  # [H, K]
-        out_map = block.attn.o_proj.weight.reshape(config.width, config.heads, config.head_dim)
+        z = cache[f"blocks.{index}.attn.hook_z"][-1].to(wide)  # [H, K]
+        out_map = block.attn.o_proj.weight.to(wide).reshape(config.width, config.heads, config.head_dim)
         rows.append(torch.einsum("hk,dhk->hd", z, out_map))  # [H, D]
         bias = block.attn.o_proj.bias
-        rows.append((bias if bias is not None else torch.zeros_like(embedding))[None])
-        rows.append(cache[f"blocks.{index}.hook_mlp_out"][-1][None])
+        rows.append((bias.to(wide) if bias is not None else torch.zeros_like(embedding))[None])
+        rows.append(cache[f"blocks.{index}.hook_mlp_out"][-1].to(wide)[None])
     return rows, [len(r) for r in rows]
+
+
+def model_rounding(dtype: torch.dtype, parts: Tensor, norm_bias: float, logit: float) -> float:
+    """How far a model computing in ``dtype`` may put its own logit from the float64 sum of
+    its ``parts`` by rounding alone: a few units of the precision's epsilon, scaled by the
+    size of the parts and of the logit (parts of size 30: about 1e-13 in float64, 6e-5 in float32)."""
+    size = float(parts.abs().sum()) + abs(norm_bias) + abs(logit)
+    return ROUNDING_UNITS * torch.finfo(dtype).eps * size
 
 
 def direct_contributions(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationCache,
@@ -268,7 +290,7 @@ def direct_contributions(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: Act
     with torch.no_grad():
         final = cache[f"blocks.{config.layers - 1}.hook_resid_post"][-1].to(torch.float64)
         rows, sizes = _norm_parts(model, cache)
-        parts = torch.cat(rows).to(torch.float64)  # [parts, D]
+        parts = torch.cat(rows)  # [parts, D], float64
         layer_norm = config.norm == "layernorm"
         if layer_norm:
             scale = 1.0 / torch.sqrt(final.var(unbiased=False) + norm.eps)
@@ -293,8 +315,11 @@ def direct_contributions(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: Act
             attention_bias.append(float(groups[2 + 3 * index][0, column]))
             ffn.append(float(groups[3 + 3 * index][0, column]))
         total = float(values[:, column].sum()) + norm_bias[column]
-        results.append(Contributions(token_id, tokenizer.piece_text(token_id), float(logits[token_id]), embedding,
-                                     tuple(heads), tuple(attention_bias), tuple(ffn), norm_bias[column], total))
+        logit = float(logits[token_id])
+        results.append(Contributions(token_id, tokenizer.piece_text(token_id), logit, embedding,
+                                     tuple(heads), tuple(attention_bias), tuple(ffn), norm_bias[column], total,
+                                     str(logits.dtype).removeprefix("torch."),
+                                     model_rounding(logits.dtype, values[:, column], norm_bias[column], logit)))
     return tuple(results)
 
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -142,6 +142,26 @@ FAMILY_PARTS: dict[str, dict[str, Any]] = {
 # Parts whose value does not come from the family, at the value every model had before.
 PART_DEFAULTS: dict[str, Any] = {"norm_bias": True, "rotary_fraction": 1.0, "attention_window": 0, "local_layers": (),
                                  "residual": "sequential", "tied_head": True}
+# Settings that only one kind of part reads: (the part, the value that reads the setting).
+READ_ONLY_BY: dict[str, tuple[str, str]] = {
+    "rope_base": ("positions", "rotary"), "rotary_fraction": ("positions", "rotary"),
+    "gelu_approximation": ("ffn_kind", "gelu"), "norm_bias": ("norm", "layernorm"),
+}
+
+
+def settings_in_use(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored model_config record without the settings its parts never read (a gpt2 model's
+    learned positions read no ``rope_base``; a swiglu block no GELU approximation). A part
+    missing from the record is the family's own."""
+    family_parts = FAMILY_PARTS.get(str(record.get("family")), {})
+
+    def read(name: str) -> bool:
+        if name == "local_layers":
+            return bool(record.get("attention_window"))
+        part, reader = READ_ONLY_BY.get(name, ("", ""))
+        return not part or record.get(part, family_parts.get(part)) == reader
+
+    return {name: value for name, value in record.items() if read(name)}
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,12 @@ def _finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _count(record: Any, key: str) -> int:
+    """A count from the run's identities.json: 0 when missing or not a whole number."""
+    value = record.get(key) if isinstance(record, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def attached_config(run_dir: Path) -> Any:
     """The run config of a run folder (refused in one line when it is not a run)."""
     run_dir = Path(run_dir)
@@ -237,10 +243,14 @@ class RunFollower:
             run_name=self.run_dir.name, run_dir=self.run_dir, preset=config.preset,
             parameter_tensors=tensors, parameter_scalars=scalars,
             corpus_source=str(corpus.get("source", config.corpus.source)), corpus_identity=str(corpus.get("identity", "")),
-            train_records=int(corpus.get("train_records", 0) or 0),
-            validation_records=int(corpus.get("validation_records", 0) or 0),
-            tokenizer_identity=str(tokenizer.get("identity", "")), vocab_size=int(tokenizer.get("vocab_size", 0) or 0),
-            merges=int(tokenizer.get("merges", 0) or 0), precision=config.train.precision, dtype=config.dtype_name,
+            train_records=_count(corpus, "train_records"),
+            validation_records=_count(corpus, "validation_records"),
+            # A stream run is counted in tokens, as the process training it shows it.
+            corpus_mode=str(corpus.get("mode", config.corpus.mode)),
+            train_tokens=_count(corpus, "train_tokens"),
+            validation_tokens=_count(corpus, "validation_tokens"),
+            tokenizer_identity=str(tokenizer.get("identity", "")), vocab_size=_count(tokenizer, "vocab_size"),
+            merges=_count(tokenizer, "merges"), precision=config.train.precision, dtype=config.dtype_name,
             threads=1 if config.train.precision == "exact" else config.train.threads, steps=config.train.steps,
             start_step=start)
 
@@ -250,6 +260,6 @@ class RunFollower:
             identities = json.loads((self.run_dir / "identities.json").read_text("utf-8"))
         except (OSError, ValueError):
             identities = {}
-        corpus = identities.get("corpus", {}) if isinstance(identities, dict) else {}
-        tokenizer = identities.get("tokenizer", {}) if isinstance(identities, dict) else {}
+        parts = [identities.get(part) if isinstance(identities, dict) else None for part in ("corpus", "tokenizer")]
+        corpus, tokenizer = (part if isinstance(part, dict) else {} for part in parts)
         return corpus, tokenizer

@@ -7,6 +7,7 @@ calls the session one operation at a time.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from minigpt_tui.engine.analysis.generation_rule import (
 )
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.core.files import write_file
-from minigpt_tui.engine.formats.checkpoint_folder import latest_checkpoint
+from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR, latest_checkpoint
 from minigpt_tui.engine.session.inputs import parse_number
 from minigpt_tui.engine.session.insight import (
     InsightView,
@@ -235,6 +236,19 @@ class GenerationSession:
         """``path`` named relative to the runs directory when it lies under it."""
         return RunStore(self.runs_dir).display(path)
 
+    def short_name(self, path: str) -> str:
+        """A model's name in a few cells: ``RUN step N`` for a checkpoint of a run in the
+        runs directory, else the file's name (its folder's too for a ``model.safetensors``)."""
+        shown = Path(self.display(path))
+        parts = shown.parts
+        if not shown.is_absolute() and len(parts) >= 3 and parts[1] == "checkpoints":
+            step = STEP_DIR.match(parts[2])
+            if step is not None:
+                return f"{parts[0]} step {int(step.group(1))}"
+        if shown.name == "model.safetensors" and shown.parent.name:
+            return f"{shown.parent.name}/{shown.name}"
+        return shown.name or str(shown)
+
     def suggested_spec(self) -> str | None:
         """``RUN:latest`` for the newest run that has a checkpoint; None when there is none
         or the runs directory cannot be read."""
@@ -301,6 +315,17 @@ class GenerationSession:
                 else:
                     stepper.step()
             raise
+
+    def find_piece(self, tests: Sequence[Callable[[str], bool]], typed: str) -> int:
+        """The smallest id whose piece passes the first of ``tests`` that any piece passes
+        (``typed`` names the piece in the refusal)."""
+        tokenizer = self._require().tokenizer
+        pieces = [tokenizer.piece_text(token_id) for token_id in range(tokenizer.vocab_size)]
+        for test in tests:
+            found = next((token_id for token_id, piece in enumerate(pieces) if test(piece)), None)
+            if found is not None:
+                return found
+        raise GenerationError(f"no token has the piece {typed}: type an id, or a piece as the candidates show it")
 
     def load_second(self, spec: str | None) -> None:
         """A second model (same tokenizer) read beside each decision; None removes it."""

@@ -19,12 +19,14 @@ CSV_COLUMNS = ("kind", "step", "lr", "loss", "grad_norm", "loss_scale", "next_lo
 
 @dataclass(frozen=True)
 class LoadedCurve:
-    """Another run's losses, read from its ``metrics.jsonl`` for the plot overlay."""
+    """Another run's curves, read from its ``metrics.jsonl`` for the plot overlay."""
 
     name: str
     updates: tuple[tuple[int, float], ...]
     train: tuple[tuple[int, float], ...]
     validation: tuple[tuple[int, float], ...]
+    lr: tuple[tuple[int, float], ...] = ()  # per update, as the plot's other views show them
+    grad_norm: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -141,12 +143,28 @@ def _curve_points(records: list[dict[str, Any]]) -> tuple[tuple[tuple[int, float
     return updates, train, validation
 
 
+def _update_points(records: list[dict[str, Any]], field: str) -> tuple[tuple[int, float], ...]:
+    """(step, value) of one field of the update records that hold a whole step and a number in it."""
+    return tuple((r["step"], float(r[field])) for r in records
+                 if r.get("kind") == "update" and _whole(r.get("step")) and _number(r.get(field)))
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def load_curve(path: Path) -> LoadedCurve:
-    updates, train, validation = _curve_points(read_metrics(path))
+    records = read_metrics(path)
+    updates, train, validation = _curve_points(records)
     if not updates and not train:
         raise ConfigError(f"{path} has no update or evaluation records")
     name = (path if path.is_dir() else path.parent).name
-    return LoadedCurve(name=name, updates=updates, train=train, validation=validation)
+    return LoadedCurve(name=name, updates=updates, train=train, validation=validation,
+                       lr=_update_points(records, "lr"), grad_norm=_update_points(records, "grad_norm"))
 
 
 def probe_records(run_dir: Path, until_step: int | None = None) -> list[dict[str, Any]]:

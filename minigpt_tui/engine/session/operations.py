@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,6 +146,12 @@ class OperationQueue:
 # -- operations on the current generation ----------------------------------------------------
 def force(step: int, token_id: int) -> Operation:
     return Operation("force", lambda session: session.force(step, token_id))
+
+
+def force_piece(step: int, tests: Sequence[Callable[[str], bool]], typed: str) -> Operation:
+    """Force the id whose piece passes ``tests`` (see :meth:`GenerationSession.find_piece`);
+    an unknown piece is refused before any decision is undone."""
+    return Operation("force", lambda session: session.force(step, session.find_piece(tests, typed)))
 
 
 def save_trace(target: Path) -> Operation:
