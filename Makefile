@@ -11,7 +11,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
-.PHONY: run test test-slow bench verify wheel-check screenshots clean
+.PHONY: run test test-slow bench verify wheel-check screenshots docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ screenshots: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
+
+# The guide (docs/) as a website in site/; strict: a broken link or a missing page fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "minigpt_tui.commands.contrast",
     "minigpt_tui.commands.analysis",
     "minigpt_tui.commands.attach",
+    "minigpt_tui.commands.tensorboard_export",
 )
 
 

@@ -32,9 +32,11 @@ from minigpt_tui.commands.launch import (
 )
 from minigpt_tui.commands.train import (
     add_probe_arguments,
+    add_tensorboard_argument,
     drive,
     print_summary,
     probe_options,
+    tensorboard_folder,
 )
 from minigpt_tui.engine.core.config import ModelConfig, setting_of
 from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
@@ -78,6 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"save every N updates, {setting_of('train.save_every').span} (default: the run's setting)")
     resume.add_argument("--keep-last", type=int, help=setting_help("train.keep_last"))
     add_probe_arguments(resume)
+    add_tensorboard_argument(resume)
     resume.add_argument(
         "--allow-environment-change",
         action="store_true",
@@ -124,6 +127,7 @@ def run_resume(args: argparse.Namespace) -> int:
     runs_dir = runs_dir_from_args(args)
     policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
     checkpoint = _resolve(args.checkpoint, runs_dir)
+    tensorboard = tensorboard_folder(args)
     device = args.device or saved_run_config(checkpoint).train.device
     if launch_requested(args):
         return launch(args, device)
@@ -132,7 +136,7 @@ def run_resume(args: argparse.Namespace) -> int:
                          allow_environment_change=args.allow_environment_change, corpus=args.corpus, policy=policy,
                          fork=args.fork, parallel=parallel, allow_world_size_change=args.allow_world_size_change,
                          device=args.device, **probe_options(args))
-        result = drive(plan, show_progress=not args.json and not parallel.distributed)
+        result = drive(plan, show_progress=not args.json and not parallel.distributed, tensorboard=tensorboard)
     if not parallel.world.is_writer:
         return 0
     if args.json:

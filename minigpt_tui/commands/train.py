@@ -54,6 +54,7 @@ from minigpt_tui.engine.session.events import (
     UpdateDone,
 )
 from minigpt_tui.engine.session.plans import NewRun
+from minigpt_tui.engine.session.tensorboard import check_log_folder
 from minigpt_tui.engine.session.training import TrainingSession
 
 
@@ -73,8 +74,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              "file, checkpoint, RUN:latest|best, transformers folder or GGUF file",
     )
     add_probe_arguments(parser)
+    add_tensorboard_argument(parser)
     add_process_arguments(parser)
     parser.set_defaults(handler=run_train)
+
+
+def add_tensorboard_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tensorboard", metavar="DIR",
+                        help="also write the run's scalars as TensorBoard event files in DIR/RUN while it trains "
+                             "(needs the tensorboard extra); view them with tensorboard --logdir DIR")
+
+
+def tensorboard_folder(args: argparse.Namespace) -> Path | None:
+    """The ``--tensorboard`` folder, checked before anything starts (None: not asked for)."""
+    return check_log_folder(args.tensorboard) if args.tensorboard else None
 
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +113,7 @@ def probe_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_train(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    tensorboard = tensorboard_folder(args)
     if launch_requested(args):
         if args.nproc >= 1:  # before any process starts: all of them together must fit
             require_memory_for_training(config, processes=args.nproc)
@@ -108,7 +122,7 @@ def run_train(args: argparse.Namespace) -> int:
     with joined_world(config.train.device) as parallel:
         plan = NewRun(config, runs_dir_from_args(args), args.run, until=args.until, init_from=args.init_from,
                       parallel=parallel, **probe_options(args))
-        result = drive(plan, show_progress=not args.json and not parallel.distributed)
+        result = drive(plan, show_progress=not args.json and not parallel.distributed, tensorboard=tensorboard)
     if not parallel.world.is_writer:
         return 0  # rank 0 alone reports
     if args.json:
@@ -173,7 +187,7 @@ class RunRecorder:
     def _refused(self, event: Any) -> None:
         if event.action == "save":
             raise CheckpointError(event.message)
-        if event.action == "token cache":
+        if event.action in ("token cache", "tensorboard"):
             self._say(f"minigpt-tui: warning: {escape_controls(event.message)}")
 
     def _paused(self, event: Any) -> None:  # only a command from the control file pauses a headless run
@@ -204,14 +218,15 @@ class RunRecorder:
             pass
 
 
-def drive(plan: Any, *, show_progress: bool) -> dict[str, Any]:
+def drive(plan: Any, *, show_progress: bool, tensorboard: Path | None = None) -> dict[str, Any]:
     """Prepare and run a training session to its end (the schedule, ``until``, or Ctrl+C /
-    SIGTERM, which finish the current update, save, then stop); the result as JSON-ready data."""
+    SIGTERM, which finish the current update, save, then stop); the result as JSON-ready data.
+    ``tensorboard``: also write the run's scalars as event files in that folder."""
     with graceful_stop() as stop, _progress(show_progress) as progress:
         recorder = RunRecorder(progress.advance)
         stop.preparing = True  # Ctrl+C before the first update interrupts at once, nothing written
         sink = _announcing(recorder, progress, plan.until, stop)
-        session = TrainingSession(plan, sink, stop_requested=lambda: bool(stop))
+        session = TrainingSession(plan, sink, stop_requested=lambda: bool(stop), tensorboard=tensorboard)
         finished = session.run()
     if session.write_failure is not None:  # the run stopped at that boundary and saved what it could
         where = f"; saved as {recorder.saved[-1]}" if recorder.saved else ""

@@ -1,17 +1,20 @@
-"""Renaming and deleting the run under the runs tree's cursor, for the Checkpoints screen:
-only with the tree focused, never a run that is training now, delete after a confirmation.
-The tree's workers do the file work; the screen re-reads the runs directory afterwards and
-follows (or clears) what it had open inside the run."""
+"""Renaming, deleting and exporting (as TensorBoard event files) the run under the runs
+tree's cursor, for the Checkpoints screen: only with the tree focused, never renaming or
+deleting a run that is training now, delete after a confirmation. Workers do the file
+work; the screen re-reads the runs directory afterwards and follows (or clears) what it
+had open inside the run."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from textual import on
+from textual import on, work
 
+from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.session.display import counted, human_bytes
 from minigpt_tui.engine.session.run_store import RunListing, RunStore
+from minigpt_tui.engine.session.tensorboard import export_tensorboard
 from minigpt_tui.screens.confirm_delete import ConfirmDeleteScreen
 from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.screens.runs_beside import RunsBesideScreen
@@ -35,7 +38,7 @@ class RunActionsScreen(RunsBesideScreen):
         raise NotImplementedError
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("rename", "delete"):
+        if action in ("rename", "delete", "export_tensorboard"):
             # They act on the run under the tree's cursor: only with the tree focused, so a
             # letter meant for a text field or another panel never renames or deletes a run.
             return isinstance(self.focused, RunTree)
@@ -97,6 +100,23 @@ class RunActionsScreen(RunsBesideScreen):
         if self._opened_inside(run) is not None:
             self._clear_panels()
         self.rescan()
+
+    def action_export_tensorboard(self) -> None:
+        run = self._run_under_cursor("export")
+        if run is not None:
+            self._export_tensorboard(run.path)
+
+    @work(thread=True, exit_on_error=False, group="tensorboard")
+    def _export_tensorboard(self, run_dir: Path) -> None:
+        """The run's metrics as TensorBoard event files, written off the UI thread."""
+        try:
+            exported = export_tensorboard(run_dir)
+        except (MiniGPTError, OSError) as err:
+            self.app.call_from_thread(self.notify, str(err), title="TensorBoard", severity="error", markup=False)
+            return
+        self.app.call_from_thread(
+            self.notify, f"{exported.scalars:,} scalars written to {exported.folder}; view them with "
+            f"tensorboard --logdir {exported.folder}", title="TensorBoard", markup=False)
 
     def _opened_inside(self, run: RunListing) -> Path | None:
         """The path open now if it is ``run``'s folder or inside it."""

@@ -70,6 +70,7 @@ class RunTree(Tree[TreeTarget]):
     BINDINGS = [
         Binding("e", "screen.rename", "Rename", show=False),
         Binding("d", "screen.delete", "Delete", show=False),
+        Binding("w", "screen.export_tensorboard", "TensorBoard", show=False),
     ]
 
     class Renamed(Message):

@@ -164,7 +164,7 @@ class RunStore:
 
 # Files of a run folder named where no module owns the name (the others come from their owners).
 OTHER_RUN_FILES = frozenset({"config.json", "identities.json", "warm_start.json", "metrics.jsonl", "metrics.csv",
-                             "checkpoints"})
+                             "checkpoints", "tensorboard"})
 
 
 def run_files() -> frozenset[str]:

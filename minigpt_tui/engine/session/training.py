@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.core.errors import (
@@ -64,6 +65,7 @@ from minigpt_tui.engine.session.events import (
 )
 from minigpt_tui.engine.session.plans import PreparedRun, RunPlan, prepare
 from minigpt_tui.engine.session.run_control import RunControl
+from minigpt_tui.engine.session.tensorboard import ScalarWriter, open_run_writer
 from minigpt_tui.engine.session.watching import score_heads_at, take_samples
 
 if TYPE_CHECKING:
@@ -121,6 +123,7 @@ class TrainingSession:
         *,
         start_paused: bool = False,
         stop_requested: Callable[[], bool] | None = None,
+        tensorboard: Path | None = None,
     ) -> None:
         self._prepare: Callable[[], PreparedRun] = plan if callable(plan) else (
             lambda: prepare(plan, progress=PreparingReports(self._sink, stopped=self._stop_before_start)))
@@ -136,6 +139,8 @@ class TrainingSession:
         self._threads_now = 1  # the thread count of the updates being made (metrics.jsonl)
         self._record_threads = False  # fast precision records it with each update
         self.write_failure: MiniGPTError | None = None  # the metrics log could not be written
+        self._tensorboard = tensorboard  # a TensorBoard folder: the run's scalars go in its RUN folder
+        self._scalars: ScalarWriter | None = None
 
     @classmethod
     def for_trainer(cls, build: Callable[[], Trainer], sink: EventSink, *, checkpointer: Checkpointer | None = None,
@@ -179,12 +184,14 @@ class TrainingSession:
             self._control = RunControl(prepared.run.path)
             self._sink = self._control.watching(self._sink)
         try:
+            self._scalars = self._open_scalars(prepared)
             return self._train(prepared)
         except TrainingDiverged:
             if self._control is not None:
                 self._control.write_live("failed")
             raise
         finally:
+            self._close_scalars()
             prepared.release()  # the run's lock: another process may write to it now
 
     def _train(self, prepared: PreparedRun) -> Finished:
@@ -386,11 +393,38 @@ class TrainingSession:
         record = self._metric_record(item)
         try:
             run.append_metric(record)
+            self._write_scalars(record)
         except MiniGPTError as err:  # stop at this boundary; the stop saves what it can
             if self.write_failure is None:
                 self.write_failure = err
                 self._sink(Refused("metrics", f"{err}: stopping the run"))
                 self.send(Command.STOP)
+
+    # -- TensorBoard event files: the records above, queued for a thread of their own --------
+    def _open_scalars(self, prepared: PreparedRun) -> ScalarWriter | None:
+        if self._tensorboard is None or prepared.run is None:  # rank 0 alone writes
+            return None
+        try:
+            return open_run_writer(self._tensorboard, prepared.run.path, prepared.trainer.step,
+                                   resumed=prepared.resumed_from is not None)
+        except MiniGPTError as err:  # a side output: the run goes on without it
+            self._sink(Refused("tensorboard", f"{err}; the run goes on without them"))
+            return None
+
+    def _write_scalars(self, record: dict[str, Any]) -> None:
+        if self._scalars is None:
+            return
+        if self._scalars.failure is None:
+            self._scalars.write(record)
+        else:
+            self._close_scalars()
+
+    def _close_scalars(self) -> None:
+        """Close the event files; a failure to write them is said once (the run goes on)."""
+        scalars, self._scalars = self._scalars, None
+        failure = scalars.close() if scalars is not None else None
+        if failure is not None:
+            self._sink(Refused("tensorboard", f"{failure}; the run goes on without them"))
 
     def _metric_record(self, item: Any) -> dict[str, Any]:
         """The metrics-log record of an update, an evaluation, probe scores, samples or head roles."""
@@ -455,6 +489,7 @@ class TrainingSession:
     def _finish(self, trainer: Trainer, reason: FinishReason) -> Finished:
         if self.unsaved_updates and self._checkpointer is not None:
             self._save(trainer, SaveReason.STOP)
+        self._close_scalars()
         finished = Finished(trainer.step, str(reason), trainer.state_digest())
         self._sink(finished)
         return finished
