@@ -48,3 +48,18 @@ def patch_everywhere(monkeypatch, module, name: str, value) -> int:
     for place in places:
         monkeypatch.setattr(place, name, value)
     return len(places)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """Two tiny runs with their checkpoints (``app_support.build_saved_runs``), built once
+    for a test module; a module may define a ``saved`` of its own instead."""
+    from tests.app_support import build_saved_runs  # the app's test helpers, imported only where asked for
+
+    return build_saved_runs(tmp_path_factory.mktemp("saved-runs"))
+
+
+@pytest.fixture
+def runs(saved, tmp_path):
+    """A copy of ``saved`` of the test's own, which it may change."""
+    return saved.copy_to(tmp_path)

@@ -23,19 +23,10 @@ from minigpt_tui.widgets.integrity_view import IntegrityView
 from minigpt_tui.widgets.run_tree import RunTree
 from minigpt_tui.widgets.tensor_detail import TensorDetail
 from minigpt_tui.widgets.tensor_table import TensorTable
-from tests.app_support import build_saved_runs, make_app, run_async, settle, tree_snapshot
+from tests.app_support import make_app, run_async, settle, tree_snapshot
 
 SIZE = (80, 24)
 
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    return build_saved_runs(tmp_path_factory.mktemp("focus-app"))
-
-
-@pytest.fixture
-def runs(saved, tmp_path):
-    return saved.copy_to(tmp_path)
 
 
 def is_text_field(widget) -> bool:

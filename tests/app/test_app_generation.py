@@ -24,21 +24,12 @@ from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.decision_list import DecisionList
 from minigpt_tui.widgets.numbers import short_probability
-from tests.app_support import build_saved_runs, record_notifications, run_async, make_app, settle, static_text, tree_snapshot, saved_model_file as model_file, press_settled as keys, open_generation
+from tests.app_support import record_notifications, run_async, make_app, settle, static_text, tree_snapshot, saved_model_file as model_file, press_settled as keys, open_generation
 
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
 PROMPT = "ab"
 
 
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    return build_saved_runs(tmp_path_factory.mktemp("generation-app"))
-
-
-@pytest.fixture
-def runs(saved, tmp_path):
-    return saved.copy_to(tmp_path)
 
 
 def engine_stepper(runs: Path, rule: GenerationRule, prompt: str = PROMPT) -> DecisionStepper:

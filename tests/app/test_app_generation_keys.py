@@ -24,7 +24,6 @@ from minigpt_tui.widgets.decision_list import DecisionList
 from minigpt_tui.widgets.insight_panel import InsightPanel
 from minigpt_tui.widgets.numbers import short_probability, table_probability
 from tests.app_support import (
-    build_saved_runs,
     make_app,
     open_generation,
     plain,
@@ -38,15 +37,6 @@ from tests.app_support import press_settled as keys
 
 SIZE = (80, 24)
 
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    return build_saved_runs(tmp_path_factory.mktemp("generation-keys"))
-
-
-@pytest.fixture
-def runs(saved, tmp_path):
-    return saved.copy_to(tmp_path)
 
 
 def chosen_ids(screen: GenerationScreen) -> list[int]:

@@ -27,7 +27,6 @@ from minigpt_tui.widgets.decision_list import DecisionList
 from minigpt_tui.widgets.patch_grid import PatchGrid
 from tests.app_support import (
     open_generation,
-    build_saved_runs,
     make_app,
     record_notifications,
     run_async,
@@ -39,15 +38,6 @@ from tests.polling import pause_until
 SIZE = (80, 24)
 PROMPT = "ab"
 
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    return build_saved_runs(tmp_path_factory.mktemp("patch-app"))
-
-
-@pytest.fixture
-def runs(saved, tmp_path):
-    return saved.copy_to(tmp_path)
 
 
 def portable(runs: Path):

@@ -25,20 +25,11 @@ from minigpt_tui.widgets.token_loss_view import (
     shown_piece,
     wrap_pieces,
 )
-from tests.app_support import build_saved_runs, make_app, record_notifications, run_async, settle, static_text, saved_model_file as model_file, press_settled as keys, open_generation
+from tests.app_support import make_app, record_notifications, run_async, settle, static_text, saved_model_file as model_file, press_settled as keys, open_generation
 
 SIZE = (80, 24)
 PROMPT = "ab"
 
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    return build_saved_runs(tmp_path_factory.mktemp("text-view-app"))
-
-
-@pytest.fixture
-def runs(saved, tmp_path):
-    return saved.copy_to(tmp_path)
 
 
 async def score(pilot, path: str = "") -> TextViewScreen | None:
