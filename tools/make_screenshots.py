@@ -43,14 +43,19 @@ async def capture(out: Path, runs_dir: Path, gguf: Path) -> list[Path]:
         await pilot.press("space")
         await _until(pilot, lambda: screen.run.state == "finished", 180, "the mini run to finish")
         shot("training")
+        await pilot.press("h")  # samples and head roles at the latest evaluation, the induction score on the plot
+        await pilot.pause(1.0)
+        shot("training-heads")
+        await pilot.press("h")
+        await pilot.pause(0.5)
         await pilot.press("c")
         await pilot.pause(2.0)  # the runs scan and the newest checkpoint's header, on workers
         shot("checkpoints")
         await pilot.press("g")
         await pilot.pause(1.0)
-        await pilot.press("enter")  # load the model named in the form (the newest run's latest checkpoint)
+        await pilot.press("n")  # load the suggested model (the newest run's latest checkpoint), one decision
         await pilot.pause(3.0)
-        await pilot.press("escape", "r")
+        await pilot.press("r")
         await pilot.pause(3.0)
         await pilot.press("l")
         await pilot.pause(2.0)
