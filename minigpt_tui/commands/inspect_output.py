@@ -180,10 +180,12 @@ def _comparison(console: Any, result: dict[str, Any]) -> None:
         return
     console.print(_text(f"comparison with {comparison['b']}: {len(comparison['changed'])} tensors differ, "
                         f"{comparison['unchanged']} equal"))
-    table = _table("changed tensors", "file", "name", "status", "max |a-b|")
+    table = _table("changed tensors", "file", "name", "status", "max |a-b|", "||a-b||/||a||", "||a||", "||b||")
     for t in comparison["tensors"]:
         if t["status"] != "same":
-            table.add_row(_text(t["file"]), _text(t["name"]), t["status"], str(t["max_abs_diff"]))
+            figures = (t.get(key) for key in ("relative_change", "norm_a", "norm_b"))
+            table.add_row(_text(t["file"]), _text(t["name"]), t["status"], str(t["max_abs_diff"]),
+                          *("–" if f is None else f"{f:.6g}" for f in figures))
     console.print(table)
     table = _table("state records that differ", "group", "record", "a", "b")
     for d in comparison["state_differences"]:

@@ -25,8 +25,8 @@ from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.formats.inspect import inspect_path
 from minigpt_tui.engine.session.file_uses import file_uses
 from minigpt_tui.engine.session.resume_preview import ResumePreview
-from minigpt_tui.engine.session.run_store import RunStore, model_file_of
-from minigpt_tui.messages import Inspected, InspectionFailed, OpenInGeneration, ResumeOnTraining
+from minigpt_tui.engine.session.run_store import RunStore, VanishedCheckpoint, model_file_of, vanished_checkpoint
+from minigpt_tui.messages import Inspected, InspectionFailed, OpenInGeneration, ResumeOnTraining, RunsScanned
 from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
 from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
@@ -49,6 +49,11 @@ TABS = ("tensors", "detail", "aliases", "state", "metadata", "integrity", "token
 RUNS_BESIDE_FROM = 150
 ROOMY_RUNS_FROM = 120  # from here the runs panel is wide enough for every checkpoint label
 SUMMARY_DETAIL_FROM = 110  # file summaries add header and data sizes from this width
+
+
+def vanished_note(vanished: VanishedCheckpoint) -> str:
+    return (f"step {vanished.step}, open here before, has been deleted since "
+            "(a run keeps only its newest checkpoints and its best)")
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,7 @@ class CheckpointsScreen(RunActionsScreen):
         super().__init__()
         self.opened: Opened | None = None
         self._serial = 0
+        self._vanished: VanishedCheckpoint | None = None  # what was open and has been deleted since
 
     @property
     def mini_app(self) -> "MiniGPTApp":
@@ -145,6 +151,10 @@ class CheckpointsScreen(RunActionsScreen):
 
     def on_screen_resume(self) -> None:
         self.sub_title = "Checkpoints"
+        if is_text_field(self.focused):
+            # Arriving from another screen (or a dialog): the screen's keys act, not type
+            # into the field left with the keyboard (the tokenizer's, the filter).
+            self.query_one(CheckpointPanels).focus_active_panel(text_field=False)
         if self.is_mounted:
             self.rescan(select=self._selected_path())
 
@@ -158,6 +168,22 @@ class CheckpointsScreen(RunActionsScreen):
 
     def action_rescan(self) -> None:
         self.rescan(select=self._selected_path())
+
+    @on(RunsScanned)
+    def _runs_listed(self, message: RunsScanned) -> None:
+        """What is open was deleted since (retention after a resume, or by hand): show the
+        run's newest checkpoint instead, saying so, never a checkpoint that is gone."""
+        if self.opened is None:
+            return
+        vanished = vanished_checkpoint(Path(self.opened.inspection.path), message.listings)
+        if vanished is None:
+            return
+        if not vanished.run.complete_checkpoints:
+            self._clear_panels()
+            self.query_one(CheckpointPanels).show_open_failure(vanished_note(vanished))
+            return
+        self._vanished = vanished
+        self.open_path(vanished.run.path, loud=False)
 
     @on(Tree.NodeSelected, "#runs")
     def _tree_selected(self, event: Tree.NodeSelected) -> None:
@@ -206,9 +232,12 @@ class CheckpointsScreen(RunActionsScreen):
         if message.serial != self._serial:
             return
         inspection = message.inspection
+        vanished, self._vanished = self._vanished, None
+        note = vanished_note(vanished) if vanished is not None and vanished.run.path in Path(
+            inspection.path).parents else None
         self.opened = Opened(message.serial, inspection)
         self.query_one(CheckpointPanels).show_inspection(inspection, self.store.display,
-                                                         wide=self.size.width >= SUMMARY_DETAIL_FROM)
+                                                         wide=self.size.width >= SUMMARY_DETAIL_FROM, note=note)
 
     def model_file(self) -> Path | None:
         """The portable model file of what is open, if any."""

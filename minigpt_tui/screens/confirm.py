@@ -25,6 +25,9 @@ class ConfirmScreen(ModalScreen[bool]):
     ConfirmScreen Button { margin-right: 1; }
     """
 
+    # Focused as the dialog is composed, before a key typed right after the one that opened it
+    # is handled (a focus set in on_mount comes after it, and the key goes elsewhere).
+    AUTO_FOCUS = "#keep"
     BINDINGS = [Binding("escape", "keep", "Keep"),
                 # The buttons stand in a row: the arrow keys move between them, as tab does.
                 Binding("left", "app.focus_previous", show=False), Binding("right", "app.focus_next", show=False)]
@@ -44,9 +47,6 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal(classes="buttons"):
                 yield Button(self.keep_label, id="keep", variant="primary")
                 yield Button(self.act_label, id="act", variant="error")
-
-    def on_mount(self) -> None:
-        self.query_one("#keep", Button).focus()
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:

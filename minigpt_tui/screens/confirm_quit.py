@@ -14,6 +14,9 @@ from textual.widgets import Button, Label
 class ConfirmQuitScreen(ModalScreen[str | None]):
     """Dismisses with "save", "discard" or None (stay)."""
 
+    # Focused as the dialog is composed, before a key typed right after the one that opened it
+    # is handled (a focus set in on_mount comes after it, and the key goes elsewhere).
+    AUTO_FOCUS = "#save"
     BINDINGS = [Binding("escape", "stay", "Stay"),
                 # The buttons stand in a row: the arrow keys move between them, as tab does.
                 Binding("left", "app.focus_previous", show=False), Binding("right", "app.focus_next", show=False)]
@@ -51,9 +54,6 @@ class ConfirmQuitScreen(ModalScreen[str | None]):
         # must not leave the label with the count it was composed with.
         for label in self.query("#unsaved").results(Label):
             label.update(self.unsaved_text(unsaved_updates, active))
-
-    def on_mount(self) -> None:
-        self.query_one("#save", Button).focus()
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:

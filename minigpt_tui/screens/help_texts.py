@@ -77,7 +77,7 @@ the statistics of one tensor, on a worker thread.
 |---|---|
 | `enter` / click | in the tree: open that run (its latest checkpoint) or checkpoint; in Tensors: statistics of that tensor |
 | `o` | open any file or folder by path: a safetensors file from any tool, a checkpoint folder, a run folder; or a run by name: `RUN`, `RUN:best`, `RUN:STEP` |
-| `/` | filter the tensor entries (name, dtype, group or file contain the text); `escape` clears it |
+| `/` | filter the tensor entries (name, dtype, group or file contain the text); `enter` or `down` goes on to the table, where the next `enter` opens the highlighted row; `escape` clears the filter and keeps the row you were on |
 | `escape` | in a text field: leave it for the panel's table, so the keys below work again |
 | `s` / `S` | in Tensors: sort by the next column / reverse the order (or click a column header) |
 | `1`–`8` | show a panel: Tensors, Detail, Aliases, State, Metadata, Integrity, Tokenizer, Compare (the Tokenizer panel takes the keyboard in its field) |
@@ -85,7 +85,7 @@ the statistics of one tensor, on a worker thread.
 | `v` | verify: hash every file against the manifest (reads the files) |
 | `p` | generate with this model: the Generation screen opens with it loaded |
 | `r` | resume training from this checkpoint, after a preflight list (what is restored, what a weights-only start would reset) |
-| `m` | compare with another checkpoint (a path or `RUN:STEP`): changed tensors and differing state records |
+| `m` | compare with another checkpoint (a path or `RUN:STEP`; the listed ones newest first): changed tensors and differing state records |
 | `e` | in the runs tree: rename the run under the cursor |
 | `d` | in the runs tree: delete the run under the cursor (asks first) |
 | `w` | in the runs tree: write the run's metrics as TensorBoard event files in its folder's `tensorboard/` (needs the tensorboard extra); view them with `tensorboard --logdir` that folder |
@@ -102,6 +102,9 @@ a safetensors file made by another tool; a PyTorch pickle or nanoGPT `ckpt.pt`; 
 and per file its size, header size and number of tensors; a folder of more than two files (shards) starts with
 their totals and scrolls: while it is taller than its box, Tab reaches it and the arrow keys scroll it. A file from another tool says so: browse, statistics and compare work on it, and
 `r` and `p` say why it does not resume or generate here and whether `minigpt-tui convert` makes a model of it.
+A checkpoint deleted since it was opened (a run keeps only its newest checkpoints and its best, so resuming
+from an older one removes it once newer ones are saved) is never shown as open: its run's newest checkpoint
+opens instead, with a line saying so.
 
 ## Tensors
 One row per tensor entry in the file headers: **name**; **dtype** (F64, F32, BF16, U64, U32, U8…);
@@ -142,8 +145,10 @@ merge from 258 in rank order. Each merge row shows its **rank**, the new **id**,
 (spaces show as ·, newlines as ↵); `escape` leaves it.
 
 ## Compare
-Against another checkpoint: each tensor's status (same bytes, changed with its largest absolute difference,
-reshaped, or only in one of the two), and every state record whose value differs.
+Against another checkpoint: each tensor's status (same bytes, changed, reshaped, or only in one of the two) with
+**max |a−b|**, the largest absolute difference; **‖a−b‖/‖a‖**, the change relative to the tensor's size (0.01 is a 1 %
+nudge, whatever the scale of the weights); and the norms **‖a‖** and **‖b‖** of the two sides (– where a side has no
+such tensor); then every state record whose value differs.
 """
 
 

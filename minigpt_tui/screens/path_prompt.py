@@ -29,6 +29,9 @@ class PathPromptScreen(ModalScreen[str | None]):
     PathPromptScreen .dim { color: $text-muted; width: 100%; }  /* a long prompt wraps, never cut */
     """
 
+    # Focused as the dialog is composed, before a key typed right after the one that opened it
+    # is handled (a focus set in on_mount comes after it, and the key goes elsewhere).
+    AUTO_FOCUS = "#path-prompt-input"
     BINDINGS = [Binding("escape", "cancel", "Cancel"),
                 Binding("down,up", "to_choices", "Choices", show=False)]
 
@@ -57,7 +60,6 @@ class PathPromptScreen(ModalScreen[str | None]):
         field = self.query_one(Input)
         field.cursor_blink = False
         field.cursor_position = len(field.value)
-        field.focus()
 
     def action_to_choices(self) -> None:
         if self.choices:

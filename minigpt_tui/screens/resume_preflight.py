@@ -60,6 +60,10 @@ class ResumePreflightScreen(ModalScreen[bool]):
     ResumePreflightScreen Button { margin-left: 2; }
     """
 
+    # Focused as the dialog is composed, before a key typed right after the one that opened it
+    # is handled (a focus set in on_mount comes after it, and the key goes elsewhere).
+    # Resume when it can resume (a disabled button takes no focus), else Cancel.
+    AUTO_FOCUS = "#resume, #cancel"
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, check: ResumePreview) -> None:
@@ -76,9 +80,6 @@ class ResumePreflightScreen(ModalScreen[bool]):
                 yield Button("Resume", id="resume", variant="primary", compact=True,
                              disabled=not self.check.can_resume)
                 yield Button("Cancel", id="cancel", compact=True)
-
-    def on_mount(self) -> None:
-        self.query_one("#resume" if self.check.can_resume else "#cancel", Button).focus()
 
     @on(Button.Pressed, "#resume")
     def _resume(self) -> None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static, TabbedContent, TabPane, Tabs
 
@@ -35,6 +36,13 @@ def nothing_open() -> Text:
     return Text("Choose a run or checkpoint on the left, or open a file with o.", style="dim")
 
 
+class TensorFilter(Input):
+    """The tensor filter's field: enter or down goes on to the table, whose highlighted row
+    (the first match) the next enter opens."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("down", "submit", "To the table", show=False)]
+
+
 class CheckpointPanels(Vertical):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -46,7 +54,7 @@ class CheckpointPanels(Vertical):
         # box, and only then takes a place in the Tab order (the arrow keys scroll it).
         with VerticalScroll(id="ckpt-summary-box", can_focus=False):
             yield Static(nothing_open(), id="ckpt-summary")
-        yield Input(placeholder="filter tensors by name, dtype, group or file", compact=True, id="tensor-filter")
+        yield TensorFilter(placeholder="filter tensors by name, dtype, group or file", compact=True, id="tensor-filter")
         with TabbedContent(id="panels", initial="tensors"):
             with TabPane("Tensors", id="tensors"):
                 yield TensorTable(id="tensor-table")
@@ -67,11 +75,12 @@ class CheckpointPanels(Vertical):
             with TabPane("Compare", id="compare"):
                 yield ComparisonView(id="compare-view")
 
-    def show_inspection(self, inspection: Any, display: Callable[[Path], str], *, wide: bool) -> None:
+    def show_inspection(self, inspection: Any, display: Callable[[Path], str], *, wide: bool,
+                        note: str | None = None) -> None:
         """Fill every panel from ``inspection``; ``display`` shows a path, ``wide`` adds sizes
-        to the summary."""
+        to the summary, ``note`` a line under its first (why this is shown)."""
         self.inspection, self._display = inspection, display
-        self._show_summary(summary_text(inspection, display, wide=wide))
+        self._show_summary(summary_text(inspection, display, wide=wide, note=note))
         self.query_one(TensorTable).show_entries(inspection.entries)
         self.query_one(TensorDetail).clear_detail()
         self.query_one("#aliases-text", Static).update(aliases_renderable(inspection.aliases))

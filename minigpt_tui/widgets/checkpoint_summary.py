@@ -27,13 +27,15 @@ def kind_label(kind: str) -> str:
     return KIND_LABELS.get(kind, kind)
 
 
-def summary_text(inspection: Any, display: Callable[[Path], str], *, wide: bool) -> Text:
-    """``display`` names a path for the user; ``wide`` adds header and data sizes. A file
-    from another tool says what works on it; more than two files (shards) get a line of totals
-    before one line per file."""
+def summary_text(inspection: Any, display: Callable[[Path], str], *, wide: bool, note: str | None = None) -> Text:
+    """``display`` names a path for the user; ``wide`` adds header and data sizes; ``note``
+    comes on the second line. A file from another tool says what works on it; more than two
+    files (shards) get a line of totals before one line per file."""
     out = Text()
     out.append(escape_controls(display(inspection.path)), style="bold")
     out.append(f"  {kind_label(inspection.kind)}", style="italic")
+    if note:
+        out.append(f"\n{escape_controls(note)}", style="yellow")
     files = inspection.files
     if len(files) > 2:  # shards: their totals come first
         out.append(f"\n{len(files)} files: ", style="bold")

@@ -114,7 +114,7 @@ class RunTree(Tree[TreeTarget]):
 
     @on(RunsScanned)
     def _scanned(self, message: RunsScanned) -> None:
-        message.stop()
+        # Not stopped: the screen learns from it too whether what it shows is still there.
         runs = counted(len(message.listings), "run")
         self.border_subtitle = f"{runs} · {human_bytes(sum(r.disk_bytes for r in message.listings))}"
         self.show_runs(message.listings, message.select)
@@ -147,11 +147,13 @@ class RunTree(Tree[TreeTarget]):
         self.post_message(self.Deleted(run))
 
     def checkpoint_choices(self, leaving_out: Path) -> list[tuple[str, str]]:
-        """Every complete checkpoint listed, as (label, path) choices, but ``leaving_out``."""
+        """Every complete checkpoint listed, as (label, path) choices, but ``leaving_out``;
+        newest first: the runs changed last first, each run's latest step first."""
+        runs = sorted(self.listings, key=lambda listing: listing.changed_at, reverse=True)
         return [
             (f"{listing.name}  step {checkpoint.step}", str(checkpoint.path))
-            for listing in self.listings
-            for checkpoint in listing.checkpoints
+            for listing in runs
+            for checkpoint in reversed(listing.checkpoints)
             if checkpoint.complete and checkpoint.path != leaving_out
         ]
 

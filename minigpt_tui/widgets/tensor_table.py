@@ -47,6 +47,10 @@ KEY_COLUMNS = ("dtype", "shape", "elements", "bytes")
 # columns leave (never under MIN_NAME_WIDTH), cut from the left so that the end that tells
 # rows apart (the layer number, the moment) stays; Detail shows the whole name.
 MIN_NAME_WIDTH = 30  # every model parameter name of ours fits
+# Beside the runs tree at 80 columns not even dtype and shape fit beside 30 cells of name:
+# the name then gives up cells (down to NARROW_NAME_WIDTH) so that those two show whole.
+NARROW_NAME_WIDTH = 20
+WHOLE_COLUMNS = ("dtype", "shape")
 CELL_PADDING = 1  # on each side of a cell
 SCROLLBAR_WIDTH = 2
 SORT_ARROW_WIDTH = 2
@@ -76,7 +80,7 @@ def entry_cells(entry: Any) -> dict[str, str]:
     return {
         "name": escape_controls(entry.name),
         "dtype": escape_controls(entry.dtype),
-        "shape": shape_text(entry.shape),
+        "shape": shape_text(entry.shape) if entry.shape else "[]",  # the cell is narrow: Detail says "scalar"
         "elements": f"{entry.elements:,}",
         "bytes": f"{entry.bytes:,}",
         "begin": f"{entry.begin:,}–{entry.end:,}",
@@ -193,7 +197,10 @@ class TensorTable(ScrollView, can_focus=True):
             return None
         if every >= MIN_NAME_WIDTH:
             return every
-        return max(MIN_NAME_WIDTH, room_beside([key for key in others if key in KEY_COLUMNS]))
+        keys = room_beside([key for key in others if key in KEY_COLUMNS])
+        if keys >= MIN_NAME_WIDTH:
+            return keys
+        return max(NARROW_NAME_WIDTH, min(MIN_NAME_WIDTH, room_beside(list(WHOLE_COLUMNS))))
 
     def _layout_columns(self) -> None:
         self._name_width = self._fitted_name_width()
@@ -230,8 +237,16 @@ class TensorTable(ScrollView, can_focus=True):
         self.scroll_to(0, 0, animate=False)
 
     def set_filter(self, text: str) -> None:
+        """Show the entries that match ``text``. The cursor stays on the entry it was on
+        while that entry is shown (clearing the filter keeps the row the user was looking
+        at), else it goes to the first match."""
+        highlighted = self.highlighted_entry
         self.filter_text = text.strip()
         self._rebuild()
+        row = next((i for i, entry in enumerate(self.shown) if entry is highlighted), 0)
+        self.move_cursor(row=row)
+        # The rows just changed (and the filter field may be hiding): scroll once they are laid out.
+        self.call_after_refresh(self.scroll_to_cursor)
 
     def sort_by(self, column: str, reverse: bool | None = None) -> None:
         if column not in SORTABLE:
@@ -332,12 +347,15 @@ class TensorTable(ScrollView, can_focus=True):
             self.cursor_row = 0
             return
         self.cursor_row = max(0, min(row, len(self.shown) - 1))
+        self.scroll_to_cursor(animate=animate)
+        self.refresh()
+
+    def scroll_to_cursor(self, *, animate: bool = False) -> None:
         top = self.scroll_offset.y
         if self.cursor_row < top:
             self.scroll_to(y=self.cursor_row, animate=animate)
         elif self.cursor_row >= top + self.rows_in_view:
             self.scroll_to(y=self.cursor_row - self.rows_in_view + 1, animate=animate)
-        self.refresh()
 
     def action_cursor_up(self) -> None:
         self.move_cursor(row=self.cursor_row - 1)

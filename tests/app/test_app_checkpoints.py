@@ -743,3 +743,207 @@ def test_counts_in_the_resume_preview_agree_in_number():
     assert [counted(1, "point"), counted(13, "point")] == ["1 point", "13 points"]
     assert [counted(1, "microbatch", "microbatches"), counted(2, "microbatch", "microbatches")] == [
         "1 microbatch", "2 microbatches"]
+
+
+# -- the tensor filter's keys, the table beside the runs, comparisons and dialogs ------------------
+def type_together(app, *keys: str) -> None:
+    """Keys that arrive together, as a terminal delivers keys typed quickly back to back: the
+    second is handled while the dialog the first opens is still being put up."""
+    from textual import events
+
+    for key in keys:
+        event = events.Key(key, key if len(key) == 1 else None)
+        event.set_sender(app)
+        app._driver.send_message(event)
+
+
+async def filter_tensors(pilot, screen, text: str) -> TensorTable:
+    table = screen.query_one(TensorTable)
+    table.focus()
+    await pilot.press("slash", *text)
+    await pilot.pause()
+    assert screen.query_one("#tensor-filter", Input).has_focus and table.shown
+    return table
+
+
+@run_async
+async def test_escape_clears_the_filter_keeping_the_highlighted_row_which_enter_opens(runs):
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        table = await filter_tensors(pilot, screen, "token_emb")
+        assert table.highlighted_entry.name == "token_embedding.weight"  # the first match
+        await pilot.press("escape")
+        await pilot.pause()
+        assert len(table.shown) == len(table.entries) and table.has_focus
+        # The row the user saw highlighted stays highlighted, in view, and is the one enter opens.
+        assert table.highlighted_entry.name == "token_embedding.weight"
+        top = table.scroll_offset.y
+        assert top <= table.cursor_row < top + table.rows_in_view
+        await pilot.press("enter")
+        await settle(pilot)
+        assert screen.query_one(TabbedContent).active == "detail"
+        record = static_text(screen, "#detail-record")
+        assert "token_embedding.weight" in record and "[266, 4]" in record
+
+
+@run_async
+async def test_down_from_the_filter_goes_to_the_table_so_the_first_enter_opens_the_match(runs):
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        table = await filter_tensors(pilot, screen, "final_norm")
+        await pilot.press("down")
+        await pilot.pause()
+        assert table.has_focus and table.highlighted_entry.name == "final_norm.weight"
+        assert screen.query_one("#tensor-filter", Input).value == "final_norm"  # the filter stays
+        await pilot.press("enter")
+        await settle(pilot)
+        assert screen.query_one(TabbedContent).active == "detail"
+        assert "final_norm.weight" in static_text(screen, "#detail-record")
+
+
+@run_async
+async def test_at_80_columns_beside_the_runs_the_dtype_and_shape_columns_show_whole(runs):
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        tree, table = screen.query_one(RunTree), screen.query_one(TensorTable)
+        assert tree.display and not screen.runs_aside
+        assert column_widths(table, ("name", "dtype", "shape")) <= table.scrollable_content_region.width
+        widest_shape = max(len(table.row_text(row)[2]) for row in range(table.row_count))
+        assert widest_shape >= len("[266, 4]")  # every shape cell whole, the widest included
+        # Names give up their start, never the end that tells them apart.
+        for row, entry in enumerate(table.shown):
+            cell = table.row_text(row)[0]
+            assert cell == entry.name or (cell.startswith("…") and entry.name.endswith(cell[1:]))
+
+
+@run_async
+async def test_a_checkpoint_deleted_since_it_was_opened_is_not_named_as_shown(runs):
+    """Retention after a resume deletes the checkpoint the run resumed from; back on the
+    screen, the summary must not name it as what is shown."""
+    folder = runs / "tiny-a" / "checkpoints" / "step-000002"
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        screen.open_path(folder)
+        await settle(pilot)
+        assert "tiny-a/checkpoints/step-000002" in static_text(screen, "#ckpt-summary")
+        await pilot.press("t")
+        await settle(pilot)
+        shutil.rmtree(folder)  # as a run's retention does once newer checkpoints are saved
+        await pilot.press("c")
+        await _until(pilot, lambda: "step-000004" in static_text(screen, "#ckpt-summary"))
+        summary = static_text(screen, "#ckpt-summary")
+        assert "tiny-a/checkpoints/step-000004" in summary and "step-000002" not in summary
+        assert "step 2, open here before, has been deleted since" in summary
+        assert screen.opened.inspection.path == runs / "tiny-a" / "checkpoints" / "step-000004"
+
+
+@run_async
+async def test_a_run_whose_every_checkpoint_was_deleted_shows_nothing_of_them(runs):
+    checkpoints = runs / "tiny-a" / "checkpoints"
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        assert screen.opened is not None
+        for folder in list(checkpoints.iterdir()):
+            shutil.rmtree(folder)
+        await pilot.press("f5")
+        await _until(pilot, lambda: screen.opened is None)
+        summary = static_text(screen, "#ckpt-summary")
+        assert "step 4, open here before, has been deleted since" in summary and "step-000004" not in summary
+        assert screen.query_one(TensorTable).row_count == 0
+
+
+@run_async
+async def test_comparison_shows_the_norms_and_the_relative_change(runs):
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        screen._start_compare(runs / "tiny-a" / "checkpoints" / "step-000002")
+        await settle(pilot)
+        expected = compare_checkpoints(runs / "tiny-a" / "checkpoints" / "step-000004",
+                                       runs / "tiny-a" / "checkpoints" / "step-000002")
+        row = next(t for t in expected["tensors"] if t["name"] == "token_embedding.weight")
+        assert row["status"] == "changed" and 0 < row["relative_change"] < 1
+        figures = [f"{row[key]:.3g}" for key in ("max_abs_diff", "relative_change", "norm_a", "norm_b")]
+
+        def shown_figures(lines: list[str]) -> list[str]:
+            return [word for word in " ".join(lines).split() if word in figures]
+
+        # Beside the runs tree at 80 columns: the name on a line, its figures under the header below it.
+        text = static_text(screen, "#compare-text")
+        lines = text.splitlines()
+        header = next(line for line in lines if "‖a−b‖/‖a‖" in line)
+        assert header.split() == ["max", "|a−b|", "‖a−b‖/‖a‖", "‖a‖", "‖b‖"]
+        at = next(i for i, line in enumerate(lines) if line.startswith("token_embedding.weight"))
+        assert shown_figures([lines[at + 1]]) == figures
+        room = screen.query_one("#compare-view").scrollable_content_region.width
+        assert len(header) <= room and len(lines[at + 1]) <= room  # never wrapped out of their columns
+        # A wide terminal: one table row per tensor, the figures beside the name.
+        await pilot.resize_terminal(160, 40)
+        await settle(pilot)
+        line = next(line for line in static_text(screen, "#compare-text").splitlines() if "token_embedding.weight" in line)
+        assert shown_figures([line]) == figures and line.split()[0] == "changed"
+
+
+@run_async
+async def test_compare_lists_the_newest_checkpoints_first(runs):
+    import os
+
+    newer = runs / "tiny-b"
+    shutil.copytree(runs / "tiny-a", newer)
+    later = (runs / "tiny-a" / "config.json").stat().st_mtime + 3600
+    for path in (newer / "config.json", *newer.glob("checkpoints/step-*")):
+        os.utime(path, (later, later))
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        assert screen.opened.inspection.path == newer / "checkpoints" / "step-000004"
+        await pilot.press("m")
+        await _until(pilot, lambda: isinstance(app.screen, PathPromptScreen))
+        assert [label for label, _ in app.screen.choices] == ["tiny-b  step 2", "tiny-a  step 4", "tiny-a  step 2"]
+
+
+@run_async
+async def test_dialogs_have_the_keyboard_for_a_key_typed_right_after_the_one_that_opens_them(runs):
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        # m then down at once: down reaches the compare dialog's choices.
+        type_together(app, "m", "down")
+        await _until(pilot, lambda: isinstance(app.screen, PathPromptScreen))
+        await settle(pilot)
+        assert app.screen.query_one("#path-prompt-choices").has_focus
+        await pilot.press("escape")
+        await _until(pilot, lambda: app.screen is screen)
+        # r then enter at once on the finished checkpoint: enter presses the focused Cancel.
+        type_together(app, "r", "enter")
+        await settle(pilot)
+        assert app.screen is screen
+        # d, right and enter at once on the runs tree: the arrow reaches Delete, enter presses it.
+        screen.query_one(RunTree).focus()
+        await pilot.pause()
+        type_together(app, "d", "right", "enter")
+        await _until(pilot, lambda: not (runs / "tiny-a").exists())
+
+
+@run_async
+async def test_back_from_another_screen_the_keys_act_instead_of_typing_into_a_field(runs):
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_checkpoints(pilot)
+        await pilot.press("7")  # the Tokenizer panel: its field takes the keyboard
+        await settle(pilot)
+        field = screen.query_one("#tokenizer-try", Input)
+        assert field.has_focus
+        app.action_show_screen("training")  # as the command palette switches screens
+        await settle(pilot)
+        app.action_show_screen("checkpoints")
+        await settle(pilot)
+        assert app.screen is screen and not isinstance(screen.focused, Input)
+        await pilot.press("o")
+        await _until(pilot, lambda: isinstance(app.screen, PathPromptScreen))
+        assert field.value == ""

@@ -185,8 +185,7 @@ async def test_a_count_given_while_the_quit_dialog_mounts_is_the_one_it_shows():
     compose and the end of its mount: the label must not keep the count it was composed with."""
 
     class CountedWhileMounting(ConfirmQuitScreen):
-        def on_mount(self) -> None:
-            super().on_mount()
+        def on_mount(self) -> None:  # after the dialog's own mount handlers (Textual calls each class's)
             self.show_unsaved(9, active=True)
 
     app = App()

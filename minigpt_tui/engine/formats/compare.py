@@ -57,25 +57,43 @@ def _resolve_aliases(tensors: dict[tuple[str, str], tuple[str, Any]], inspection
             tensors[key] = tensors[target]
 
 
+def _float64(a: Any) -> Any:
+    """``a`` as float64 (complex128 when complex), for differences and norms."""
+    import torch  # deferred: imports torch
+
+    if a.dtype == torch.uint64:
+        return torch.from_numpy(a.numpy().astype("float64"))
+    return a.to(torch.complex128 if a.is_complex() else torch.float64)
+
+
+def _norm(a: Any) -> float:
+    """The Euclidean norm of every element of ``a`` (0 for no elements)."""
+    import torch  # deferred: imports torch
+
+    return float(torch.linalg.vector_norm(_float64(a))) if a.numel() else 0.0
+
+
 def _max_abs_difference(a: Any, b: Any) -> float:
     import torch  # deferred: imports torch
 
     if a.numel() == 0:
         return 0.0
-    if a.dtype == torch.uint64:
-        x = torch.from_numpy(a.numpy().astype("float64"))
-        y = torch.from_numpy(b.numpy().astype("float64"))
-    elif a.is_complex():
-        return float((a.to(torch.complex128) - b.to(torch.complex128)).abs().max())
-    else:
-        x, y = a.to(torch.float64), b.to(torch.float64)
-    diff = (x - y).abs()
+    diff = (_float64(a) - _float64(b)).abs()
     return float(diff.max()) if not torch.isnan(diff).all() else math.nan
 
 
+def _relative_change(a: Any, b: Any, norm_a: float) -> float | None:
+    """‖a−b‖/‖a‖; None when a is all zeros and b is not (no scale to measure against)."""
+    distance = _norm(_float64(a) - _float64(b))
+    if norm_a == 0.0:
+        return 0.0 if distance == 0.0 else None
+    return distance / norm_a
+
+
 def compare_checkpoints(a: Path | str, b: Path | str) -> dict[str, Any]:
-    """Which tensors changed (and by how much at most) and which state records differ,
-    between any two things ``inspect_path`` opens (tensors are matched by name)."""
+    """Which tensors changed (by how much at most, their norms and the relative change
+    ‖a−b‖/‖a‖) and which state records differ, between any two things ``inspect_path``
+    opens (tensors are matched by name)."""
     first, second = inspect_path(a), inspect_path(b)
     ta, tb = _tensors_of(first), _tensors_of(second)
     _resolve_aliases(ta, first, tb)
@@ -100,22 +118,28 @@ def _tensor_row(key: Any, ta: dict[Any, Any], tb: dict[Any, Any]) -> dict[str, A
     if key in ta and key in tb and tb[key][0] != ta[key][0]:
         row["file_b"] = tb[key][0]  # another file or shard holds it in b
     if key not in tb:
-        row.update(status="only_a", max_abs_diff=None)
+        row.update(status="only_a", max_abs_diff=None, norm_a=_norm(ta[key][1]), norm_b=None, relative_change=None)
     elif key not in ta:
-        row.update(status="only_b", max_abs_diff=None)
+        row.update(status="only_b", max_abs_diff=None, norm_a=None, norm_b=_norm(tb[key][1]), relative_change=None)
     else:
         row.update(_tensor_status(ta[key][1], tb[key][1]))
     return row
 
 
 def _tensor_status(x: Any, y: Any) -> dict[str, Any]:
-    """status and max_abs_diff of one tensor held by both sides."""
+    """status, max_abs_diff, the norms ‖a‖ and ‖b‖ and relative_change ‖a−b‖/‖a‖ of one
+    tensor held by both sides."""
     import torch  # deferred: imports torch
 
+    norm_a = _norm(x)
     if x.dtype != y.dtype or tuple(x.shape) != tuple(y.shape):
-        return {"status": "reshaped", "max_abs_diff": None}
+        return {"status": "reshaped", "max_abs_diff": None, "norm_a": norm_a, "norm_b": _norm(y),
+                "relative_change": None}
     same = bool(torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))) if x.numel() else True
-    return {"status": "same" if same else "changed", "max_abs_diff": 0.0 if same else _max_abs_difference(x, y)}
+    if same:
+        return {"status": "same", "max_abs_diff": 0.0, "norm_a": norm_a, "norm_b": norm_a, "relative_change": 0.0}
+    return {"status": "changed", "max_abs_diff": _max_abs_difference(x, y), "norm_a": norm_a, "norm_b": _norm(y),
+            "relative_change": _relative_change(x, y, norm_a)}
 
 
 def _state_differences(first: Any, second: Any) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from minigpt_tui.engine.core.errors import (
     TokenizerError,
 )
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
-from minigpt_tui.engine.formats.checkpoint_folder import list_checkpoints
+from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR, list_checkpoints
 from minigpt_tui.engine.formats.hf_tokenizer import read_tokenizer_json
 from minigpt_tui.engine.formats.portable import TOKENIZER_JSON, without_tokenizer
 from minigpt_tui.engine.formats.safetensors_read import (
@@ -73,6 +73,28 @@ class RunListing:
     @property
     def complete_checkpoints(self) -> int:
         return sum(1 for c in self.checkpoints if c.complete)
+
+
+@dataclass(frozen=True)
+class VanishedCheckpoint:
+    """A run's checkpoint folder that was open and is no longer in the run's listing:
+    retention (or a hand) deleted it since; ``run`` is the run as listed now."""
+
+    run: RunListing
+    step: int
+
+
+def vanished_checkpoint(opened: Path, listings: tuple[RunListing, ...]) -> VanishedCheckpoint | None:
+    """``opened`` (a checkpoint folder of a run, or a file in one) when its run is listed
+    but it is not among the run's checkpoints; None for anything else."""
+    folder = opened if STEP_DIR.match(opened.name) else opened.parent
+    match = STEP_DIR.match(folder.name)
+    if match is None or folder.parent.name != "checkpoints":
+        return None
+    run = next((listing for listing in listings if listing.path == folder.parent.parent), None)
+    if run is None or any(checkpoint.path == folder for checkpoint in run.checkpoints):
+        return None
+    return VanishedCheckpoint(run, int(match.group(1)))
 
 
 @dataclass(frozen=True)
