@@ -43,8 +43,9 @@ def _tensors(model, family: str) -> list[tuple[str, np.ndarray]]:
 
 
 def write_gguf(model, tokenizer, family: str, path: Path, quant: str = "F32", pre: str = "gpt2",
-               chat_template: str | None = None) -> Path:
-    """``tokenizer``: a tokenizers.Tokenizer (byte-level BPE) that the model's ids follow."""
+               chat_template: str | None = None, extra: tuple[tuple[str, np.ndarray], ...] = ()) -> Path:
+    """``tokenizer``: a tokenizers.Tokenizer (byte-level BPE) that the model's ids follow;
+    ``extra``: tensors written after the model's."""
     import json
 
     import gguf
@@ -90,7 +91,7 @@ def write_gguf(model, tokenizer, family: str, path: Path, quant: str = "F32", pr
     if chat_template is not None:
         writer.add_chat_template(chat_template)
     kind = getattr(gguf.GGMLQuantizationType, quant)
-    for name, array in _tensors(model, family):
+    for name, array in [*_tensors(model, family), *extra]:
         if quant != "F32" and name.endswith(QUANTIZABLE) and array.shape[-1] % 32 == 0:
             packed = gguf.quants.quantize(array, kind)
             writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)

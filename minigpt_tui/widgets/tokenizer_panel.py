@@ -137,7 +137,7 @@ class TokenizerPanel(Vertical):
             target.update("")
             return
         pieces = self.pieces_of(text)
-        out = Text(f"{len(pieces)} pieces for {len(text.encode('utf-8'))} bytes: ", style="dim")
+        out = Text(f"{counted(len(pieces), 'piece')} for {counted(len(text.encode('utf-8')), 'byte')}: ", style="dim")
         out.append_text(piece_chips(pieces))
         out.append("\nids: " + " ".join(str(token_id) for token_id, _ in pieces), style="dim")
         if len(text) > MAX_ENCODED_CHARACTERS:

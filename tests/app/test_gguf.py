@@ -241,3 +241,19 @@ def test_a_sentencepiece_vocabulary_encodes_as_transformers_gguf_loader_does(tmp
     with torch.no_grad():
         torch.testing.assert_close(ours.model(torch.tensor([ids])).logits, ref(torch.tensor([ids])).logits,
                                    atol=1e-4, rtol=1e-5)
+
+
+def test_llama3_per_frequency_rope_factors_are_refused_in_one_line(tmp_path):
+    """A GGUF file of a Llama 3.1 or 3.2 keeps its rope scaling as a tensor of factors; read
+    as if it were not there, every position past the short wavelengths would be wrong."""
+    import numpy as np
+
+    from gguf_support import random_family_model
+
+    model, raw = random_family_model("llama", 0)
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    path = write_gguf(model, raw, "llama", tmp_path / "llama3.gguf",
+                      extra=(("rope_freqs.weight", np.ones(head_dim // 2, dtype=np.float32)),))
+    with pytest.raises(CheckpointError, match="per-frequency rope factors") as caught:
+        open_gguf_model(path)
+    assert "\n" not in str(caught.value)

@@ -197,7 +197,7 @@ def test_a_refusal_names_the_setting_it_refuses(overrides, message, field):
 def test_limits_and_help_come_from_each_settings_declaration():
     from minigpt_tui.engine.core.config import LIMITS, setting_of
 
-    assert LIMITS["model.width"] == 16_384 and LIMITS["train.keep_last"] == 1_000_000 and len(LIMITS) == 21
+    assert LIMITS["model.width"] == 16_384 and LIMITS["train.keep_last"] == 1_000_000 and len(LIMITS) == 22
     assert setting_of("train.steps").span == "1 to 1,000,000,000"
     assert setting_of("train.save_every").span == "0 to 1,000,000,000"
     assert setting_of("corpus.val_every").span == "0 (none) or 2 to 1,000,000,000"

@@ -59,6 +59,63 @@ def test_ids_logits_and_greedy_ids_equal_transformers(folders, family):
         assert len(chosen) == STEPS or chosen[-1] in ours.tokenizer.eos_ids
 
 
+LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          # with head width 8 and base 500 the wavelengths are about 6, 30, 140 and 660: one
+          # kept, one blended, two divided
+          "original_max_position_embeddings": 32}
+
+
+@pytest.mark.parametrize("family, scaling", [("llama", {"rope_type": "linear", "factor": 3.0}), ("llama", LLAMA3),
+                                             ("gpt_neox", {"rope_type": "linear", "factor": 2.0})],
+                         ids=["llama-linear", "llama-llama3", "gpt_neox-linear"])
+def test_rope_scaling_equals_transformers_and_survives_export(tmp_path, capsys, family, scaling):
+    folder = make_family_folder(family, tmp_path / "scaled", rope_scaling=scaling)
+    ref, ref_tokenizer = reference(folder)
+    ours = open_hf_model(folder)
+    assert (ours.config.rope_scaling, ours.config.rope_factor) == (scaling["rope_type"], scaling["factor"])
+    ids = ref_tokenizer(PROMPT).input_ids
+    with torch.no_grad():
+        expected = ref(torch.tensor([ids])).logits[0]
+        got = ours.model(torch.tensor([ids])).logits[0]
+        plain = make_family_folder(family, tmp_path / "plain")
+        unscaled = open_hf_model(plain).model(torch.tensor([ids])).logits[0]
+    torch.testing.assert_close(got, expected, atol=3e-5, rtol=1e-5)  # float32 rounding (rotary tables)
+    assert float((unscaled - expected).abs().max()) > 1e-3  # the scaling changes what is computed
+    assert [d.chosen.id for d in DecisionStepper.from_portable(
+        ours, PROMPT, GenerationRule("greedy", max_new_tokens=4, forbidden_ids=()), use_kv_cache=True).run()] == \
+        reference_greedy(ref, ids, 4)[:4]
+    code, _, err = run_cli(capsys, "export", "--model", str(folder), "--format", "hf", "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    back, _ = reference(tmp_path / "out")
+    with torch.no_grad():
+        torch.testing.assert_close(back(torch.tensor([ids])).logits[0], expected, atol=3e-5, rtol=1e-5)
+
+
+def test_linear_rope_scaling_travels_through_gguf(tmp_path, capsys):
+    from minigpt_tui.engine.training.gguf_models import open_gguf_model
+
+    folder = make_family_folder("llama", tmp_path / "scaled", rope_scaling={"rope_type": "linear", "factor": 3.0})
+    out = tmp_path / "model.gguf"
+    code, _, err = run_cli(capsys, "export", "--model", str(folder), "--format", "gguf", "--quant", "f32",
+                           "--out", str(out))
+    assert code == 0, err
+    read = open_gguf_model(out)
+    assert (read.config.rope_scaling, read.config.rope_factor) == ("linear", 3.0)
+    ids = read.tokenizer.encode_prompt(PROMPT)
+    with torch.no_grad():
+        torch.testing.assert_close(read.model(torch.tensor([ids])).logits[0],
+                                   open_hf_model(folder).model(torch.tensor([ids])).logits[0], atol=1e-6, rtol=1e-6)
+
+
+def test_llama3_rope_scaling_is_refused_by_the_gguf_export_in_one_line(tmp_path, capsys):
+    folder = make_family_folder("llama", tmp_path / "scaled", rope_scaling=LLAMA3)
+    capsys.readouterr()  # what transformers printed while saving
+    out = tmp_path / "model.gguf"
+    code, _, err = run_cli(capsys, "export", "--model", str(folder), "--format", "gguf", "--out", str(out))
+    assert code == 1 and "llama3 rope scaling" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
 def test_the_families_are_settings_of_the_parts(folders):
     parts = {f: open_hf_model(folders[f]).config for f in FAMILIES}
     assert parts["gpt_neox"].residual == "parallel" and parts["gpt_neox"].rotary_dims == 4

@@ -95,7 +95,8 @@ def test_a_patched_run_from_its_block_equals_the_whole_forward(dtype):
     model = varied_model("llama", dtype=dtype)
     clean, corrupt = BYTES.encode_prompt("the cat sat"), BYTES.encode_prompt("the dog sat")
     patcher = Patcher(model, clean, corrupt, 5, 6)
-    whole = model(torch.tensor([list(corrupt)]), return_attention=True).logits[0, -1]
+    with torch.no_grad():
+        whole = model(torch.tensor([list(corrupt)]), return_attention=True).logits[0, -1]
     assert patcher._difference(whole) == pytest.approx(patcher.corrupt_difference, rel=1e-5)
     layers, last = model.config.layers, len(corrupt) - 1
     first = next(i for i, (a, b) in enumerate(zip(clean, corrupt)) if a != b)  # where the prompts differ

@@ -26,6 +26,10 @@ from minigpt_tui.engine.core.tokenizer import FIRST_MERGE_ID
 FAMILIES = ("llama", "gpt2", "qwen2", "gpt_neo", "gpt_neox")  # each a setting of the parts (FAMILY_PARTS)
 NORMS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("learned", "rotary")
+# How rotary frequencies are stretched for a longer context: not at all, every frequency
+# divided by rope_factor (linear), or Llama 3's: long wavelengths divided, short ones kept,
+# the band between blended.
+ROPE_SCALINGS = ("none", "linear", "llama3")
 ATTENTION_BIASES = ("none", "qkv", "out", "all")  # which projections carry a bias
 ATTENTION_SCALES = ("inverse_sqrt", "none")  # scores times 1/sqrt(head width), or as they are
 FFN_KINDS = ("gelu", "swiglu")
@@ -78,6 +82,13 @@ class ModelConfig:
     positions: str | None = setting(None, choices=POSITION_KINDS, echo=True)  # learned table | rotary (rotate-half)
     # the leading share of each head's width that is rotated
     rotary_fraction: float = setting(1.0, above=0, most=1)
+    rope_scaling: str = setting("none", choices=ROPE_SCALINGS)
+    rope_factor: float = setting(1.0, above=0)  # linear and llama3: how much longer the context
+    # llama3 only: wavelengths over original_context / low_freq_factor are divided by the
+    # factor, those under original_context / high_freq_factor kept, the band between blended.
+    rope_low_freq_factor: float = setting(1.0, above=0)
+    rope_high_freq_factor: float = setting(4.0, above=0)
+    rope_original_context: int = setting(8192, least=1, limit=GIGA)
     attention_bias: str | None = setting(None, choices=ATTENTION_BIASES)  # none | qkv | out | all
     attention_scale: str | None = setting(None, choices=ATTENTION_SCALES)  # inverse_sqrt | none
     # 0: every earlier position; W: the last W positions ...
@@ -140,11 +151,15 @@ FAMILY_PARTS: dict[str, dict[str, Any]] = {
                  "attention_scale": "inverse_sqrt", "ffn_kind": "gelu", "ffn_bias": True},
 }
 # Parts whose value does not come from the family, at the value every model had before.
-PART_DEFAULTS: dict[str, Any] = {"norm_bias": True, "rotary_fraction": 1.0, "attention_window": 0, "local_layers": (),
+PART_DEFAULTS: dict[str, Any] = {"norm_bias": True, "rotary_fraction": 1.0, "rope_scaling": "none", "rope_factor": 1.0,
+                                 "rope_low_freq_factor": 1.0, "rope_high_freq_factor": 4.0,
+                                 "rope_original_context": 8192, "attention_window": 0, "local_layers": (),
                                  "residual": "sequential", "tied_head": True}
 # Settings that only one kind of part reads: (the part, the value that reads the setting).
 READ_ONLY_BY: dict[str, tuple[str, str]] = {
     "rope_base": ("positions", "rotary"), "rotary_fraction": ("positions", "rotary"),
+    "rope_scaling": ("positions", "rotary"), "rope_low_freq_factor": ("rope_scaling", "llama3"),
+    "rope_high_freq_factor": ("rope_scaling", "llama3"), "rope_original_context": ("rope_scaling", "llama3"),
     "gelu_approximation": ("ffn_kind", "gelu"), "norm_bias": ("norm", "layernorm"),
 }
 
@@ -158,6 +173,8 @@ def settings_in_use(record: Mapping[str, Any]) -> dict[str, Any]:
     def read(name: str) -> bool:
         if name == "local_layers":
             return bool(record.get("attention_window"))
+        if name == "rope_factor":
+            return record.get("rope_scaling", "none") != "none"
         part, reader = READ_ONLY_BY.get(name, ("", ""))
         return not part or record.get(part, family_parts.get(part)) == reader
 
@@ -493,6 +510,8 @@ def _model_between(config: RunConfig) -> None:
           "model.positions")
     _need(m.positions != "rotary" or m.rotary_dims >= 2, "model.rotary_fraction leaves no rotated dimensions",
           "model.rotary_fraction")
+    _need(m.rope_scaling != "llama3" or m.rope_high_freq_factor > m.rope_low_freq_factor,
+          "model.rope_high_freq_factor must be greater than model.rope_low_freq_factor", "model.rope_high_freq_factor")
     _need(all(0 <= layer < m.layers for layer in m.local_layers),
           "model.local_layers must name blocks of the model (0 to layers - 1)", "model.local_layers")
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.core.config import ModelConfig
+from minigpt_tui.engine.core.config import ROPE_SCALINGS, ModelConfig
 from minigpt_tui.engine.core.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -85,12 +85,12 @@ class _Config:
         return GELU[name]
 
     def rope(self, theta_key: str = "rope_theta", fraction_key: str | None = None) -> tuple[float, float]:
-        """RoPE's base and rotated share; scaling other than none is refused."""
+        """RoPE's base and rotated share; scaling other than none, linear or llama3 is refused."""
         params = self.data.get("rope_parameters")
         params = params if isinstance(params, dict) else {}
         kind = self._rope_kind(params)
-        if kind not in ("default", None):
-            raise self.refuse(f"rope scaling {kind!r} (supported: none)")
+        if kind not in ("default", None, *ROPE_SCALINGS[1:]):
+            raise self.refuse(f"rope scaling {kind!r} (supported: none, linear, llama3)")
         theta = params.get("rope_theta", self.data.get(theta_key, 10000.0))
         fraction = params.get("partial_rotary_factor", self.data.get(fraction_key, 1.0) if fraction_key else 1.0)
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
@@ -98,6 +98,32 @@ class _Config:
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
             raise CheckpointError(f"{self.where}: the rotary share must be in (0, 1], got {fraction!r}")
         return float(theta), float(fraction)
+
+    def rope_scaling(self) -> dict[str, Any]:
+        """Our rope_scaling settings for the config's linear or llama3 scaling ({} for none)."""
+        params = self.data.get("rope_parameters")
+        params = dict(params) if isinstance(params, dict) else {}
+        scaling = self.data.get("rope_scaling")
+        if isinstance(scaling, dict):
+            params.update(scaling)
+        kind = self._rope_kind(params)
+        if kind not in ROPE_SCALINGS[1:]:
+            return {}
+
+        def number(key: str, default: float | None = None) -> float:
+            value = params.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise CheckpointError(f"{self.where}: rope scaling {kind} needs a positive {key}, got {value!r}")
+            return float(value)
+
+        values: dict[str, Any] = {"rope_scaling": kind, "rope_factor": number("factor")}
+        if kind == "llama3":
+            values.update(rope_low_freq_factor=number("low_freq_factor"),
+                          rope_high_freq_factor=number("high_freq_factor"),
+                          rope_original_context=int(number("original_max_position_embeddings")))
+            if values["rope_high_freq_factor"] <= values["rope_low_freq_factor"]:
+                raise CheckpointError(f"{self.where}: rope scaling llama3 needs high_freq_factor over low_freq_factor")
+        return values
 
     def _rope_kind(self, params: dict[str, Any]) -> Any:
         """The RoPE type: rope_scaling's when it is an object, else rope_parameters'."""
@@ -175,7 +201,7 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
     return {"width": width, "heads": heads, "kv_heads": heads, "ffn": c.int("intermediate_size", 4 * width),
             "layers": c.int("num_hidden_layers"), "context": c.int("max_position_embeddings", 2048),
             "norm_eps": c.float("layer_norm_eps", 1e-5), "gelu_approximation": c.gelu("hidden_act"),
-            "rope_base": theta, "rotary_fraction": fraction,
+            "rope_base": theta, "rotary_fraction": fraction, **c.rope_scaling(),
             "residual": "parallel" if c.flag("use_parallel_residual", True) else "sequential",
             "attention_bias": "all" if c.flag("attention_bias", True) else "none"}
 
@@ -194,7 +220,7 @@ def _llama(c: _Config) -> dict[str, Any]:
     return {"width": width, "heads": heads, "kv_heads": c.int("num_key_value_heads", heads),
             "ffn": c.int("intermediate_size"), "layers": c.int("num_hidden_layers"),
             "context": c.int("max_position_embeddings", 2048), "norm_eps": c.float("rms_norm_eps", 1e-6),
-            "rope_base": theta, "attention_bias": biases, "ffn_bias": c.flag("mlp_bias", False)}
+            "rope_base": theta, "attention_bias": biases, "ffn_bias": c.flag("mlp_bias", False), **c.rope_scaling()}
 
 
 _SETTINGS = {"gpt2": _gpt2, "gpt_neo": _gpt_neo, "gpt_neox": _gpt_neox, "llama": _llama, "qwen2": _llama}

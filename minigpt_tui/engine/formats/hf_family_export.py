@@ -174,10 +174,21 @@ def _gpt_neox_config(config: "ModelConfig", activation: str) -> dict[str, Any]:
         "intermediate_size": config.ffn, "max_position_embeddings": config.context,
         "layer_norm_eps": config.norm_eps, "hidden_act": activation,
         "use_parallel_residual": config.residual == "parallel", "attention_bias": config.attention_bias == "all",
-        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_base,
-                            "partial_rotary_factor": config.rotary_fraction},
+        "rope_parameters": {**_rope_parameters(config), "partial_rotary_factor": config.rotary_fraction},
         "rotary_pct": config.rotary_fraction, "rotary_emb_base": config.rope_base,
         "hidden_dropout": 0.0, "attention_dropout": 0.0}
+
+
+def _rope_parameters(config: "ModelConfig") -> dict[str, Any]:
+    """transformers' rope_parameters: the base, and the scaling where there is one."""
+    if config.rope_scaling == "none":
+        return {"rope_type": "default", "rope_theta": config.rope_base}
+    out: dict[str, Any] = {"rope_type": config.rope_scaling, "rope_theta": config.rope_base,
+                           "factor": config.rope_factor}
+    if config.rope_scaling == "llama3":
+        out.update(low_freq_factor=config.rope_low_freq_factor, high_freq_factor=config.rope_high_freq_factor,
+                   original_max_position_embeddings=config.rope_original_context)
+    return out
 
 
 def _llama_like_config(config: "ModelConfig", activation: str) -> dict[str, Any]:
@@ -186,8 +197,7 @@ def _llama_like_config(config: "ModelConfig", activation: str) -> dict[str, Any]
         "hidden_size": config.width, "num_attention_heads": config.heads, "num_key_value_heads": config.kv_heads,
         "head_dim": config.head_dim, "intermediate_size": config.ffn, "num_hidden_layers": config.layers,
         "max_position_embeddings": config.context, "rms_norm_eps": config.norm_eps, "hidden_act": "silu",
-        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_base},
-        "rope_theta": config.rope_base, "attention_dropout": 0.0}
+        "rope_parameters": _rope_parameters(config), "rope_theta": config.rope_base, "attention_dropout": 0.0}
     if config.family == "llama":
         specific.update(attention_bias=config.attention_bias == "all", mlp_bias=bool(config.ffn_bias))
     else:

@@ -126,6 +126,8 @@ def architecture_metadata(config: "ModelConfig") -> dict[str, Any]:
                      f"{arch}.attention.layer_norm_rms_epsilon": float(config.norm_eps),
                      f"{arch}.rope.freq_base": float(config.rope_base),
                      f"{arch}.rope.dimension_count": config.head_dim})
+        if config.rope_scaling == "linear":
+            meta.update({f"{arch}.rope.scaling.type": "linear", f"{arch}.rope.scaling.factor": float(config.rope_factor)})
     return meta
 
 
@@ -284,6 +286,9 @@ def _check_exportable(portable: "PortableModel", quant: str, where: str) -> None
     if config.family not in ARCHITECTURES:
         raise CheckpointError(f"{where}: the {config.family} family has no GGUF architecture here "
                               f"(supported: {', '.join(ARCHITECTURES)})")
+    if config.rope_scaling == "llama3":
+        raise CheckpointError(f"{where}: GGUF export of llama3 rope scaling is not supported (llama.cpp keeps it as "
+                              "a per-frequency tensor); export --format hf keeps it")
     if getattr(portable.tokenizer, "kind", "") != "tokenizers":
         raise CheckpointError(f"{where}: GGUF needs the model's own tokenizer.json; this model's tokenizer "
                               "(byte-level BPE without a split rule) has no llama.cpp form")

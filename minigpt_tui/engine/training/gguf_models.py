@@ -67,8 +67,11 @@ def gguf_config(header: GGUFHeader) -> Any:
     if header.metadata.get(f"{arch}.expert_count"):
         raise CheckpointError(f"{header.path}: unsupported: a mixture of experts ({arch}.expert_count)")
     scaling = header.metadata.get(f"{arch}.rope.scaling.type")
-    if scaling not in (None, "none"):
-        raise CheckpointError(f"{header.path}: unsupported rope scaling {scaling!r} (supported: none)")
+    if scaling not in (None, "none", "linear"):
+        raise CheckpointError(f"{header.path}: unsupported rope scaling {scaling!r} (supported: none, linear)")
+    if any(t.name == "rope_freqs.weight" for t in header.tensors):
+        raise CheckpointError(f"{header.path}: unsupported: per-frequency rope factors (rope_freqs.weight, "
+                              "Llama 3's rope scaling)")
     width, heads = _need(header, f"{arch}.embedding_length"), _need(header, f"{arch}.attention.head_count")
     values: dict[str, Any] = {
         "width": width, "heads": heads, "layers": _need(header, f"{arch}.block_count"),
@@ -82,6 +85,9 @@ def gguf_config(header: GGUFHeader) -> Any:
         values.update(kv_heads=header.metadata.get(f"{arch}.attention.head_count_kv", heads),
                       norm_eps=_decimal(header.metadata.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
                       rope_base=_decimal(header.metadata.get(f"{arch}.rope.freq_base", 10000.0)))
+        if scaling == "linear":
+            values.update(rope_scaling="linear",
+                          rope_factor=_decimal(header.metadata.get(f"{arch}.rope.scaling.factor", 1.0)))
     if width % heads or heads % values["kv_heads"]:
         raise CheckpointError(f"{header.path}: {heads} heads and {values['kv_heads']} kv heads do not divide width {width}")
     return ModelConfig(family=arch, **values)

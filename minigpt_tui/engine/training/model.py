@@ -116,12 +116,33 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rope_tables(positions: Tensor, dims: int, base: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """cos and sin [T, dims] for rotating the leading ``dims`` of a head at ``positions``."""
+def rope_tables(positions: Tensor, dims: int, base: float, dtype: torch.dtype,
+                scaling: ModelConfig | None = None) -> tuple[Tensor, Tensor]:
+    """cos and sin [T, dims] for rotating the leading ``dims`` of a head at ``positions``,
+    the frequencies stretched as ``scaling`` (a config's rope_scaling settings) says."""
     inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.float64, device=positions.device) / dims))
+    if scaling is not None:
+        inv_freq = scaled_frequencies(inv_freq, scaling)
     freqs = positions.to(torch.float64)[:, None] * inv_freq[None, :]
     angles = torch.cat((freqs, freqs), dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def scaled_frequencies(inv_freq: Tensor, c: ModelConfig) -> Tensor:
+    """The rotary frequencies under ``c.rope_scaling`` (see :data:`ROPE_SCALINGS`)."""
+    if c.rope_scaling == "linear":
+        return inv_freq / c.rope_factor
+    if c.rope_scaling != "llama3":
+        return inv_freq
+    wavelength = 2 * math.pi / inv_freq
+    long_from = c.rope_original_context / c.rope_low_freq_factor  # longer wavelengths: divided
+    short_under = c.rope_original_context / c.rope_high_freq_factor  # shorter ones: kept
+    divided = torch.where(wavelength > long_from, inv_freq / c.rope_factor, inv_freq)
+    share = (c.rope_original_context / wavelength - c.rope_low_freq_factor) / (
+        c.rope_high_freq_factor - c.rope_low_freq_factor)
+    blended = (1 - share) * divided / c.rope_factor + share * divided
+    between = (wavelength >= short_under) & (wavelength <= long_from)
+    return torch.where(between, blended, divided)
 
 
 def apply_rotary(x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
@@ -389,7 +410,7 @@ class MiniGPT(nn.Module):
             if record is not None:
                 record["hook_pos_embed"] = rows[None]
             return x + rows[None], None
-        return x, rope_tables(positions, c.rotary_dims, c.rope_base, self.dtype)
+        return x, rope_tables(positions, c.rotary_dims, c.rope_base, self.dtype, c)
 
     def forward(
         self,
