@@ -675,8 +675,8 @@ def test_snapshot_resume_preflight(saved, tmp_path, snap_compare):
     assert snap_compare(make_app(runs), terminal_size=(80, 24), run_before=run_before)
 
 
-@run_async
-async def test_the_screen_opens_the_newest_run_not_the_first_by_name(runs):
+def newer_copy(runs):
+    """tiny-b: a copy of tiny-a changed an hour later (its config and checkpoint folders)."""
     import os
 
     newer = runs / "tiny-b"
@@ -684,6 +684,12 @@ async def test_the_screen_opens_the_newest_run_not_the_first_by_name(runs):
     later = (runs / "tiny-a" / "config.json").stat().st_mtime + 3600
     for path in (newer / "config.json", *newer.glob("checkpoints/step-*")):
         os.utime(path, (later, later))
+    return newer
+
+
+@run_async
+async def test_the_screen_opens_the_newest_run_not_the_first_by_name(runs):
+    newer = newer_copy(runs)
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_checkpoints(pilot)
@@ -891,13 +897,7 @@ async def test_comparison_shows_the_norms_and_the_relative_change(runs):
 
 @run_async
 async def test_compare_lists_the_newest_checkpoints_first(runs):
-    import os
-
-    newer = runs / "tiny-b"
-    shutil.copytree(runs / "tiny-a", newer)
-    later = (runs / "tiny-a" / "config.json").stat().st_mtime + 3600
-    for path in (newer / "config.json", *newer.glob("checkpoints/step-*")):
-        os.utime(path, (later, later))
+    newer = newer_copy(runs)
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_checkpoints(pilot)

@@ -90,10 +90,11 @@ def local_imports(source: str) -> list[tuple[int, str]]:
 
 
 def test_an_import_inside_a_function_only_defers_torch():
+    """Or the gguf reader, which only GGUF files need and the first frame should not wait for."""
     undeclared = [f"{path.relative_to(ROOT)}:{line}: {text}"
                   for path in sorted((ROOT / "minigpt_tui").rglob("*.py"))
                   for line, text in local_imports(path.read_text("utf-8"))
-                  if "deferred: imports torch" not in text]
+                  if "deferred: imports torch" not in text and "deferred: imports gguf" not in text]
     assert undeclared == []
 
 

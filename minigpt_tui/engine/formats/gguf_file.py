@@ -16,6 +16,7 @@ it is dequantized (by the ``gguf`` package's own dequantizers) to float32.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import struct
@@ -24,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.core.files import require_regular_file
@@ -50,8 +50,12 @@ class InvalidGGUF(CheckpointError):
         super().__init__(f"{path}: not a valid GGUF file ({violation}): {detail}")
 
 
+@functools.cache
 def quant_sizes() -> dict[int, tuple[str, int, int]]:
     """GGML type number -> (name, elements per block, bytes per block), from the gguf package."""
+    # The gguf package takes a tenth of a second to import: not before the app's first frame.
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # deferred: imports gguf
+
     return {int(t): (t.name, *GGML_QUANT_SIZES[t]) for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
 
 
@@ -323,6 +327,8 @@ class GGUFData:
 
     def float32(self, name: str) -> "np.ndarray":
         """The tensor dequantized to float32, in torch order (slowest dimension first)."""
+        from gguf import GGMLQuantizationType, quants  # deferred: imports gguf
+
         tensor = self.header.tensor(name)
         kind = GGMLQuantizationType(tensor.ggml_type)
         raw = self.raw(tensor)
