@@ -14,6 +14,7 @@ import torch
 from conftest import run_cli
 from family_support import (FAMILIES, byte_level_tokenizer, make_family_folder, metaspace_tokenizer, reference,
                             reference_greedy)
+from minigpt_tui.engine.core.config import settings_in_use
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.analysis.generation import DecisionStepper
 from minigpt_tui.engine.analysis.generation_rule import GenerationRule
@@ -73,6 +74,10 @@ def test_rope_scaling_equals_transformers_and_survives_export(tmp_path, capsys, 
     ref, ref_tokenizer = reference(folder)
     ours = open_hf_model(folder)
     assert (ours.config.rope_scaling, ours.config.rope_factor) == (scaling["rope_type"], scaling["factor"])
+    # The State panel lists the scaling settings its kind reads, and only those.
+    shown = settings_in_use(ours.config.declared())
+    assert shown["rope_scaling"] == scaling["rope_type"] and shown["rope_factor"] == scaling["factor"]
+    assert ("rope_original_context" in shown) == (scaling["rope_type"] == "llama3")
     ids = ref_tokenizer(PROMPT).input_ids
     with torch.no_grad():
         expected = ref(torch.tensor([ids])).logits[0]
