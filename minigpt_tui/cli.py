@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+RANK_ERROR_GRACE_S = 1.0  # how long a rank other than 0 waits before exiting on a usage error
+
+
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """Parse ``argv``. In a process group every rank parses the same line, so only rank 0
     prints a usage error; every rank tells the launcher what it was."""
@@ -110,8 +113,13 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
         if exit_.code:
             if rank == "0":
                 sys.stderr.write(said.getvalue())
+                sys.stderr.flush()
             lines = said.getvalue().strip().splitlines()
             _tell_launcher(lines[-1] if lines else "minigpt-tui: error: bad arguments")
+            if rank != "0":
+                # The launcher stops every rank when the first one exits: the others wait a
+                # moment so that rank 0 has printed the line before that can happen.
+                time.sleep(RANK_ERROR_GRACE_S)
         raise
 
 
