@@ -358,10 +358,13 @@ class CheckpointsScreen(RunActionsScreen):
     def _start_compare(self, other: Path) -> None:
         if self.opened is None:
             return
-        # Focus left in the panel the compare was asked from (the tokenizer's field) moves to
-        # the result; left there, it would bring that panel back when the dialog closes.
+        # The result takes the keyboard (page keys scroll it), wherever the compare was asked
+        # from; focus left in another panel (the tokenizer's field) would bring that panel
+        # back when the dialog closes.
         self.query_one(CheckpointPanels).show_tab("compare")
-        self.query_one(ComparisonView).compare(Path(self.opened.inspection.path), other, self.store.display)
+        view = self.query_one(ComparisonView)
+        view.compare(Path(self.opened.inspection.path), other, self.store.display)
+        self.call_after_refresh(view.focus)
 
     # -- keys ---------------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

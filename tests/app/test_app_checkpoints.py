@@ -24,6 +24,7 @@ from minigpt_tui.engine.core.tokenizer import BOS, ByteBPETokenizer
 from minigpt_tui.screens.checkpoints import CheckpointsScreen
 from minigpt_tui.screens.confirm_delete import ConfirmDeleteScreen
 from minigpt_tui.screens.path_prompt import PathPromptScreen
+from minigpt_tui.widgets.comparison_view import ComparisonView
 from minigpt_tui.screens.resume_preflight import ResumePreflightScreen
 from minigpt_tui.widgets.run_tree import RunTree
 from minigpt_tui.widgets.state_view import StateView
@@ -552,6 +553,13 @@ async def test_compare_with_another_checkpoint(runs):
         differing = sum(1 for t in expected["tensors"] if t["status"] != "same")
         assert f"{differing} tensors differ" in text and "token_embedding.weight" in text
         assert "schedule" in text
+        # The result has the keyboard: the page keys scroll it.
+        view = screen.query_one(ComparisonView)
+        assert view.has_focus
+        assert view.max_scroll_y > 0  # the result is longer than the panel at this size
+        await pilot.press("pagedown")
+        await settle(pilot)
+        assert view.scroll_y > 0
         # An unreadable other side is an error notification.
         await pilot.press("m")
         await pilot.pause()
