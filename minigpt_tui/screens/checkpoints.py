@@ -266,6 +266,9 @@ class CheckpointsScreen(RunActionsScreen):
         field.value = ""
         self.remove_class("-filtering")
         self.query_one(TensorTable).focus()
+        # The table may have had the keyboard already (no focus change to redraw the key
+        # bar): escape's entry goes now that there is no filter and no field to leave.
+        self.refresh_bindings()
 
     def action_show_tab(self, tab: str) -> None:
         """Show a panel. A panel with a text field takes the keyboard, so what is typed next

@@ -818,6 +818,27 @@ async def test_down_from_the_filter_goes_to_the_table_so_the_first_enter_opens_t
 
 
 @run_async
+async def test_the_key_bar_drops_leave_field_once_escape_has_cleared_the_filter(runs):
+    from minigpt_tui.widgets.key_bar import KeyBar
+
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_checkpoints(pilot)
+        bar = screen.query_one(KeyBar)
+        drawn: list[str] = []  # what the bar last drew (it draws on a refresh only)
+        draw = bar.render
+        bar.render = lambda: (drawn.append(draw().plain), draw())[1]
+        table = await filter_tensors(pilot, screen, "final_norm")
+        await pilot.press("down")  # the table has the keyboard; the filter stays
+        await settle(pilot)
+        assert table.has_focus and "Leave field" in drawn[-1]  # escape clears the filter
+        await pilot.press("escape")
+        await settle(pilot)
+        assert table.has_focus and len(table.shown) == len(table.entries)
+        assert "Leave field" not in drawn[-1]
+
+
+@run_async
 async def test_at_80_columns_beside_the_runs_the_dtype_and_shape_columns_show_whole(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
