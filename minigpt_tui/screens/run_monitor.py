@@ -35,6 +35,21 @@ from minigpt_tui.widgets.watch_panel import WatchPanel
 ACTIVE_STATES = ("starting", "running", "paused", "stopping")
 
 
+def run_key_enabled(action: str, state: str) -> bool | None:
+    """Whether a Training screen key acts on a run in ``state`` ("idle" without a run):
+    True, False (hidden), or None (save, evaluate and stop, shown dimmed while no run is
+    active). Keys that are not about the run are always enabled."""
+    if action == "start":
+        return state not in ACTIVE_STATES
+    if action == "pause":
+        return state in ("starting", "running")
+    if action == "resume":
+        return state == "paused"
+    if action in ("save", "evaluate", "stop"):
+        return True if state in ("starting", "running", "paused") else None
+    return True
+
+
 @dataclass
 class AppliedEvents:
     """What one drain of the feed changed: rows for the table, and whether the state did."""

@@ -37,10 +37,10 @@ from minigpt_tui.screens.new_run import NewRunRequest, NewRunScreen
 from minigpt_tui.screens.overlay import OverlayScreen
 from minigpt_tui.screens.run_files import RunFilesScreen
 from minigpt_tui.screens.run_monitor import (
-    ACTIVE_STATES,
     ActiveRun,
     RunMonitor,
     RunWidgets,
+    run_key_enabled,
 )
 from minigpt_tui.screens.side_panels import SidePanels
 from minigpt_tui.screens.training_plot import (
@@ -135,18 +135,7 @@ class TrainingScreen(SidePanels, PlotControls, RunFilesScreen):
 
     # -- bindings ------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        run = self.run
-        state = run.state if run else "idle"
-        if action == "start":
-            return state not in ACTIVE_STATES
-        if action == "pause":
-            return state in ("starting", "running")
-        if action == "resume":
-            return state == "paused"
-        if action in ("save", "evaluate", "stop"):
-            # None: shown dimmed in the key bar while no run is active.
-            return True if state in ("starting", "running", "paused") else None
-        return True
+        return run_key_enabled(action, self.run.state if self.run else "idle")
 
     def on_key(self, event: events.Key) -> None:
         """A dimmed run key (save, evaluate, stop) pressed while no run is active says why
