@@ -48,6 +48,10 @@ class PatchPromptScreen(ModalScreen[PatchRequest | None]):
         self.values = {"clean": clean, "corrupt": clean if corrupt is None else corrupt, "answer": answer,
                        "against": against}
         self.sites = sites
+        # The keyboard is in the field to write first, from the start (a key typed at once
+        # lands there): the corrupt prompt, an edit of the clean one, unless there is no
+        # clean prompt yet (a decision right after BOS).
+        self.AUTO_FOCUS = "#patch-corrupt" if clean else "#patch-clean"
 
     def compose(self) -> ComposeResult:
         with Vertical(id="patch-prompt") as box:
@@ -67,7 +71,6 @@ class PatchPromptScreen(ModalScreen[PatchRequest | None]):
             field.cursor_blink = False
         corrupt = self.query_one("#patch-corrupt", Input)
         corrupt.cursor_position = len(corrupt.value)
-        corrupt.focus()
 
     def request(self) -> PatchRequest | str:
         """The request the fields make, or why they make none (one line)."""

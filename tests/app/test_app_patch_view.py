@@ -220,3 +220,19 @@ async def test_refusals_are_one_line_notifications_and_the_dialog_comes_back(run
         await pilot.press("escape")
         await settle(pilot)
         assert pilot.app.screen is screen
+
+
+@run_async
+async def test_the_dialog_has_the_keyboard_in_the_field_to_write_first():
+    """The corrupt prompt (an edit of the clean one), or the clean prompt where there is
+    none yet; a key typed at once lands there."""
+    from textual.app import App
+
+    for clean, first in (("The key is", "#patch-corrupt"), ("", "#patch-clean")):
+        app = App()
+        async with app.run_test() as pilot:
+            app.push_screen(PatchPromptScreen(clean, "a", "b"))
+            await pilot.press("x")
+            await pilot.pause()
+            field = app.screen.query_one(first, Input)
+            assert field.has_focus and field.value == clean + "x"
