@@ -83,7 +83,17 @@ class Pane:
         subprocess.run([*TMUX, "kill-session", "-t", self.name], capture_output=True)
 
 
+def compile_bytecode() -> None:
+    """Compile our modules as installing the wheel does: Textual's come compiled from pip,
+    and an editable checkout run with PYTHONDONTWRITEBYTECODE would compile ours at every
+    launch, which no installed user sees."""
+    import minigpt_tui
+
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(minigpt_tui.__file__).parent)], check=True)
+
+
 def first_frame(repeats: int, work: Path) -> None:
+    compile_bytecode()
     bare_script = work / "bare_app.py"
     bare_script.write_text(BARE_APP)
     bare, app = [], []

@@ -112,6 +112,7 @@ class MiniGPTApp(App[None]):
     def _import_engine(self) -> None:
         started = time.perf_counter()
         # deferred: imports torch, on this worker, so the first frame never waits for it
+        import minigpt_tui.engine.session.training  # noqa: F401  # deferred: off the first frame
         import minigpt_tui.engine.training.checkpoints  # noqa: F401  # deferred: imports torch
         import minigpt_tui.engine.training.trainer  # noqa: F401  # deferred: imports torch
 

@@ -36,7 +36,12 @@ COMMAND_MODULES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+APP_OPTIONS = ("--runs-dir", "--preset", "--corpus")  # the options of the bare command, each with a value
+
+
+def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
+    """The whole command line; without ``commands``, only the app's own options (the bare
+    ``minigpt-tui``, parsed without importing the command modules)."""
     parser = argparse.ArgumentParser(
         prog="minigpt-tui",
         description="Train, save, resume, inspect and interrogate a Mini GPT on the CPU.",
@@ -45,10 +50,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs-dir", metavar="DIR", help="runs directory (default: the user data dir)")
     parser.add_argument("--preset", default="mini", help="preset for a new run in the app (default: mini)")
     parser.add_argument("--corpus", help="corpus file or folder for a new run in the app")
+    if not commands:
+        parser.set_defaults(command=None)
+        return parser
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser
+
+
+def opens_the_app(argv: list[str]) -> bool:
+    """Whether ``argv`` is the bare command with at most the app's options (no command, no
+    help): then the first frame need not wait for every command's module to import."""
+    expecting_value = False
+    for token in argv:
+        if expecting_value:
+            expecting_value = False
+        elif token in APP_OPTIONS:
+            expecting_value = True
+        elif not any(token.startswith(option + "=") for option in APP_OPTIONS):
+            return False
+    return True
 
 
 def _version() -> str:
@@ -59,13 +81,13 @@ MAX_ERROR_LINE = 600  # characters of an error message shown; the middle of a lo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:  # torchrun ... -m minigpt_tui -- train ...: the separator may reach us
         argv = argv[1:]
     if "WORLD_SIZE" in os.environ:  # a process of a launch: it never outlives its launcher
 
         die_with_launcher()
+    parser = build_parser(commands=not opens_the_app(argv))
     args = _parse(parser, argv)
     args.argv = argv  # a launcher re-runs it in each process
 

@@ -16,19 +16,21 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
-from minigpt_tui.engine.formats.integrity import Integrity
 from minigpt_tui.engine.session.events import RunSummary
-from minigpt_tui.engine.session.generation import StepperView
-from minigpt_tui.engine.session.insight import InsightView
-from minigpt_tui.engine.session.patching import PatchDefaults, PatchingView
-from minigpt_tui.engine.session.head_role_view import HeadRolesView
-from minigpt_tui.engine.session.text_scores import TextScoresView
-from minigpt_tui.engine.session.run_store import RunListing
 from minigpt_tui.engine.session.history import LoadedCurve, RunHistory
+
+if TYPE_CHECKING:  # what the Generation and Checkpoints screens' workers carry, imported with them
+    from minigpt_tui.engine.formats.integrity import Integrity
+    from minigpt_tui.engine.session.generation import StepperView
+    from minigpt_tui.engine.session.head_role_view import HeadRolesView
+    from minigpt_tui.engine.session.insight import InsightView
+    from minigpt_tui.engine.session.patching import PatchDefaults, PatchingView
+    from minigpt_tui.engine.session.run_store import RunListing
+    from minigpt_tui.engine.session.text_scores import TextScoresView
 
 __all__ = ["CurveLoaded", "EngineEventsReady", "EngineImported", "HistoryLoaded", "LoadedCurve", "RunFeed",
            "RunHistory", "RunSummary"]
@@ -160,28 +162,28 @@ class QueueIdle(Message):
 class InsightReady(Message):
     """What one decision looked like inside, computed on the generation worker."""
 
-    view: "InsightView"
+    view: InsightView
 
 
 @dataclass
 class HeadRolesReady(Message):
     """Every head's role scores for the loaded model, computed on the generation worker."""
 
-    view: "HeadRolesView"
+    view: HeadRolesView
 
 
 @dataclass
 class TextScored(Message):
     """A text's per-token loss, scored on the generation worker for the Text view."""
 
-    view: "TextScoresView"
+    view: TextScoresView
 
 
 @dataclass
 class PatchDefaultsReady(Message):
     """What the patching dialog starts from, read on the generation worker."""
 
-    defaults: "PatchDefaults"
+    defaults: PatchDefaults
 
 
 @dataclass
@@ -196,7 +198,7 @@ class PatchProgress(Message):
 class PatchReady(Message):
     """A patching sweep's effects as plain numbers."""
 
-    view: "PatchingView"
+    view: PatchingView
 
 
 @dataclass

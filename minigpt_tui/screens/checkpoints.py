@@ -25,7 +25,8 @@ from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.formats.inspect import inspect_path
 from minigpt_tui.engine.session.file_uses import file_uses
 from minigpt_tui.engine.session.resume_preview import ResumePreview
-from minigpt_tui.engine.session.run_store import RunStore, VanishedCheckpoint, model_file_of, vanished_checkpoint
+from minigpt_tui.engine.session.run_store import RunStore, VanishedCheckpoint, vanished_checkpoint
+from minigpt_tui.engine.session.saved_tokenizer import model_file_of
 from minigpt_tui.messages import Inspected, InspectionFailed, OpenInGeneration, ResumeOnTraining, RunsScanned
 from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
 from minigpt_tui.screens.path_prompt import PathPromptScreen

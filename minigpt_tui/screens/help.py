@@ -4,7 +4,6 @@ Each screen provides its own text as the ``HELP`` class attribute (Markdown)."""
 
 from __future__ import annotations
 
-from rich.markdown import Markdown
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -32,6 +31,7 @@ class HelpScreen(ModalScreen[None]):
             body.border_subtitle = "escape closes"
             # Rich's Markdown in one Static: a Markdown widget builds a widget per block and
             # per table cell, which took a few hundred milliseconds to open while training.
+            from rich.markdown import Markdown  # deferred: off the first frame
 
             yield Static(Markdown(self.markdown), id="help-text")
 

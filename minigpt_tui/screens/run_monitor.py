@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
@@ -21,8 +21,6 @@ from minigpt_tui.engine.session import events as engine
 from minigpt_tui.engine.session.attach import RunFollower
 from minigpt_tui.engine.session.events import HeadsScored, SamplesTaken
 from minigpt_tui.engine.session.history import LoadedCurve, RunHistory
-from minigpt_tui.engine.session.plans import RunPlan
-from minigpt_tui.engine.session.training import TrainingSession
 from minigpt_tui.messages import RunFeed, RunSummary
 from minigpt_tui.widgets.event_log import EventLog
 from minigpt_tui.widgets.loss_plot import LossPlot
@@ -31,6 +29,10 @@ from minigpt_tui.widgets.probes_table import ProbesTable
 from minigpt_tui.widgets.run_progress import RunProgress
 from minigpt_tui.widgets.run_summary import RunSummaryView
 from minigpt_tui.widgets.watch_panel import WatchPanel
+
+if TYPE_CHECKING:
+    from minigpt_tui.engine.session.plans import RunPlan
+    from minigpt_tui.engine.session.training import TrainingSession
 
 ACTIVE_STATES = ("starting", "running", "paused", "stopping")
 
@@ -83,6 +85,8 @@ class ActiveRun:
     @classmethod
     def training(cls, plan: RunPlan, config: Any, post: Callable[[Message], Any]) -> ActiveRun:
         """A run this process trains (a new one or a resumed one, as ``plan`` says)."""
+        from minigpt_tui.engine.session.training import TrainingSession  # deferred: off the first frame
+
         feed = RunFeed(post)
         return cls(TrainingSession(plan, feed), feed, config, steps=config.train.steps)
 

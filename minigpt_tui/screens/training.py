@@ -22,12 +22,6 @@ from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.attach import attached_config
 from minigpt_tui.engine.session.events import Command
-from minigpt_tui.engine.session.plans import (
-    NewRun,
-    ResumeRun,
-    RunPlan,
-    saved_run_config,
-)
 from minigpt_tui.engine.session.run_store import RunStore
 from minigpt_tui.messages import EngineEventsReady
 from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
@@ -54,6 +48,7 @@ from minigpt_tui.widgets.throttle import Throttle
 
 if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
+    from minigpt_tui.engine.session.plans import RunPlan
 
 IDLE_RUN_KEYS = {"s": "save", "e": "evaluate", "x": "stop"}  # dimmed while no run is active; pressed, they say why
 
@@ -264,6 +259,8 @@ class TrainingScreen(SidePanels, PlotControls, RunFilesScreen):
         ``name`` is its folder in the runs directory (default: PRESET-TIMESTAMP);
         ``init_from`` the model it starts from (its architecture and tokenizer too)."""
         if not self._refuse_if_active():
+            from minigpt_tui.engine.session.plans import NewRun  # deferred: off the first frame
+
             start = f" from {init_from}" if init_from else ""
             self._launch(NewRun(config, self.mini_app.settings.runs_dir, name, init_from=init_from), config, "started",
                          f"building preset {config.preset}{start} ({config.train.steps} updates, "
@@ -273,6 +270,8 @@ class TrainingScreen(SidePanels, PlotControls, RunFilesScreen):
         """Continue the run saved in ``checkpoint`` (a checkpoint folder) exactly where it
         stopped; the Checkpoints screen calls this after its preflight. The engine restores
         it on the worker and refuses, with its one-line reason, what it cannot continue."""
+        from minigpt_tui.engine.session.plans import ResumeRun, saved_run_config  # deferred: off the first frame
+
         config = self._run_config(saved_run_config, checkpoint, "resume refused")
         if config is None:
             return

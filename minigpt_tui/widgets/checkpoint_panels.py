@@ -17,7 +17,7 @@ from textual.widgets import Input, Static, TabbedContent, TabPane, Tabs
 
 from minigpt_tui.engine.formats.state_groups import InspectionState
 from minigpt_tui.engine.core.printable import escape_controls
-from minigpt_tui.engine.session.run_store import tokenizer_source_of
+from minigpt_tui.engine.session.saved_tokenizer import tokenizer_source_of
 from minigpt_tui.widgets.alias_panel import aliases_renderable
 from minigpt_tui.widgets.checkpoint_summary import summary_text
 from minigpt_tui.widgets.comparison_view import ComparisonView

@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Input, Static
 
 from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.session.display import counted
-from minigpt_tui.engine.session.run_store import read_saved_tokenizer
+from minigpt_tui.engine.session.saved_tokenizer import read_saved_tokenizer
 from minigpt_tui.messages import TokenizerReady
 from minigpt_tui.widgets.pieces import piece_chips, piece_text
 

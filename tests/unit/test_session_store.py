@@ -11,7 +11,8 @@ from minigpt_tui.engine.core.config import SeedConfig, load_config
 from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, CorpusError, GenerationError
 from minigpt_tui.engine.session.inputs import RunChoices, parse_number
 from minigpt_tui.engine.session.plans import NewRun
-from minigpt_tui.engine.session.run_store import RunStore, read_saved_tokenizer
+from minigpt_tui.engine.session.run_store import RunStore
+from minigpt_tui.engine.session.saved_tokenizer import read_saved_tokenizer
 from minigpt_tui.engine.session.training import TrainingSession
 
 

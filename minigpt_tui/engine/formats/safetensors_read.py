@@ -18,7 +18,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy
 
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.core.files import require_regular_file
@@ -409,6 +408,8 @@ def load_file(path: Path | str, expect: "ExpectedFile | None" = None) -> LoadedF
             expect.check_size(path, size)  # a truncated file is refused before it is read
         require_memory_for(path, size, "the file")
         # Uninitialized memory (no zero-filling pass): the read overwrites every byte.
+        import numpy  # deferred: imports numpy
+
         buffer = memoryview(numpy.empty(size, dtype=numpy.uint8))
         got = 0
         while got < size and (count := fh.readinto(buffer[got:])):

@@ -1,6 +1,6 @@
 """The runs directory as the app and the command line use it: scan the runs and their
-checkpoints, resolve ``RUN:latest|best|STEP``, rename and delete a run, find and read the
-tokenizer saved with a model, and show a path relative to the runs directory. No torch.
+checkpoints, resolve ``RUN:latest|best|STEP``, rename and delete a run, and show a path
+relative to the runs directory. No torch, no numpy (the app's first frame lists the runs).
 """
 
 from __future__ import annotations
@@ -9,25 +9,9 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from minigpt_tui.engine.core.errors import (
-    CheckpointError,
-    ConfigError,
-    MiniGPTError,
-    TokenizerError,
-)
-from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
+from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
 from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR, list_checkpoints
-from minigpt_tui.engine.formats.hf_tokenizer import read_tokenizer_json
-from minigpt_tui.engine.formats.portable import TOKENIZER_JSON, without_tokenizer
-from minigpt_tui.engine.formats.safetensors_read import (
-    opening_errors,
-    parse_record,
-    read_header,
-)
 from minigpt_tui.engine.session.run_control import CONTROL_FILE, LIVE_FILE, read_live
 from minigpt_tui.engine.session.runs import (
     LOCK_FILE,
@@ -39,12 +23,6 @@ from minigpt_tui.engine.session.runs import (
     lock_run,
     resolve_checkpoint,
 )
-
-if TYPE_CHECKING:
-    from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
-
-MERGES_TENSOR = "tokenizer.merges"
-HF_TOKENIZER_FILE = "tokenizer.json"
 
 
 class RunStoreError(MiniGPTError):
@@ -95,15 +73,6 @@ def vanished_checkpoint(opened: Path, listings: tuple[RunListing, ...]) -> Vanis
     if run is None or any(checkpoint.path == folder for checkpoint in run.checkpoints):
         return None
     return VanishedCheckpoint(run, int(match.group(1)))
-
-
-@dataclass(frozen=True)
-class SavedTokenizer:
-    """A tokenizer read back from a model file, with a note when its recorded identity is
-    missing or differs."""
-
-    tokenizer: ByteBPETokenizer
-    note: str
 
 
 @dataclass(frozen=True)
@@ -220,80 +189,6 @@ def _foreign_checkpoint_names(checkpoints: Path) -> list[str]:
     if checkpoints.exists():
         return ["checkpoints"]
     return []
-
-
-def model_file_of(inspection: Any) -> Path | None:
-    """The minigpt-tui model file of an inspected path (the file itself, or a checkpoint
-    folder's), if it has one."""
-    if inspection.kind == "portable-model":
-        return Path(inspection.path)
-    if inspection.kind == "checkpoint-dir":
-        for summary in inspection.files:
-            if summary.kind == "portable-model":
-                return Path(summary.path)
-    return None
-
-
-def tokenizer_source_of(inspection: Any) -> Path | None:
-    """Where an inspected path keeps a tokenizer: our model file, or a transformers folder's
-    ``tokenizer.json``."""
-    model_file = model_file_of(inspection)
-    if model_file is not None:
-        return model_file
-    if inspection.kind == "hf-model":
-        candidate = Path(inspection.path) / HF_TOKENIZER_FILE
-        return candidate if candidate.is_file() else None
-    return None
-
-
-def read_saved_tokenizer(source: Path) -> SavedTokenizer:
-    """The tokenizer saved beside a model: our model file's merges tensor (read alone), or
-    a transformers folder's ``tokenizer.json`` mapped to our id layout."""
-    if source.name == HF_TOKENIZER_FILE:
-        return SavedTokenizer(read_tokenizer_json(source), f"read from {source.name}, in minigpt-tui's id layout")
-    return _read_merges(source)
-
-
-def _read_merges(model_file: Path) -> SavedTokenizer:
-    header = read_header(model_file)
-    entry = _merges_entry(header, model_file)
-    with opening_errors(model_file, "a model file"), model_file.open("rb") as fh:
-        fh.seek(header.data_start + entry.begin)
-        raw = fh.read(entry.nbytes)
-    if len(raw) != entry.nbytes:
-        raise CheckpointError(f"{model_file}: the file ends inside {MERGES_TENSOR}")
-    pairs = np.frombuffer(raw, dtype="<u4").reshape(entry.shape).tolist()
-    try:
-        tokenizer = ByteBPETokenizer(tuple((int(a), int(b)) for a, b in pairs))
-    except TokenizerError as err:
-        raise CheckpointError(f"the saved tokenizer is invalid: {err}") from None
-    return SavedTokenizer(tokenizer, _identity_note(model_file, header, tokenizer))
-
-
-def _merges_entry(header: Any, model_file: Path) -> Any:
-    """The header entry of the merges tensor, refused unless it is U32 [n, 2]."""
-    if not header.has(MERGES_TENSOR):
-        if not header.has(TOKENIZER_JSON):
-            raise without_tokenizer(model_file.name, "show one")
-        raise CheckpointError(f"{model_file.name} keeps its tokenizer as {TOKENIZER_JSON} (a tokenizers-library "
-                              "tokenizer, which generation uses): this panel lists minigpt-tui's own merges only")
-    entry = header.entry(MERGES_TENSOR)
-    if entry.dtype != "U32" or len(entry.shape) != 2 or entry.shape[1] != 2:
-        raise CheckpointError(f"{MERGES_TENSOR} must be U32 [n, 2], found {entry.dtype} {list(entry.shape)}")
-    return entry
-
-
-def _identity_note(model_file: Path, header: Any, tokenizer: ByteBPETokenizer) -> str:
-    """What to say about the merges against the tokenizer identity the metadata records."""
-    try:
-        recorded = parse_record(model_file, "tokenizer", header.metadata.get("tokenizer", "{}")).get("identity")
-    except (CheckpointError, AttributeError):
-        recorded = None
-    if recorded is None:
-        return "no tokenizer identity is recorded in the metadata"
-    if recorded != tokenizer.identity:
-        return "warning: these merges do not match the tokenizer identity recorded in the metadata"
-    return ""
 
 
 def _changed_at(run_path: Path, checkpoints: tuple[CheckpointListing, ...]) -> float:

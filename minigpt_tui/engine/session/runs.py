@@ -43,7 +43,6 @@ from minigpt_tui.engine.formats.checkpoint_folder import (
     list_checkpoints,
     read_manifest,
 )
-from minigpt_tui.engine.formats.hf_import import conversion_refusal, is_hf_folder
 
 ENV_RUNS_DIR = "MINIGPT_TUI_RUNS_DIR"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -379,6 +378,11 @@ def _checkpoint_at_path(path: Path) -> Path:
     latest = latest_in_folder(path)
     if latest is not None:
         return latest
+    from minigpt_tui.engine.formats.hf_import import (  # deferred: off the first frame
+        conversion_refusal,
+        is_hf_folder,
+    )
+
     if is_hf_folder(path):
         refusal = conversion_refusal(path)  # suggest convert only where it works
         way = (f"'minigpt-tui convert --hf {path} --out model.safetensors' makes a model file of it"
