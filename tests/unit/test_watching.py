@@ -108,3 +108,40 @@ def test_samples_fed_through_the_cache_equal_whole_windows_past_the_context(tmp_
                              None if seed is None else torch.Generator().manual_seed(seed))
             theirs = whole_windows(None if seed is None else torch.Generator().manual_seed(seed))
             assert len(mine) == steps and mine == theirs
+
+
+def test_the_rows_of_one_batch_equal_each_continued_alone(tmp_path, capsys):
+    """Samples continue every prompt greedily and by a seeded draw as the rows of one batch,
+    prompts of different lengths joining it once their texts are as long: each row's ids
+    equal continuing it alone, past the context, and when a row ends before the others."""
+    import torch
+
+    from minigpt_tui.engine.analysis.generation import eligibility_mask
+    from minigpt_tui.engine.session.watching import _continue, _continue_rows
+
+    run = _train(capsys, "--preset", "tiny", "--run", "tiny")
+    portable = load_portable_model(Path(run["checkpoints"][-1]))
+    model, tokenizer = portable.model.eval(), portable.tokenizer
+    short, long = tokenizer.encode_prompt("The key"), tokenizer.encode_prompt("The key is red. Answer:")
+    assert len(short) < len(long)
+    steps = model.config.context + 5
+    eligible = eligibility_mask(tokenizer.vocab_size, bos_id=tokenizer.bos_id, eos_ids=())
+    starts = [short, short, long, long]
+
+    def generators():
+        return [None, torch.Generator().manual_seed(7), None, torch.Generator().manual_seed(8)]
+
+    class EndsAt:
+        """The tokenizer with one more end id: the short prompt's fourth greedy choice."""
+
+        def __init__(self, end: int) -> None:
+            self.eos_ids = (*tokenizer.eos_ids, end)
+
+    with torch.no_grad():
+        greedy_alone = _continue(model, tokenizer, short, steps, eligible, None)
+        for reader in (tokenizer, EndsAt(greedy_alone[3])):
+            alone = [_continue(model, reader, ids, steps, eligible, generator)
+                     for ids, generator in zip(starts, generators())]
+            assert _continue_rows(model, reader, starts, steps, eligible, generators()) == alone
+    assert len(alone[0]) <= 4 < steps  # the short prompt's greedy row stopped early, at its end id
+    assert len(greedy_alone) == steps

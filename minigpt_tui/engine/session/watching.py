@@ -7,13 +7,17 @@ previous-token, duplicate-token, first-token; see :mod:`head_roles`). The prompt
 first words of the corpus's first validation records (training records without a
 validation split).
 
-Both read the model in evaluation mode without gradients, and the sample draws from a
-generator of its own (seeded from ``seeds.sampling`` and the step), never from a training
-stream: a run with them and one without have the same records and the same state digest.
+Both read the model in evaluation mode without gradients, and each prompt's sample draws
+from a generator of its own (seeded from ``seeds.sampling``, the step and the prompt's
+place, :func:`sample_seed`), never from a training stream: a run with them and one without
+have the same records and the same state digest. All the continuations are the rows of
+one batch once their texts are the same length (:func:`_continue_rows`).
 """
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.core.errors import GenerationError
@@ -41,6 +45,28 @@ def corpus_prompts(texts: list[str], count: int = PROMPTS, words: int = PROMPT_W
 
 def _continue(model: Any, tokenizer: Any, ids: list[int], steps: int, eligible: "torch.Tensor",
               generator: "torch.Generator | None") -> list[int]:
+    """One continuation of ``ids``: greedy (``generator`` None) or drawn from ``generator``."""
+    return _continue_rows(model, tokenizer, [ids], steps, eligible, [generator])[0]
+
+
+@dataclass
+class _Batch:
+    """Rows whose texts have one length, fed as one batch: their key/value cache holds the
+    first ``fed`` positions of each (``fed`` None: past the context, no cache)."""
+
+    rows: list[int]
+    cache: list[Any] = field(default_factory=list)
+    fed: int | None = 0
+
+
+def _continue_rows(model: Any, tokenizer: Any, starts: list[list[int]], steps: int, eligible: "torch.Tensor",
+                   generators: "list[torch.Generator | None]") -> list[list[int]]:
+    """Continue each ``starts[r]`` by ``steps`` ids, greedily (``generators[r]`` None) or
+    drawn from its generator, stopping at an end id. Rows whose texts have the same length
+    share one forward call (a small model's time is mostly its calls, not its arithmetic):
+    the shortest batch steps first, and batches that reach the same length with the same
+    positions cached merge, their caches side by side. Only a row's own logits and its own
+    generator choose its ids, so they are those of continuing it alone (tested)."""
     import torch  # deferred: imports torch
 
     from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
@@ -50,28 +76,68 @@ def _continue(model: Any, tokenizer: Any, ids: list[int], steps: int, eligible: 
     device = next(model.parameters()).device
     context = model.config.context
     eos = set(getattr(tokenizer, "eos_ids", ()) or ())
-    out: list[int] = []
-    cache: list[Any] = []  # keys and values of the ids fed so far, while the whole text fits the context
-    fed = 0
-    for _ in range(steps):
-        text = ids + out
-        if len(text) <= context:  # only the ids the cache does not hold yet
-            logits = model(torch.tensor([text[fed:]], device=device), cache=cache).logits
-            fed = len(text)
+    outs: list[list[int]] = [[] for _ in starts]
+
+    if steps <= 0:
+        return outs
+
+    def length(batch: _Batch) -> int:
+        return len(starts[batch.rows[0]]) + len(outs[batch.rows[0]])
+
+    batches: list[_Batch] = []
+
+    def join(batch: _Batch) -> None:
+        for other in batches:
+            if length(other) == length(batch) and other.fed == batch.fed:
+                other.cache = [(torch.cat((a[0], b[0])), torch.cat((a[1], b[1]))) for a, b in zip(other.cache, batch.cache)]
+                other.rows += batch.rows
+                return
+        batches.append(batch)
+
+    for row in range(len(starts)):
+        join(_Batch([row]))
+    while batches:
+        batch = min(batches, key=length)
+        batches.remove(batch)
+        texts = [starts[r] + outs[r] for r in batch.rows]
+        if batch.fed is not None and len(texts[0]) <= context:  # only the ids the cache does not hold yet
+            logits = model(torch.tensor([t[batch.fed:] for t in texts], device=device), cache=batch.cache).logits
+            batch.fed = len(texts[0])
         else:  # past the context: the last window, whole
-            logits = model(torch.tensor([text[-context:]], device=device)).logits
-        logits = logits[0, -1].to("cpu", torch.float64)
-        if not bool(torch.isfinite(logits).all()):
-            break  # a diverged model samples nothing
-        if generator is None:
-            choice = greedy_choice(logits, eligible)
-        else:
-            probabilities = torch.softmax(logits.masked_fill(~eligible, float("-inf")), dim=-1)
-            choice = int(torch.multinomial(probabilities, 1, generator=generator))
-        out.append(choice)
-        if choice in eos:
-            break
-    return out
+            logits = model(torch.tensor([t[-context:] for t in texts], device=device)).logits
+            batch.cache, batch.fed = [], None
+        last = logits[:, -1].to("cpu", torch.float64).masked_fill(~eligible, float("-inf"))
+        # One call per decision kind for the whole batch: the highest eligible logit (argmax
+        # takes the first, so a tie goes to the smaller id) and each row's distribution.
+        finite = torch.isfinite(logits[:, -1]).all(dim=1).tolist()
+        best = last.argmax(dim=1).tolist()
+        sampled = any(generators[row] is not None for row in batch.rows)
+        probabilities = torch.softmax(last, dim=-1) if sampled else None
+        going = []
+        for index, row in enumerate(batch.rows):
+            if not finite[index]:
+                continue  # a diverged model samples nothing
+            generator = generators[row]
+            if generator is None:
+                choice = best[index]
+            else:
+                choice = int(torch.multinomial(probabilities[index], 1, generator=generator))
+            outs[row].append(choice)
+            if choice not in eos and len(outs[row]) < steps:
+                going.append(index)
+        if going:
+            if len(going) < len(batch.rows):
+                keep = torch.tensor(going, device=device)
+                batch.cache = [(k.index_select(0, keep), v.index_select(0, keep)) for k, v in batch.cache]
+                batch.rows = [batch.rows[i] for i in going]
+            join(batch)
+    return outs
+
+
+def sample_seed(seed: int, step: int, place: int) -> int:
+    """The seed of the sampled continuation of the prompt at ``place`` at ``step``."""
+    digest = hashlib.sha256(f"{seed}:{step}:{place}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def take_samples(model: Any, tokenizer: Any, prompts: list[str], step: int, seed: int,
@@ -85,20 +151,21 @@ def take_samples(model: Any, tokenizer: Any, prompts: list[str], step: int, seed
 
     bos = getattr(tokenizer, "bos_id", 0)
     eligible = eligibility_mask(tokenizer.vocab_size, bos_id=bos, eos_ids=tuple(getattr(tokenizer, "eos_ids", ())))
-    generator = torch.Generator().manual_seed((seed * 1_000_003 + step) % 2**63)
     samples = []
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            for prompt in prompts:
-                ids = tokenizer.encode_prompt(prompt)
-                if not ids or len(ids) >= model.config.context:
-                    continue
-                greedy = _continue(model, tokenizer, ids, steps, eligible, None)
-                sampled = _continue(model, tokenizer, ids, steps, eligible, generator)
-                samples.append(Sample(prompt, tokenizer.decode(greedy).display, tokenizer.decode(sampled).display,
-                                      tuple(greedy), tuple(sampled)))
+        kept = [(prompt, ids) for prompt in prompts
+                if (ids := tokenizer.encode_prompt(prompt)) and len(ids) < model.config.context]
+        starts = [ids for _, ids in kept for _ in (0, 1)]  # each prompt twice: greedy, then sampled
+        generators = [None if kind == 0 else torch.Generator().manual_seed(sample_seed(seed, step, place))
+                      for place in range(len(kept)) for kind in (0, 1)]
+        with torch.inference_mode():
+            outs = _continue_rows(model, tokenizer, starts, steps, eligible, generators)
+        for place, (prompt, _) in enumerate(kept):
+            greedy, sampled = outs[2 * place], outs[2 * place + 1]
+            samples.append(Sample(prompt, tokenizer.decode(greedy).display, tokenizer.decode(sampled).display,
+                                  tuple(greedy), tuple(sampled)))
     finally:
         if was_training:
             model.train()
