@@ -60,6 +60,11 @@ class AttentionView(ScrollableContainer):
         super().__init__(**kwargs)
         self.border_title = "Attention (last position over the prefix)"
 
+    def allow_focus(self) -> bool:
+        """Only a view with more to see than fits takes the keyboard (to scroll it): an empty
+        or whole one would only be a stop between the candidates and the form."""
+        return self.max_scroll_y > 0 or self.max_scroll_x > 0
+
     def compose(self) -> Any:
         yield Static(Text("Attention weights of the selected decision appear here.", style="dim"),
                      id="attention-text")

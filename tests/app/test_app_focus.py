@@ -214,6 +214,25 @@ async def test_the_keyboard_never_stays_in_a_hidden_panel(runs):
 
 # -- a field opens with the keyboard in it -----------------------------------------------------------
 @run_async
+async def test_on_a_wide_terminal_with_no_model_one_tab_reaches_the_model_field(tmp_path):
+    """At 120x40 the attention view is beside the candidates; empty, it is no stop on the way
+    to the form (the hint says tab moves to the form), and typing goes into the field."""
+    from minigpt_tui.widgets.attention_view import AttentionView
+
+    app = make_app(tmp_path / "runs")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_screen(pilot, "g", GenerationScreen)
+        assert isinstance(screen.focused, CandidateTable)
+        assert screen.query_one(AttentionView).display and not screen.query_one(AttentionView).allow_focus()
+        await pilot.press("tab")
+        await pilot.pause()
+        model = screen.query_one("#model", Input)
+        assert screen.focused is model
+        await type_text(pilot, "/m")
+        assert model.value == "/m" and isinstance(app.screen, GenerationScreen)
+
+
+@run_async
 async def test_the_generation_form_is_a_tab_away_and_tab_from_model_reaches_the_prompt(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
