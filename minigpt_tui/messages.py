@@ -144,6 +144,7 @@ class GenerationUpdated(Message):
     view: StepperView | None
     note: str | None = None
     select: int | None = None
+    partial: bool = False  # a run still going shows what it has decided so far
 
 
 @dataclass

@@ -220,8 +220,11 @@ class GenerationScreen(DecisionViews):
             self._enqueue(operations.Operation("step", lambda session: session.step()))
 
     def action_run(self) -> None:
+        if self.queue.request_stop():  # r again while a run goes on stops it
+            self.notify("stopping the run after this decision", timeout=2)
+            return
         if self._ready():
-            self._enqueue(operations.Operation("run", lambda session: session.run()))
+            self._enqueue(operations.run_to_end())
 
     def action_back(self) -> None:
         if self.queue.spec_applied is not None:
@@ -313,7 +316,9 @@ class GenerationScreen(DecisionViews):
         session, post = self.session, self.post_message
         assert session is not None
         self.queue.drain(session, lambda view, note, select: post(GenerationUpdated(view, note, select)),
-                         lambda reason, what, dropped: post(GenerationFailed(reason, what, dropped)))
+                         lambda reason, what, dropped: post(GenerationFailed(reason, what, dropped)),
+                         # while a run goes on, its rows arrive and the selection stays where it is
+                         lambda view, _last: post(GenerationUpdated(view, None, None, partial=True)))
         self.post_message(QueueIdle())
 
     def _set_busy(self, busy: bool) -> None:
@@ -358,8 +363,9 @@ class GenerationScreen(DecisionViews):
         self.query_one(PrefixView).show_view(view)
         self._show_decisions_subtitle()
         self._show_title()
-        self._show_selected()
-        self._request_head_roles()  # a model loaded while the head view shows
+        if not message.partial:  # a run still going shows its decisions, not the last one's insides
+            self._show_selected()
+            self._request_head_roles()  # a model loaded while the head view shows
         self.query_one(GenerationOutput).show_output(view)
 
     @on(DataTable.RowHighlighted, "#decisions")

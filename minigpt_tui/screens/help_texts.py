@@ -167,7 +167,7 @@ chosen id.
 |---|---|
 | `enter` | in the model field: load the model; in any other field: apply the settings and start over |
 | `n` | take one decision |
-| `r` | run: decide until a stop (EOS, the budget, or the context is full) |
+| `r` | run: decide until a stop (EOS, the budget, or the context is full), the decisions showing as they come; `r` again stops it after the decision in progress |
 | `backspace` | step back one decision (the sampling generator is restored, so `n` redoes it exactly) |
 | `ctrl+r` | reset to the prompt (apply changed settings) |
 | `f` | force another id at the selected decision instead of the rule's choice: enter on its empty field takes the highlighted candidate; type any id, or a piece as the screen shows it (`·the`) or in double quotes (`" the"`); later decisions are undone and you continue from there |

@@ -6,14 +6,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.text import Text
-from textual.containers import ScrollableContainer
-from textual.widgets import Static
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from minigpt_tui.engine.session.generation import DecisionView, PieceView
 from minigpt_tui.widgets.pieces import SPECIAL_PIECES, visible_piece
 
 LEVELS = "▁▂▃▄▅▆▇█"
+PLACEHOLDER = "Attention weights of the selected decision appear here."
+PAD = 1  # a column of space each side, as the other panels have
+STYLES = {"bold": Style(bold=True), "dim": Style(dim=True), "": None}
+
+Run = tuple[str, str]  # text and its style: "bold", "dim" or ""
 
 
 def heat_cell(weight: float, row_max: float) -> tuple[str, str]:
@@ -25,53 +32,78 @@ def heat_cell(weight: float, row_max: float) -> tuple[str, str]:
     return glyph, style
 
 
-def attention_text(decision: DecisionView, prefix: tuple[PieceView, ...]) -> Text:
-    out = Text(no_wrap=True)
+def attention_rows(decision: DecisionView | None, prefix: tuple[PieceView, ...]) -> list[list[Run]]:
+    """The view's lines as runs of one style each: the prefix axis, one heat row per layer
+    and head with the position it weighs most, and the legend."""
+    if decision is None:
+        return [[(PLACEHOLDER, "dim")]]
     if decision.attention is None:
-        out.append("no attention weights were recorded for this decision", style="dim")
-        return out
+        return [[("no attention weights were recorded for this decision", "dim")]]
     length = decision.prefix_length
     axis = "".join("^" if p.text in SPECIAL_PIECES else (visible_piece(p.text)[:1] or "·")
                    for p in prefix[:length])
-    out.append(f"{'':9}{axis}\n", style="dim")
+    rows: list[list[Run]] = [[(f"{'':9}{axis}", "dim")]]
     for layer, heads in enumerate(decision.attention):
         for head, weights in enumerate(heads):
-            out.append(f"L{layer:<2} H{head:<2}  ", style="bold")
+            row: list[Run] = [(f"L{layer:<2} H{head:<2}  ", "bold")]
             row_max = max(weights, default=0.0)
             for weight in weights:
                 glyph, style = heat_cell(weight, row_max)
-                out.append(glyph, style=style)
+                if len(row) > 1 and row[-1][1] == style:  # one run per style
+                    row[-1] = (row[-1][0] + glyph, style)
+                else:
+                    row.append((glyph, style))
             if weights:
                 top = max(range(len(weights)), key=lambda i: weights[i])
                 piece = visible_piece(prefix[top].text) if top < len(prefix) else "?"
-                out.append(f"  max {weights[top]:.2f} at {top} {piece!r}", style="dim")
-            out.append("\n")
-    out.append(f"{length} positions · height: weight / row max · bold ≥ 0.5, dim < 0.1 · ^ <bos>", style="dim")
-    return out
+                row.append((f"  max {weights[top]:.2f} at {top} {piece!r}", "dim"))
+            rows.append(row)
+    rows.append([(f"{length} positions · height: weight / row max · bold ≥ 0.5, dim < 0.1 · ^ <bos>", "dim")])
+    return rows
 
 
-class AttentionView(ScrollableContainer):
+def row_segments(row: list[Run]) -> list[Segment]:
+    return [Segment(" " * PAD), *(Segment(text, STYLES[style]) for text, style in row)]
+
+
+class AttentionView(ScrollView):
+    """The heat rows of the selected decision, drawn a line at a time: a model of 30 blocks
+    of 9 heads has 272 lines, and only those in view are painted (one Static of them all
+    took 100-400 ms of the UI thread at every decision)."""
+
     DEFAULT_CSS = """
     AttentionView { height: auto; max-height: 1fr; }
-    AttentionView > Static { width: auto; height: auto; padding: 0 1; }
     """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.border_title = "Attention (last position over the prefix)"
+        self.rows: list[list[Run]] = []
+        self._lines: list[list[Segment]] = []
+        self.show_decision(None, ())
+
+    @property
+    def plain(self) -> str:
+        """What the view shows, as text."""
+        return "\n".join("".join(text for text, _ in row) for row in self.rows)
 
     def allow_focus(self) -> bool:
         """Only a view with more to see than fits takes the keyboard (to scroll it): an empty
         or whole one would only be a stop between the candidates and the form."""
         return self.max_scroll_y > 0 or self.max_scroll_x > 0
 
-    def compose(self) -> Any:
-        yield Static(Text("Attention weights of the selected decision appear here.", style="dim"),
-                     id="attention-text")
-
     def show_decision(self, decision: DecisionView | None, prefix: tuple[PieceView, ...]) -> None:
-        target = self.query_one("#attention-text", Static)
-        if decision is None:
-            target.update(Text("Attention weights of the selected decision appear here.", style="dim"))
-            return
-        target.update(attention_text(decision, prefix))
+        self.rows = attention_rows(decision, prefix)
+        self._lines = [row_segments(row) for row in self.rows]
+        width = max(sum(segment.cell_length for segment in line) for line in self._lines) + PAD
+        self.virtual_size = Size(width, len(self._lines))
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = y + scroll_y
+        width = self.scrollable_content_region.width
+        if not 0 <= index < len(self._lines):
+            return Strip.blank(width, self.rich_style)
+        strip = Strip(self._lines[index]).crop(scroll_x, scroll_x + width).extend_cell_length(width)
+        return strip.apply_style(self.rich_style)

@@ -300,8 +300,12 @@ async def test_attention_view_shows_every_layer_and_head(runs):
             for weights in heads:
                 assert len(weights) == decision.prefix_length
                 assert sum(weights) == pytest.approx(1.0, abs=1e-9)
-        text = static_text(screen.query_one(AttentionView), "#attention-text")
+        view = screen.query_one(AttentionView)
+        text = view.plain
         assert "L0  H0" in text and "L2  H0" in text and "max" in text
+        assert len(text.splitlines()) == 1 + 3 + 1  # the axis, a row per layer and head, the legend
+        painted = "\n".join(view.render_line(y).text for y in range(view.size.height))
+        assert "L0  H0" in painted  # the lines in view are painted
 
 
 @run_async

@@ -330,3 +330,40 @@ async def test_a_constant_tensors_histogram_says_1_bin(tmp_path):
         await pilot.pause()
         text = static_text(detail, "#detail-stats")
         assert "histogram (1 bin of" in text and "1 bins" not in text
+
+
+# -- r shows a run's decisions as they come, and r again stops it ----------------------------------
+@run_async
+async def test_a_run_shows_its_decisions_as_they_come_and_r_again_stops_it(runs, monkeypatch):
+    import time
+
+    import minigpt_tui.engine.session.operations as operations
+
+    monkeypatch.setattr(operations, "PROGRESS_INTERVAL_S", 0.0)
+    step = DecisionStepper.step
+
+    def slow_step(self, *args, **kwargs):  # a decision of a larger model takes a while
+        time.sleep(0.15)
+        return step(self, *args, **kwargs)
+
+    app = make_app(runs)
+    seen = record_notifications(app)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_generation(pilot, prompt="a")  # the tiny context of 8: up to 6 decisions
+        monkeypatch.setattr(DecisionStepper, "step", slow_step)
+        await pilot.press("r")
+        for _ in range(100):  # the first decisions show while the run still goes on
+            await pilot.pause(0.03)
+            if screen.view is not None and len(screen.view.decisions) >= 1:
+                break
+        assert 1 <= len(screen.view.decisions) < 6 and not screen.queue.idle
+        await pilot.press("r")
+        await settle(pilot)
+        made = len(screen.view.decisions)
+        assert 1 <= made < 6 and not screen.view.finished
+        assert ("stopping the run after this decision", "information") in seen
+        assert (f"run stopped after decision {made}", "information") in seen
+        monkeypatch.setattr(DecisionStepper, "step", step)
+        await keys(pilot, "r")  # a new run takes it to the end
+        await settle(pilot)
+        assert screen.view.finished and len(screen.view.decisions) == 6

@@ -75,3 +75,36 @@ def test_after_a_failed_load_the_mirror_follows_the_session(tmp_path):
 def test_no_run_means_no_suggested_model(tmp_path):
     assert GenerationSession(tmp_path).suggested_spec() is None
     assert GenerationSession(tmp_path / "absent").suggested_spec() is None
+
+
+def test_a_run_shows_its_decisions_as_they_come_and_stops_when_asked(runs, monkeypatch):
+    """A run to the end reports its view now and then (each one more decision along) and
+    stops between decisions once a stop is asked for, keeping what it decided; a queue
+    running nothing that reports has nothing to stop."""
+    import minigpt_tui.engine.session.operations as operations
+
+    monkeypatch.setattr(operations, "PROGRESS_INTERVAL_S", 0.0)  # report after every decision
+    queue, session = OperationQueue(), GenerationSession(runs)
+    assert not queue.request_stop()
+    queue.push(queue.load("tiny-a:latest", GenerationSettings("a", GenerationRule("greedy", max_new_tokens=6))))
+    drained(queue, session)
+    progress: list = []
+
+    def report(view, select):
+        progress.append((len(view.decisions), select))
+        if len(progress) == 3:
+            assert queue.request_stop()  # as the app's r does, from its own thread
+
+    queue.push(operations.run_to_end())
+    updates: list = []
+    queue.drain(session, lambda *update: updates.append(update), lambda *failure: pytest.fail(str(failure)),
+                report)
+    assert progress == [(1, 1), (2, 2), (3, 3)]
+    (view, note, select), = updates
+    assert len(view.decisions) == 4 and not view.finished  # the decision in progress, then the stop
+    assert note == "run stopped after decision 4" and select == 4
+    assert not queue.request_stop() and queue.idle
+    queue.push(operations.run_to_end())
+    updates.clear()
+    queue.drain(session, lambda *update: updates.append(update), lambda *failure: pytest.fail(str(failure)))
+    assert updates[0][0].finished and len(updates[0][0].decisions) == 6 and updates[0][1] is None

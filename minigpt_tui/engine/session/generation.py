@@ -288,8 +288,15 @@ class GenerationSession:
     def step(self) -> None:
         self._require().step()
 
-    def run(self) -> None:
-        self._require().run()
+    def run(self, going: Callable[[], bool] | None = None) -> str | None:
+        """Decide until a stop; ``going()``, asked after each decision, may end it sooner
+        (the decisions made stay)."""
+        stepper = self._require()
+        while not stepper.finished:
+            stepper.step()
+            if going is not None and not stepper.finished and not going():
+                return f"run stopped after decision {len(stepper.decisions)}"
+        return None
 
     def back(self) -> None:
         self._require().back()

@@ -11,6 +11,7 @@ receives each outcome through the callbacks it passes.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from minigpt_tui.engine.session.text_scores import TextScoresView, read_text_fil
 # updated(view, note, select): select is the decision to show, None to keep the current one
 Updated = Callable[[StepperView | None, str | None, int | None], None]
 Failed = Callable[[str, str, int], None]  # failed(reason, what, dropped operations)
+Progress = Callable[[StepperView, int], None]  # progress(view, decision to show) while a run goes on
+PROGRESS_INTERVAL_S = 0.25  # how often a run shows the decisions it has made so far
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,12 @@ class Operation:
     """One queued piece of work: ``run`` does it on the worker; the result is a note for the user."""
 
     what: str
-    run: Callable[[GenerationSession], str | None]
+    run: Callable[..., str | None]  # (session), or (session, going) when it ``reports``
     select: str = "last"  # which decision to show afterwards: "last" or "keep"
     loads_model: bool = False
+    # A long operation that shows what it has done so far and can be stopped: its ``run``
+    # also takes ``going()``, which shows the progress now and then and says whether to go on.
+    reports: bool = False
 
 
 def failure_reason(err: MiniGPTError | OSError) -> str:
@@ -57,6 +63,8 @@ class OperationQueue:
         self._items: deque[Operation] = deque()
         self._lock = threading.Lock()
         self._draining = False
+        self._reporting = False  # the operation running now reports (and can be stopped)
+        self._stop = threading.Event()
         self.spec_applied: str | None = None
         self.settings_applied: GenerationSettings | None = None
 
@@ -73,17 +81,33 @@ class OperationQueue:
         with self._lock:
             return not self._draining
 
-    def drain(self, session: GenerationSession, updated: Updated, failed: Failed) -> None:
+    def request_stop(self) -> bool:
+        """Stop the operation running now at its next check, if it reports (a run to the
+        end); False when none such is running. What it has done stays done."""
+        with self._lock:
+            if not self._reporting:
+                return False
+            self._stop.set()
+            return True
+
+    def drain(self, session: GenerationSession, updated: Updated, failed: Failed,
+              progress: Progress | None = None) -> None:
         """Run every queued operation in order (on the worker thread). A failure drops the
-        operations queued after it, since they were asked for on top of it."""
+        operations queued after it, since they were asked for on top of it. An operation that
+        reports passes its view to ``progress`` every :data:`PROGRESS_INTERVAL_S` seconds."""
         while True:
             with self._lock:
                 if not self._items:
                     self._draining = False
                     break
                 operation = self._items.popleft()
+                self._reporting = operation.reports
+                self._stop.clear()
             try:
-                note = operation.run(session)
+                if operation.reports:
+                    note = operation.run(session, self._going(session, progress))
+                else:
+                    note = operation.run(session)
                 view = session.view() if session.stepper is not None else None
             except (MiniGPTError, OSError) as err:
                 with self._lock:
@@ -91,8 +115,28 @@ class OperationQueue:
                     self._items.clear()
                 failed(failure_reason(err), operation.what, dropped)
                 continue
+            finally:
+                with self._lock:
+                    self._reporting = False
             select = None if operation.select == "keep" else (len(view.decisions) if view else None)
             updated(view, note, select)
+
+    def _going(self, session: GenerationSession, progress: Progress | None) -> Callable[[], bool]:
+        """The ``going()`` of a reporting operation: shows the view now and then, and says
+        False once a stop is asked for."""
+        shown = [time.monotonic()]
+
+        def going() -> bool:
+            if self._stop.is_set():
+                return False
+            now = time.monotonic()
+            if progress is not None and now - shown[0] >= PROGRESS_INTERVAL_S and session.stepper is not None:
+                shown[0] = now
+                view = session.view()
+                progress(view, len(view.decisions))
+            return True
+
+        return going
 
     def follow(self, session: GenerationSession, what: str) -> None:
         """After a failed ``load`` or ``start``, mirror what the session really kept."""
@@ -235,3 +279,8 @@ def head_roles(deliver: Callable[[HeadRolesView], None]) -> Operation:
         deliver(head_roles_view(session))
 
     return Operation("head roles", run, select="keep")
+
+
+def run_to_end() -> Operation:
+    """Decide until a stop, showing the decisions as they come; stoppable between decisions."""
+    return Operation("run", lambda session, going: session.run(going), reports=True)
