@@ -50,6 +50,24 @@ def test_a_core_that_comes_free_is_taken_back():
     assert tuner.threads == 2
 
 
+def test_a_trial_far_slower_than_the_kept_count_ends_after_one_update():
+    """Both cores busy: a trial of two threads that makes an update ten times slower goes
+    back after that one update, not after the whole window."""
+    tuner = ThreadTuner(1, cores=2, settle=5, period=20, window=5)
+    changes = simulate(tuner, {1: 0.020, 2: 0.200}, 200)
+    trials = [c for c in changes if c[3] == "trying"]
+    backs = [c for c in changes if c[3] == "back"]
+    assert trials and len(backs) == len(trials) and tuner.threads == 1
+    assert all(back[0] == trial[0] + 1 for trial, back in zip(trials, backs))  # one update at two threads
+
+
+def test_a_trial_a_little_slower_still_runs_its_whole_window():
+    tuner = ThreadTuner(1, cores=2, settle=5, period=20, window=5)
+    changes = simulate(tuner, {1: 0.020, 2: 0.030}, 100)
+    trial, back = [c for c in changes if c[3] == "trying"][0], [c for c in changes if c[3] == "back"][0]
+    assert back[0] == trial[0] + 5
+
+
 def test_a_fast_run_with_automatic_threads_records_each_updates_count(tmp_path):
     import json
     import subprocess

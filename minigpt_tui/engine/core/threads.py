@@ -75,16 +75,19 @@ class ThreadChange:
 class ThreadTuner:
     """At update boundaries: after ``settle`` updates, every ``period`` updates it runs the
     neighbouring count (one fewer, or one more, in turn) for ``window`` updates, then keeps
-    whichever had the faster median update by at least ``margin``. Each trial that changes
-    nothing doubles the period (up to ``longest``), so on a steady machine trials cost well
-    under 1 % of the run; a kept change brings the period back to ``period``."""
+    whichever had the faster median update by at least ``margin``. A trial update ``abandon``
+    times slower than the kept median ends the trial at once: on a machine whose other cores
+    are busy, one more thread can make an update ten times slower, and five such updates
+    cost more than the trial could ever win back. Each trial that changes nothing doubles the
+    period (up to ``longest``), so on a steady machine trials cost well under 1 % of the run;
+    a kept change brings the period back to ``period``."""
 
     def __init__(self, start: int, *, cores: int | None = None, settle: int = 5, period: int = 40,
-                 longest: int = 640, window: int = 5, margin: float = 0.04) -> None:
+                 longest: int = 640, window: int = 5, margin: float = 0.04, abandon: float = 2.0) -> None:
         self.threads = start
         self.cores = min(MAX_AUTO, usable_cores() if cores is None else cores)
         self.settle, self.base_period, self.longest = settle, period, longest
-        self.period, self.window, self.margin = period, window, margin
+        self.period, self.window, self.margin, self.abandon = period, window, margin, abandon
         self._since_trial = 0
         self._seen = 0
         self._current: list[float] = []  # recent update seconds at self.threads
@@ -100,7 +103,7 @@ class ThreadTuner:
             return None
         if self._trial is not None:
             self._trial_times.append(seconds)
-            if len(self._trial_times) < self.window:
+            if len(self._trial_times) < self.window and seconds <= self.abandon * statistics.median(self._current):
                 return None
             return self._decide(step)
         self._current = (self._current + [seconds])[-self.window:]
