@@ -93,13 +93,14 @@ def test_samples_fed_through_the_cache_equal_whole_windows_past_the_context(tmp_
 
     def whole_windows(generator):
         out = []
-        for _ in range(steps):
+        draws = None if generator is None else torch.rand(steps, generator=generator, dtype=torch.float64)
+        for step in range(steps):
             logits = model(torch.tensor([(ids + out)[-context:]])).logits[0, -1].to(torch.float64)
             if generator is None:
                 out.append(greedy_choice(logits, eligible))
-            else:
-                probabilities = torch.softmax(logits.masked_fill(~eligible, float("-inf")), dim=-1)
-                out.append(int(torch.multinomial(probabilities, 1, generator=generator)))
+            else:  # the first id whose cumulative probability passes the step's draw
+                cumulative = torch.softmax(logits.masked_fill(~eligible, float("-inf")), dim=-1).cumsum(dim=-1)
+                out.append(int((cumulative > draws[step] * cumulative[-1]).nonzero()[0]))
         return out
 
     with torch.no_grad():

@@ -62,24 +62,27 @@ class _Batch:
 def _continue_rows(model: Any, tokenizer: Any, starts: list[list[int]], steps: int, eligible: "torch.Tensor",
                    generators: "list[torch.Generator | None]") -> list[list[int]]:
     """Continue each ``starts[r]`` by ``steps`` ids, greedily (``generators[r]`` None) or
-    drawn from its generator, stopping at an end id. Rows whose texts have the same length
+    drawn at temperature 1 with ``steps`` uniform numbers from its generator (the first id
+    whose cumulative probability passes the draw), stopping at an end id. Rows whose texts have the same length
     share one forward call (a small model's time is mostly its calls, not its arithmetic):
     the shortest batch steps first, and batches that reach the same length with the same
     positions cached merge, their caches side by side. Only a row's own logits and its own
     generator choose its ids, so they are those of continuing it alone (tested)."""
     import torch  # deferred: imports torch
 
-    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
-        greedy_choice,
-    )
-
     device = next(model.parameters()).device
     context = model.config.context
     eos = set(getattr(tokenizer, "eos_ids", ()) or ())
     outs: list[list[int]] = [[] for _ in starts]
-
     if steps <= 0:
         return outs
+    if not bool(eligible.any()):
+        raise GenerationError("no token id is eligible")
+    last_eligible = int(torch.nonzero(eligible).max())
+    # A sampled row's uniform draws, all at once: its k-th id takes its k-th draw, however
+    # the rows are batched.
+    uniforms = {row: torch.rand(steps, generator=generator, dtype=torch.float64).tolist()
+                for row, generator in enumerate(generators) if generator is not None}
 
     def length(batch: _Batch) -> int:
         return len(starts[batch.rows[0]]) + len(outs[batch.rows[0]])
@@ -108,20 +111,23 @@ def _continue_rows(model: Any, tokenizer: Any, starts: list[list[int]], steps: i
             batch.cache, batch.fed = [], None
         last = logits[:, -1].to("cpu", torch.float64).masked_fill(~eligible, float("-inf"))
         # One call per decision kind for the whole batch: the highest eligible logit (argmax
-        # takes the first, so a tie goes to the smaller id) and each row's distribution.
+        # takes the first, so a tie goes to the smaller id), and for the sampled rows the
+        # first id whose cumulative probability passes the row's next uniform draw.
         finite = torch.isfinite(logits[:, -1]).all(dim=1).tolist()
         best = last.argmax(dim=1).tolist()
-        sampled = any(generators[row] is not None for row in batch.rows)
-        probabilities = torch.softmax(last, dim=-1) if sampled else None
+        drawn = [index for index, row in enumerate(batch.rows) if generators[row] is not None]
+        picks: dict[int, int] = {}
+        if drawn:
+            cumulative = torch.softmax(last[drawn], dim=-1).cumsum(dim=-1)
+            targets = torch.tensor([[uniforms[batch.rows[i]][len(outs[batch.rows[i]])]] for i in drawn],
+                                   dtype=torch.float64) * cumulative[:, -1:]
+            found = torch.searchsorted(cumulative, targets, right=True).clamp(max=last_eligible).flatten()
+            picks = dict(zip(drawn, found.tolist()))
         going = []
         for index, row in enumerate(batch.rows):
             if not finite[index]:
                 continue  # a diverged model samples nothing
-            generator = generators[row]
-            if generator is None:
-                choice = best[index]
-            else:
-                choice = int(torch.multinomial(probabilities[index], 1, generator=generator))
+            choice = picks.get(index, best[index])
             outs[row].append(choice)
             if choice not in eos and len(outs[row]) < steps:
                 going.append(index)
