@@ -28,6 +28,7 @@ def run_json(tmp_path, *args):
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow  # four whole processes; the in-process resume tests run in make test
 def test_tiny_resume_in_a_new_process_equals_the_run_that_never_stopped(tmp_path):
     saved = run_json(tmp_path, "train", "--preset", "tiny", "--until", "2", "--run", "a")
     resumed = run_json(tmp_path, "resume", "--checkpoint", "a:latest", "--until", "4")

@@ -35,6 +35,7 @@ def run_json(tmp_path, *args):
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow  # four whole processes; the in-process resume tests run in make test
 def test_stream_resume_in_a_new_process_equals_the_run_that_never_stopped(tmp_path):
     config = tmp_path / "stream.toml"
     config.write_text(STREAM_TOML, "utf-8")
