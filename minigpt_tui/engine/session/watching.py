@@ -63,11 +63,13 @@ def _continue_rows(model: Any, tokenizer: Any, starts: list[list[int]], steps: i
                    generators: "list[torch.Generator | None]") -> list[list[int]]:
     """Continue each ``starts[r]`` by ``steps`` ids, greedily (``generators[r]`` None) or
     drawn at temperature 1 with ``steps`` uniform numbers from its generator (the first id
-    whose cumulative probability passes the draw), stopping at an end id. Rows whose texts have the same length
-    share one forward call (a small model's time is mostly its calls, not its arithmetic):
-    the shortest batch steps first, and batches that reach the same length with the same
-    positions cached merge, their caches side by side. Only a row's own logits and its own
-    generator choose its ids, so they are those of continuing it alone (tested)."""
+    whose cumulative probability passes the draw), stopping at an end id.
+
+    Rows whose texts have the same length share one forward call (a small model's time is
+    mostly its calls, not its arithmetic): the shortest batch steps first, and batches that
+    reach the same length with the same positions cached merge, their caches side by side.
+    Only a row's own logits and its own draws choose its ids, so they are those of
+    continuing it alone (tested)."""
     import torch  # deferred: imports torch
 
     device = next(model.parameters()).device
