@@ -36,7 +36,12 @@ COMMAND_MODULES = (
 )
 
 
-APP_OPTIONS = ("--runs-dir", "--preset", "--corpus")  # the options of the bare command, each with a value
+# The options of the bare command, each with a value: what the app opens on.
+APP_OPTIONS: dict[str, dict[str, str]] = {
+    "--runs-dir": {"metavar": "DIR", "help": "runs directory (default: the user data dir)"},
+    "--preset": {"default": "mini", "help": "preset for a new run in the app (default: mini)"},
+    "--corpus": {"help": "corpus file or folder for a new run in the app"},
+}
 
 
 def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
@@ -47,9 +52,8 @@ def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
         description="Train, save, resume, inspect and interrogate a Mini GPT on the CPU.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    parser.add_argument("--runs-dir", metavar="DIR", help="runs directory (default: the user data dir)")
-    parser.add_argument("--preset", default="mini", help="preset for a new run in the app (default: mini)")
-    parser.add_argument("--corpus", help="corpus file or folder for a new run in the app")
+    for option, spec in APP_OPTIONS.items():
+        parser.add_argument(option, **spec)
     if not commands:
         parser.set_defaults(command=None)
         return parser

@@ -318,7 +318,7 @@ class GenerationScreen(DecisionViews):
         self.queue.drain(session, lambda view, note, select: post(GenerationUpdated(view, note, select)),
                          lambda reason, what, dropped: post(GenerationFailed(reason, what, dropped)),
                          # while a run goes on, its rows arrive and the selection stays where it is
-                         lambda view, _last: post(GenerationUpdated(view, None, None, partial=True)))
+                         lambda view: post(GenerationUpdated(view, None, None, partial=True)))
         self.post_message(QueueIdle())
 
     def _set_busy(self, busy: bool) -> None:

@@ -65,7 +65,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -399,11 +399,14 @@ class DecisionStepper:
             raise GenerationError(f"token id {token_id} ({self.tokenizer.piece_text(token_id)}) is not eligible")
         return self._decide(token_id)
 
-    def run(self) -> list[Decision]:
-        """Decide until a stop; returns the decisions made by this call."""
+    def run(self, going: Callable[[], bool] | None = None) -> list[Decision]:
+        """Decide until a stop; ``going()``, asked after each decision that is not the last,
+        may end it sooner. Returns the decisions made by this call."""
         made = []
         while not self.finished:
             made.append(self.step())
+            if going is not None and not self.finished and not going():
+                break
         return made
 
     def back(self) -> Decision:

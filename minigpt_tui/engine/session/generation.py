@@ -292,11 +292,8 @@ class GenerationSession:
         """Decide until a stop; ``going()``, asked after each decision, may end it sooner
         (the decisions made stay)."""
         stepper = self._require()
-        while not stepper.finished:
-            stepper.step()
-            if going is not None and not stepper.finished and not going():
-                return f"run stopped after decision {len(stepper.decisions)}"
-        return None
+        stepper.run(going)
+        return None if stepper.finished else f"run stopped after decision {len(stepper.decisions)}"
 
     def back(self) -> None:
         self._require().back()

@@ -32,7 +32,7 @@ from minigpt_tui.engine.session.text_scores import TextScoresView, read_text_fil
 # updated(view, note, select): select is the decision to show, None to keep the current one
 Updated = Callable[[StepperView | None, str | None, int | None], None]
 Failed = Callable[[str, str, int], None]  # failed(reason, what, dropped operations)
-Progress = Callable[[StepperView, int], None]  # progress(view, decision to show) while a run goes on
+Progress = Callable[[StepperView], None]  # progress(view): what a run still going has decided
 PROGRESS_INTERVAL_S = 0.25  # how often a run shows the decisions it has made so far
 
 
@@ -132,8 +132,7 @@ class OperationQueue:
             now = time.monotonic()
             if progress is not None and now - shown[0] >= PROGRESS_INTERVAL_S and session.stepper is not None:
                 shown[0] = now
-                view = session.view()
-                progress(view, len(view.decisions))
+                progress(session.view())
             return True
 
         return going

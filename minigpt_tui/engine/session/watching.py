@@ -111,11 +111,12 @@ def _continue_rows(model: Any, tokenizer: Any, starts: list[list[int]], steps: i
         else:  # past the context: the last window, whole
             logits = model(torch.tensor([t[-context:] for t in texts], device=device)).logits
             batch.cache, batch.fed = [], None
-        last = logits[:, -1].to("cpu", torch.float64).masked_fill(~eligible, float("-inf"))
+        newest = logits[:, -1]
+        last = newest.to("cpu", torch.float64).masked_fill(~eligible, float("-inf"))
         # One call per decision kind for the whole batch: the highest eligible logit (argmax
         # takes the first, so a tie goes to the smaller id), and for the sampled rows the
         # first id whose cumulative probability passes the row's next uniform draw.
-        finite = torch.isfinite(logits[:, -1]).all(dim=1).tolist()
+        finite = torch.isfinite(newest).all(dim=1).tolist()
         best = last.argmax(dim=1).tolist()
         drawn = [index for index, row in enumerate(batch.rows) if generators[row] is not None]
         picks: dict[int, int] = {}
