@@ -60,6 +60,28 @@ def test_ids_logits_and_greedy_ids_equal_transformers(folders, family):
         assert len(chosen) == STEPS or chosen[-1] in ours.tokenizer.eos_ids
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_cached_decision_equals_the_whole_forward(folders, family):
+    """One new query over the cache (grouped kv heads read in place for llama and qwen2)
+    gives the logits of running the whole prefix again: to float64 rounding in float64,
+    to float32 rounding (the kernel sums in its own order) in float32."""
+    for dtype, tolerance in (("float64", 1e-12), ("float32", 3e-5)):
+        _cached_equals_whole(open_hf_model(folders[family], dtype=dtype), tolerance)
+
+
+def _cached_equals_whole(ours, tolerance: float) -> None:
+    rule = GenerationRule("greedy", max_new_tokens=4, forbidden_ids=())
+    stepper = DecisionStepper.from_portable(ours, PROMPT, rule, use_kv_cache=True)
+    decisions = list(stepper.run())
+    prefix = list(stepper.prompt_ids)
+    for decision in decisions:
+        with torch.no_grad():
+            whole = ours.model(torch.tensor([prefix])).logits[0, -1].to(torch.float64)
+        torch.testing.assert_close(decision.logits, whole, atol=tolerance, rtol=tolerance)
+        prefix.append(decision.chosen.id)
+    assert len(decisions) >= 2
+
+
 LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           # with head width 8 and base 500 the wavelengths are about 6, 30, 140 and 660: one
           # kept, one blended, two divided

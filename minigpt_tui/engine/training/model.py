@@ -217,6 +217,13 @@ class Attention(nn.Module):
         new key/value cache."""
         c = self.config
         b, t, _ = x.shape
+        if self._one_new_query(need_weights, record, dropout, t, cache):
+            # A decision with the cache: one query over every cached key, no weights kept.
+            # The kernel reads the shared key/value heads in place of repeated copies.
+            q, k, v, new_cache = self._heads(x, False, rope, cache, repeat=False)
+            fused = F.scaled_dot_product_attention(q, k, v, scale=1.0 if self.scale is None else None,
+                                                   enable_gqa=c.heads != c.kv_heads)
+            return self.o_proj(fused.transpose(1, 2).reshape(b, t, c.heads * c.head_dim)), None, new_cache
         q, k, v, new_cache = self._heads(x, need_weights or record is not None, rope, cache)
         s = k.shape[2]
         past = s - t
@@ -232,10 +239,12 @@ class Attention(nn.Module):
         return self.o_proj(out), weights, new_cache
 
     def _heads(
-        self, x: Tensor, need_weights: bool, rope: tuple[Tensor, Tensor] | None, cache: tuple[Tensor, Tensor] | None
+        self, x: Tensor, need_weights: bool, rope: tuple[Tensor, Tensor] | None, cache: tuple[Tensor, Tensor] | None,
+        repeat: bool = True,
     ) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, Tensor]]:
         """Queries, keys and values per head [B, H, T, K] (rotated, the cache in front, kv
-        heads repeated for their query groups) and the new key/value cache."""
+        heads repeated for their query groups unless ``repeat`` is false) and the new
+        key/value cache."""
         c = self.config
         b, t, _ = x.shape
         hd = c.head_dim
@@ -250,10 +259,18 @@ class Attention(nn.Module):
             v = torch.cat((cache[1], v), dim=2)
         new_cache = (k, v)
         groups = c.heads // c.kv_heads
-        if groups > 1:
+        if groups > 1 and repeat:
             k = k.repeat_interleave(groups, dim=1)
             v = v.repeat_interleave(groups, dim=1)
         return q, k, v, new_cache
+
+    def _one_new_query(self, need_weights: bool, record: Record | None, dropout: DropoutKey | None, t: int,
+                       cache: tuple[Tensor, Tensor] | None) -> bool:
+        """Whether this is inference on one new position after cached ones, with nothing
+        to record: every cached key is visible, so no mask is needed. Training and every
+        recorded forward keep the explicit path."""
+        return (t == 1 and cache is not None and not self.training and not torch.is_grad_enabled()
+                and not need_weights and record is None and dropout is None and not self.window)
 
     def _fusable(self, need_weights: bool, record: Record | None, attention_dropout: bool, past: int,
                  t: int) -> bool:
