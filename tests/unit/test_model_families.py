@@ -63,8 +63,8 @@ def test_ids_logits_and_greedy_ids_equal_transformers(folders, family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_cached_decision_equals_the_whole_forward(folders, family):
     """One new query over the cache (grouped kv heads read in place for llama and qwen2)
-    gives the logits of running the whole prefix again: to float64 rounding in float64,
-    to float32 rounding (the kernel sums in its own order) in float32."""
+    gives the logits of running the whole prefix again: to float64 rounding in float64
+    (the explicit path), to float32 rounding (the kernel sums in its own order) in float32."""
     for dtype, tolerance in (("float64", 1e-12), ("float32", 3e-5)):
         _cached_equals_whole(open_hf_model(folders[family], dtype=dtype), tolerance)
 

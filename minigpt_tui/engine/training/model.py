@@ -217,7 +217,7 @@ class Attention(nn.Module):
         new key/value cache."""
         c = self.config
         b, t, _ = x.shape
-        if self._one_new_query(need_weights, record, dropout, t, cache):
+        if self._one_new_query(need_weights, record, dropout, t, cache, x.dtype):
             # A decision with the cache: one query over every cached key, no weights kept.
             # The kernel reads the shared key/value heads in place of repeated copies.
             q, k, v, new_cache = self._heads(x, False, rope, cache, repeat=False)
@@ -265,12 +265,14 @@ class Attention(nn.Module):
         return q, k, v, new_cache
 
     def _one_new_query(self, need_weights: bool, record: Record | None, dropout: DropoutKey | None, t: int,
-                       cache: tuple[Tensor, Tensor] | None) -> bool:
+                       cache: tuple[Tensor, Tensor] | None, dtype: torch.dtype) -> bool:
         """Whether this is inference on one new position after cached ones, with nothing
-        to record: every cached key is visible, so no mask is needed. Training and every
-        recorded forward keep the explicit path."""
+        to record: every cached key is visible, so no mask is needed. Training, every
+        recorded forward and exact precision (float64 without the fused kernel, whose bits
+        the explicit path defines) keep the explicit path."""
         return (t == 1 and cache is not None and not self.training and not torch.is_grad_enabled()
-                and not need_weights and record is None and dropout is None and not self.window)
+                and not need_weights and record is None and dropout is None and not self.window
+                and (self.fused or dtype != torch.float64))
 
     def _fusable(self, need_weights: bool, record: Record | None, attention_dropout: bool, past: int,
                  t: int) -> bool:
