@@ -221,22 +221,27 @@ class Attention(nn.Module):
             # A decision with the cache: one query over every cached key, no weights kept.
             # The kernel reads the shared key/value heads in place of repeated copies.
             q, k, v, new_cache = self._heads(x, False, rope, cache, repeat=False)
-            fused = F.scaled_dot_product_attention(q, k, v, scale=1.0 if self.scale is None else None,
-                                                   enable_gqa=c.heads != c.kv_heads)
-            return self.o_proj(fused.transpose(1, 2).reshape(b, t, c.heads * c.head_dim)), None, new_cache
+            return self._kernel(q, k, v, causal=False), None, new_cache
         q, k, v, new_cache = self._heads(x, need_weights or record is not None, rope, cache)
         s = k.shape[2]
         past = s - t
         attention_dropout = dropout is not None and c.dropout > 0
         if self._fusable(need_weights, record, attention_dropout, past, t):
             # Causal from the start, or one new position that sees every cached one.
-            fused = F.scaled_dot_product_attention(q, k, v, is_causal=past == 0,
-                                                   scale=1.0 if self.scale is None else None)
-            return self.o_proj(fused.transpose(1, 2).reshape(b, t, c.heads * c.head_dim)), None, new_cache
+            return self._kernel(q, k, v, causal=past == 0), None, new_cache
         weights, out = self._explicit(q, k, v, dropout if attention_dropout else None, offset, x.device)
         _note(record, f"{name}.attn.hook_pattern", weights)
         _note(record, f"{name}.attn.hook_z", out)
         return self.o_proj(out), weights, new_cache
+
+    def _kernel(self, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+        """The output projection of ``scaled_dot_product_attention`` over q [B, H, T, K] and
+        k, v with H heads, or with the kv heads unrepeated (the kernel groups them)."""
+        c = self.config
+        b, _, t, _ = q.shape
+        fused = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=1.0 if self.scale is None else None,
+                                               enable_gqa=k.shape[1] != c.heads)
+        return self.o_proj(fused.transpose(1, 2).reshape(b, t, c.heads * c.head_dim))
 
     def _heads(
         self, x: Tensor, need_weights: bool, rope: tuple[Tensor, Tensor] | None, cache: tuple[Tensor, Tensor] | None,
