@@ -144,5 +144,8 @@ def test_the_rows_of_one_batch_equal_each_continued_alone(tmp_path, capsys):
             alone = [_continue(model, reader, ids, steps, eligible, generator)
                      for ids, generator in zip(starts, generators())]
             assert _continue_rows(model, reader, starts, steps, eligible, generators()) == alone
+            # The long prompts first: the short rows decide while the rows before them ride along.
+            assert _continue_rows(model, reader, starts[2:] + starts[:2], steps, eligible,
+                                  generators()[2:] + generators()[:2]) == alone[2:] + alone[:2]
     assert len(alone[0]) <= 4 < steps  # the short prompt's greedy row stopped early, at its end id
     assert len(greedy_alone) == steps

@@ -26,7 +26,7 @@ from torch import Tensor
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
 from minigpt_tui.engine.analysis.lens import token_rank
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.training.model import MiniGPT, evaluating
 
 CONTRAST_FORMAT = "minigpt-tui-contrast"
 CONTRAST_VERSION = 1
@@ -117,15 +117,8 @@ def _describe(portable: Any) -> ContrastModel:
 
 def _path_logits(model: MiniGPT, ids: Sequence[int]) -> Tensor:
     """Float64 logits [T, V] of one evaluation-mode forward over ``ids``."""
-    was_training = model.training
-    try:
-        if was_training:
-            model.eval()
-        with torch.no_grad():
-            out = model(torch.tensor([list(ids)], dtype=torch.int64))
-    finally:
-        if was_training:
-            model.train()
+    with evaluating(model), torch.no_grad():
+        out = model(torch.tensor([list(ids)], dtype=torch.int64))
     return out.logits[0].detach().to(torch.float64)
 
 

@@ -80,7 +80,7 @@ from minigpt_tui.engine.analysis.generation_rule import (
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.core.files import path_exists, require_regular_file
 from minigpt_tui.engine.core.tokenizer import BOS, EOS, ByteBPETokenizer
-from minigpt_tui.engine.training.model import KVCache, MiniGPT
+from minigpt_tui.engine.training.model import KVCache, MiniGPT, evaluating
 
 STOP_REASONS = ("eos", "budget", "context")
 TRACE_FORMAT = "minigpt-tui-generation-trace"
@@ -497,24 +497,17 @@ class DecisionStepper:
     def _last_logits(self, prefix: list[int]) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         """The last real position's logits (float64) and, if asked, its attention rows."""
         model = self.model
-        was_training = model.training
-        if was_training:  # switching a module tree's mode walks every submodule: only when needed
-            model.eval()
-        try:
-            with torch.no_grad():
-                if not self.use_kv_cache:
-                    ids = torch.tensor([prefix], dtype=torch.int64)
-                    out = model(ids, return_attention=self.attention)
-                else:
-                    if self._cache is None:
-                        self._cache, self._cache_length = [], 0
-                    fresh = prefix[self._cache_length:]
-                    ids = torch.tensor([fresh], dtype=torch.int64)
-                    out = model(ids, cache=self._cache, return_attention=self.attention)
-                    self._cache_length = len(prefix)
-        finally:
-            if was_training:
-                model.train()
+        with evaluating(model), torch.no_grad():
+            if not self.use_kv_cache:
+                ids = torch.tensor([prefix], dtype=torch.int64)
+                out = model(ids, return_attention=self.attention)
+            else:
+                if self._cache is None:
+                    self._cache, self._cache_length = [], 0
+                fresh = prefix[self._cache_length:]
+                ids = torch.tensor([fresh], dtype=torch.int64)
+                out = model(ids, cache=self._cache, return_attention=self.attention)
+                self._cache_length = len(prefix)
         logits = out.logits[0, -1].detach().to(torch.float64).clone()
         attention = None
         if self.attention:

@@ -25,6 +25,7 @@ import torch
 
 from minigpt_tui.engine.analysis.roles import HEAD_ROLES as ROLES
 from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.training.model import evaluating
 
 SEQUENCES = 4
 SEED = 20240521
@@ -58,7 +59,18 @@ def repeated_sequences(vocab_size: int, length: int, bos: int | None, excluded: 
     return rows
 
 
-def score_heads(model: Any, tokenizer: Any, length: int | None = None) -> tuple[HeadRole, ...]:
+@dataclass(frozen=True)
+class RoleSequences:
+    """The repeated sequences a model's heads are scored on: ``ids`` [SEQUENCES, T], the
+    first copy of R at ``start`` .. ``start + k - 1``."""
+
+    ids: torch.Tensor
+    start: int
+    k: int
+
+
+def role_sequences(model: Any, tokenizer: Any, length: int | None = None) -> RoleSequences:
+    """The sequences for ``model`` and its ``tokenizer`` (see the module doc)."""
     config = model.config
     bos = getattr(tokenizer, "bos_id", None)
     start = 1 if bos is not None else 0
@@ -66,19 +78,20 @@ def score_heads(model: Any, tokenizer: Any, length: int | None = None) -> tuple[
     if k < 2:
         raise GenerationError(f"the context of {config.context} is too short for repeated sequences")
     excluded = set(getattr(tokenizer, "eos_ids", ())) | set(getattr(tokenizer, "specials", ()))
-    ids = repeated_sequences(model.vocab_size, k, bos, excluded)
+    return RoleSequences(repeated_sequences(model.vocab_size, k, bos, excluded), start, k)
+
+
+def score_heads(model: Any, tokenizer: Any, length: int | None = None,
+                sequences: RoleSequences | None = None) -> tuple[HeadRole, ...]:
+    """Every head's role scores, on ``sequences`` (made for the model when not given)."""
+    config = model.config
+    sequences = sequences or role_sequences(model, tokenizer, length)
     record: dict[str, torch.Tensor] = {}
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(ids, record=record)
-    finally:
-        if was_training:
-            model.train()
+    with evaluating(model), torch.no_grad():
+        model(sequences.ids, record=record, skip_head=True)  # the patterns are all it reads
     roles = []
     for layer in range(config.layers):
-        scores = role_scores(record[f"blocks.{layer}.attn.hook_pattern"], start, k)
+        scores = role_scores(record[f"blocks.{layer}.attn.hook_pattern"], sequences.start, sequences.k)
         for head in range(config.heads):
             roles.append(HeadRole(layer, head, *(float(scores[role][head]) for role in ROLES)))
     return tuple(roles)

@@ -59,7 +59,7 @@ from torch import Tensor
 
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import token_rank, top_ranked
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.training.model import MiniGPT, evaluating
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 DEFAULT_LENS_TOP = 5
@@ -94,15 +94,8 @@ def run_with_cache(model: MiniGPT, ids: Sequence[int]) -> ActivationCache:
     if len(ids) > model.config.context:
         raise GenerationError(f"{len(ids)} ids exceed the context of {model.config.context}")
     recorded: dict[str, Tensor] = {}
-    was_training = model.training
-    try:
-        if was_training:
-            model.eval()
-        with torch.no_grad():
-            out = model(torch.tensor([list(ids)], dtype=torch.int64), record=recorded)
-    finally:
-        if was_training:
-            model.train()
+    with evaluating(model), torch.no_grad():
+        out = model(torch.tensor([list(ids)], dtype=torch.int64), record=recorded)
     config = model.config
     activations: dict[str, Tensor] = {}
     for name, value in recorded.items():

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.training.model import evaluating
 
 SITES = ("resid", "attn", "mlp", "head")
 
@@ -101,24 +102,18 @@ class Patcher:
         """The last position's logits of a run over ``ids``; with ``start`` l > 0 the run
         begins at block l from the corrupt run's residual entering it (``ids`` unused)."""
         model = self.model
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                if start == 0:
-                    x, self._rope = model.embed(torch.tensor([list(ids or ())]), None, 0, record)
-                else:
-                    x = self._entering(start)
-                for block in model.blocks[start:]:
-                    # Attention weights asked for: every run takes the same (explicit) path.
-                    x = block(x, self._rope, None, 0, None, True, record)[0]
-                hidden = model.final_norm(x)
-                if record is not None:
-                    record["ln_final.hook_normalized"] = hidden
-                return (hidden[:, -1:] @ model.head_weight.t())[0, -1]
-        finally:
-            if was_training:
-                model.train()
+        with evaluating(model), torch.no_grad():
+            if start == 0:
+                x, self._rope = model.embed(torch.tensor([list(ids or ())]), None, 0, record)
+            else:
+                x = self._entering(start)
+            for block in model.blocks[start:]:
+                # Attention weights asked for: every run takes the same (explicit) path.
+                x = block(x, self._rope, None, 0, None, True, record)[0]
+            hidden = model.final_norm(x)
+            if record is not None:
+                record["ln_final.hook_normalized"] = hidden
+            return (hidden[:, -1:] @ model.head_weight.t())[0, -1]
 
     def _entering(self, layer: int) -> Tensor:
         """The corrupt run's residual stream entering block ``layer`` (L: after the last)."""

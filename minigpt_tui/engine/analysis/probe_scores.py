@@ -26,7 +26,7 @@ import torch
 
 from minigpt_tui.engine.analysis.generation import Probe, ProbeSet, eligibility_mask, greedy_choice
 from minigpt_tui.engine.analysis.lens import token_rank
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.training.model import MiniGPT, evaluating
 from minigpt_tui.engine.core.tokenizer import EOS, ByteBPETokenizer
 
 
@@ -56,15 +56,8 @@ def score_probes(model: MiniGPT, tokenizer: ByteBPETokenizer, probe_set: ProbeSe
     """Every probe of ``probe_set`` greedily on ``model`` (see the module docstring)."""
     eligible = eligibility_mask(tokenizer.vocab_size)
     context = model.config.context
-    was_training = model.training
-    if was_training:
-        model.eval()
-    try:
-        with torch.no_grad():
-            return tuple(_score(model, tokenizer, probe, eligible, context) for probe in probe_set.probes)
-    finally:
-        if was_training:
-            model.train()
+    with evaluating(model), torch.no_grad():
+        return tuple(_score(model, tokenizer, probe, eligible, context) for probe in probe_set.probes)
 
 
 def _score(model: MiniGPT, tokenizer: ByteBPETokenizer, probe: Probe, eligible: torch.Tensor,

@@ -22,6 +22,7 @@ import torch
 
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import token_rank, top_ranked
+from minigpt_tui.engine.training.model import evaluating
 
 TOP = 5
 
@@ -84,27 +85,21 @@ def score_text(model: Any, tokenizer: Any, text: str, *, stride: int | None = No
                               f"so each scored id has one before it), got {stride}")
     scores: list[TokenScore] = []
     spans = windows(len(ids), window, stride)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start, end, first in spans:
-                # Only the rows that predict this window's scored ids (a row-wise softmax:
-                # the same numbers as over every row, half the float64 work past the first).
-                logits = model(torch.tensor([ids[start:end]])).logits[0, first - start - 1:end - start - 1]
-                logits = logits.to(torch.float64)
-                log_probs = torch.log_softmax(logits, dim=-1)
-                for target in range(first, end):
-                    row, token = target - first, ids[target]
-                    probabilities = log_probs[row].exp()
-                    order = top_ranked(logits[row], TOP)
-                    values = probabilities[order].tolist()
-                    scores.append(TokenScore(target, token, tokenizer.piece_text(token), -float(log_probs[row, token]),
-                                             float(probabilities[token]), token_rank(logits[row], token),
-                                             tuple((i, tokenizer.piece_text(i), v) for i, v in zip(order, values))))
-    finally:
-        if was_training:
-            model.train()
+    with evaluating(model), torch.no_grad():
+        for start, end, first in spans:
+            # Only the rows that predict this window's scored ids (a row-wise softmax:
+            # the same numbers as over every row, half the float64 work past the first).
+            logits = model(torch.tensor([ids[start:end]])).logits[0, first - start - 1:end - start - 1]
+            logits = logits.to(torch.float64)
+            log_probs = torch.log_softmax(logits, dim=-1)
+            for target in range(first, end):
+                row, token = target - first, ids[target]
+                probabilities = log_probs[row].exp()
+                order = top_ranked(logits[row], TOP)
+                values = probabilities[order].tolist()
+                scores.append(TokenScore(target, token, tokenizer.piece_text(token), -float(log_probs[row, token]),
+                                         float(probabilities[token]), token_rank(logits[row], token),
+                                         tuple((i, tokenizer.piece_text(i), v) for i, v in zip(order, values))))
     return TextScore(tuple(ids), tuple(scores), window, stride, len(spans))
 
 

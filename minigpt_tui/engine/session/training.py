@@ -66,7 +66,7 @@ from minigpt_tui.engine.session.events import (
 from minigpt_tui.engine.session.plans import PreparedRun, RunPlan, prepare
 from minigpt_tui.engine.session.run_control import RunControl
 from minigpt_tui.engine.session.tensorboard import ScalarWriter, open_run_writer
-from minigpt_tui.engine.session.watching import score_heads_at, take_samples
+from minigpt_tui.engine.session.watching import Watcher
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.core.threads import ThreadTuner
@@ -141,6 +141,7 @@ class TrainingSession:
         self.write_failure: MiniGPTError | None = None  # the metrics log could not be written
         self._tensorboard = tensorboard  # a TensorBoard folder: the run's scalars go in its RUN folder
         self._scalars: ScalarWriter | None = None
+        self._watcher: Watcher | None = None  # samples and head scores, prepared at the first evaluation
 
     @classmethod
     def for_trainer(cls, build: Callable[[], Trainer], sink: EventSink, *, checkpointer: Checkpointer | None = None,
@@ -377,11 +378,18 @@ class TrainingSession:
         prepared = self.prepared
         if prepared is None or prepared.sample_prompts is None or not trainer.parallel.world.is_writer:
             return
-        if prepared.sample_prompts:
-            self._write_metric(samples := take_samples(trainer.model, trainer.tokenizer, prepared.sample_prompts,
-                                                       trainer.step, trainer.config.seeds.sampling))
-            self._sink(samples)
-        heads = score_heads_at(trainer.model, trainer.tokenizer, trainer.step)
+        from minigpt_tui.engine.training.model import (  # deferred: imports torch
+            evaluating,
+        )
+
+        if self._watcher is None:
+            self._watcher = Watcher(trainer.tokenizer, prepared.sample_prompts)
+        with evaluating(trainer.model):  # one switch of modes for both
+            if prepared.sample_prompts:
+                self._write_metric(samples := self._watcher.samples(trainer.model, trainer.step,
+                                                                    trainer.config.seeds.sampling))
+                self._sink(samples)
+            heads = self._watcher.heads(trainer.model, trainer.step)
         if heads is not None:
             self._write_metric(heads)
             self._sink(heads)

@@ -17,7 +17,7 @@ one batch once their texts are the same length (:func:`_continue_rows`).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+import math
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.core.errors import GenerationError
@@ -49,27 +49,19 @@ def _continue(model: Any, tokenizer: Any, ids: list[int], steps: int, eligible: 
     return _continue_rows(model, tokenizer, [ids], steps, eligible, [generator])[0]
 
 
-@dataclass
-class _Batch:
-    """Rows whose texts have one length, fed as one batch: their key/value cache holds the
-    first ``fed`` positions of each (``fed`` None: past the context, no cache)."""
-
-    rows: list[int]
-    cache: list[Any] = field(default_factory=list)
-    fed: int | None = 0
-
-
 def _continue_rows(model: Any, tokenizer: Any, starts: list[list[int]], steps: int, eligible: "torch.Tensor",
                    generators: "list[torch.Generator | None]") -> list[list[int]]:
     """Continue each ``starts[r]`` by ``steps`` ids, greedily (``generators[r]`` None) or
     drawn at temperature 1 with ``steps`` uniform numbers from its generator (the first id
     whose cumulative probability passes the draw), stopping at an end id.
 
-    Rows whose texts have the same length share one forward call (a small model's time is
-    mostly its calls, not its arithmetic): the shortest batch steps first, and batches that
-    reach the same length with the same positions cached merge, their caches side by side.
-    Only a row's own logits and its own draws choose its ids, so they are those of
-    continuing it alone (tested)."""
+    Every row is fed in one forward call per step (a small model's time is mostly its
+    calls, not its arithmetic), and every row's key/value cache holds the same positions:
+    a call feeds each row up to the length of the shortest text, the rows whose text is
+    that long choose their next id, and the longer ones ride along feeding their own
+    known ids until the shorter ones have caught up. Past the context every row feeds its
+    last window, whole. Only a row's own logits and its own draws choose its ids, so they
+    are those of continuing it alone (tested)."""
     import torch  # deferred: imports torch
 
     device = next(model.parameters()).device
@@ -81,66 +73,70 @@ def _continue_rows(model: Any, tokenizer: Any, starts: list[list[int]], steps: i
     if not bool(eligible.any()):
         raise GenerationError("no token id is eligible")
     last_eligible = int(torch.nonzero(eligible).max())
+    ineligible = ~eligible
     # A sampled row's uniform draws, all at once: its k-th id takes its k-th draw, however
     # the rows are batched.
     uniforms = {row: torch.rand(steps, generator=generator, dtype=torch.float64).tolist()
                 for row, generator in enumerate(generators) if generator is not None}
-
-    def length(batch: _Batch) -> int:
-        return len(starts[batch.rows[0]]) + len(outs[batch.rows[0]])
-
-    batches: list[_Batch] = []
-
-    def join(batch: _Batch) -> None:
-        for other in batches:
-            if length(other) == length(batch) and other.fed == batch.fed:
-                other.cache = [(torch.cat((a[0], b[0])), torch.cat((a[1], b[1]))) for a, b in zip(other.cache, batch.cache)]
-                other.rows += batch.rows
-                return
-        batches.append(batch)
-
-    for row in range(len(starts)):
-        join(_Batch([row]))
-    while batches:
-        batch = min(batches, key=length)
-        batches.remove(batch)
-        texts = [starts[r] + outs[r] for r in batch.rows]
-        if batch.fed is not None and len(texts[0]) <= context:  # only the ids the cache does not hold yet
-            logits = model(torch.tensor([t[batch.fed:] for t in texts], device=device), cache=batch.cache).logits
-            batch.fed = len(texts[0])
-        else:  # past the context: the last window, whole
-            logits = model(torch.tensor([t[-context:] for t in texts], device=device)).logits
-            batch.cache, batch.fed = [], None
-        newest = logits[:, -1]
-        last = newest.to("cpu", torch.float64).masked_fill(~eligible, float("-inf"))
-        # One call per decision kind for the whole batch: the highest eligible logit (argmax
-        # takes the first, so a tie goes to the smaller id), and for the sampled rows the
-        # first id whose cumulative probability passes the row's next uniform draw.
-        finite = torch.isfinite(newest).all(dim=1).tolist()
-        best = last.argmax(dim=1).tolist()
-        drawn = [index for index, row in enumerate(batch.rows) if generators[row] is not None]
-        picks: dict[int, int] = {}
-        if drawn:
-            cumulative = torch.softmax(last[drawn], dim=-1).cumsum(dim=-1)
-            targets = torch.tensor([[uniforms[batch.rows[i]][len(outs[batch.rows[i]])]] for i in drawn],
-                                   dtype=torch.float64) * cumulative[:, -1:]
-            found = torch.searchsorted(cumulative, targets, right=True).clamp(max=last_eligible).flatten()
-            picks = dict(zip(drawn, found.tolist()))
-        going = []
-        for index, row in enumerate(batch.rows):
-            if not finite[index]:
+    rows = list(range(len(starts)))
+    cache: list[Any] = []
+    fed: int | None = 0  # positions every row's cache holds; None: past the context, no cache
+    while rows:
+        texts = [starts[r] + outs[r] for r in rows]
+        shortest = min(len(text) for text in texts)
+        if fed is not None and shortest <= context:  # only the ids the cache does not hold yet
+            logits = model(torch.tensor([text[fed:shortest] for text in texts], device=device), cache=cache).logits
+            fed = shortest
+            deciding = [index for index, text in enumerate(texts) if len(text) == shortest]
+        else:  # past the context: each row's last window, whole
+            logits = model(torch.tensor([text[-context:] for text in texts], device=device)).logits
+            cache, fed = [], None
+            deciding = list(range(len(rows)))
+        every = len(deciding) == len(rows)
+        newest = logits[:, -1] if every else logits[deciding, -1]
+        picks = _choose(newest.to("cpu", torch.float64).masked_fill(ineligible, float("-inf")),
+                        rows if every else [rows[i] for i in deciding], outs, uniforms, last_eligible)
+        decided = set(deciding)
+        going = [] if every else [index for index in range(len(rows)) if index not in decided]  # riding along
+        for index, choice in zip(deciding, picks):
+            if choice is None:
                 continue  # a diverged model samples nothing
-            choice = picks.get(index, best[index])
+            row = rows[index]
             outs[row].append(choice)
             if choice not in eos and len(outs[row]) < steps:
                 going.append(index)
-        if going:
-            if len(going) < len(batch.rows):
+        if len(going) < len(rows):
+            going.sort()
+            if cache and going:
                 keep = torch.tensor(going, device=device)
-                batch.cache = [(k.index_select(0, keep), v.index_select(0, keep)) for k, v in batch.cache]
-                batch.rows = [batch.rows[i] for i in going]
-            join(batch)
+                cache[:] = [(k.index_select(0, keep), v.index_select(0, keep)) for k, v in cache]
+            rows = [rows[i] for i in going]
     return outs
+
+
+def _choose(last: "torch.Tensor", rows: list[int], outs: list[list[int]], uniforms: dict[int, list[float]],
+            last_eligible: int) -> "list[int | None]":
+    """The next id of each of ``rows`` from its eligible logits, a row of ``last`` [rows, V]
+    (float64, ineligible ids at -inf); None where its highest eligible logit is not finite
+    (a NaN, an overflow). One call per decision kind for the whole batch: the highest logit
+    (max takes the first, so a tie goes to the smaller id), and for the sampled rows the
+    first id whose cumulative probability passes the row's next uniform draw."""
+    import torch  # deferred: imports torch
+
+    highest, best_ids = last.max(dim=1)
+    picks: list[int | None] = best_ids.tolist()
+    for index, value in enumerate(highest.tolist()):
+        if not math.isfinite(value):
+            picks[index] = None
+    drawn = [index for index, row in enumerate(rows) if row in uniforms and picks[index] is not None]
+    if drawn:
+        cumulative = torch.softmax(last if len(drawn) == len(rows) else last[drawn], dim=-1).cumsum(dim=-1)
+        targets = torch.tensor([[uniforms[rows[i]][len(outs[rows[i]])]] for i in drawn],
+                               dtype=torch.float64) * cumulative[:, -1:]
+        found = torch.searchsorted(cumulative, targets, right=True).flatten().tolist()
+        for index, choice in zip(drawn, found):
+            picks[index] = min(choice, last_eligible)
+    return picks
 
 
 def sample_seed(seed: int, step: int, place: int) -> int:
@@ -149,45 +145,63 @@ def sample_seed(seed: int, step: int, place: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def take_samples(model: Any, tokenizer: Any, prompts: list[str], step: int, seed: int,
-                 steps: int = SAMPLE_TOKENS) -> SamplesTaken:
-    """Each prompt continued greedily and by a seeded sample (see the module doc)."""
-    import torch  # deferred: imports torch
+class Watcher:
+    """A run's samples and head scores. What every evaluation reads the same way is
+    prepared at the first one and kept: the prompts' ids, the ids a sample may take, and
+    the sequences the heads are scored on (a run's tokenizer, vocabulary and context do
+    not change)."""
 
-    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
-        eligibility_mask,
-    )
+    def __init__(self, tokenizer: Any, prompts: list[str]) -> None:
+        self.tokenizer = tokenizer
+        self.prompts = prompts
+        self._kept: list[tuple[str, list[int]]] | None = None
+        self._eligible: "torch.Tensor | None" = None
+        self._sequences: Any = None
 
-    bos = getattr(tokenizer, "bos_id", 0)
-    eligible = eligibility_mask(tokenizer.vocab_size, bos_id=bos, eos_ids=tuple(getattr(tokenizer, "eos_ids", ())))
-    samples = []
-    was_training = model.training
-    model.eval()
-    try:
-        kept = [(prompt, ids) for prompt in prompts
-                if (ids := tokenizer.encode_prompt(prompt)) and len(ids) < model.config.context]
+    def samples(self, model: Any, step: int, seed: int, steps: int = SAMPLE_TOKENS) -> SamplesTaken:
+        """Each prompt continued greedily and by a seeded sample (see the module doc)."""
+        import torch  # deferred: imports torch
+
+        from minigpt_tui.engine.training.model import (  # deferred: imports torch
+            evaluating,
+        )
+
+        tokenizer = self.tokenizer
+        if self._kept is None or self._eligible is None:
+            from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
+                eligibility_mask,
+            )
+
+            self._eligible = eligibility_mask(tokenizer.vocab_size, bos_id=getattr(tokenizer, "bos_id", 0),
+                                              eos_ids=tuple(getattr(tokenizer, "eos_ids", ())))
+            self._kept = [(prompt, ids) for prompt in self.prompts
+                          if (ids := tokenizer.encode_prompt(prompt)) and len(ids) < model.config.context]
+        kept = self._kept
+        samples = []
         starts = [ids for _, ids in kept for _ in (0, 1)]  # each prompt twice: greedy, then sampled
         generators = [None if kind == 0 else torch.Generator().manual_seed(sample_seed(seed, step, place))
                       for place in range(len(kept)) for kind in (0, 1)]
-        with torch.inference_mode():
-            outs = _continue_rows(model, tokenizer, starts, steps, eligible, generators)
+        with evaluating(model), torch.inference_mode():
+            outs = _continue_rows(model, tokenizer, starts, steps, self._eligible, generators)
         for place, (prompt, _) in enumerate(kept):
             greedy, sampled = outs[2 * place], outs[2 * place + 1]
             samples.append(Sample(prompt, tokenizer.decode(greedy).display, tokenizer.decode(sampled).display,
                                   tuple(greedy), tuple(sampled)))
-    finally:
-        if was_training:
-            model.train()
-    return SamplesTaken(step, tuple(samples))
+        return SamplesTaken(step, tuple(samples))
 
+    def heads(self, model: Any, step: int) -> HeadsScored | None:
+        """The head roles now, or None where the context is too short for them."""
+        from minigpt_tui.engine.analysis.head_roles import (  # deferred: imports torch
+            role_sequences,
+            score_heads,
+        )
 
-def score_heads_at(model: Any, tokenizer: Any, step: int) -> HeadsScored | None:
-    """The head roles now, or None where the context is too short for them."""
-    from minigpt_tui.engine.analysis.head_roles import (  # deferred: imports torch
-        score_heads,
-    )
+        if self._sequences is None:
+            try:
+                self._sequences = role_sequences(model, self.tokenizer)
+            except GenerationError:
+                self._sequences = False
+        if self._sequences is False:
+            return None
+        return HeadsScored(step, score_heads(model, self.tokenizer, sequences=self._sequences))
 
-    try:
-        return HeadsScored(step, score_heads(model, tokenizer))
-    except GenerationError:
-        return None

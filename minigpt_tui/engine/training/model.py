@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -187,11 +189,13 @@ class Attention(nn.Module):
     def _project(self, x: Tensor, need_weights: bool) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values. Training in fast precision without attention weights
         computes them as one matrix product over the three weights side by side (one kernel
-        forward and backward instead of three); otherwise each projection is called as its
-        own module, so the exact path stays bit for bit and hooks on the projections see
-        every call."""
+        forward and backward instead of three); otherwise each is its own product, so the
+        exact path stays bit for bit. The projections are read as ``F.linear`` (what their
+        modules compute) without a module call each: a small model's decision is mostly
+        calls, not arithmetic."""
         if not (self.fused and self.training and not need_weights):
-            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+            return (F.linear(x, self.q_proj.weight, self.q_proj.bias), F.linear(x, self.k_proj.weight, self.k_proj.bias),
+                    F.linear(x, self.v_proj.weight, self.v_proj.bias))
         projections = (self.q_proj, self.k_proj, self.v_proj)
         weight = torch.cat([p.weight for p in projections])
         if self.q_proj.bias is not None:
@@ -295,7 +299,8 @@ class Attention(nn.Module):
         scores = q @ k.transpose(-2, -1)
         if self.scale is not None:
             scores = scores * self.scale
-        scores = scores.masked_fill(~visible(t, s, self.window, device), float("-inf"))
+        if t > 1 or self.window:  # one query without a window sees every key: nothing to mask
+            scores = scores.masked_fill(~visible(t, s, self.window, device), float("-inf"))
         weights = torch.softmax(scores, dim=-1)
         attended = weights
         if dropout is not None:
@@ -316,9 +321,14 @@ class FeedForward(nn.Module):
         self.down_proj = nn.Linear(config.ffn, config.width, bias=bias, dtype=dtype)
 
     def forward(self, x: Tensor) -> Tensor:
+        # Each projection as F.linear, what its module computes, without a module call.
+        up, down = self.up_proj, self.down_proj
         if self.swiglu:
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        return self.down_proj(F.gelu(self.up_proj(x), approximate=self.approximate))
+            gate = self.gate_proj
+            hidden = F.silu(F.linear(x, gate.weight, gate.bias)) * F.linear(x, up.weight, up.bias)
+        else:
+            hidden = F.gelu(F.linear(x, up.weight, up.bias), approximate=self.approximate)
+        return F.linear(hidden, down.weight, down.bias)
 
 
 class Block(nn.Module):
@@ -426,14 +436,14 @@ class MiniGPT(nn.Module):
         t = x.shape[1]
         if past + t > c.context:
             raise ValueError(f"{past + t} positions exceed the context of {c.context}")
-        positions = torch.arange(past, past + t, device=x.device)
         if record is not None:
             record["hook_embed"] = x
         if c.positions == "learned":
-            rows = self.position_embedding(positions)
+            rows = self.position_embedding.weight[past:past + t]  # the table's rows for these positions
             if record is not None:
                 record["hook_pos_embed"] = rows[None]
             return x + rows[None], None
+        positions = torch.arange(past, past + t, device=x.device)
         return x, rope_tables(positions, c.rotary_dims, c.rope_base, self.dtype, c)
 
     def forward(
@@ -512,6 +522,21 @@ class MiniGPT(nn.Module):
         if recompute and self.training and torch.is_grad_enabled():
             return checkpoint(block, x, rope, dropout, offset, layer_cache, return_attention, use_reentrant=False)
         return block(x, rope, dropout, offset, layer_cache, return_attention, record)
+
+
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """``model`` in evaluation mode inside the block, and back in training mode after when
+    it was training. A model already evaluating is left alone: setting a mode walks every
+    submodule, which costs a small model more than a forward."""
+    if not model.training:
+        yield
+        return
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train()
 
 
 def count_parameters(model: nn.Module) -> tuple[int, int]:
