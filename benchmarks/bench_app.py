@@ -257,11 +257,60 @@ def key_latency(repeats: int, work: Path) -> None:
               f"back median {statistics.median(closed) * 1000:.0f} ms (max {max(closed) * 1000:.0f})")
 
 
+GENERATION_HELP = ("?", "Help: Generation", "?", "─ Decisions ─")
+
+
+def generation_keys(repeats: int, work: Path) -> None:
+    """Key to screen on the Generation screen, idle and while ``r`` runs decisions of a
+    SmolLM2-135M-shaped model (random weights, a transformers folder made here)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_models import make_models
+
+    folder = make_models(work / "models", names=("smollm2-135M",))["smollm2-135M"]
+    pane = Pane(f"{APP} --runs-dir {work / 'runs-generation'}", "bench-generation")
+    try:
+        pane.wait_for(lambda t: "next run" in t)
+        time.sleep(2.0)  # torch has been imported in the background by now
+        pane.keys("g")
+        pane.wait_for(lambda t: "minigpt-tui — Generation" in t)
+        # The form: model, prompt, rule, then the budget (greedy leaves the sampling fields off).
+        pane.keys("Tab")
+        time.sleep(0.2)
+        pane.keys("-l", str(folder))
+        pane.keys("Tab")
+        time.sleep(0.2)
+        pane.keys("-l", "The capital of France is")
+        pane.keys("Tab", "Tab")
+        time.sleep(0.2)
+        pane.keys("BSpace", "BSpace")
+        pane.keys("-l", "1500")
+        pane.keys("Escape")
+        time.sleep(0.3)
+        pane.keys("n")
+        pane.wait_for(lambda t: "No model loaded." not in t and "working…" not in t, timeout=120)
+        time.sleep(0.5)
+        results = [("help (opened and closed with ?), idle", toggle_times(pane, repeats, *GENERATION_HELP))]
+        pane.keys("r")
+        pane.wait_for(lambda t: "working…" in t)
+        time.sleep(1.0)
+        results.append(("help, r running decisions", toggle_times(pane, repeats, *GENERATION_HELP)))
+        running = "working…" in pane.text()
+        pane.keys("r")
+    finally:
+        pane.close()
+    print(f"key to screen change on the Generation screen, SmolLM2-135M shape, tmux 120x40 ({repeats} times each; "
+          f"target < 100 ms while a run goes on){'' if running else ' (the run ended before the last toggle)'}:")
+    for label, (opened, closed) in results:
+        print(f"  {label}: there median {statistics.median(opened) * 1000:.0f} ms (max {max(opened) * 1000:.0f}), "
+              f"back median {statistics.median(closed) * 1000:.0f} ms (max {max(closed) * 1000:.0f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=1500)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--only", choices=["first-frame", "keys", "speed"])
+    parser.add_argument("--only", choices=["first-frame", "keys", "speed", "generation-keys"])
     args = parser.parse_args()
     if shutil.which("tmux") is None:
         print("bench_app: tmux is not installed; these figures need a real terminal")
@@ -275,6 +324,8 @@ def main() -> None:
             first_frame(max(5, args.repeats), work)
         if args.only in (None, "keys"):
             key_latency(10, work)
+        if args.only in (None, "generation-keys"):
+            generation_keys(10, work)
         if args.only in (None, "speed"):
             training_speed(args.updates, args.repeats, work)
     keeper.close()

@@ -36,7 +36,9 @@ PROMPT_IDS = list(range(1000, 1016))
 ROUNDS = 3
 
 
-def make_models(root: Path) -> dict[str, Path]:
+def make_models(root: Path, names: tuple[str, ...] = ("gpt2-124M", "smollm2-135M")) -> dict[str, Path]:
+    """The shapes named in ``names`` as transformers folders under ``root`` (the SmolLM2
+    shape also as a Q8_0 GGUF file)."""
     import transformers as tr
     from family_support import byte_level_tokenizer
 
@@ -49,6 +51,8 @@ def make_models(root: Path) -> dict[str, Path]:
     }
     folders = {}
     for name, config in shapes.items():
+        if name not in names:
+            continue
         torch.manual_seed(0)
         model = tr.AutoModelForCausalLM.from_config(config)
         folders[name] = root / name
