@@ -56,7 +56,7 @@ def test_the_views_add_up_on_a_quantized_file(tmp_path):
     insight = inspect_decision(ours.model, ours.tokenizer, ids, 7, lens=True, contributions=True)
     assert abs(insight.contributions[0].total - insight.contributions[0].logit) < 1e-9
     with torch.no_grad():
-        assert torch.equal(insight.lens[-1].logits, ours.model(torch.tensor([ids])).logits[0, -1])
+        assert torch.equal(insight.lens[-1].logits, ours.model(torch.tensor([ids]), last_only=True).logits[0, -1])
 
 
 def test_the_header_lists_entries_and_metadata(tmp_path):

@@ -25,6 +25,8 @@ def decisions_of(model, budget: int = 4):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_last_lens_row_is_the_models_logits_bit_for_bit(family):
+    """A decision puts its last position alone through the head; the lens's last row is
+    that one-row product over the same final residual."""
     model = varied_model(family)
     for decision in decisions_of(model):
         insight = inspect_decision(model, BYTES_ONLY, decision.prefix_ids, decision.chosen.id, lens=True)

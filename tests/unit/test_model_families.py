@@ -168,8 +168,8 @@ def test_gpt2_in_float64_equals_transformers_to_1e_10(tmp_path):
 def test_contributions_add_up_and_the_lens_ends_at_the_logits(folders, family):
     ours = open_hf_model(folders[family], dtype="float64")
     ids = ours.tokenizer.encode_prompt(PROMPT)
-    with torch.no_grad():
-        logits = ours.model(torch.tensor([ids])).logits[0, -1]
+    with torch.no_grad():  # the last position alone through the head, as a decision puts it
+        logits = ours.model(torch.tensor([ids]), last_only=True).logits[0, -1]
     chosen = int(logits.argmax())
     other = int(logits.argsort()[-2])
     insight = inspect_decision(ours.model, ours.tokenizer, ids, chosen, lens=True, contributions=True,

@@ -500,13 +500,13 @@ class DecisionStepper:
         with evaluating(model), torch.no_grad():
             if not self.use_kv_cache:
                 ids = torch.tensor([prefix], dtype=torch.int64)
-                out = model(ids, return_attention=self.attention)
+                out = model(ids, return_attention=self.attention, last_only=True)
             else:
                 if self._cache is None:
                     self._cache, self._cache_length = [], 0
                 fresh = prefix[self._cache_length:]
                 ids = torch.tensor([fresh], dtype=torch.int64)
-                out = model(ids, cache=self._cache, return_attention=self.attention)
+                out = model(ids, cache=self._cache, return_attention=self.attention, last_only=True)
                 self._cache_length = len(prefix)
         logits = out.logits[0, -1].detach().to(torch.float64).clone()
         attention = None

@@ -59,7 +59,7 @@ from torch import Tensor
 
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import token_rank, top_ranked
-from minigpt_tui.engine.training.model import MiniGPT, evaluating
+from minigpt_tui.engine.training.model import MiniGPT, decision_logits, evaluating
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 DEFAULT_LENS_TOP = 5
@@ -221,24 +221,25 @@ def logit_lens(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationCac
     check_token_id(model, chosen_id)
     head = model.head_weight
     layers = model.config.layers
-    # Each row through the final norm and the head in the model's own shape [1, T, D], so a
-    # residual the blocks leave alone reads exactly as the model's logits; where that would
-    # cost more than LENS_WORK multiply-adds (a large vocabulary), at the last position alone.
-    positions = len(cache.ids) if len(cache.ids) * head.shape[0] * head.shape[1] * layers <= LENS_WORK else 1
+    # Each row's last position through the final norm and the head alone, as a decision
+    # puts it (decision_logits), so a residual the blocks leave alone reads exactly as the
+    # model's logits; where reading the head once a layer would cost more than LENS_WORK
+    # multiply-adds (a large vocabulary), the layers before the last share one product.
+    one_by_one = head.shape[0] * head.shape[1] * layers <= LENS_WORK
     rows = []
     with torch.no_grad():
-        if positions == 1:  # every layer's last position in one product: the head is read once
+        if not one_by_one:  # every earlier layer's last position in one product: the head is read once
             normed = torch.cat([model.final_norm(cache[lens_stream_name(layer)][None, -1:]) for layer in range(layers)],
                                dim=1)
             earlier = (normed @ head.t())[0]
         for layer in range(layers + 1):
             stream = lens_stream_name(layer)
             if layer == layers:  # after the last block: the model's own logits, bit for bit
-                logits = cache["logits"][-1].to(torch.float64)
-            elif positions == 1:
+                logits = decision_logits(model, cache["ln_final.hook_normalized"]).to(torch.float64)
+            elif not one_by_one:
                 logits = earlier[layer].to(torch.float64)
             else:
-                logits = (model.final_norm(cache[stream][None, -positions:]) @ head.t())[0, -1].to(torch.float64)
+                logits = decision_logits(model, model.final_norm(cache[stream][-1:])).to(torch.float64)
             probabilities = torch.softmax(logits, dim=-1)
             order = top_ranked(logits, top)
             values = probabilities[[*order, chosen_id]].tolist()
@@ -297,7 +298,7 @@ def direct_contributions(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: Act
             norm_bias = (table @ norm.bias.to(torch.float64)).tolist()
         else:
             norm_bias = [0.0] * len(token_ids)
-        logits = cache["logits"][-1]
+        logits = decision_logits(model, cache["ln_final.hook_normalized"])
     groups = list(torch.split(values, sizes))
     results = []
     for column, token_id in enumerate(token_ids):

@@ -97,6 +97,28 @@ class ForwardOutput:
 KVCache = list[tuple[Tensor, Tensor]]
 
 
+class _FilledLater:
+    """A module built on the meta device is given its tensors afterwards (a model opened
+    from a file), so it draws no initial values there: for a 124M model that drawing was
+    most of the time to build it. Built anywhere else it initializes as PyTorch's own."""
+
+    def reset_parameters(self) -> None:
+        if not any(p.is_meta for p in self.parameters(recurse=False)):  # type: ignore[attr-defined]
+            super().reset_parameters()  # type: ignore[misc]
+
+
+class Linear(_FilledLater, nn.Linear):
+    pass
+
+
+class Embedding(_FilledLater, nn.Embedding):
+    pass
+
+
+class LayerNorm(_FilledLater, nn.LayerNorm):
+    pass
+
+
 class RMSNorm(nn.Module):
     def __init__(self, width: int, eps: float, dtype: torch.dtype) -> None:
         super().__init__()
@@ -110,7 +132,7 @@ class RMSNorm(nn.Module):
 def make_norm(config: ModelConfig, dtype: torch.dtype) -> nn.Module:
     if config.norm == "rmsnorm":
         return RMSNorm(config.width, config.norm_eps, dtype)
-    return nn.LayerNorm(config.width, eps=config.norm_eps, bias=config.norm_bias, dtype=dtype)
+    return LayerNorm(config.width, eps=config.norm_eps, bias=config.norm_bias, dtype=dtype)
 
 
 def rotate_half(x: Tensor) -> Tensor:
@@ -181,10 +203,10 @@ class Attention(nn.Module):
         self.window = window
         hd = config.head_dim
         self.scale = 1.0 / math.sqrt(hd) if config.attention_scale == "inverse_sqrt" else None
-        self.q_proj = nn.Linear(config.width, config.heads * hd, bias=config.biased("q"), dtype=dtype)
-        self.k_proj = nn.Linear(config.width, config.kv_heads * hd, bias=config.biased("k"), dtype=dtype)
-        self.v_proj = nn.Linear(config.width, config.kv_heads * hd, bias=config.biased("v"), dtype=dtype)
-        self.o_proj = nn.Linear(config.heads * hd, config.width, bias=config.biased("o"), dtype=dtype)
+        self.q_proj = Linear(config.width, config.heads * hd, bias=config.biased("q"), dtype=dtype)
+        self.k_proj = Linear(config.width, config.kv_heads * hd, bias=config.biased("k"), dtype=dtype)
+        self.v_proj = Linear(config.width, config.kv_heads * hd, bias=config.biased("v"), dtype=dtype)
+        self.o_proj = Linear(config.heads * hd, config.width, bias=config.biased("o"), dtype=dtype)
 
     def _project(self, x: Tensor, need_weights: bool) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values. Training in fast precision without attention weights
@@ -316,9 +338,9 @@ class FeedForward(nn.Module):
         self.approximate = config.gelu_approximation
         bias = bool(config.ffn_bias)
         if self.swiglu:
-            self.gate_proj = nn.Linear(config.width, config.ffn, bias=bias, dtype=dtype)
-        self.up_proj = nn.Linear(config.width, config.ffn, bias=bias, dtype=dtype)
-        self.down_proj = nn.Linear(config.ffn, config.width, bias=bias, dtype=dtype)
+            self.gate_proj = Linear(config.width, config.ffn, bias=bias, dtype=dtype)
+        self.up_proj = Linear(config.width, config.ffn, bias=bias, dtype=dtype)
+        self.down_proj = Linear(config.ffn, config.width, bias=bias, dtype=dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         # Each projection as F.linear, what its module computes, without a module call.
@@ -400,13 +422,13 @@ class MiniGPT(nn.Module):
         self.fused_attention = fused_attention
         self.vocab_size = vocab_size
         self.dtype = dtype
-        self.token_embedding = nn.Embedding(vocab_size, config.width, dtype=dtype)
+        self.token_embedding = Embedding(vocab_size, config.width, dtype=dtype)
         if config.positions == "learned":
-            self.position_embedding = nn.Embedding(config.context, config.width, dtype=dtype)
+            self.position_embedding = Embedding(config.context, config.width, dtype=dtype)
         self.blocks = nn.ModuleList(Block(config, dtype, fused_attention, i) for i in range(config.layers))
         self.final_norm = make_norm(config, dtype)
         if not config.tied_head:
-            self.lm_head = nn.Linear(config.width, vocab_size, bias=False, dtype=dtype)
+            self.lm_head = Linear(config.width, vocab_size, bias=False, dtype=dtype)
 
     @property
     def head_weight(self) -> Tensor:
@@ -457,10 +479,13 @@ class MiniGPT(nn.Module):
         inputs_embeds: Tensor | None = None,
         skip_head: bool = False,
         record: Record | None = None,
+        last_only: bool = False,
     ) -> ForwardOutput:
         """Logits for ``ids`` [B, T]. With ``cache`` (a list, filled in place) the ids
         continue the cached positions. ``dropout`` None means no dropout (evaluation).
-        ``record`` (a dict) is filled with the named activations (:data:`ACTIVATIONS`)."""
+        ``record`` (a dict) is filled with the named activations (:data:`ACTIVATIONS`).
+        ``last_only`` puts the last position alone through the head (logits [B, 1, V]), as
+        a decision does (:func:`decision_logits`)."""
         c = self.config
         past = cache[0][0].shape[2] if cache else 0
         x, rope = self.embed(ids, inputs_embeds, past, record)
@@ -476,7 +501,7 @@ class MiniGPT(nn.Module):
             cache[:] = new_cache
         hidden = self.final_norm(x)
         _note(record, "ln_final.hook_normalized", hidden)
-        logits = hidden if skip_head else hidden @ self.head_weight.t()
+        logits = hidden if skip_head else (hidden[:, -1:] if last_only else hidden) @ self.head_weight.t()
         consumed = offset if dropping else 0
         return ForwardOutput(logits, consumed, attentions, hidden)
 
@@ -522,6 +547,13 @@ class MiniGPT(nn.Module):
         if recompute and self.training and torch.is_grad_enabled():
             return checkpoint(block, x, rope, dropout, offset, layer_cache, return_attention, use_reentrant=False)
         return block(x, rope, dropout, offset, layer_cache, return_attention, record)
+
+
+def decision_logits(model: MiniGPT, normalized: Tensor) -> Tensor:
+    """A decision's logits [V]: the last row of the final norm's output ``normalized``
+    [..., T, D] alone through the head, the one-row product every decision, lens row and
+    patched run reads (a row inside a larger product can differ in its last bits)."""
+    return (normalized.reshape(-1, normalized.shape[-1])[-1:] @ model.head_weight.t())[0]
 
 
 @contextmanager
