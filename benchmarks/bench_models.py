@@ -66,9 +66,12 @@ def make_models(root: Path, names: tuple[str, ...] = ("gpt2-124M", "smollm2-135M
 
 
 def peak_memory(code: str) -> int:
-    """Maximum resident set (bytes) of a fresh process running ``code``, as it reports it."""
+    """Maximum resident set (bytes) of a fresh process running ``code``, as it reports it:
+    VmHWM, the high-water mark of its own memory map. (``getrusage``'s ru_maxrss outlives
+    exec on Linux, so a child of this process, which holds the models it made, would report
+    this process's peak instead of its own.)"""
     script = (f"import torch; torch.set_num_threads({THREADS})\n{code}\n"
-              "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+              "import re; print(re.search(r'VmHWM:\\s+(\\d+) kB', open('/proc/self/status').read()).group(1))")
     done = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
     return int(done.stdout.split()[-1]) * 1024
 
