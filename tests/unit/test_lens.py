@@ -130,7 +130,7 @@ def test_activation_names_are_stable_and_shaped():
         post = cache[f"blocks.{layer}.hook_resid_mid"] + cache[f"blocks.{layer}.hook_mlp_out"]
         assert torch.equal(post, cache[f"blocks.{layer}.hook_resid_post"])
     assert lens_stream_name(0) == "blocks.0.hook_resid_pre" and lens_stream_name(3) == "blocks.2.hook_resid_post"
-    assert cache["logits"].shape == (t, model.vocab_size)
+    assert cache["logits"].shape == (1, model.vocab_size)  # the last position's, as a decision's
     with pytest.raises(GenerationError, match="no activation named 'blocks.9.hook_resid_post'"):
         cache["blocks.9.hook_resid_post"]
 

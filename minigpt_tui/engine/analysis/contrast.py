@@ -115,10 +115,11 @@ def _describe(portable: Any) -> ContrastModel:
                          portable.model.config.family)
 
 
-def _path_logits(model: MiniGPT, ids: Sequence[int]) -> Tensor:
-    """Float64 logits [T, V] of one evaluation-mode forward over ``ids``."""
+def _path_logits(model: MiniGPT, ids: Sequence[int], last_only: bool = False) -> Tensor:
+    """Float64 logits [T, V] of one evaluation-mode forward over ``ids`` ([1, V]: the last
+    position's alone, as a decision computes them)."""
     with evaluating(model), torch.no_grad():
-        out = model(torch.tensor([list(ids)], dtype=torch.int64))
+        out = model(torch.tensor([list(ids)], dtype=torch.int64), last_only=last_only)
     return out.logits[0].detach().to(torch.float64)
 
 
@@ -145,7 +146,7 @@ def second_opinion(b: Any, decision: Any) -> ContrastPosition:
     if len(ids) > b.model.config.context:
         raise GenerationError(f"the prefix of {len(ids)} ids does not fit the second model's context "
                               f"of {b.model.config.context}")
-    logits_b = _path_logits(b.model, ids)[-1]
+    logits_b = _path_logits(b.model, ids, last_only=True)[-1]
     return compare_position(decision.step, len(ids), decision.chosen.id, decision.chosen.piece.text,
                             decision.logits, logits_b)
 

@@ -72,7 +72,8 @@ ROUNDING_UNITS = 16
 # -- named activations --------------------------------------------------------------------
 @dataclass(frozen=True)
 class ActivationCache:
-    """Every named activation of one forward pass over ``ids`` (batch dimension removed)."""
+    """Every named activation of one forward pass over ``ids`` (batch dimension removed),
+    and ``logits`` [1, V]: the last position's, as a decision computes them."""
 
     ids: tuple[int, ...]
     activations: Mapping[str, Tensor]
@@ -95,7 +96,7 @@ def run_with_cache(model: MiniGPT, ids: Sequence[int]) -> ActivationCache:
         raise GenerationError(f"{len(ids)} ids exceed the context of {model.config.context}")
     recorded: dict[str, Tensor] = {}
     with evaluating(model), torch.no_grad():
-        out = model(torch.tensor([list(ids)], dtype=torch.int64), record=recorded)
+        out = model(torch.tensor([list(ids)], dtype=torch.int64), record=recorded, last_only=True)
     config = model.config
     activations: dict[str, Tensor] = {}
     for name, value in recorded.items():
@@ -235,7 +236,7 @@ def logit_lens(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationCac
         for layer in range(layers + 1):
             stream = lens_stream_name(layer)
             if layer == layers:  # after the last block: the model's own logits, bit for bit
-                logits = decision_logits(model, cache["ln_final.hook_normalized"]).to(torch.float64)
+                logits = cache["logits"][-1].to(torch.float64)
             elif not one_by_one:
                 logits = earlier[layer].to(torch.float64)
             else:
@@ -298,7 +299,7 @@ def direct_contributions(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: Act
             norm_bias = (table @ norm.bias.to(torch.float64)).tolist()
         else:
             norm_bias = [0.0] * len(token_ids)
-        logits = decision_logits(model, cache["ln_final.hook_normalized"])
+        logits = cache["logits"][-1]
     groups = list(torch.split(values, sizes))
     results = []
     for column, token_id in enumerate(token_ids):

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.training.model import evaluating
+from minigpt_tui.engine.training.model import decision_logits, evaluating
 
 SITES = ("resid", "attn", "mlp", "head")
 
@@ -113,7 +113,7 @@ class Patcher:
             hidden = model.final_norm(x)
             if record is not None:
                 record["ln_final.hook_normalized"] = hidden
-            return (hidden[:, -1:] @ model.head_weight.t())[0, -1]
+            return decision_logits(model, hidden)
 
     def _entering(self, layer: int) -> Tensor:
         """The corrupt run's residual stream entering block ``layer`` (L: after the last)."""
