@@ -11,7 +11,8 @@ Both read the model in evaluation mode without gradients, and each prompt's samp
 from a generator of its own (seeded from ``seeds.sampling``, the step and the prompt's
 place, :func:`sample_seed`), never from a training stream: a run with them and one without
 have the same records and the same state digest. All the continuations are the rows of
-one batch once their texts are the same length (:func:`_continue_rows`).
+one batch (:func:`_continue_rows`), and what every evaluation reads the same way is
+prepared once a run (:class:`Watcher`).
 """
 
 from __future__ import annotations
