@@ -131,9 +131,12 @@ def _choose(last: "torch.Tensor", rows: list[int], outs: list[list[int]], unifor
             picks[index] = None
     drawn = [index for index, row in enumerate(rows) if row in uniforms and picks[index] is not None]
     if drawn:
-        cumulative = torch.softmax(last if len(drawn) == len(rows) else last[drawn], dim=-1).cumsum(dim=-1)
-        targets = torch.tensor([[uniforms[rows[i]][len(outs[rows[i]])]] for i in drawn],
-                               dtype=torch.float64) * cumulative[:, -1:]
+        # The sampled rows after the greedy ones are a slice of ``last``, not a gather.
+        tail = drawn == list(range(drawn[0], len(rows)))
+        cumulative = torch.softmax(last[drawn[0]:] if tail else last[drawn], dim=-1).cumsum(dim=-1)
+        totals = cumulative[:, -1].tolist()
+        targets = torch.tensor([[uniforms[rows[i]][len(outs[rows[i]])] * total] for i, total in zip(drawn, totals)],
+                               dtype=torch.float64)
         found = torch.searchsorted(cumulative, targets, right=True).flatten().tolist()
         for index, choice in zip(drawn, found):
             picks[index] = min(choice, last_eligible)
@@ -179,13 +182,13 @@ class Watcher:
                           if (ids := tokenizer.encode_prompt(prompt)) and len(ids) < model.config.context]
         kept = self._kept
         samples = []
-        starts = [ids for _, ids in kept for _ in (0, 1)]  # each prompt twice: greedy, then sampled
-        generators = [None if kind == 0 else torch.Generator().manual_seed(sample_seed(seed, step, place))
-                      for place in range(len(kept)) for kind in (0, 1)]
+        starts = [ids for _, ids in kept] * 2  # each prompt twice: the greedy rows, then the sampled ones
+        generators = [None] * len(kept) + [torch.Generator().manual_seed(sample_seed(seed, step, place))
+                                           for place in range(len(kept))]
         with evaluating(model), torch.inference_mode():
             outs = _continue_rows(model, tokenizer, starts, steps, self._eligible, generators)
         for place, (prompt, _) in enumerate(kept):
-            greedy, sampled = outs[2 * place], outs[2 * place + 1]
+            greedy, sampled = outs[place], outs[len(kept) + place]
             samples.append(Sample(prompt, tokenizer.decode(greedy).display, tokenizer.decode(sampled).display,
                                   tuple(greedy), tuple(sampled)))
         return SamplesTaken(step, tuple(samples))
