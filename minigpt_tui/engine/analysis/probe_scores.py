@@ -49,7 +49,8 @@ class ProbeScore:
 def _last_logits(model: MiniGPT, ids: list[int]) -> torch.Tensor:
     """The last position's logits in float64, as the decision stepper computes them."""
     device = next(model.parameters()).device  # a run on a GPU scores there
-    return model(torch.tensor([ids], dtype=torch.int64, device=device), last_only=True).logits[0, -1].to("cpu", torch.float64)
+    out = model(torch.tensor([ids], dtype=torch.int64, device=device), last_only=True)
+    return out.logits[0, -1].to("cpu", torch.float64)
 
 
 def score_probes(model: MiniGPT, tokenizer: ByteBPETokenizer, probe_set: ProbeSet) -> tuple[ProbeScore, ...]:

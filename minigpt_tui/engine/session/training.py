@@ -383,13 +383,12 @@ class TrainingSession:
         )
 
         if self._watcher is None:
-            self._watcher = Watcher(trainer.tokenizer, prepared.sample_prompts)
+            self._watcher = Watcher(trainer.model, trainer.tokenizer, prepared.sample_prompts)
         with evaluating(trainer.model):  # one switch of modes for both
             if prepared.sample_prompts:
-                self._write_metric(samples := self._watcher.samples(trainer.model, trainer.step,
-                                                                    trainer.config.seeds.sampling))
+                self._write_metric(samples := self._watcher.samples(trainer.step, trainer.config.seeds.sampling))
                 self._sink(samples)
-            heads = self._watcher.heads(trainer.model, trainer.step)
+            heads = self._watcher.heads(trainer.step)
         if heads is not None:
             self._write_metric(heads)
             self._sink(heads)

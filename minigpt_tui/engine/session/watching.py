@@ -97,8 +97,7 @@ def _continue_rows(model: Any, tokenizer: Any, starts: list[list[int]], steps: i
         newest = logits[:, -1] if every else logits[deciding, -1]
         picks = _choose(newest.to("cpu", torch.float64).masked_fill(ineligible, float("-inf")),
                         rows if every else [rows[i] for i in deciding], outs, uniforms, last_eligible)
-        decided = set(deciding)
-        going = [] if every else [index for index in range(len(rows)) if index not in decided]  # riding along
+        going = [] if every else sorted(set(range(len(rows))) - set(deciding))  # riding along
         for index, choice in zip(deciding, picks):
             if choice is None:
                 continue  # a diverged model samples nothing
@@ -151,18 +150,29 @@ def sample_seed(seed: int, step: int, place: int) -> int:
 
 class Watcher:
     """A run's samples and head scores. What every evaluation reads the same way is
-    prepared at the first one and kept: the prompts' ids, the ids a sample may take, and
-    the sequences the heads are scored on (a run's tokenizer, vocabulary and context do
-    not change)."""
+    prepared once, when the watcher is made at the run's first evaluation: the prompts'
+    ids, the ids a sample may take, and the sequences the heads are scored on (a run's
+    model, tokenizer, vocabulary and context do not change)."""
 
-    def __init__(self, tokenizer: Any, prompts: list[str]) -> None:
-        self.tokenizer = tokenizer
-        self.prompts = prompts
-        self._kept: list[tuple[str, list[int]]] | None = None
-        self._eligible: "torch.Tensor | None" = None
-        self._sequences: Any = None
+    def __init__(self, model: Any, tokenizer: Any, prompts: list[str]) -> None:
+        from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
+            eligibility_mask,
+        )
+        from minigpt_tui.engine.analysis.head_roles import (  # deferred: imports torch
+            role_sequences,
+        )
 
-    def samples(self, model: Any, step: int, seed: int, steps: int = SAMPLE_TOKENS) -> SamplesTaken:
+        self.model, self.tokenizer = model, tokenizer
+        self.eligible = eligibility_mask(tokenizer.vocab_size, bos_id=getattr(tokenizer, "bos_id", 0),
+                                         eos_ids=tuple(getattr(tokenizer, "eos_ids", ())))
+        self.prompts = [(prompt, ids) for prompt in prompts
+                        if (ids := tokenizer.encode_prompt(prompt)) and len(ids) < model.config.context]
+        try:
+            self.sequences = role_sequences(model, tokenizer)
+        except GenerationError:
+            self.sequences = None  # the context is too short for them
+
+    def samples(self, step: int, seed: int, steps: int = SAMPLE_TOKENS) -> SamplesTaken:
         """Each prompt continued greedily and by a seeded sample (see the module doc)."""
         import torch  # deferred: imports torch
 
@@ -170,42 +180,25 @@ class Watcher:
             evaluating,
         )
 
-        tokenizer = self.tokenizer
-        if self._kept is None or self._eligible is None:
-            from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
-                eligibility_mask,
-            )
-
-            self._eligible = eligibility_mask(tokenizer.vocab_size, bos_id=getattr(tokenizer, "bos_id", 0),
-                                              eos_ids=tuple(getattr(tokenizer, "eos_ids", ())))
-            self._kept = [(prompt, ids) for prompt in self.prompts
-                          if (ids := tokenizer.encode_prompt(prompt)) and len(ids) < model.config.context]
-        kept = self._kept
-        samples = []
+        model, tokenizer, kept = self.model, self.tokenizer, self.prompts
         starts = [ids for _, ids in kept] * 2  # each prompt twice: the greedy rows, then the sampled ones
         generators = [None] * len(kept) + [torch.Generator().manual_seed(sample_seed(seed, step, place))
                                            for place in range(len(kept))]
         with evaluating(model), torch.inference_mode():
-            outs = _continue_rows(model, tokenizer, starts, steps, self._eligible, generators)
+            outs = _continue_rows(model, tokenizer, starts, steps, self.eligible, generators)
+        samples = []
         for place, (prompt, _) in enumerate(kept):
             greedy, sampled = outs[place], outs[len(kept) + place]
             samples.append(Sample(prompt, tokenizer.decode(greedy).display, tokenizer.decode(sampled).display,
                                   tuple(greedy), tuple(sampled)))
         return SamplesTaken(step, tuple(samples))
 
-    def heads(self, model: Any, step: int) -> HeadsScored | None:
+    def heads(self, step: int) -> HeadsScored | None:
         """The head roles now, or None where the context is too short for them."""
         from minigpt_tui.engine.analysis.head_roles import (  # deferred: imports torch
-            role_sequences,
             score_heads,
         )
 
-        if self._sequences is None:
-            try:
-                self._sequences = role_sequences(model, self.tokenizer)
-            except GenerationError:
-                self._sequences = False
-        if self._sequences is False:
+        if self.sequences is None:
             return None
-        return HeadsScored(step, score_heads(model, self.tokenizer, sequences=self._sequences))
-
+        return HeadsScored(step, score_heads(self.model, self.tokenizer, sequences=self.sequences))

@@ -49,7 +49,7 @@ from minigpt_tui.engine.training.distributed import (
     ShardedDocumentOrder,
     rank_seed,
 )
-from minigpt_tui.engine.training.model import DropoutKey, MiniGPT, count_parameters
+from minigpt_tui.engine.training.model import DropoutKey, MiniGPT, count_parameters, evaluating
 from minigpt_tui.engine.training.optimizer import AdamW
 from minigpt_tui.engine.training.source_index import SourceIndex
 from minigpt_tui.engine.training.stream import (
@@ -553,22 +553,20 @@ class Trainer:
         if not count or self.parallel.rank != 0:  # rank 0 alone reports, so rank 0 alone samples
             return []
         model = self.model
-        was_training = model.training
-        model.eval()
         ids = [BOS, self.train_examples[0].ids[1]]
         out: list[int] = []
-        for _ in range(count):
-            if len(ids) >= model.config.context:
-                break
-            logits = model(torch.tensor([ids], device=self.device)).logits[0, -1]
-            probs = torch.softmax(logits.to(device="cpu", dtype=torch.float64), dim=-1)
-            probs[BOS] = 0.0
-            if not bool(torch.isfinite(probs).all()) or float(probs.sum()) <= 0.0:
-                break  # a diverged model: non-finite logits never reach sampling (nothing drawn)
-            choice = int(torch.multinomial(probs, 1, generator=self.sampling))
-            ids.append(choice)
-            out.append(choice)
-        model.train(was_training)
+        with evaluating(model):
+            for _ in range(count):
+                if len(ids) >= model.config.context:
+                    break
+                logits = model(torch.tensor([ids], device=self.device)).logits[0, -1]
+                probs = torch.softmax(logits.to(device="cpu", dtype=torch.float64), dim=-1)
+                probs[BOS] = 0.0
+                if not bool(torch.isfinite(probs).all()) or float(probs.sum()) <= 0.0:
+                    break  # a diverged model: non-finite logits never reach sampling (nothing drawn)
+                choice = int(torch.multinomial(probs, 1, generator=self.sampling))
+                ids.append(choice)
+                out.append(choice)
         return out
 
     # -- evaluation ----------------------------------------------------------------------
@@ -585,13 +583,9 @@ class Trainer:
 
     def evaluate(self, extra: bool = False) -> EvaluationRecord:
         """Event-weighted mean loss over the evaluation batches of both splits."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with evaluating(self.model):
             train_total, train_count = self.split_loss(self._train_eval)
             val_total, val_count = self.split_loss(self._validation_eval)
-        finally:
-            self.model.train(was_training)
         record = EvaluationRecord(
             step=self.step,
             train_loss=train_total / train_count,
