@@ -1,8 +1,9 @@
 """Run a list of hostile and unlucky commands against the installed ``minigpt-tui`` and count
 how each ended: clean (exit 0, or exit 1 with one error line), traceback, hang (past its
-time limit), memory (killed under the address-space limit or out of memory), data lost (a
-folder of precious files, a trained run and a token cache entry changed when the command
-had no business changing them).
+time limit), abort (SIGABRT), memory (killed under the address-space limit or out of
+memory), data lost (a folder of precious files, a trained run and a token cache entry changed
+when the command had no business changing them). The cases are the list below and each topic
+module's ``cases()`` in ``tools/attack_cases/``.
 
     PYTHONPATH=. .venv/bin/python tools/attack_inputs.py [--only SUBSTRING] [--verbose]
 
@@ -20,19 +21,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-LIMIT_S = 60.0
+from attack_cases import ROUNDS, Case, fifo as _fifo, hf as _hf, link as _link, precious as _precious, write as _write  # noqa: E402
+
+LIMIT_S = 30.0
 MEMORY_LIMIT = 6 << 30  # address space per command
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    make: Callable[[Path], list[str]]  # builds what the case needs, returns the arguments
-    may_change: tuple[str, ...] = ()  # folders (relative) the command is allowed to change
 
 
 def _digest(folder: Path) -> str:
@@ -44,42 +38,6 @@ def _digest(folder: Path) -> str:
         if path.is_file() and not path.is_symlink():
             digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-def _precious(root: Path) -> None:
-    (root / "home" / "projects").mkdir(parents=True)
-    (root / "home" / "projects" / "thesis.tex").write_text("chapter one")
-    (root / "home" / "photos").mkdir()
-    (root / "home" / "photos" / "cat.jpg").write_bytes(b"\xff\xd8 not really")
-
-
-def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-def _fifo(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.mkfifo(path)
-    return path
-
-
-def _link(path: Path, target: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.symlink_to(target)
-    return path
-
-
-def _hf(root: Path, config: Callable[[Path], object]) -> Path:
-    folder = root / "hf"
-    folder.mkdir()
-    from safetensors.numpy import save_file
-    import numpy as np
-
-    save_file({"transformer.wte.weight": np.zeros((4, 2), dtype=np.float32)}, str(folder / "model.safetensors"))
-    config(folder / "config.json")
-    return folder
 
 
 LONG = "a" * 300
@@ -131,6 +89,8 @@ def cases() -> list[Case]:
                          (["train", "--preset", "tiny", "--run"], [])):
         found.append(Case(f"name too long: {' '.join(where)}",
                           lambda r, where=where, after=after: [*where, f"/tmp/{LONG}", *after]))
+    for round_cases in ROUNDS:
+        found += round_cases()
     return found
 
 
@@ -139,6 +99,8 @@ def classify(done: subprocess.CompletedProcess | None, changed: bool) -> str:
         return "data lost"
     if done is None:
         return "hang"
+    if done.returncode in (-6, 134):
+        return "abort"
     if "Traceback" in done.stderr:
         return "traceback"
     if done.returncode in (-9, 137) or "MemoryError" in done.stderr or "DefaultCPUAllocator" in done.stderr:
@@ -198,9 +160,9 @@ def main() -> int:
                 print(f"{outcome:10} {case.name}: {last}")
     total = sum(counts.values())
     print(f"{total} tried in {time.monotonic() - started:.0f} s: " + ", ".join(
-        f"{counts.get(kind, 0)} {kind}" for kind in ("clean", "traceback", "hang", "memory", "data lost"))
+        f"{counts.get(kind, 0)} {kind}" for kind in ("clean", "traceback", "hang", "abort", "memory", "data lost"))
           + "".join(f", {n} {kind}" for kind, n in counts.items()
-                    if kind not in ("clean", "traceback", "hang", "memory", "data lost")))
+                    if kind not in ("clean", "traceback", "hang", "abort", "memory", "data lost")))
     return 0 if counts.get("clean", 0) == total else 1
 
 
