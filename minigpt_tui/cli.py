@@ -20,6 +20,7 @@ from minigpt_tui.commands.launch import die_with_launcher
 from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.core.files import os_error_line, shorten_middle
 from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.core.threads import INFERENCE_COMMANDS, wait_without_spinning
 
 # Each module registers its subcommands with ``register(subparsers)`` and imports the
 # engine inside its handlers, so that ``--help`` and the app's first frame stay fast.
@@ -95,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(parser, argv)
     args.argv = argv  # a launcher re-runs it in each process
 
+    if args.command in INFERENCE_COMMANDS:
+        wait_without_spinning()
     try:
         if args.command is None:
             return _open_app(args)

@@ -16,12 +16,34 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 
 AUTO = 0  # train.threads = 0: choose and adapt
 MAX_AUTO = 8  # more threads than this rarely help a model of this tool's sizes on the CPU
+
+
+# The commands whose work is forward passes (no training loop): their threads wait without
+# spinning. Training keeps OpenMP's default and adapts its thread count instead.
+INFERENCE_COMMANDS = frozenset({"generate", "infer", "probes", "contrast", "score", "heads", "patch",
+                                "inspect", "export", "convert"})
+
+
+def wait_without_spinning(environ: MutableMapping[str, str] | None = None) -> bool:
+    """Make OpenMP's waiting threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``), for work
+    that is forward passes. With torch's default, a thread that finishes its share spins;
+    when another program keeps a core busy, the thread sharing that core finishes late, and
+    the spinning thread holds the other core, so the kernel cannot move the late one there:
+    every operation waits a time slice. Sleeping frees the core. The runtime reads the
+    variable once, when torch starts it: this applies only before ``import torch``, and never
+    over a policy or spin count the user set. Returns whether it applied."""
+    environ = os.environ if environ is None else environ
+    if "torch" in sys.modules or "OMP_WAIT_POLICY" in environ or "GOMP_SPINCOUNT" in environ:
+        return False
+    environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return True
 
 
 def usable_cores() -> int:
