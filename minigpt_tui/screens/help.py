@@ -1,6 +1,7 @@
 """Help for the screen in front: every record it shows, and the keys that work everywhere.
 
-Each screen provides its own text as the ``HELP`` class attribute (Markdown)."""
+Each screen provides its own text as the ``HELP`` class attribute (Markdown); the ideas its
+words call for follow it."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
+from minigpt_tui.screens.concepts import concepts_in, concepts_markdown
+
 
 def help_markdown(screen: Screen, global_keys: list[tuple[str, str]]) -> str:
     text = screen.HELP or f"# {type(screen).__name__}\n\nThis screen has no help text yet."
     rows = "\n".join(f"| `{key}` | {what} |" for key, what in global_keys)
+    found = concepts_in(text)
+    if found:
+        text = f"{text}\n\n## Ideas behind these numbers\n{concepts_markdown(found)}"
     return f"{text}\n\n## Keys everywhere\n| key | action |\n|---|---|\n{rows}\n\nPress `escape` or `?` to close this help.\n"
 
 
