@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import time
 from collections.abc import Callable, Iterable
@@ -26,6 +27,7 @@ from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.events import Command
 from minigpt_tui.engine.session.inputs import RunChoices
 from minigpt_tui.engine.session.runs import resolve_runs_dir
+from minigpt_tui.engine.session.worker_failures import WorkFailed, attempt
 from minigpt_tui.messages import EngineImported, OpenInGeneration, ResumeOnTraining
 from minigpt_tui.screens import MAIN_SCREENS, ScreenEntry
 from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
@@ -111,11 +113,11 @@ class MiniGPTApp(App[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine-import")
     def _import_engine(self) -> None:
         started = time.perf_counter()
-        # deferred: imports torch, on this worker, so the first frame never waits for it
-        import minigpt_tui.engine.session.training  # noqa: F401  # deferred: off the first frame
-        import minigpt_tui.engine.training.checkpoints  # noqa: F401  # deferred: imports torch
-        import minigpt_tui.engine.training.trainer  # noqa: F401  # deferred: imports torch
-
+        imported = attempt(_import_torch_modules)
+        if isinstance(imported, WorkFailed):  # a broken install: said once, the screens say it again when used
+            self.call_from_thread(self.notify, f"the engine could not be loaded: {imported.line}",
+                                  title="engine", severity="error")
+            return
         self.post_message(EngineImported(time.perf_counter() - started))
 
     @on(EngineImported)
@@ -233,6 +235,13 @@ class MiniGPTApp(App[None]):
             training.run.session.send(Command.STOP)
 
 
+def _import_torch_modules() -> None:
+    # deferred: imports torch, on a worker, so the first frame never waits for it
+    import minigpt_tui.engine.session.training  # noqa: F401  # deferred: off the first frame
+    import minigpt_tui.engine.training.checkpoints  # noqa: F401  # deferred: imports torch
+    import minigpt_tui.engine.training.trainer  # noqa: F401  # deferred: imports torch
+
+
 def run_app(args: argparse.Namespace) -> int:
     settings = LaunchSettings(
         runs_dir=resolve_runs_dir(getattr(args, "runs_dir", None)),
@@ -240,6 +249,8 @@ def run_app(args: argparse.Namespace) -> int:
         corpus=getattr(args, "corpus", None),
         attach=getattr(args, "attach_run", None),
     )
+    # The screen is ours: a Rust library's panic (refused as one line) prints no backtrace over it.
+    os.environ["RUST_BACKTRACE"] = "0"
     app = MiniGPTApp(settings)  # an invalid preset or corpus raises here, before any frame
     app.run()
     return int(app.return_code or 0)

@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command in INFERENCE_COMMANDS:
         wait_without_spinning()
+    # A Rust library's panic that our checks did not foresee is refused as one line; its
+    # backtrace would only bury that line.
+    os.environ["RUST_BACKTRACE"] = "0"
     try:
         if args.command is None:
             return _open_app(args)

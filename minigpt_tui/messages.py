@@ -119,6 +119,14 @@ class StatisticsReady(Message):
 
 
 @dataclass
+class StatisticsProgress(Message):
+    """How much of a large tensor's two passes the statistics worker has read."""
+
+    serial: int
+    fraction: float
+
+
+@dataclass
 class TokenizerReady(Message):
     serial: int
     tokenizer: Any

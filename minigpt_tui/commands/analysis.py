@@ -16,7 +16,7 @@ from minigpt_tui.commands.generate import (
     add_dtype_flag,
     load_model,
 )
-from minigpt_tui.commands.task_progress import task_progress
+from minigpt_tui.commands.task_progress import stage_progress, task_progress
 from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.text_scores import read_text_file
 
@@ -67,14 +67,16 @@ def run_score(args: argparse.Namespace) -> int:
     )
 
     text = read_text_file(args.text)
-    first = load_model(args.model, args)
-    scored = score_text(first.model, first.tokenizer, text, stride=args.stride)
+    first = _opened(args.model, args)
+    with task_progress("scoring", enabled=not args.json, unit="window") as advance:
+        scored = score_text(first.model, first.tokenizer, text, stride=args.stride, progress=advance)
     data: dict[str, Any] = {"model": str(first.path), **scored.to_json()}
     compared = None
     if args.compare:
-        second = load_model(args.compare, args)
+        second = _opened(args.compare, args)
         check_same_tokenizer(first, second)
-        other = score_text(second.model, second.tokenizer, text, stride=scored.stride)
+        with task_progress("scoring the second model", enabled=not args.json, unit="window") as advance:
+            other = score_text(second.model, second.tokenizer, text, stride=scored.stride, progress=advance)
         compared = compare_scores(scored, other)
         data["compare"] = {"model": str(second.path), "mean_loss": other.mean_loss,
                            "tokens": [t.to_json() for t in compared]}
@@ -83,6 +85,13 @@ def run_score(args: argparse.Namespace) -> int:
         return 0
     _print_scores(scored, compared, most_changed)
     return 0
+
+
+def _opened(spec: str, args: argparse.Namespace) -> Any:
+    """The model ``spec`` names, a transient line on a terminal while it opens (a large file
+    from elsewhere takes a while)."""
+    with stage_progress(f"opening {spec}", enabled=not args.json):
+        return load_model(spec, args)
 
 
 def _print_scores(scored: Any, compared: Any, most_changed: Any) -> None:
@@ -116,8 +125,8 @@ def run_patch(args: argparse.Namespace) -> int:
     )
 
     sites = [s.strip() for s in args.sites.split(",") if s.strip()]
-    portable = load_model(args.model, args)
-    with task_progress("patching", enabled=not args.json) as advance:
+    portable = _opened(args.model, args)
+    with task_progress("patching", enabled=not args.json, unit="run") as advance:
         result = patch_prompts(portable.model, portable.tokenizer, _prompt(args.clean), _prompt(args.corrupt),
                                _prompt(args.answer), _prompt(args.against), sites, progress=advance)
     if args.json:
@@ -161,8 +170,10 @@ def run_heads(args: argparse.Namespace) -> int:
         score_heads,
     )
 
-    portable = load_model(args.model, args)
-    roles = score_heads(portable.model, portable.tokenizer)
+    portable = _opened(args.model, args)
+    layers = portable.model.config.layers
+    with stage_progress(f"scoring the heads of {layers} layers on repeated random sequences", enabled=not args.json):
+        roles = score_heads(portable.model, portable.tokenizer)
     if args.json:
         emit_json({"model": str(portable.path), "heads": [r.to_json() for r in roles]})
         return 0

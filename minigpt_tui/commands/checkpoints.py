@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,13 @@ from minigpt_tui.commands.common import (
     setting_help,
 )
 from minigpt_tui.commands.inspect_output import print_inspection
+from minigpt_tui.commands.task_progress import task_progress
 from minigpt_tui.commands.launch import (
     add_process_arguments,
     joined_world,
     launch,
     launch_requested,
+    launched_process,
 )
 from minigpt_tui.commands.train import (
     add_probe_arguments,
@@ -40,17 +43,19 @@ from minigpt_tui.commands.train import (
 )
 from minigpt_tui.engine.core.config import ModelConfig, setting_of
 from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
-from minigpt_tui.engine.core.files import make_folder
+from minigpt_tui.engine.core.files import make_folder, refuse_inside_checkpoint
 from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
 from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR
 from minigpt_tui.engine.formats.compare import compare_checkpoints
+from minigpt_tui.engine.formats.gguf_inspect import verify_gguf
 from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
+from minigpt_tui.engine.formats.inspection import InspectionKind
 from minigpt_tui.engine.formats.portable import save_portable_model
 from minigpt_tui.engine.formats.safetensors_read import load_file
 from minigpt_tui.engine.session.history import probe_records
 from minigpt_tui.engine.session.plans import ResumeRun, saved_run_config
-from minigpt_tui.engine.session.runs import checkpoint_target, resolve_checkpoint
+from minigpt_tui.engine.session.runs import checkpoint_target, refuse_if_in_use, resolve_checkpoint
 from minigpt_tui.engine.training.corpus import parse_records
 from minigpt_tui.engine.training.training_state import read_training_state
 
@@ -127,6 +132,8 @@ def run_resume(args: argparse.Namespace) -> int:
     runs_dir = runs_dir_from_args(args)
     policy = {k: v for k, v in (("save_every", args.save_every), ("keep_last", args.keep_last)) if v is not None}
     checkpoint = _resolve(args.checkpoint, runs_dir)
+    if not args.fork and not launched_process():  # rank 0 of a launch looks when it prepares
+        refuse_if_in_use(checkpoint)  # before reading it: the run's trainer may prune it at any moment
     tensorboard = tensorboard_folder(args)
     device = args.device or saved_run_config(checkpoint).train.device
     if launch_requested(args):
@@ -214,6 +221,8 @@ def _verify_fully(path: Path, kind: str) -> dict[str, Any]:
     if kind == "training-state":
         state = read_training_state(path)
         return {"ok": True, "step": state.step}
+    if kind == InspectionKind.GGUF:  # no manifest: its header, readable types and SHA-256
+        return verify_gguf(path)
     loaded = load_file(path)
     return {"ok": True, "sha256": loaded.sha256}
 
@@ -231,12 +240,18 @@ def _run_json(args: list[str], env: dict[str, str], label: str) -> dict[str, Any
     return json.loads(done.stdout)
 
 
-def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> dict[str, Any]:
+VERIFY_RUNS = 4  # saving, resuming, uninterrupted, warm start
+
+
+def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None,
+                      progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Save after CUT updates and exit; resume to END in a new process; train 0 -> END
     without stopping in a third; warm-start from the saved weights in a fourth. ``nproc``:
-    each of them in that many processes."""
+    each of them in that many processes. ``progress`` is told ``(runs done, runs)`` after each."""
     cut, end = EXPERIMENTS[preset]
     processes = ["--nproc", str(nproc)] if nproc is not None else []
+    told = progress or (lambda _done, _total: None)
+    told(0, VERIFY_RUNS)
 
     def command_line(*args: str) -> list[str]:
         return _command(*args, *processes)
@@ -245,16 +260,20 @@ def verify_experiment(preset: str, runs_dir: Path, nproc: int | None = None) -> 
     setting = _experiment_setting(preset, runs_dir)
     saved_at = f"saved:step-{cut}"
     saved = _run_json(command_line("train", *setting, "--until", str(cut), "--run", "saved", "--json"), env, "saving")
+    told(1, VERIFY_RUNS)
     resumed = _run_json(
         command_line("resume", "--checkpoint", saved_at, "--until", str(end), "--keep-last", "1000", "--json"), env, "resuming"
     )
+    told(2, VERIFY_RUNS)
     straight = _run_json(command_line("train", *setting, "--until", str(end), "--run", "straight", "--json"), env, "uninterrupted")
+    told(3, VERIFY_RUNS)
     warm = _run_json(
         command_line("train", *_warm_setting(setting), "--init-from", saved_at, "--until", str(end - cut),
                      "--run", "warm", "--json"),
         env,
         "warm-start",
     )
+    told(4, VERIFY_RUNS)
     comparisons = _comparisons(cut, end, saved, resumed, straight, warm)
     return {
         "preset": preset,
@@ -376,11 +395,14 @@ def _same(name: str, a: Any, b: Any) -> dict[str, Any]:
 
 def run_verify(args: argparse.Namespace) -> int:
     if args.keep:
+        refuse_inside_checkpoint(args.keep, "--keep folder")
         runs_dir = make_folder(Path(args.keep).expanduser().resolve(), what="--keep folder")
-        result = verify_experiment(args.preset, runs_dir, args.nproc)
+        with task_progress("verify: training runs", enabled=not args.json, unit="run") as advance:
+            result = verify_experiment(args.preset, runs_dir, args.nproc, advance)
     else:
-        with tempfile.TemporaryDirectory(prefix="minigpt-verify-") as tmp:
-            result = verify_experiment(args.preset, Path(tmp), args.nproc)
+        with tempfile.TemporaryDirectory(prefix="minigpt-verify-") as tmp, \
+                task_progress("verify: training runs", enabled=not args.json, unit="run") as advance:
+            result = verify_experiment(args.preset, Path(tmp), args.nproc, advance)
             result["runs_dir"] = None
     if args.json:
         emit_json(result)

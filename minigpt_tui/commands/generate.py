@@ -28,7 +28,7 @@ from minigpt_tui.commands.insight import (
     print_insights,
 )
 from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.core.files import check_writable_target, write_file
+from minigpt_tui.engine.core.files import check_user_output, write_file
 from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.opening import open_model
 
@@ -58,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--trace-out", metavar="FILE",
                           help="also write the trace as JSON to FILE (a new file unless --force)")
     generate.add_argument("--force", action="store_true", help="replace an existing --trace-out file")
+    generate.add_argument("--full-logits", action="store_true",
+                          help="keep each decision's logits, both distributions over the whole vocabulary and the "
+                               "retained and ineligible ids in the trace (megabytes a decision on a large vocabulary)")
     generate.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     generate.set_defaults(handler=run_generate)
 
@@ -151,7 +154,7 @@ def _write_json(path_text: str, data: Any, force: bool) -> Path:
 def _check_output(path_text: str | None, force: bool) -> None:
     """Refuse an unusable output path before any model is loaded."""
     if path_text:
-        check_writable_target(Path(path_text), replace=force)
+        check_user_output(Path(path_text), replace=force)
 
 
 def _prompt(text: str) -> str:
@@ -181,7 +184,7 @@ def run_generate(args: argparse.Namespace) -> int:
     stepper = DecisionStepper.from_portable(portable, _prompt(args.prompt), rule, use_kv_cache=args.kv_cache,
                                             attention=args.attention, top_n=top)
     stepper.run()
-    trace = stepper.trace()
+    trace = stepper.trace(full_logits=args.full_logits)
     insights = request.inspect(stepper, top)
     for decision_json, insight in zip(trace["decisions"], insights):
         decision_json.update(insight.to_json())

@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
+from minigpt_tui.commands.task_progress import stage_progress, task_progress
 from minigpt_tui.engine.core.errors import ConfigError
 from minigpt_tui.engine.formats.hf_export import (
     FORMATS,
@@ -21,6 +22,7 @@ from minigpt_tui.engine.session.runs import resolve_model_file
 from minigpt_tui.engine.training.gguf_export import QUANTS, export_gguf
 from minigpt_tui.engine.training.hf_models import convert_hf
 
+DEFAULT_QUANT = "f16"  # GGUF weights when --quant is not given
 MODEL_HELP = ("a model file, a checkpoint folder, RUN:best / RUN:latest from the runs directory, "
               "a transformers folder or a GGUF file")
 
@@ -30,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--model", required=True, help=MODEL_HELP)
     export.add_argument("--format", default="hf",
                         help="hf: a transformers folder (the default); gguf: one file for llama.cpp and Ollama")
-    export.add_argument("--quant", default="f16", help="GGUF weights: f32, f16 (the default) or q8_0")
+    export.add_argument("--quant", help=f"GGUF weights: f32, {DEFAULT_QUANT} (the default) or q8_0")
     export.add_argument("--out", required=True, metavar="PATH", help="new folder (hf) or file (gguf) to create")
     export.add_argument("--json", action="store_true", help="print one JSON object")
     export.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
@@ -62,17 +64,21 @@ def run_export(args: argparse.Namespace) -> int:
         raise ConfigError(f"--format {args.format!r} is not supported (choose from {', '.join((*FORMATS, 'gguf'))})")
     out = Path(args.out).expanduser()
 
-    if args.format == "gguf" and args.quant not in QUANTS:
+    if args.quant is not None and args.format != "gguf":
+        raise ConfigError(f"--quant applies to --format gguf only: --format {args.format} keeps the model's own dtype")
+    if args.format == "gguf" and (args.quant or DEFAULT_QUANT) not in QUANTS:
         raise ConfigError(f"--quant {args.quant!r} is not supported (choose from {', '.join(QUANTS)})")
     prepare_output_folder(out)  # refuse before reading a large model
 
-    if is_foreign_model(args.model):  # a transformers folder, GGUF file or nanoGPT checkpoint
-        portable = open_model(args.model, runs_dir_from_args(args))
-    else:
-        portable = load_portable_model(_model_path(args.model, args))
+    with stage_progress(f"opening {args.model}", enabled=not args.json):
+        if is_foreign_model(args.model):  # a transformers folder, GGUF file or nanoGPT checkpoint
+            portable = open_model(args.model, runs_dir_from_args(args))
+        else:
+            portable = load_portable_model(_model_path(args.model, args))
     if args.format == "gguf":
         return _report_gguf(args, portable, out)
-    result = export_hf(portable, out)
+    with stage_progress(f"writing {out}", enabled=not args.json):
+        result = export_hf(portable, out)
     if args.json:
         emit_json({**result.to_json(), "source": str(portable.path)})
     else:
@@ -84,12 +90,15 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def _report_gguf(args: argparse.Namespace, portable: object, out: Path) -> int:
-    result = export_gguf(portable, out, args.quant)  # type: ignore[arg-type]
+    with task_progress("converting tensors", enabled=not args.json, unit="tensor") as advance:
+        result = export_gguf(portable, out, args.quant or DEFAULT_QUANT, progress=advance)  # type: ignore[arg-type]
     if args.json:
         emit_json({**result.to_json(), "source": str(portable.path)})  # type: ignore[attr-defined]
     else:
         print(f"exported {portable.path} -> {result.path}")  # type: ignore[attr-defined]
-        print(f"  GGUF {result.architecture}, {result.quant}, {result.tensors} tensors, {result.bytes:,} bytes")
+        types = ", ".join(f"{count} {name}" for name, count in result.types)
+        print(f"  GGUF {result.architecture}, {result.quant}, {result.tensors} tensors ({types}), "
+              f"{result.bytes:,} bytes")
         print(f"  run with: llama-cli -m {str(result.path)!r}   (Ollama: FROM {result.path} in a Modelfile)")
     return 0
 
@@ -98,7 +107,8 @@ def run_convert(args: argparse.Namespace) -> int:
     tokenizer = args.tokenizer_from
     if tokenizer is not None and not Path(tokenizer).expanduser().exists():
         tokenizer = _model_path(tokenizer, args)
-    result = convert_hf(args.hf, args.out, tokenizer_path=tokenizer)
+    with stage_progress(f"converting {args.hf}", enabled=not args.json):
+        result = convert_hf(args.hf, args.out, tokenizer_path=tokenizer)
     data = result.to_json()
     if args.json:
         emit_json(data)

@@ -43,7 +43,12 @@ def add_process_arguments(parser: argparse.ArgumentParser) -> None:
 
 def launch_requested(args: argparse.Namespace) -> bool:
     """Whether this command should start the processes (not when it already is one)."""
-    return getattr(args, "nproc", None) is not None and "WORLD_SIZE" not in os.environ
+    return getattr(args, "nproc", None) is not None and not launched_process()
+
+
+def launched_process() -> bool:
+    """Whether this process is one of those a launch started."""
+    return "WORLD_SIZE" in os.environ
 
 
 def check_launch(nproc: int, port: int | None, device: str) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from minigpt_tui.commands.common import emit_json, runs_dir_from_args
 from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.session.display import counted
 from minigpt_tui.engine.session.tensorboard import (
     RUN_SUBFOLDER,
     export_tensorboard,
@@ -37,6 +39,9 @@ def run_export_tensorboard(args: argparse.Namespace) -> int:
     run_dir = run_folder(args.run, runs_dir_from_args(args))
     folder = Path(args.out).expanduser() / run_dir.name if args.out else None
     exported = export_tensorboard(run_dir, folder)
+    if exported.skipped_lines:  # said on stderr, so that --json output stays one object
+        print(escape_controls(f"note: skipped {counted(exported.skipped_lines, 'damaged line')} of "
+                              f"{run_dir / 'metrics.jsonl'}; exported the rest"), file=sys.stderr)
     if args.json:
         emit_json({"run": str(run_dir), **exported.to_json()})
         return 0

@@ -35,6 +35,12 @@ from minigpt_tui.commands.launch import (
     launch,
     launch_requested,
 )
+from minigpt_tui.commands.task_progress import (
+    REFRESHES_PER_SECOND,
+    RateColumn,
+    Throttle,
+    evaluation_line,
+)
 from minigpt_tui.engine.core.devices import choose_device
 from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, WriteRefused
 from minigpt_tui.engine.core.memory import require_memory_for_training
@@ -43,6 +49,7 @@ from minigpt_tui.engine.session.events import (
     EvaluationDone,
     FinishReason,
     HeadsScored,
+    KEPT_FILES,
     Paused,
     Preparing,
     ProbesScored,
@@ -187,7 +194,7 @@ class RunRecorder:
     def _refused(self, event: Any) -> None:
         if event.action == "save":
             raise CheckpointError(event.message)
-        if event.action in ("token cache", "tensorboard"):
+        if event.action in ("token cache", "tensorboard", KEPT_FILES):
             self._say(f"minigpt-tui: warning: {escape_controls(event.message)}")
 
     def _paused(self, event: Any) -> None:  # only a command from the control file pauses a headless run
@@ -300,13 +307,16 @@ def _announcing(recorder: RunRecorder, progress: "_progress", until: int | None,
         if isinstance(event, RunStarted):
             stop.preparing = False  # from now on Ctrl+C finishes the current update, then stops
             progress.begin(event.step, until if until is not None else event.steps)
+        if isinstance(event, EvaluationDone):
+            progress.evaluated(event)
         recorder(event)
 
     return sink
 
 
 class _progress:
-    """Rich progress bars on a terminal (preparation steps, then training with ETA); silent
+    """Rich progress bars on a terminal (preparation steps, then training: updates done of
+    total, rate, time left, the latest loss, and a line per scheduled evaluation); silent
     otherwise. ``console``: where to draw (default: stderr)."""
 
     def __init__(self, enabled: bool, console: Any = None) -> None:
@@ -318,6 +328,9 @@ class _progress:
         self.task: Any = None
         self.preparation: Any = None
         self.steps: dict[str, Any] = {}  # preparation label -> its task
+        self.total = 0
+        self.latest: tuple[int, float] | None = None  # the last update's step and loss
+        self.throttle = Throttle()
 
     def __enter__(self) -> "_progress":
         return self
@@ -344,19 +357,40 @@ class _progress:
         if not self.enabled:
             return
 
-        self.bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(),
-                            console=self.console)
+        self.bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), RateColumn("upd"),
+                            TimeRemainingColumn(), TextColumn("loss {task.fields[loss]}"),
+                            console=self.console, refresh_per_second=REFRESHES_PER_SECOND)
         self.bar.__enter__()
         self.task = self.bar.add_task("train", total=total, completed=start, loss="-")
+        self.total = total
 
     def advance(self, step: int, loss: float) -> None:
-        if self.bar is not None:
+        """Called once per update: the bar takes the latest figures a few times a second only."""
+        if self.bar is None:
+            return
+        self.latest = (step, loss)
+        if self.throttle() or step >= self.total:
+            self._draw()
+
+    def evaluated(self, event: EvaluationDone) -> None:
+        """A persistent line above the bar for each evaluation."""
+        if self.bar is None:
+            return
+        self._draw()
+        record = event.record
+        self.bar.console.print(evaluation_line(record.step, record.train_loss, record.validation_loss,
+                                               event.best_changed), markup=False, highlight=False)
+        self.bar.refresh()  # redraw the bar below the line with the figures just taken
+
+    def _draw(self) -> None:
+        if self.latest is not None:
+            step, loss = self.latest
             self.bar.update(self.task, completed=step, loss=f"{loss:.4f}")
 
     def __exit__(self, *exc: object) -> None:
         self._end_preparation(*exc)
         if self.bar is not None:
+            self._draw()  # the bar left on the screen shows where the run ended
             self.bar.__exit__(*exc)
 
 

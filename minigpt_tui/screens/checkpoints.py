@@ -27,6 +27,7 @@ from minigpt_tui.engine.session.file_uses import file_uses
 from minigpt_tui.engine.session.resume_preview import ResumePreview
 from minigpt_tui.engine.session.run_store import RunStore, VanishedCheckpoint, vanished_checkpoint
 from minigpt_tui.engine.session.saved_tokenizer import model_file_of
+from minigpt_tui.engine.session.worker_failures import failure_line, passes_on
 from minigpt_tui.messages import Inspected, InspectionFailed, OpenInGeneration, ResumeOnTraining, RunsScanned
 from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
 from minigpt_tui.screens.path_prompt import PathPromptScreen
@@ -216,6 +217,11 @@ class CheckpointsScreen(RunActionsScreen):
             return
         except OSError as err:
             self.post_message(InspectionFailed(serial, path, f"cannot read {path}: {err.strerror or err}", loud))
+            return
+        except BaseException as err:  # noqa: BLE001 - an unexpected failure is still one line, always shown
+            if passes_on(err):
+                raise
+            self.post_message(InspectionFailed(serial, path, failure_line(err, str(path)), True))
             return
         self.post_message(Inspected(serial, inspection))
 

@@ -25,6 +25,7 @@ from minigpt_tui.engine.session.generation import (
     StepperView,
 )
 from minigpt_tui.engine.session.insight import InsightView
+from minigpt_tui.engine.session.worker_failures import attempt
 from minigpt_tui.messages import (
     GenerationFailed,
     GenerationUpdated,
@@ -169,8 +170,9 @@ class GenerationScreen(DecisionViews):
     def _suggest_model(self) -> None:
         """Fill the model field with the newest run's latest checkpoint, if there is one."""
         assert self.session is not None
-        spec = self.session.suggested_spec()
-        if spec is not None:
+        # Only a suggestion: a runs folder that cannot be read leaves the field empty.
+        spec = attempt(self.session.suggested_spec)
+        if isinstance(spec, str):
             self.app.call_from_thread(self._suggest, spec)
 
     def _suggest(self, spec: str) -> None:
@@ -343,6 +345,7 @@ class GenerationScreen(DecisionViews):
     @on(GenerationFailed)
     def _failed(self, message: GenerationFailed) -> None:
         self.notify(message.reason, title=f"{message.what} failed", severity="error")
+        self.refresh()  # whole screen: a library may have printed over it (a Rust panic) before it failed
         self.query_one(HeadRoleGrid).forget_pending()  # dropped with the queue: asked again later
         if self.session is not None:  # the session keeps the previous model, if any; the mirror follows it
             self.queue.follow(self.session, message.what)

@@ -11,10 +11,10 @@ from typing import Any
 
 from textual import on, work
 
-from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.session.display import counted, human_bytes
 from minigpt_tui.engine.session.run_store import RunListing, RunStore
 from minigpt_tui.engine.session.tensorboard import export_tensorboard
+from minigpt_tui.engine.session.worker_failures import WorkFailed, attempt
 from minigpt_tui.screens.confirm_delete import ConfirmDeleteScreen
 from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.screens.runs_beside import RunsBesideScreen
@@ -109,14 +109,15 @@ class RunActionsScreen(RunsBesideScreen):
     @work(thread=True, exit_on_error=False, group="tensorboard")
     def _export_tensorboard(self, run_dir: Path) -> None:
         """The run's metrics as TensorBoard event files, written off the UI thread."""
-        try:
-            exported = export_tensorboard(run_dir)
-        except (MiniGPTError, OSError) as err:
-            self.app.call_from_thread(self.notify, str(err), title="TensorBoard", severity="error", markup=False)
+        exported = attempt(lambda: export_tensorboard(run_dir))
+        if isinstance(exported, WorkFailed):
+            self.app.call_from_thread(self.notify, exported.line, title="TensorBoard", severity="error", markup=False)
             return
         self.app.call_from_thread(
             self.notify, f"{exported.scalars:,} scalars written to {exported.folder}; view them with "
-            f"tensorboard --logdir {exported.folder}", title="TensorBoard", markup=False)
+            f"tensorboard --logdir {exported.folder}"
+            + (f" (skipped {counted(exported.skipped_lines, 'damaged line')} of metrics.jsonl)"
+               if exported.skipped_lines else ""), title="TensorBoard", markup=False)
 
     def _opened_inside(self, run: RunListing) -> Path | None:
         """The path open now if it is ``run``'s folder or inside it."""

@@ -10,8 +10,8 @@ from typing import Any
 from textual import on, work
 from textual.screen import Screen
 
-from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.session.history import export_csv, load_curve, load_history
+from minigpt_tui.engine.session.worker_failures import WorkFailed, attempt
 from minigpt_tui.messages import CurveLoaded, HistoryLoaded, RunFeed
 from minigpt_tui.screens.run_monitor import RunMonitor
 
@@ -24,19 +24,20 @@ class RunFilesScreen(Screen):
 
     @work(thread=True, exit_on_error=False, group="files")
     def _load_overlay(self, path: Path) -> None:
-        try:
-            curve = load_curve(path)
-        except MiniGPTError as err:
-            self.app.call_from_thread(self.notify, str(err), title="overlay", severity="error", markup=False)
+        curve = attempt(lambda: load_curve(path), str(path))
+        if isinstance(curve, WorkFailed):
+            self.app.call_from_thread(self.notify, curve.line, title="overlay", severity="error", markup=False)
             return
         self.post_message(CurveLoaded(curve))
 
     @work(thread=True, exit_on_error=False, group="files")
     def _load_history(self, feed: RunFeed, run_dir: Path, until_step: int) -> None:
-        try:
-            history = load_history(run_dir, until_step)
-        except MiniGPTError:
-            return  # no readable metrics: the run shows what it does from here on
+        history = attempt(lambda: load_history(run_dir, until_step))
+        if isinstance(history, WorkFailed):
+            if not history.expected:  # no readable metrics is quiet: the run shows what it does from here on
+                self.app.call_from_thread(self.notify, f"the run's history could not be read: {history.line}",
+                                          title="history", severity="warning", markup=False)
+            return
         self.post_message(HistoryLoaded(feed, history))
 
     @on(HistoryLoaded)
@@ -50,9 +51,8 @@ class RunFilesScreen(Screen):
 
     @work(thread=True, exit_on_error=False, group="files")
     def _export(self, run_dir: Path) -> None:
-        try:
-            target = export_csv(run_dir)
-        except (MiniGPTError, OSError) as err:
-            self.app.call_from_thread(self.notify, str(err), title="export failed", severity="error", markup=False)
+        target = attempt(lambda: export_csv(run_dir))
+        if isinstance(target, WorkFailed):
+            self.app.call_from_thread(self.notify, target.line, title="export failed", severity="error", markup=False)
             return
         self.app.call_from_thread(self.monitor.show_export, target)

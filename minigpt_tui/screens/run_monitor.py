@@ -125,7 +125,7 @@ class ActiveRun:
 
 
 # Refused events that report a condition rather than a refused action.
-NOTICES = frozenset({"live status", "token cache"})
+NOTICES = frozenset({"live status", "metrics", "token cache", engine.KEPT_FILES})
 
 
 @dataclass(frozen=True)

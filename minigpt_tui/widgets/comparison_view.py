@@ -17,6 +17,7 @@ from textual.widgets import Static
 from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.formats.compare import compare_checkpoints
+from minigpt_tui.engine.session.worker_failures import failure_line, passes_on
 from minigpt_tui.messages import ComparisonReady
 from minigpt_tui.widgets.pieces import plain_cell
 from minigpt_tui.widgets.state_view import short_value
@@ -124,6 +125,11 @@ class ComparisonView(VerticalScroll):
             result = compare_checkpoints(first, other)
         except (MiniGPTError, OSError) as err:
             self.app.call_from_thread(self._failed, serial, str(err))
+            return
+        except BaseException as err:  # noqa: BLE001 - any failure is one line, and the panel says so
+            if passes_on(err):
+                raise
+            self.app.call_from_thread(self._failed, serial, failure_line(err))
             return
         self.post_message(ComparisonReady(serial, other, result))
 

@@ -14,6 +14,7 @@ from textual.widgets import Static
 
 from minigpt_tui.engine.formats.checkpoint_folder import verify_checkpoint
 from minigpt_tui.engine.formats.integrity import FileIntegrity, Integrity, IntegrityScope
+from minigpt_tui.engine.session.worker_failures import failure_line, passes_on
 from minigpt_tui.messages import IntegrityReady
 from minigpt_tui.widgets.checkpoint_summary import kind_label
 from minigpt_tui.widgets.state_view import short_value
@@ -113,6 +114,11 @@ class IntegrityView(VerticalScroll):
         except OSError as err:
             result = Integrity(IntegrityScope.MANIFEST, "manifest sizes and SHA-256",
                                (f"cannot read {folder}: {err.strerror or err}",), complete=False)
+        except BaseException as err:  # noqa: BLE001 - any failure is shown as the check's one problem
+            if passes_on(err):
+                raise
+            result = Integrity(IntegrityScope.MANIFEST, "manifest sizes and SHA-256",
+                               (failure_line(err, str(folder)),), complete=False)
         self.post_message(IntegrityReady(serial, result))
 
     @on(IntegrityReady)

@@ -29,6 +29,7 @@ from minigpt_tui.engine.session.run_store import (
     RunStore,
     RunStoreError,
 )
+from minigpt_tui.engine.session.worker_failures import failure_line, passes_on
 from minigpt_tui.messages import RunsScanned
 
 
@@ -54,6 +55,9 @@ def checkpoint_label(listing: CheckpointListing) -> Text:
 
 def run_label(listing: RunListing) -> Text:
     label = Text(escape_controls(listing.name), style="bold")
+    if listing.unreadable is not None:
+        label.append(f"  {listing.unreadable}", style="red")
+        return label
     if listing.live:
         label.append("  ● live", style="bold green")
     label.append(f"  {human_bytes(listing.disk_bytes)}", style="dim")
@@ -106,6 +110,12 @@ class RunTree(Tree[TreeTarget]):
             self.app.call_from_thread(self._notify, f"cannot read the runs directory {runs_dir}: {err.strerror or err}",
                                       "runs")
             return
+        except BaseException as err:  # noqa: BLE001 - a listing that fails in any way says so
+            if passes_on(err):
+                raise
+            self.app.call_from_thread(self._notify, f"cannot list the runs directory {runs_dir}: {failure_line(err)}",
+                                      "runs")
+            return
         # A newer scan started meanwhile (exclusive cancels this one, but a thread runs on):
         # its listing must win, or a run deleted in between would come back.
         if get_current_worker().is_cancelled:
@@ -116,7 +126,9 @@ class RunTree(Tree[TreeTarget]):
     def _scanned(self, message: RunsScanned) -> None:
         # Not stopped: the screen learns from it too whether what it shows is still there.
         runs = counted(len(message.listings), "run")
-        self.border_subtitle = f"{runs} · {human_bytes(sum(r.disk_bytes for r in message.listings))}"
+        unreadable = sum(1 for listing in message.listings if listing.unreadable is not None)
+        marked = f" ({unreadable} unreadable)" if unreadable else ""
+        self.border_subtitle = f"{runs}{marked} · {human_bytes(sum(r.disk_bytes for r in message.listings))}"
         self.show_runs(message.listings, message.select)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-files")
@@ -129,6 +141,12 @@ class RunTree(Tree[TreeTarget]):
             return
         except MiniGPTError as err:
             self.app.call_from_thread(self._notify, str(err), "rename refused")
+            return
+        except BaseException as err:  # noqa: BLE001 - any failure is one line; the tree shows what is there
+            if passes_on(err):
+                raise
+            self.app.call_from_thread(self._notify, failure_line(err), "rename failed")
+            self.app.call_from_thread(self.scan, store.root)
             return
         self.post_message(self.Renamed(run, target))
 
@@ -143,6 +161,12 @@ class RunTree(Tree[TreeTarget]):
             return
         except MiniGPTError as err:
             self.app.call_from_thread(self._notify, str(err), "delete refused")
+            return
+        except BaseException as err:  # noqa: BLE001 - any failure is one line; the tree shows what is left
+            if passes_on(err):
+                raise
+            self.app.call_from_thread(self._notify, failure_line(err), "delete failed")
+            self.app.call_from_thread(self.scan, store.root)
             return
         self.post_message(self.Deleted(run))
 
@@ -180,7 +204,9 @@ class RunTree(Tree[TreeTarget]):
         run_node = self.root.add(run_label(listing), data=TreeTarget("run", listing.path, listing),
                                  expand=was_expanded or (select is not None and listing.path in select.parents))
         target_line = run_node if select == listing.path else None
-        if not listing.checkpoints:
+        if listing.unreadable is not None:
+            run_node.add_leaf(Text("its folder or checkpoints cannot be read", style="dim italic"), data=None)
+        elif not listing.checkpoints:
             run_node.add_leaf(Text("no checkpoints", style="dim italic"), data=None)
         for checkpoint in reversed(listing.checkpoints):  # newest first
             leaf = run_node.add_leaf(checkpoint_label(checkpoint),

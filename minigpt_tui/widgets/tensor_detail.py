@@ -4,6 +4,7 @@ worker that reads its bytes (the only read of tensor bytes, on demand) has finis
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,18 +12,22 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
+from textual.worker import get_current_worker
 
-from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.formats.inspect import tensor_statistics
+from minigpt_tui.engine.formats.streamed_statistics import StatisticsStopped
 from minigpt_tui.engine.session.display import counted, human_bytes
-from minigpt_tui.messages import StatisticsReady
+from minigpt_tui.engine.session.worker_failures import failure_line, passes_on
+from minigpt_tui.messages import StatisticsProgress, StatisticsReady
 from minigpt_tui.widgets.pieces import bar, plain_cell
 from minigpt_tui.widgets.tensor_table import shape_text
 
 HISTOGRAM_WIDTH = 30
 HISTOGRAM_BINS = 20
+PROGRESS_INTERVAL_S = 0.2  # how often a large tensor's reading shows how far it has got
 
 
 def number(value: Any) -> str:
@@ -95,11 +100,13 @@ class TensorDetail(VerticalScroll):
     TensorDetail { height: 1fr; padding: 0 1; }
     TensorDetail > Static { height: auto; }
     """
+    BINDINGS = [Binding("escape", "stop_reading", "Stop reading")]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._serial = 0  # of the latest statistics request: an older result is dropped
         self._where = ""
+        self._reading: Any = None  # the entry whose statistics are being read, if any
 
     def compose(self) -> Any:
         yield Static(Text("Choose a tensor in Tensors (enter) to see its statistics and histogram.",
@@ -111,25 +118,74 @@ class TensorDetail(VerticalScroll):
         worker has read it; ``where`` is how ``source`` is shown."""
         self._serial += 1
         self._where = where
+        self._reading = entry
+        self.refresh_bindings()
         self.show_pending(entry, where)
         # In a folder (checkpoint, transformers model) the entry's file says which one holds it.
         name = f"{entry.file}:{entry.name}" if source.is_dir() else entry.name
         self._statistics(self._serial, source, name, entry)
 
+    @property
+    def reading(self) -> bool:
+        """Statistics are being read for the entry shown."""
+        return self._reading is not None
+
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-statistics")
     def _statistics(self, serial: int, path: Path, name: str, entry: Any) -> None:
         try:
-            stats = tensor_statistics(path, name, HISTOGRAM_BINS)
-        except (MiniGPTError, OSError) as err:
-            self.post_message(StatisticsReady(serial, entry, None, str(err)))
+            stats = tensor_statistics(path, name, HISTOGRAM_BINS, self._going(serial))
+        except StatisticsStopped:
+            return  # another tensor was chosen, or escape: nothing to show
+        except BaseException as err:  # noqa: BLE001 - any failure is one line in the panel
+            if passes_on(err):
+                raise
+            self.post_message(StatisticsReady(serial, entry, None, failure_line(err, str(path))))
             return
         self.post_message(StatisticsReady(serial, entry, stats, None))
+
+    def _going(self, serial: int) -> Any:
+        """On the worker: show the progress now and then; stop once this request is not the
+        latest (another tensor, another file, escape) or the worker was cancelled."""
+        worker = get_current_worker()
+        shown = [time.monotonic()]
+
+        def going(fraction: float) -> bool:
+            if worker.is_cancelled or serial != self._serial:
+                return False
+            if time.monotonic() - shown[0] >= PROGRESS_INTERVAL_S:
+                shown[0] = time.monotonic()
+                self.post_message(StatisticsProgress(serial, fraction))
+            return True
+
+        return going
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop_reading":  # escape goes on to the screen when nothing is being read
+            return self.reading
+        return True
+
+    def action_stop_reading(self) -> None:
+        entry, self._reading = self._reading, None
+        self._serial += 1  # the worker stops at its next piece; what it would post is dropped
+        if entry is not None:
+            self.show_failure(entry, self._where, "stopped (escape); enter on the tensor reads it again")
+        self.refresh_bindings()
+
+    @on(StatisticsProgress)
+    def _statistics_progress(self, message: StatisticsProgress) -> None:
+        message.stop()
+        if message.serial == self._serial and self._reading is not None:
+            self.query_one("#detail-stats", Static).update(
+                Text(f"\nreading {human_bytes(self._reading.bytes)} on a worker thread… "
+                     f"{message.fraction:.0%} (escape stops)", style="dim italic"))
 
     @on(StatisticsReady)
     def _statistics_ready(self, message: StatisticsReady) -> None:
         message.stop()
         if message.serial != self._serial:
             return
+        self._reading = None
+        self.refresh_bindings()
         if message.stats is None:
             reason = message.reason or "unknown error"
             self.show_failure(message.entry, self._where, reason)
@@ -156,8 +212,9 @@ class TensorDetail(VerticalScroll):
         self.query_one("#detail-stats", Static).update(Text(f"\nstatistics unavailable: {reason}", style="red"))
 
     def clear_detail(self) -> None:
-        """Back to nothing chosen; statistics still being read are dropped when they come."""
+        """Back to nothing chosen; statistics still being read stop at their next piece."""
         self._serial += 1
+        self._reading = None
         self.query_one("#detail-record", Static).update(
             Text("Choose a tensor in Tensors (enter) to see its statistics and histogram.", style="dim"))
         self.query_one("#detail-stats", Static).update("")

@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Input, Static
 from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.session.display import counted
 from minigpt_tui.engine.session.saved_tokenizer import read_saved_tokenizer
+from minigpt_tui.engine.session.worker_failures import failure_line, passes_on
 from minigpt_tui.messages import TokenizerReady
 from minigpt_tui.widgets.pieces import piece_chips, piece_text
 
@@ -64,6 +65,11 @@ class TokenizerPanel(Vertical):
             saved = read_saved_tokenizer(source)
         except (MiniGPTError, OSError, ValueError) as err:
             self.post_message(TokenizerReady(serial, None, str(err)))
+            return
+        except BaseException as err:  # noqa: BLE001 - a library's panic too is one line in the panel
+            if passes_on(err):
+                raise
+            self.post_message(TokenizerReady(serial, None, failure_line(err, str(source))))
             return
         self.post_message(TokenizerReady(serial, saved.tokenizer, saved.note))
 

@@ -206,7 +206,7 @@ def test_the_usual_hyperparameters_are_flags_and_any_setting_is_a_set(capsys, tm
         "width": 32, "layers": 2, "heads": 4, "kv_heads": 4, "context": 32, "dropout": 0.1}
     assert (config["train"]["batch_size"], config["train"]["lr"], config["train"]["eval_every"]) == (4, 0.003, 5)
     assert config["train"]["weight_decay"] == 0.05 and config["seeds"]["init"] == 7
-    for args, message in ((("--set", "train.nope=3"), "unknown setting train.nope"),
+    for args, message in ((("--set", "train.stepz=3"), "unknown setting train.stepz (did you mean train.steps?)"),
                           (("--set", "model.width=abc"), "model.width must be an integer, got 'abc'"),
                           (("--set", "width"), "--set takes SECTION.FIELD=VALUE, got 'width'"),
                           (("--heads", "3"), "model.width must be a multiple of model.heads")):

@@ -470,7 +470,8 @@ def test_trace_holds_identities_rule_decisions_and_output(trained_mini):
                               model_path="/tmp/model.safetensors")
     stepper.run()
     trace = json.loads(json.dumps(stepper.trace()))
-    assert trace["format"] == "minigpt-tui-generation-trace" and trace["version"] == 1
+    assert trace["format"] == "minigpt-tui-generation-trace" and trace["version"] == 2
+    assert trace["full_logits"] is False
     assert trace["model"]["identity"] == "abc123" and trace["model"]["path"] == "/tmp/model.safetensors"
     assert trace["tokenizer"]["identity"] == trained_mini.tokenizer.identity
     assert trace["rule"]["kind"] == "sample" and trace["temperature"] == 0.7
@@ -478,8 +479,17 @@ def test_trace_holds_identities_rule_decisions_and_output(trained_mini):
     assert trace["stop_reason"] == stepper.stop_reason
     assert len(trace["decisions"]) == len(stepper.decisions)
     first = trace["decisions"][0]
-    assert len(first["logits"]) == trained_mini.tokenizer.vocab_size
-    assert first["ineligible_ids"] == [BOS] and len(first["retained_ids"]) == 5
+    assert first["ineligible_count"] == 1 and first["retained_count"] == 5
+    assert not {"logits", "raw_probabilities", "selection_probabilities", "retained_ids", "ineligible_ids"} & set(first)
+    full = json.loads(json.dumps(stepper.trace(full_logits=True)))
+    assert full["full_logits"] is True
+    first_full = full["decisions"][0]
+    assert {k: v for k, v in first_full.items() if k in first} == first  # the same record, with the vectors added
+    assert len(first_full["logits"]) == trained_mini.tokenizer.vocab_size
+    assert first_full["ineligible_ids"] == [BOS] and len(first_full["retained_ids"]) == 5
+    raw = first_full["raw_probabilities"]
+    assert first["retained_mass"] == float(torch.tensor([raw[i] for i in first_full["retained_ids"]],
+                                                        dtype=torch.float64).sum())
     assert trace["output"]["generated_ids"] == stepper.generated_ids
     assert stepper.trace(model_path="/elsewhere")["model"]["path"] == "/elsewhere"
 

@@ -60,9 +60,23 @@ def test_generate_json_is_the_trace_and_trace_out_writes_it(model_file, tmp_path
                              "max_new_tokens": 24, "forbidden_ids": [], "label": "sample t=0.7 k=5 p=0.9 seed=7"}
     assert trace["use_kv_cache"] is True
     assert all(len(d["alternatives"]) == 4 for d in trace["decisions"])
-    assert all(len(d["retained_ids"]) <= 5 for d in trace["decisions"])
+    assert all(1 <= d["retained_count"] <= 5 and 0 < d["retained_mass"] <= 1 for d in trace["decisions"])
+    assert all("logits" not in d and "retained_ids" not in d for d in trace["decisions"])  # only with --full-logits
     assert trace["stop_reason"] in ("eos", "budget", "context")
     assert trace["output"]["generated_ids"] == [d["chosen"]["id"] for d in trace["decisions"]]
+
+
+def test_generate_full_logits_keeps_the_vectors_beside_the_same_record(model_file, tmp_path):
+    args = ("generate", "--model", str(model_file), "--prompt", PROMPT, "--temperature", "0.7", "--top-p", "0.9",
+            "--max-new-tokens", "2", "--json")
+    compact, full = (json.loads(run_cli(tmp_path, *args, *extra).stdout) for extra in ((), ("--full-logits",)))
+    assert (compact["version"], compact["full_logits"], full["full_logits"]) == (2, False, True)
+    for small, large in zip(compact["decisions"], full["decisions"], strict=True):
+        assert {k: v for k, v in large.items() if k in small} == small
+        vocab = len(large["logits"])
+        assert len(large["raw_probabilities"]) == len(large["selection_probabilities"]) == vocab
+        assert len(large["retained_ids"]) == small["retained_count"]
+        assert len(large["ineligible_ids"]) == small["ineligible_count"]
 
 
 def test_probes_json_and_out_file(model_file, tmp_path):

@@ -36,7 +36,7 @@ def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def test_generate_json_carries_lens_contributions_and_pattern(model_files, tmp_path, family):
     done = run_cli(tmp_path, "generate", "--model", str(model_files[family]), "--prompt", PROMPT,
                    "--max-new-tokens", "3", "--top", "4", "--lens", "--contributions", "--candidate", "70",
-                   "--layer", "1", "--head", "2", "--json")
+                   "--layer", "1", "--head", "2", "--full-logits", "--json")
     assert done.returncode == 0, done.stderr
     decisions = json.loads(done.stdout)["decisions"]
     assert len(decisions) == 3

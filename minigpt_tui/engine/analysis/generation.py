@@ -2,8 +2,10 @@
 
 A decision is one forward pass over the current prefix, one distribution over the whole
 vocabulary and one chosen id. Nothing is hidden between decisions: every record keeps the
-last real position's logits, the raw model probabilities, which ids were eligible, the
-distribution the rule actually selected from, and the chosen id's place in all of them.
+last real position's logits and which ids were eligible, recomputes on request the raw model
+probabilities and the distribution the rule actually selected from, and holds the chosen id's
+place in all of them. A record is built on the top of the distribution (``selection``) plus
+exact totals over the whole vocabulary, in torch, never as Python lists of the vocabulary.
 
 API (the Generation screen and the ``generate``/``probes``/``infer`` commands use it):
 
@@ -26,11 +28,15 @@ top_n=10, model_identity=None, model_path=None)``
     from one thread at a time (the app's worker), never from the UI thread.
 
 ``Decision``
-    One frozen record; ``to_json()`` gives its JSON form. ``Candidate`` is one id's row.
+    One frozen record; ``to_json(full_logits=False)`` gives its JSON form: the candidates and
+    the exact figures, and with ``full_logits`` the vectors over the vocabulary and the
+    retained and ineligible ids. ``Candidate`` is one id's row.
 
 ``eligibility_mask``, ``selection_distribution``, ``selection_order``, ``greedy_choice``,
 ``sample_choice``
-    The rules as pure functions of a logit vector, so they can be checked on numbers.
+    The rules as pure functions of a logit vector over the whole vocabulary, so they can be
+    checked on numbers: the reference that ``selection.select`` (what a decision uses) equals
+    bit for bit.
 
 ``load_probes``, ``run_probes``
     A versioned prompt file against several models and rules.
@@ -77,6 +83,7 @@ from torch import Tensor
 from minigpt_tui.engine.analysis.generation_rule import (
     GenerationRule,  # defined torch-free; callers import it from here too
 )
+from minigpt_tui.engine.analysis.selection import select
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.core.files import path_exists, require_regular_file
 from minigpt_tui.engine.core.tokenizer import BOS, EOS, ByteBPETokenizer
@@ -86,7 +93,10 @@ STOP_REASONS = ("eos", "budget", "context")
 TRACE_FORMAT = "minigpt-tui-generation-trace"
 PROBES_FORMAT = "minigpt-tui-probes"
 PROBE_RESULTS_FORMAT = "minigpt-tui-probe-results"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # of the probe files and probe results
+# 2: a decision carries its candidates and exact totals (retained_count, retained_mass,
+# ineligible_count); the vectors and id lists of version 1 only with full_logits.
+TRACE_VERSION = 2
 
 
 # -- the rules as functions of a logit vector ---------------------------------------------
@@ -239,23 +249,29 @@ class Candidate:
 class Decision:
     """One next-token decision: what the model saw, what it said, what the rule chose.
 
-    ``logits``, ``raw_probabilities``, ``eligible`` and ``selection_probabilities`` are
-    float64/bool tensors over the whole vocabulary; ``attention`` holds, per layer, the last position's weights over the
+    ``logits`` is the last position's float64 vector over the whole vocabulary and
+    ``eligible`` the stepper's mask (shared, never changed); the raw and selection
+    distributions are not kept but recomputed, bit for bit, when asked for
+    (``raw_probabilities``, ``selection_probabilities``). The exact totals the screen and a
+    trace show are kept: entropy, the retained set's size and raw mass, the chosen id's rank
+    (in ``chosen``). ``attention`` holds, per layer, the last position's weights over the
     prefix per head ([heads, prefix length]) when asked for.
     """
 
     step: int
     prefix: tuple[TokenPiece, ...]
     logits: Tensor
-    raw_probabilities: Tensor
     eligible: Tensor
-    selection_probabilities: Tensor
+    rule: GenerationRule
     chosen: Candidate
     rule_choice: int  # what the rule chose; differs from chosen.id only when forced
+    rule_candidate: Candidate  # the rule's choice's row (the chosen row unless forced)
     forced: bool
     draw: float | None  # the uniform draw under sampling, None under greedy
     alternatives: tuple[Candidate, ...]  # the top N ids by rank (may include the chosen)
     entropy: float  # of the raw distribution, in nats
+    retained_count: int  # ids with a non-zero selection probability
+    retained_mass: float  # their raw probabilities summed in ascending id order
     attention: tuple[Tensor, ...] | None = None
 
     @property
@@ -263,11 +279,47 @@ class Decision:
         return [piece.id for piece in self.prefix]
 
     @property
-    def retained_ids(self) -> list[int]:
-        """Ids with a non-zero selection probability."""
-        return [int(i) for i in torch.nonzero(self.selection_probabilities > 0, as_tuple=False).flatten()]
+    def eligible_count(self) -> int:
+        return int(self.eligible.sum())
 
-    def to_json(self, vectors: bool = True) -> dict[str, Any]:
+    @property
+    def ineligible_count(self) -> int:
+        return self.eligible.numel() - self.eligible_count
+
+    @property
+    def raw_probabilities(self) -> Tensor:
+        """Softmax over every id, recomputed by the operations that made the decision (the same
+        bits under the same thread count)."""
+        return raw_probabilities(self.logits)
+
+    @property
+    def selection_probabilities(self) -> Tensor:
+        """The rule's distribution over the whole vocabulary: the full-vocabulary reference,
+        equal bit for bit to the figures the decision holds."""
+        return selection_distribution(self.logits, self.eligible, self.rule)
+
+    @property
+    def retained_ids(self) -> list[int]:
+        """Ids with a non-zero selection probability, ascending."""
+        return torch.nonzero(self.selection_probabilities > 0, as_tuple=False).flatten().tolist()
+
+    @property
+    def ineligible_ids(self) -> list[int]:
+        return torch.nonzero(~self.eligible, as_tuple=False).flatten().tolist()
+
+    def candidates_for(self, token_ids: Sequence[int], tokenizer: ByteBPETokenizer) -> tuple[Candidate, ...]:
+        """The rows of any ids, each figure exactly as a row made with the decision."""
+        ids = torch.tensor(list(token_ids), dtype=torch.int64)
+        # An ineligible id's selection probability is 0: the rule is replayed only for eligible ones.
+        selected = torch.zeros(len(ids), dtype=torch.float64)
+        if bool(self.eligible[ids].any()):
+            selected = select(self.logits, self.eligible, self.rule).probabilities_of(ids)
+        return _candidates(self.logits, raw_probabilities(self.logits), self.eligible, selected, ids,
+                           lambda i: TokenPiece.of(tokenizer, i))
+
+    def to_json(self, full_logits: bool = False) -> dict[str, Any]:
+        """The record; ``full_logits`` adds the three vectors over the vocabulary and the
+        retained and ineligible id lists (a trace then grows by megabytes a decision)."""
         data: dict[str, Any] = {
             "step": self.step,
             "prefix_length": len(self.prefix),
@@ -278,17 +330,36 @@ class Decision:
             "forced": self.forced,
             "draw": self.draw,
             "entropy_nats": self.entropy,
-            "ineligible_ids": [int(i) for i in torch.nonzero(~self.eligible, as_tuple=False).flatten()],
-            "retained_ids": self.retained_ids,
+            "retained_count": self.retained_count,
+            "retained_mass": self.retained_mass,
+            "ineligible_count": self.ineligible_count,
             "alternatives": [c.to_json() for c in self.alternatives],
         }
-        if vectors:
+        if self.forced:
+            data["rule_candidate"] = self.rule_candidate.to_json()
+        if full_logits:
+            selection = self.selection_probabilities
+            data["ineligible_ids"] = self.ineligible_ids
+            data["retained_ids"] = torch.nonzero(selection > 0, as_tuple=False).flatten().tolist()
             data["logits"] = self.logits.tolist()
             data["raw_probabilities"] = self.raw_probabilities.tolist()
-            data["selection_probabilities"] = self.selection_probabilities.tolist()
+            data["selection_probabilities"] = selection.tolist()
         if self.attention is not None:
             data["attention"] = [layer.tolist() for layer in self.attention]
         return data
+
+
+def _candidates(logits: Tensor, raw: Tensor, eligible: Tensor, selected: Tensor, ids: Tensor,
+                piece: Callable[[int], TokenPiece], ranks: Sequence[int] | None = None) -> tuple[Candidate, ...]:
+    """Rows of ``ids`` (``selected``: their selection probabilities): logit, raw and selection
+    probability, rank (given, or counted over the whole vocabulary), eligibility. Columns are
+    read as a few short lists: reading tensor elements one by one costs more than the forward."""
+    logits64 = logits.to(torch.float64)
+    columns = zip(ids.tolist(), logits64[ids].tolist(), raw[ids].tolist(), selected.tolist(), eligible[ids].tolist())
+    if ranks is None:
+        ranks = [token_rank(logits64, i) for i in ids.tolist()]
+    return tuple(Candidate(i, piece(i), logit, p, q, rank, ok)
+                 for (i, logit, p, q, ok), rank in zip(columns, ranks))
 
 
 @dataclass
@@ -342,6 +413,7 @@ class DecisionStepper:
             )
         self.eos_ids = tuple(tokenizer.eos_ids)
         self.eligible = eligibility_mask(tokenizer.vocab_size, rule.forbidden_ids, tokenizer.bos_id, self.eos_ids)
+        self._eligible_ids = torch.nonzero(self.eligible, as_tuple=False).flatten()
         self._pieces = {i: TokenPiece.of(tokenizer, i) for i in set(self.prompt_ids)}
         self._generator = torch.Generator().manual_seed(rule.seed)
         self._steps: list[_Step] = []
@@ -437,9 +509,8 @@ class DecisionStepper:
             raise GenerationError(f"the model's logits are not finite ({bad} of {logits.numel()} are NaN or "
                                   "infinite): its weights diverged; open an earlier checkpoint")
         rule = self.rule
-        raw = raw_probabilities(logits)
         try:
-            selection = selection_distribution(logits, self.eligible, rule)
+            selection = select(logits, self.eligible, rule, self._eligible_ids)
         except GenerationError:
             self._drop_cache()  # the cache already holds this prefix, but no decision was made
             raise
@@ -450,35 +521,30 @@ class DecisionStepper:
         else:
             generator_state = self._generator.get_state()
             draw = float(torch.rand((), generator=self._generator, dtype=torch.float64))
-            order = selection_order(logits, self.eligible, rule.temperature)
-            rule_choice = sample_choice(selection, order, draw)
+            rule_choice = selection.choose(draw)
         chosen_id = rule_choice if forced_id is None else forced_id
-        logits64 = logits.to(torch.float64)
-        ranking = top_ranked(logits64, self.top_n)
-        # Plain lists of the few ids shown: reading tensor elements one by one costs more than
-        # the forward, and converting a whole 50,000-id vocabulary nearly as much.
-        shown = [*ranking, chosen_id]
-        columns = [values[shown].tolist() for values in (logits, raw, selection, self.eligible)]
-        at = {token_id: index for index, token_id in enumerate(shown)}
-
-        def candidate(token_id: int, rank: int) -> Candidate:
-            i = at[token_id]
-            return Candidate(token_id, self._piece(token_id), columns[0][i], columns[1][i], columns[2][i], rank,
-                             columns[3][i])
-
+        raw = raw_probabilities(logits)
+        ranking = top_ranked(logits, self.top_n)
+        extra = [i for i in dict.fromkeys((chosen_id, rule_choice)) if i not in ranking]
+        shown = torch.tensor([*ranking, *extra], dtype=torch.int64)
+        rows = _candidates(logits, raw, self.eligible, selection.probabilities_of(shown), shown, self._piece,
+                           [*range(1, len(ranking) + 1), *(token_rank(logits, i) for i in extra)])
+        by_id = {row.id: row for row in rows}
         decision = Decision(
             step=len(self._steps) + 1,
             prefix=tuple(self._piece(i) for i in prefix),
             logits=logits,
-            raw_probabilities=raw,
-            eligible=self.eligible.clone(),
-            selection_probabilities=selection,
-            chosen=candidate(chosen_id, token_rank(logits64, chosen_id)),
+            eligible=self.eligible,
+            rule=rule,
+            chosen=by_id[chosen_id],
             rule_choice=rule_choice,
+            rule_candidate=by_id[rule_choice],
             forced=forced_id is not None,
             draw=draw,
-            alternatives=tuple(candidate(i, rank) for rank, i in enumerate(ranking[: self.top_n], start=1)),
+            alternatives=rows[: len(ranking)],
             entropy=entropy_nats(raw),
+            retained_count=selection.retained_count,
+            retained_mass=float(raw[selection.retained_mask()].sum()),
             attention=attention,
         )
         self._steps.append(_Step(decision, generator_state))
@@ -533,13 +599,15 @@ class DecisionStepper:
             "ended_with_eos": bool(generated) and generated[-1] in self.eos_ids,
         }
 
-    def trace(self, model_path: str | Path | None = None) -> dict[str, Any]:
-        """The whole run as JSON-able data: who decided, under which rule, every decision."""
+    def trace(self, model_path: str | Path | None = None, full_logits: bool = False) -> dict[str, Any]:
+        """The whole run as JSON-able data: who decided, under which rule, every decision;
+        ``full_logits`` keeps each decision's vectors over the vocabulary (see ``Decision.to_json``)."""
         path = model_path if model_path is not None else self.model_path
         config = self.model.config
         return {
             "format": TRACE_FORMAT,
-            "version": FORMAT_VERSION,
+            "version": TRACE_VERSION,
+            "full_logits": full_logits,
             "model": {
                 "path": None if path is None else str(path),
                 "identity": self.model_identity,
@@ -566,7 +634,7 @@ class DecisionStepper:
             "seed": self.rule.seed if self.rule.kind == "sample" else None,
             "max_new_tokens": self.rule.max_new_tokens,
             "use_kv_cache": self.use_kv_cache,
-            "decisions": [d.to_json() for d in self.decisions],
+            "decisions": [d.to_json(full_logits) for d in self.decisions],
             "stop_reason": self.stop_reason,
             "output": self.output(),
         }

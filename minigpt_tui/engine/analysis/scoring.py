@@ -14,7 +14,7 @@ orders the ids by how much better or worse it predicts them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +72,10 @@ def windows(count: int, window: int, stride: int) -> list[tuple[int, int, int]]:
     return spans
 
 
-def score_text(model: Any, tokenizer: Any, text: str, *, stride: int | None = None) -> TextScore:
+def score_text(model: Any, tokenizer: Any, text: str, *, stride: int | None = None,
+               progress: Callable[[int, int], None] | None = None) -> TextScore:
+    """Every id's loss, probability, rank and alternatives, window by window; ``progress``
+    is told ``(windows done, windows)`` after each."""
     if not text:
         raise GenerationError("the text is empty: there is nothing to score")
     ids = tokenizer.encode_prompt(text)
@@ -86,7 +89,7 @@ def score_text(model: Any, tokenizer: Any, text: str, *, stride: int | None = No
     scores: list[TokenScore] = []
     spans = windows(len(ids), window, stride)
     with evaluating(model), torch.no_grad():
-        for start, end, first in spans:
+        for done, (start, end, first) in enumerate(spans, start=1):
             # Only the rows that predict this window's scored ids (a row-wise softmax:
             # the same numbers as over every row, half the float64 work past the first).
             logits = model(torch.tensor([ids[start:end]])).logits[0, first - start - 1:end - start - 1]
@@ -100,6 +103,8 @@ def score_text(model: Any, tokenizer: Any, text: str, *, stride: int | None = No
                 scores.append(TokenScore(target, token, tokenizer.piece_text(token), -float(log_probs[row, token]),
                                          float(probabilities[token]), token_rank(logits[row], token),
                                          tuple((i, tokenizer.piece_text(i), v) for i, v in zip(order, values))))
+            if progress is not None:
+                progress(done, len(spans))
     return TextScore(tuple(ids), tuple(scores), window, stride, len(spans))
 
 

@@ -7,11 +7,12 @@ so that its normalized form (``to_dict``) identifies the run and can be written 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import math
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -302,8 +303,7 @@ class RunConfig:
         """A copy with some fields of some sections changed, validated like a user file."""
         data = self.to_dict()
         for section, values in sections.items():
-            if section not in _SECTIONS:
-                raise ConfigError(f"unknown config section '{section}'")
+            require_section(section)
             data[section].update(values)
         return _build(self.preset, data)
 
@@ -358,6 +358,22 @@ _SECTIONS: dict[str, type] = {
 }
 
 
+def require_section(section: str, where: str = "") -> None:
+    """Refuse a section name that is not one of the config's, naming the ones there are."""
+    if section not in _SECTIONS:
+        raise ConfigError(f"{where}unknown config section '{section[:80]}' (the sections are "
+                          f"{', '.join(_SECTIONS)})", field=section[:80])
+
+
+def _unknown_setting(section: str, name: str, known: Iterable[str]) -> ConfigError:
+    """The refusal of ``section.name``: the nearest setting of that section when one is
+    close, else every setting it has."""
+    names = list(known)
+    near = difflib.get_close_matches(name, names, n=1)
+    hint = f"did you mean {section}.{near[0]}?" if near else f"{section} has {', '.join(names)}"
+    return ConfigError(f"unknown setting {section}.{name[:80]} ({hint})", field=f"{section}.{name[:80]}")
+
+
 def setting_of(dotted: str) -> Setting:
     """The declaration of the setting ``section.name`` (its bounds, limit and help)."""
     section, _, name = dotted.partition(".")
@@ -386,6 +402,7 @@ def load_config(
     if config_file is not None:
         _apply_user_file(data, config_file)
     for section, values in (overrides or {}).items():
+        require_section(section)
         data[section].update({k: v for k, v in values.items() if v is not None})
     return _build(preset, data)
 
@@ -394,8 +411,7 @@ def _apply_user_file(data: dict[str, Any], config_file: Path) -> None:
     """Lay the sections of a user's TOML file over ``data``, refusing unknown or non-table sections."""
     user = _read_toml(Path(config_file))
     for section, values in user.items():
-        if section not in _SECTIONS:
-            raise ConfigError(f"{config_file}: unknown config section '{section}'")
+        require_section(section, f"{config_file}: ")
         if not isinstance(values, dict):
             raise ConfigError(f"{config_file}: section '{section}' must be a table")
         data[section].update(values)
@@ -478,7 +494,7 @@ def _build(preset: str, data: dict[str, Any]) -> RunConfig:
         kwargs = {}
         for name, value in values.items():
             if name not in known:
-                raise ConfigError(f"unknown setting {section}.{name}")
+                raise _unknown_setting(section, name, known)
             kwargs[name] = _coerce(section, name, known[name].type, value)
         sections[section] = cls(**kwargs)
     config = RunConfig(preset=preset, **sections)
@@ -492,11 +508,16 @@ def _need(ok: bool, message: str, field: str) -> None:
 
 
 def validate(config: RunConfig) -> None:
-    """Each section's declared rules, then the rules between its settings; then the limits."""
+    """Each section's declared rules and limits, then the rules between its settings; then
+    the limits of the whole. (A value past its limit is named as such, before a rule between
+    settings that it breaks only by being huge.)"""
     for section, cls in _SECTIONS.items():
         for name, rule in declared(cls):
             value = getattr(getattr(config, section), name)
             _need(rule.takes(value), rule.refused(f"{section}.{name}", value), f"{section}.{name}")
+            if rule.limit is not None and value > rule.limit:
+                raise ConfigError(f"{section}.{name} is {value}, above the limit of {rule.limit:,}",
+                                  field=f"{section}.{name}")
         if section in _BETWEEN:
             _BETWEEN[section](config)
     check_bounds(config)
@@ -584,11 +605,8 @@ def estimated_parameters(m: ModelConfig, vocab_size: int) -> int:
 
 
 def check_bounds(config: RunConfig) -> None:
-    for dotted, limit in LIMITS.items():
-        section, name = dotted.split(".")
-        value = getattr(getattr(config, section), name)
-        if value > limit:
-            raise ConfigError(f"{dotted} is {value}, above the limit of {limit:,}", field=dotted)
+    """Every number finite, and the model within MAX_PARAMETERS (each setting's own limit is
+    checked with its section's rules)."""
     for section in ("model", "train"):
         part = getattr(config, section)
         for item in fields(part):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -147,17 +146,65 @@ def write_file(path: Path | str, data: bytes, *, replace: bool = False, what: st
     return path
 
 
+def every_name(_name: str) -> bool:
+    """Whose files a work folder holds by default: ours (its unique hidden name was made here)."""
+    return True
+
+
+def remove_files_then_folder(folder: Path, ours: Callable[[str], bool] = every_name) -> tuple[str, ...]:
+    """Remove the files (and links) in ``folder`` whose names ``ours`` claims, then
+    ``folder`` itself when that leaves it empty. Never recursive: a folder inside, or a
+    name ``ours`` does not claim, stays, and so does ``folder`` around it. Returns the
+    names left, sorted (none: ``folder`` is gone; a folder already gone leaves none).
+    OS errors other than a name already gone are raised."""
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return ()
+    left = []
+    for entry in entries:
+        if ours(entry.name) and not entry.is_dir(follow_symlinks=False):
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                pass
+        else:
+            left.append(entry.name)
+    if left:
+        return tuple(sorted(left))
+    try:
+        os.rmdir(folder)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        return tuple(sorted(os.listdir(folder)))  # something arrived meanwhile: it stays
+    return ()
+
+
+def discard_work(work: Path, ours: Callable[[str], bool] = every_name) -> None:
+    """Best-effort clean-up of a work file or folder of ours (see
+    :func:`remove_files_then_folder`); what cannot be removed stays."""
+    if work.is_dir() and not work.is_symlink():
+        try:
+            remove_files_then_folder(work, ours)
+        except OSError:
+            pass
+    else:
+        _discard(work)
+
+
 @contextmanager
-def removed_on_failure(work: Path, failure: str, *, error: type[Exception] = WriteRefused) -> Iterator[None]:
-    """Remove ``work`` (a temporary file or folder) when the block fails; an OS error
-    becomes one line, ``failure: reason``, raised as ``error``."""
+def removed_on_failure(work: Path, failure: str, *, error: type[Exception] = WriteRefused,
+                       ours: Callable[[str], bool] = every_name) -> Iterator[None]:
+    """Remove ``work`` (a temporary file, or a folder: the files in it ``ours`` claims, then
+    the folder if that empties it) when the block fails; an OS error becomes one line,
+    ``failure: reason``, raised as ``error``."""
     try:
         yield
     except BaseException as err:
-        if work.is_dir() and not work.is_symlink():
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            _discard(work)
+        discard_work(work, ours)
         if isinstance(err, OSError):
             raise error(f"{failure}: {err.strerror or err}") from None
         raise
@@ -184,6 +231,8 @@ def built_then_installed(
     error: type[Exception] = WriteRefused,
     install: Callable[[Path, Path], Path | None] = install_new,
     notify: Callable[[str], None] = _unheard,
+    ours: Callable[[str], bool] = every_name,
+    retire: Callable[[Path], object] | None = None,
 ) -> Iterator[Path]:
     """A folder built under the hidden name ``work`` beside ``final``, then put in place:
     ``work`` is made, the block writes its files there; when the block ends the folder is
@@ -192,8 +241,10 @@ def built_then_installed(
     was. A folder ``install`` displaced (it returns it under a work name) is removed last,
     unsynced: the new one is durable already. On any failure ``work`` is removed and an OS
     error becomes one line, ``failure: reason``, raised as ``error``. ``notify`` hears
-    ``folder-fsynced`` and ``parent-fsynced``."""
-    with removed_on_failure(work, failure, error=error):
+    ``folder-fsynced`` and ``parent-fsynced``. Removing a folder removes only the files
+    ``ours`` claims (then the folder, if empty); ``retire`` (default: that) disposes of a
+    displaced folder."""
+    with removed_on_failure(work, failure, error=error, ours=ours):
         work.mkdir()
         yield work
         fsync_folder(work)
@@ -202,7 +253,7 @@ def built_then_installed(
         fsync_folder(final.parent)
         notify("parent-fsynced")
     if displaced is not None:
-        shutil.rmtree(displaced, ignore_errors=True)
+        (retire or (lambda old: discard_work(old, ours)))(displaced)
 
 
 def append_line(path: Path | str, line: str) -> None:
@@ -278,9 +329,9 @@ def _read_descriptor(fd: int, path: Path, limit: int, what: str) -> bytes:
     bytes, checked before reading and again as it is read."""
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
-        raise InputRefused(f"{shorten_middle(str(path))} is {_kind_of(info.st_mode)}, not a {what}: refused before reading")
+        raise InputRefused(f"{shorten_middle(str(path))} is {_kind_of(info.st_mode)}, not {_a(what)}: refused before reading")
     if info.st_size > limit:
-        raise InputRefused(f"{shorten_middle(str(path))} holds {info.st_size:,} bytes, more than a {what} may ({limit:,})")
+        raise InputRefused(f"{shorten_middle(str(path))} holds {info.st_size:,} bytes, more than {_a(what)} may ({limit:,})")
     chunks, total = [], 0
     while total <= limit:
         chunk = os.read(fd, min(1 << 20, limit + 1 - total))
@@ -289,8 +340,13 @@ def _read_descriptor(fd: int, path: Path, limit: int, what: str) -> bytes:
         chunks.append(chunk)
         total += len(chunk)
     if total > limit:
-        raise InputRefused(f"{shorten_middle(str(path))} grew past the {limit:,} bytes a {what} may hold")
+        raise InputRefused(f"{shorten_middle(str(path))} grew past the {limit:,} bytes {_a(what)} may hold")
     return b"".join(chunks)
+
+
+def _a(what: str) -> str:
+    """``what`` with its article: callers name a kind with one ("a chat template") or without."""
+    return what if what.startswith(("a ", "an ")) else f"a {what}"
 
 
 def shorten_middle(text: str, limit: int = 160) -> str:
@@ -326,12 +382,56 @@ def check_new_output(path: Path | str, what: str = "--out") -> Path:
     parent = path.parent
     if not parent.is_dir():
         raise WriteRefused(f"cannot write {shown}: the folder {shorten_middle(str(parent))} does not exist")
-    for folder in (parent.resolve(), *parent.resolve().parents):
-        if (folder / "manifest.json").is_file() and any(
-                (folder / name).is_file() for name in ("model.safetensors", "training.safetensors")):
-            raise WriteRefused(f"{shown} is inside the checkpoint folder {shorten_middle(str(folder))}; "
-                               "write it somewhere else (a checkpoint holds its own files only)")
+    refuse_inside_checkpoint(path, what)
     reclaim_stale_work(path)
+    return path
+
+
+# A checkpoint folder's own files and the folder that holds checkpoints, as the checkpoint
+# format names them (formats.checkpoint_folder, formats.portable); repeated here because the
+# rule for users' outputs sits below the formats.
+CHECKPOINT_FILES = ("manifest.json", "model.safetensors", "training.safetensors")
+CHECKPOINTS_FOLDER = "checkpoints"
+_CHECKPOINT_FOLDER_NAME = re.compile(r"\.?step-\d{6,}(?:\..*)?")
+
+
+def is_checkpoint_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a checkpoint folder: one of a run's (``checkpoints/step-N``, or
+    the hidden work name of one being saved or removed), or any folder holding a manifest
+    beside a model or training file (a checkpoint copied elsewhere)."""
+    if folder.parent.name == CHECKPOINTS_FOLDER and _CHECKPOINT_FOLDER_NAME.fullmatch(folder.name):
+        return True
+    manifest, *files = CHECKPOINT_FILES
+    return os.path.isfile(folder / manifest) and any(os.path.isfile(folder / name) for name in files)
+
+
+def enclosing_checkpoint(path: Path | str) -> Path | None:
+    """The checkpoint folder ``path`` is (or lies) in, links followed, or None."""
+    try:
+        resolved = Path(os.path.realpath(Path(path).expanduser()))
+    except (OSError, ValueError):
+        return None
+    return next((folder for folder in (resolved, *resolved.parents) if is_checkpoint_folder(folder)), None)
+
+
+def refuse_inside_checkpoint(path: Path | str, what: str = "output") -> None:
+    """The one rule for every output a user names (``--out``, ``--trace-out``,
+    ``--tensorboard``, the app's saves): nothing is written inside a checkpoint folder,
+    whose files retention removes and whose contents minigpt-tui alone writes. Refused in
+    one line naming the path and the folder, before any work."""
+    folder = enclosing_checkpoint(path)
+    if folder is not None:
+        raise WriteRefused(f"{shorten_middle(str(path))} is inside the checkpoint folder "
+                           f"{shorten_middle(str(folder))}; choose another place for the {what} "
+                           "(a checkpoint holds its own files only)")
+
+
+def check_user_output(path: Path | str, *, replace: bool = False, what: str = "output",
+                      how_to_replace: str | None = REPLACE_WITH_FORCE) -> Path:
+    """A file a user asked for (``--trace-out``, ``--out`` of a report, the app's trace):
+    checked as :func:`check_writable_target` says and refused inside a checkpoint folder."""
+    path = check_writable_target(path, replace=replace, what=what, how_to_replace=how_to_replace)
+    refuse_inside_checkpoint(path, what)
     return path
 
 
@@ -351,10 +451,7 @@ def reclaim_stale_work(path: Path) -> None:
         pid = int(pattern.fullmatch(candidate.name).group(1))  # type: ignore[union-attr]
         if process_alive(pid):
             continue
-        if candidate.is_dir() and not candidate.is_symlink():
-            shutil.rmtree(candidate, ignore_errors=True)
-        else:
-            _discard(candidate)
+        discard_work(candidate)
 
 
 def process_alive(pid: int) -> bool:

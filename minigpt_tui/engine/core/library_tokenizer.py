@@ -9,6 +9,11 @@ byte-level pieces through the byte table, ``<0xNN>`` byte-fallback pieces as tha
 
 It offers what generation reads of our own tokenizer (``vocab_size``, ``identity``,
 ``encode_prompt``, ``piece``, ``piece_text``, ``decode``, ``bos_id``, ``eos_ids``).
+
+A document is checked before the library builds it (:mod:`tokenizer_limits`), and a text is
+always encoded whole: a ``padding`` or ``truncation`` setting in the file is turned off, as
+transformers turns them off unless a call asks for them (a prompt is never silently cut or
+padded). A Rust panic inside the library is one :class:`TokenizerError` line.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -26,6 +32,7 @@ from tokenizers import Tokenizer
 from minigpt_tui.engine.core.errors import TokenizerError
 from minigpt_tui.engine.core.files import read_small_file
 from minigpt_tui.engine.core.tokenizer import Decoded
+from minigpt_tui.engine.core.tokenizer_limits import check_document
 
 TOKENIZER_FILE = "tokenizer.json"
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -84,13 +91,17 @@ class LibraryTokenizer:
     @staticmethod
     def from_text(text: str, vocab_size: int | None, *, bos_id: int | None, eos_ids: tuple[int, ...],
                   source: str) -> "LibraryTokenizer":
+        data = _document(text, source)
+        try:
+            check_document(data, vocab_size, source)
+        except RecursionError:
+            raise TokenizerError(f"{source}: the tokenizer.json nests its parts too deep") from None
         library = _load(text, source)
-        own = library.get_vocab_size(with_added_tokens=True)
+        own = _guarded(source, "counting its ids", library.get_vocab_size, with_added_tokens=True)
         size = own if vocab_size is None else vocab_size
         if size < own:
             raise TokenizerError(f"{source}: the tokenizer has {own} ids, more than the model's {size} rows")
         _check_marker_ids(size, bos_id, eos_ids, source)
-        data = json.loads(text)
         specials = _special_ids(data)
         made = LibraryTokenizer(text, size, bos_id, eos_ids, source, specials)
         made.__dict__.update(_library=library, _data=data)  # what was just parsed, not parsed again
@@ -102,7 +113,7 @@ class LibraryTokenizer:
 
     @cached_property
     def _data(self) -> dict[str, Any]:
-        return json.loads(self.text)
+        return _document(self.text, self.source)
 
     @cached_property
     def identity(self) -> str:
@@ -122,8 +133,9 @@ class LibraryTokenizer:
 
     @cached_property
     def _tokens(self) -> list[str | None]:
-        library, table = self._library, [None] * self.vocab_size
-        for token, token_id in library.get_vocab(with_added_tokens=True).items():
+        table: list[str | None] = [None] * self.vocab_size
+        vocab = _guarded(self.source, "listing its vocabulary", self._library.get_vocab, with_added_tokens=True)
+        for token, token_id in vocab.items():
             if 0 <= token_id < self.vocab_size:
                 table[token_id] = token
         return table
@@ -131,10 +143,10 @@ class LibraryTokenizer:
     # -- encoding ---------------------------------------------------------------------------
     def encode_prompt(self, text: str) -> list[int]:
         """The prompt as this tokenizer encodes it, with the special tokens it adds."""
-        return list(self._library.encode(text).ids)
+        return list(_guarded(self.source, "encoding a text", self._library.encode, text).ids)
 
     def encode(self, text: str, *, bos: bool = False, eos: bool = False) -> list[int]:
-        ids = list(self._library.encode(text, add_special_tokens=False).ids)
+        ids = list(_guarded(self.source, "encoding a text", self._library.encode, text, add_special_tokens=False).ids)
         head = [self.bos_id] if bos and self.bos_id is not None else []
         tail = [self.eos_ids[0]] if eos and self.eos_ids else []
         return head + ids + tail
@@ -144,7 +156,8 @@ class LibraryTokenizer:
         its BOS (where it has one other than its end of text) before, its EOS after."""
         head = [self.bos_id] if self.bos_id is not None and self.bos_id not in self.eos_ids else []
         tail = [self.eos_ids[0]] if self.eos_ids else []
-        encoded = self._library.encode_batch(list(texts), add_special_tokens=False)
+        encoded = _guarded(self.source, "encoding texts", self._library.encode_batch, list(texts),
+                           add_special_tokens=False)
         return [head + list(e.ids) + tail for e in encoded]
 
     # -- decoding ---------------------------------------------------------------------------
@@ -183,12 +196,51 @@ class LibraryTokenizer:
 _BYTES = byte_table()
 
 
-def _load(text: str, source: str) -> Any:
+def _document(text: str, source: str) -> dict[str, Any]:
+    """The tokenizer.json as parsed JSON: an object."""
     try:
-        return Tokenizer.from_str(text)
+        data = json.loads(text)
+    except RecursionError:
+        raise TokenizerError(f"{source}: the tokenizer.json nests its parts too deep") from None
+    except ValueError as err:  # malformed JSON, or an integer of more digits than Python converts
+        raise TokenizerError(f"{source}: not a usable tokenizer.json ({_first_line(err)})") from None
+    if not isinstance(data, dict):
+        raise TokenizerError(f"{source}: not a tokenizer.json document (not a JSON object)")
+    return data
+
+
+def _load(text: str, source: str) -> Any:
+    """The library's tokenizer, with the file's padding and truncation turned off (module doc)."""
+    try:
+        library = _guarded(source, "reading the tokenizer.json", Tokenizer.from_str, text)
     except Exception as err:  # the library raises its own Exception type for every refusal
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise TokenizerError(f"{source}: the tokenizers library refuses this tokenizer.json ({first})") from None
+        if isinstance(err, TokenizerError):
+            raise
+        raise TokenizerError(f"{source}: the tokenizers library refuses this tokenizer.json ({_first_line(err)})") from None
+    library.no_padding()
+    library.no_truncation()
+    return library
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+
+
+def _is_panic(err: BaseException) -> bool:
+    """pyo3's PanicException: a Rust panic inside the library. It derives from
+    BaseException (not Exception) and cannot be imported by name."""
+    kind = type(err)
+    return kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime"
+
+
+def _guarded(source: str, action: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, a panic inside the library turned into one line."""
+    try:
+        return call(*args, **kwargs)
+    except BaseException as err:
+        if not _is_panic(err):
+            raise
+        raise TokenizerError(f"{source}: the tokenizers library failed while {action} ({_first_line(err)})") from None
 
 
 def read_library_tokenizer(path: Path, vocab_size: int | None, *, bos_id: int | None,

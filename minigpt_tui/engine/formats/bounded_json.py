@@ -59,7 +59,7 @@ def load_json(text: str, max_depth: int, *, unique_keys: bool = False) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_unique_object if unique_keys else None)
     except json.JSONDecodeError as err:
-        raise JSONRefused(f"{err.msg} at {err.pos}") from None
+        raise JSONRefused(f"{err.msg.removesuffix(' at')} at {err.pos}") from None
     except RecursionError:
         raise JSONRefused("nested too deep") from None
     except ValueError as err:  # an integer of more digits than Python converts

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.core.errors import CheckpointError
-from minigpt_tui.engine.core.files import path_exists, require_regular_file
+from minigpt_tui.engine.core.errors import CheckpointError, InputRefused
+from minigpt_tui.engine.core.files import CHECKPOINT_FILES, path_exists, require_regular_file
 from minigpt_tui.engine.formats.integrity import (
     FileIntegrity,
     Integrity,
@@ -43,6 +44,7 @@ FORMAT_VERSION = 1
 STEP_DIR = re.compile(r"^step-(\d{6,})$")
 _HIDDEN_WORK = re.compile(r"^\.(step-\d{6,})\.(partial|replaced|trash)-(\d+)-[0-9a-f]+$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_TEMPORARY = re.compile(r"\.(.+)\.partial-\d+-[0-9a-f]+")  # core.files' temporary name of a file being written
 
 
 def checkpoint_name(step: int) -> str:
@@ -145,6 +147,31 @@ _MANIFEST_FIELDS: dict[str, Any] = {
     "model_identity": lambda v: isinstance(v, str) and _SHA256.match(v) is not None,
     "provenance": lambda v: isinstance(v, dict) and all(isinstance(x, (str, int)) for x in v.values()),
 }
+
+
+def checkpoint_own_files(folder: Path) -> Callable[[str], bool]:
+    """Which names in a checkpoint folder (under its own name or a hidden work name)
+    minigpt-tui wrote: the manifest, the files every checkpoint holds, any other file the
+    manifest lists, and the temporary name of any of these. Everything else is a user's:
+    retention and clean-up leave it where it is."""
+    ours = set(CHECKPOINT_FILES) | _listed_files(Path(folder) / MANIFEST)
+
+    def own(name: str) -> bool:
+        temporary = _TEMPORARY.fullmatch(name)
+        return name in ours or (temporary is not None and temporary.group(1) in ours)
+
+    return own
+
+
+def _listed_files(manifest: Path) -> set[str]:
+    """The file names a manifest lists (none when it is missing or not ours)."""
+    try:
+        require_regular_file(manifest, "a manifest")
+        data = _manifest_json(manifest)
+        _check_manifest(manifest, data)
+    except (CheckpointError, InputRefused):
+        return set()
+    return set(data["files"])
 
 
 def expected_from_manifest(file_path: Path) -> ExpectedFile | None:

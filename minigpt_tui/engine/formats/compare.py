@@ -8,11 +8,13 @@ from typing import Any
 
 from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 from minigpt_tui.engine.formats.foreign_pickle import PICKLE_KINDS, pickle_tensors
+from minigpt_tui.engine.formats.gguf_inspect import gguf_tensor_values
 from minigpt_tui.engine.formats.inspect import inspect_path
 from minigpt_tui.engine.formats.inspection import (
     TRAINING_STATE,
     FileSummary,
     Inspection,
+    InspectionKind,
 )
 from minigpt_tui.engine.formats.safetensors_read import load_file
 
@@ -30,6 +32,8 @@ def _file_tensors(summary: FileSummary) -> dict[str, Any]:
     """Every tensor of one file an inspection lists, read by that file's format."""
     if summary.kind in PICKLE_KINDS:
         return pickle_tensors(summary.path)
+    if summary.kind == InspectionKind.GGUF:
+        return gguf_tensor_values(summary.path)
 
     return load_file(summary.path).tensors()
 

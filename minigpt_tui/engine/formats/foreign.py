@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minigpt_tui.engine.formats.foreign_hf import HF_MODEL, inspect_hf_folder, read_hf_tensor
+from minigpt_tui.engine.formats.foreign_hf import HF_MODEL, hf_tensor_file, inspect_hf_folder, read_hf_tensor
 from minigpt_tui.engine.formats.foreign_pickle import TORCH_PICKLE, inspect_torch_file, read_pickle_tensor
 from minigpt_tui.engine.formats.gguf_inspect import inspect_gguf, read_gguf_tensor
 from minigpt_tui.engine.formats.hf_import import is_hf_folder
 from minigpt_tui.engine.formats.inspection import Inspection, InspectionKind, TensorRead
+from minigpt_tui.engine.formats.safetensors_read import Header
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 MANIFEST = "manifest.json"
@@ -50,6 +51,15 @@ def inspect_foreign(path: Path | str) -> Inspection | None:
     if kind == InspectionKind.GGUF:
         return inspect_gguf(where)
     return inspect_hf_folder(where) if kind == HF_MODEL else inspect_torch_file(where)
+
+
+def foreign_tensor_file(path: Path | str, name: str) -> tuple[Path, Header, str] | None:
+    """Where a tensor of a transformers folder or index lies in a safetensors shard (the
+    shard, its header, the tensor's name there); None for anything else."""
+    source = _foreign_source(Path(path).expanduser())
+    if source is None or source[0] != HF_MODEL:
+        return None
+    return hf_tensor_file(source[1], name)
 
 
 def read_foreign_tensor(path: Path | str, name: str) -> TensorRead | None:

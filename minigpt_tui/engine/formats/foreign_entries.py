@@ -37,3 +37,10 @@ def candidate_names(name: str) -> list[str]:
     file of a folder's entry)."""
     _, separator, bare = name.partition(":")
     return [name, bare] if separator and bare else [name]
+
+
+def shown(value: Any, width: int = 60) -> str:
+    """``repr(value)`` cut to ``width`` characters: a value from someone else's file, echoed
+    in a one-line refusal whatever its size."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -18,6 +18,7 @@ from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
 from minigpt_tui.engine.formats.bounded_json import read_json_input
 from minigpt_tui.engine.formats.foreign_entries import candidate_names, dtype_totals, layer_group
 from minigpt_tui.engine.formats.foreign_pickle import inspect_torch_file, read_pickle_tensor
+from minigpt_tui.engine.formats.hf_families import architecture_names
 from minigpt_tui.engine.formats.hf_export import (
     CONFIG_FILE,
     GENERATION_CONFIG_FILE,
@@ -66,16 +67,22 @@ def _tokenizer_json_summary(json_file: Path) -> dict[str, Any]:
         return {"file": json_file.name, "readable": False}
     model = _json_object(data, "model")
     pre = _json_object(data, "pre_tokenizer")
+    added = data.get("added_tokens") if isinstance(data, dict) else None
     summary: dict[str, Any] = {
         "file": json_file.name,
         "model": model.get("type"),
-        "vocab": len(model.get("vocab") or {}),
-        "merges": len(model.get("merges") or []),
+        "vocab": _count(model.get("vocab")),
+        "merges": _count(model.get("merges")),
         "pre_tokenizer": pre.get("type"),
-        "added_tokens": [t.get("content") for t in data.get("added_tokens") or [] if isinstance(t, dict)],
+        "added_tokens": [t.get("content") for t in added if isinstance(t, dict)] if isinstance(added, list) else [],
     }
     summary.update(_minigpt_layout(data, json_file))
     return summary
+
+
+def _count(value: Any) -> int:
+    """How many entries a JSON list or object holds (0 for anything else)."""
+    return len(value) if isinstance(value, (list, dict)) else 0
 
 
 def _json_object(data: Any, key: str) -> dict[str, Any]:
@@ -186,6 +193,14 @@ def _index_locate(folder: Path, index_path: Path, candidates: list[str]) -> tupl
     return None
 
 
+def hf_tensor_file(folder: Path, name: str) -> tuple[Path, Header, str] | None:
+    """Where a tensor of a transformers folder lies (its shard, the shard's header, its name
+    there), for reading it piece by piece; None when the folder's weights are a pickle."""
+    if _pickled_hf_weights(folder) is not None:
+        return None
+    return _hf_locate(folder, name)
+
+
 def _hf_tensor(folder: Path, name: str) -> TensorRead:
     shard, header, found = _hf_locate(folder, name)
     entry = header.entry(found)
@@ -200,7 +215,7 @@ def inspect_hf_folder(path: Path) -> Inspection:
     folder = read_hf_folder(path, strict=False)
     entries, files, metadata = _hf_shards(folder)
     config = folder.config
-    architectures = config.get("architectures") or [None]
+    architectures = architecture_names(config) or [None]
     state: dict[str, dict[str, Any]] = {
         StateGroup.MODEL: {
             "architecture": architectures[0],

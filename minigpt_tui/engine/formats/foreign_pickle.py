@@ -16,6 +16,7 @@ import pathlib
 import pickle
 import pickletools
 import re
+import struct
 import warnings
 import zipfile
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from minigpt_tui.engine.formats.foreign_entries import candidate_names, dtype_to
 from minigpt_tui.engine.formats.inspection import EntryRecord, FileSummary, Inspection, InspectionKind, TensorRead
 from minigpt_tui.engine.formats.record_walk import WALK_DEPTH, WalkBudget, jsonable
 from minigpt_tui.engine.formats.safetensors_format import dtype_name
-from minigpt_tui.engine.formats.safetensors_read import opening_errors
+from minigpt_tui.engine.formats.safetensors_read import opening_errors, require_memory_for
 from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup
 
 if TYPE_CHECKING:
@@ -126,6 +127,11 @@ def load_torch_pickle(path: Path, *, mmap: bool = False) -> Any:
         raise _refusal(path, str(err)) from None
     except EOFError:
         raise CheckpointError(f"{path}: not a PyTorch checkpoint (the file ends before its first record)") from None
+    except (IndexError, OverflowError, struct.error):
+        # The weights-only unpickler is Python: bytes that are no pickle (a text file, a link
+        # to a system file) fail inside it this way. Nothing of them is echoed.
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (its bytes are no pickle program the "
+                              "weights-only loader can follow)") from None
     except (RuntimeError, ValueError, TypeError, KeyError, AttributeError, zipfile.BadZipFile, OSError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({first})") from None
@@ -176,8 +182,59 @@ def _walk(walk: _Walk, value: Any, prefix: str, group: str, depth: int) -> None:
 def _walk_tensor(walk: _Walk, tensor: "torch.Tensor", prefix: str, group: str) -> None:
     if walk.budget.spend(prefix):
         walk.tensors.append(_Found(prefix, tensor, group))
-        if tensor.numel() == 1 and not tensor.is_complex():
+        if tensor.numel() == 1 and not tensor.is_complex() and _holds_values(tensor):
             walk.records[prefix] = jsonable(tensor.item())
+
+
+def _holds_values(tensor: "torch.Tensor") -> bool:
+    """Whether a tensor's values can be read as they are: dense (strided) and with data (not
+    on the meta device, which holds shapes only)."""
+    import torch  # deferred: imports torch
+
+    return tensor.layout == torch.strided and not tensor.is_meta
+
+
+def _layout_name(tensor: "torch.Tensor") -> str:
+    return str(tensor.layout).removeprefix("torch.")
+
+
+def unreadable_reason(tensor: "torch.Tensor") -> str | None:
+    """Why a pickled tensor's values may not be read, or None when they may: a meta tensor
+    holds none; a sparse one's indices are not checked by the loader (reading through bad
+    ones reads outside its memory); a view that repeats its storage's elements (stride 0,
+    as ``expand`` makes) would be materialized at its full size from a few stored bytes.
+    Decided from the tensor's header alone, before anything is allocated."""
+    if tensor.is_meta:
+        return "holds no data (a meta tensor: shapes only)"
+    if not _holds_values(tensor):
+        return f"is a sparse tensor ({_layout_name(tensor)}); only dense tensors are read"
+    stored = tensor.untyped_storage().nbytes() // max(tensor.element_size(), 1) - tensor.storage_offset()
+    if tensor.numel() > max(stored, 0):
+        return (f"repeats its stored values (a stride-0 or overlapping view): {tensor.numel():,} elements over "
+                f"{max(stored, 0):,} stored")
+    return None
+
+
+def readable(path: Path, name: str, tensor: "torch.Tensor") -> "torch.Tensor":
+    """``tensor`` when its values may be read (see :func:`unreadable_reason`); one line otherwise."""
+    reason = unreadable_reason(tensor)
+    if reason is not None:
+        raise CheckpointError(f"{path}: tensor '{name}' {reason}")
+    return tensor
+
+
+def require_weights(path: Path, tensors: dict[str, Any]) -> None:
+    """Every value of a state dict used as model weights is a readable tensor of real
+    numbers (a complex weight would lose its imaginary part when cast)."""
+    import torch  # deferred: imports torch
+
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise CheckpointError(f"{path}: '{name}' is a {type(tensor).__name__}, not a tensor")
+        readable(path, name, tensor)
+        if tensor.is_complex():
+            dtype = str(tensor.dtype).removeprefix("torch.")
+            raise CheckpointError(f"{path}: tensor '{name}' is {dtype}; weights must be real numbers")
 
 
 def _walk_container(walk: _Walk, value: dict[Any, Any] | list[Any] | tuple[Any, ...], prefix: str, group: str,
@@ -231,9 +288,12 @@ def _holds_tensor(walk: _Walk, value: Any, depth: int) -> bool:
 
 def _dtype_label(tensor: "torch.Tensor") -> str:
     try:
-        return dtype_name(tensor.dtype)
+        label = dtype_name(tensor.dtype)
     except CheckpointError:
-        return str(tensor.dtype).removeprefix("torch.")
+        label = str(tensor.dtype).removeprefix("torch.")
+    if tensor.is_meta:
+        return f"{label} (meta)"
+    return label if _holds_values(tensor) else f"{label} ({_layout_name(tensor)})"
 
 
 def _storage_aliases(found: list[_Found]) -> list[dict[str, Any]]:
@@ -242,8 +302,8 @@ def _storage_aliases(found: list[_Found]) -> list[dict[str, Any]]:
     aliases = []
     for item in found:
         tensor = item.tensor
-        if tensor.numel() == 0:
-            continue
+        if tensor.numel() == 0 or not _holds_values(tensor):
+            continue  # a sparse tensor's parts are its own; a meta one has no storage
         storage = tensor.untyped_storage()
         key = (storage.data_ptr(), storage.nbytes())
         owner = first.get(key)
@@ -306,7 +366,7 @@ def _pickle_entries(path: Path, found: list[_Found], nanogpt: bool) -> list[Entr
     for item in found:
         tensor = item.tensor
         nbytes = tensor.numel() * tensor.element_size()
-        begin = tensor.storage_offset() * tensor.element_size()
+        begin = tensor.storage_offset() * tensor.element_size() if _holds_values(tensor) else 0
         entries.append(EntryRecord(path.name, item.name, _dtype_label(tensor), tuple(tensor.shape), tensor.numel(),
                                    nbytes, begin, begin + nbytes, _pickle_entry_group(item, nanogpt)))
     return entries
@@ -383,14 +443,13 @@ def _pickle_metadata(path: Path, obj: Any) -> dict[str, Any]:
             "top_level": [str(k) for k in top]}
 
 
-def _plain(tensor: "torch.Tensor") -> "torch.Tensor":
-    """A strided, unquantized tensor the statistics and comparison can read."""
-    import torch  # deferred: imports torch
-
+def _plain(path: Path, name: str, tensor: "torch.Tensor") -> "torch.Tensor":
+    """A strided, unquantized tensor the statistics and comparison can read; one that may
+    not be read is refused (see :func:`unreadable_reason`)."""
+    readable(path, name, tensor)
     if tensor.is_quantized:
+        require_memory_for(path, tensor.numel() * 4, f"tensor '{name}' dequantized")
         return tensor.dequantize()
-    if tensor.layout != torch.strided:
-        return tensor.to_dense()
     return tensor
 
 
@@ -403,7 +462,8 @@ def _named_tensors(obj: Any) -> dict[str, "torch.Tensor"]:
 
 def pickle_tensors(path: Path) -> dict[str, "torch.Tensor"]:
     """Every tensor of a PyTorch pickle by its inspected name (memory-mapped, weights-only)."""
-    return {name: _plain(tensor) for name, tensor in _named_tensors(load_torch_pickle(path, mmap=True)).items()}
+    return {name: _plain(path, name, tensor)
+            for name, tensor in _named_tensors(load_torch_pickle(path, mmap=True)).items()}
 
 
 def read_pickle_tensor(path: Path, name: str) -> TensorRead:
@@ -414,7 +474,7 @@ def read_pickle_tensor(path: Path, name: str) -> TensorRead:
     for candidate in candidate_names(name):
         tensor = tensors.get(candidate)
         if tensor is not None:
-            plain = _plain(tensor)
+            plain = _plain(path, candidate, tensor)
             # Mapped, only the tensor's own pages are read; a legacy pickle was read whole.
             read = plain.numel() * plain.element_size() if mapped else path.stat().st_size
             return TensorRead(path, candidate, _dtype_label(tensor), tuple(tensor.shape), plain, read)

@@ -11,7 +11,10 @@ anything is allocated for it, and each violation is one line naming it (as our s
 reader does): a count of 2^63 entries, a string longer than the file, a tensor past the
 end, overlapping tensors, an unknown value or quantization type, a dimension count above
 4, a shape that overflows. The file is memory-mapped; a tensor's bytes are read only when
-it is dequantized (by the ``gguf`` package's own dequantizers) to float32.
+it is asked for: plain arrays (F32, F16, F64, I8, I16, I32, I64) are converted exactly, to
+float32 where that holds every value and to float64 where it does not; quantized types are
+dequantized to float32 by the ``gguf`` package's own dequantizers. A type the package has
+no dequantizer for is refused in one line naming the tensor.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?
 STRING, ARRAY = 8, 9
 TYPE_NAMES = {0: "u8", 1: "i8", 2: "u16", 3: "i16", 4: "u32", 5: "i32", 6: "f32", 7: "bool", 8: "string",
               9: "array", 10: "u64", 11: "i64", 12: "f64"}
+# Tensor types stored as plain arrays: GGML type name -> (the stored values' numpy type, the
+# float type that holds every one of them exactly).
+PLAIN = {"F32": ("<f4", "float32"), "F16": ("<f2", "float32"), "F64": ("<f8", "float64"), "I8": ("i1", "float32"),
+         "I16": ("<i2", "float32"), "I32": ("<i4", "float64"), "I64": ("<i8", "float64")}
+EXACT_INTEGER = 2 ** 53  # the largest magnitude from which float64 holds every integer
 
 
 class InvalidGGUF(CheckpointError):
@@ -314,8 +322,29 @@ def _tensors(path: Path, infos: list[tuple[str, list[int], int, int]], alignment
     return tensors
 
 
+@functools.cache
+def dequantizable(ggml_type: int) -> bool:
+    """Whether the gguf package dequantizes this quantized type (asked of one zero block,
+    so a type it adds later is read without a change here)."""
+    from gguf import GGMLQuantizationType, quants  # deferred: imports gguf
+
+    _, _, block_bytes = quant_sizes()[ggml_type]
+    try:
+        quants.dequantize(np.zeros((1, block_bytes), dtype=np.uint8), GGMLQuantizationType(ggml_type))
+    except NotImplementedError:
+        return False
+    return True
+
+
+def require_readable(header: GGUFHeader, tensor: GGUFTensor) -> None:
+    """Refuse, in one line naming it, a tensor whose type has no reader here."""
+    if tensor.type_name not in PLAIN and not dequantizable(tensor.ggml_type):
+        raise CheckpointError(f"{header.path}: tensor '{tensor.name}' is stored as {tensor.type_name}, "
+                              "a GGML type that cannot be read here (it has no dequantizer)")
+
+
 class GGUFData:
-    """A GGUF file mapped for reading its tensors (dequantized to float32 on request)."""
+    """A GGUF file mapped for reading its tensors (see the module doc for the types)."""
 
     def __init__(self, header: GGUFHeader) -> None:
         self.header = header
@@ -325,19 +354,29 @@ class GGUFData:
         start = self.header.data_start + tensor.offset
         return np.frombuffer(self._map, dtype=np.uint8, count=tensor.nbytes, offset=start)
 
-    def float32(self, name: str) -> "np.ndarray":
-        """The tensor dequantized to float32, in torch order (slowest dimension first)."""
-        from gguf import GGMLQuantizationType, quants  # deferred: imports gguf
-
+    def values(self, name: str) -> "np.ndarray":
+        """The tensor in torch order (slowest dimension first), as float32, or as float64
+        where float32 would round its values (F64, I32, I64)."""
         tensor = self.header.tensor(name)
-        kind = GGMLQuantizationType(tensor.ggml_type)
+        require_readable(self.header, tensor)
         raw = self.raw(tensor)
-        if kind == GGMLQuantizationType.F32:
-            values = raw.view(np.float32)
-        elif kind == GGMLQuantizationType.F16:
-            values = raw.view(np.float16).astype(np.float32)
+        if tensor.type_name in PLAIN:
+            stored, exact = PLAIN[tensor.type_name]
+            values = raw.view(np.dtype(stored))
+            if tensor.type_name == "I64" and values.size and max(values.max(), -int(values.min())) > EXACT_INTEGER:
+                raise CheckpointError(f"{self.header.path}: tensor '{name}' (I64) holds integers beyond 2^53, "
+                                      "which no float type holds exactly")
+        elif tensor.elements == 0:
+            values, exact = np.zeros(0, dtype=np.float32), "float32"
         else:
+            from gguf import GGMLQuantizationType, quants  # deferred: imports gguf
+
+            exact = "float32"
             rows = raw.reshape(-1, tensor.nbytes // max(tensor.elements // tensor.shape[-1], 1))
-            values = quants.dequantize(rows, kind)
+            values = quants.dequantize(rows, GGMLQuantizationType(tensor.ggml_type))
         # A copy: the map is read-only, and the weights outlive it.
-        return np.array(values, dtype=np.float32).reshape(tensor.shape)
+        return np.array(values, dtype=exact).reshape(tensor.shape)
+
+    def float32(self, name: str) -> "np.ndarray":
+        """The tensor as float32, in torch order (F64, I32 and I64 values rounded)."""
+        return self.values(name).astype(np.float32, copy=False)

@@ -5,7 +5,9 @@ State records, grouped as the file's keys are: ``general`` (name, architecture, 
 quantization version...), the architecture's own keys (``llama.block_count`` ...) and
 ``tokenizer``, where an array shows as its length and item type (``tokenizer.ggml.tokens``:
 49,152 strings), never its items; a chat template shows as its text. ``--tensor NAME``
-dequantizes that one tensor to float32 for its statistics.
+reads that one tensor (dequantized, or its plain values exactly) for its statistics.
+``--verify`` checks what a GGUF file allows (it has no manifest): its header, that every
+tensor's type can be read, and its SHA-256; ``--compare`` reads every tensor.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from minigpt_tui.engine.formats.gguf_file import GGUFData, GGUFHeader, read_gguf_header
+from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.formats.gguf_file import GGUFData, GGUFHeader, read_gguf_header, require_readable
 from minigpt_tui.engine.formats.inspection import (
     EntryRecord,
     FileSummary,
@@ -22,6 +25,7 @@ from minigpt_tui.engine.formats.inspection import (
     InspectionKind,
     TensorRead,
 )
+from minigpt_tui.engine.formats.safetensors_read import file_sha256
 from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup
 
 BLOCK = re.compile(r"^blk\.(\d+)\.")
@@ -85,5 +89,32 @@ def read_gguf_tensor(path: Path | str, name: str) -> TensorRead:
     path = Path(path).expanduser()
     header = read_gguf_header(path)
     tensor = header.tensor(name.split(":", 1)[1] if name.startswith(path.name + ":") else name)
-    values = torch.from_numpy(GGUFData(header).float32(tensor.name))
+    values = torch.from_numpy(GGUFData(header).values(tensor.name))
     return TensorRead(path, tensor.name, tensor.type_name, tensor.shape, values, tensor.nbytes)
+
+
+def gguf_tensor_values(path: Path | str) -> dict[str, Any]:
+    """Every tensor of the file by its name, as torch tensors (for a comparison); a type
+    that cannot be read is refused before any tensor is."""
+    import torch  # deferred: imports torch
+
+    header = read_gguf_header(Path(path).expanduser())
+    for tensor in header.tensors:
+        require_readable(header, tensor)
+    data = GGUFData(header)
+    return {t.name: torch.from_numpy(data.values(t.name)) for t in header.tensors}
+
+
+def verify_gguf(path: Path | str) -> dict[str, Any]:
+    """What can be verified of a GGUF file, which carries no hashes of its own: its header
+    (every count, offset and size), that every tensor's type can be read, and the file's
+    SHA-256 to compare with the one its publisher lists."""
+    path = Path(path).expanduser()
+    header = read_gguf_header(path)
+    for tensor in header.tensors:
+        require_readable(header, tensor)
+    try:
+        sha256 = file_sha256(header.path)
+    except OSError as err:
+        raise CheckpointError(f"cannot read {header.path}: {err.strerror or err}") from None
+    return {"ok": True, "sha256": sha256, "tensors": len(header.tensors)}

@@ -23,11 +23,12 @@ transpose or a split: the values are the folder's, widened to the compute dtype.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.core.config import ROPE_SCALINGS, ModelConfig
+from minigpt_tui.engine.core.config import GIGA, ROPE_SCALINGS, ModelConfig
 from minigpt_tui.engine.core.errors import CheckpointError
+from minigpt_tui.engine.formats.foreign_entries import shown
 
 if TYPE_CHECKING:
     import torch
@@ -61,13 +62,13 @@ class _Config:
         if value is None and default is not None:
             value = default
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise CheckpointError(f"{self.where}: {key} must be a positive integer, got {value!r}")
+            raise CheckpointError(f"{self.where}: {key} must be a positive integer, got {shown(value)}")
         return value
 
     def float(self, key: str, default: float) -> float:
         value = self.data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise CheckpointError(f"{self.where}: {key} must be a positive number, got {value!r}")
+        if not _positive_number(value):
+            raise CheckpointError(f"{self.where}: {key} must be a positive number, got {shown(value)}")
         return float(value)
 
     def flag(self, key: str, default: bool) -> bool:
@@ -75,13 +76,19 @@ class _Config:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise CheckpointError(f"{self.where}: {key} must be true or false, got {value!r}")
+            raise CheckpointError(f"{self.where}: {key} must be true or false, got {shown(value)}")
+        return value
+
+    def text(self, key: str, default: str) -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str):
+            raise CheckpointError(f"{self.where}: {key} must be a string, got {shown(value)}")
         return value
 
     def gelu(self, key: str) -> str:
-        name = self.data.get(key, "gelu_new")
+        name = self.text(key, "gelu_new")
         if name not in GELU:
-            raise self.refuse(f"{key} {name!r} (supported: {', '.join(GELU)})")
+            raise self.refuse(f"{key} {shown(name)} (supported: {', '.join(GELU)})")
         return GELU[name]
 
     def rope(self, theta_key: str = "rope_theta", fraction_key: str | None = None) -> tuple[float, float]:
@@ -90,13 +97,13 @@ class _Config:
         params = params if isinstance(params, dict) else {}
         kind = self._rope_kind(params)
         if kind not in ("default", None, *ROPE_SCALINGS[1:]):
-            raise self.refuse(f"rope scaling {kind!r} (supported: none, linear, llama3)")
+            raise self.refuse(f"rope scaling {shown(kind)} (supported: none, linear, llama3)")
         theta = params.get("rope_theta", self.data.get(theta_key, 10000.0))
         fraction = params.get("partial_rotary_factor", self.data.get(fraction_key, 1.0) if fraction_key else 1.0)
-        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
-            raise CheckpointError(f"{self.where}: rope_theta must be a positive number, got {theta!r}")
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-            raise CheckpointError(f"{self.where}: the rotary share must be in (0, 1], got {fraction!r}")
+        if not _positive_number(theta):
+            raise CheckpointError(f"{self.where}: rope_theta must be a positive number, got {shown(theta)}")
+        if not _positive_number(fraction) or not fraction <= 1:
+            raise CheckpointError(f"{self.where}: the rotary share must be in (0, 1], got {shown(fraction)}")
         return float(theta), float(fraction)
 
     def rope_scaling(self) -> dict[str, Any]:
@@ -112,18 +119,27 @@ class _Config:
 
         def number(key: str, default: float | None = None) -> float:
             value = params.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise CheckpointError(f"{self.where}: rope scaling {kind} needs a positive {key}, got {value!r}")
+            if not _positive_number(value):
+                raise CheckpointError(f"{self.where}: rope scaling {kind} needs a positive {key}, got {shown(value)}")
             return float(value)
 
         values: dict[str, Any] = {"rope_scaling": kind, "rope_factor": number("factor")}
         if kind == "llama3":
             values.update(rope_low_freq_factor=number("low_freq_factor"),
                           rope_high_freq_factor=number("high_freq_factor"),
-                          rope_original_context=int(number("original_max_position_embeddings")))
+                          rope_original_context=self._positions(params, "original_max_position_embeddings"))
             if values["rope_high_freq_factor"] <= values["rope_low_freq_factor"]:
                 raise CheckpointError(f"{self.where}: rope scaling llama3 needs high_freq_factor over low_freq_factor")
         return values
+
+    def _positions(self, params: dict[str, Any], key: str) -> int:
+        """A count of positions in rope scaling: a whole number up to a billion (JSON may
+        write it 8192.0; Infinity or 1e30 is no context a model was trained on)."""
+        value = params.get(key)
+        if not _positive_number(value) or value != int(value) or value > GIGA:
+            raise CheckpointError(f"{self.where}: rope scaling needs {key} to be a whole number from 1 to "
+                                  f"{GIGA:,}, got {shown(value)}")
+        return int(value)
 
     def _rope_kind(self, params: dict[str, Any]) -> Any:
         """The RoPE type: rope_scaling's when it is an object, else rope_parameters'."""
@@ -134,19 +150,29 @@ class _Config:
         return kind
 
 
+def _positive_number(value: Any) -> bool:
+    """A JSON number above 0 and finite (not a bool, NaN or Infinity)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < float("inf")
+
+
+def architecture_names(data: dict[str, Any]) -> list[str]:
+    """config.json's architectures that are strings (none when it is not a list)."""
+    architectures = data.get("architectures")
+    return [a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else []
+
+
 def family_of(data: dict[str, Any], where: str) -> str:
     """The family config.json names (model_type, checked against architectures)."""
     model_type = data.get("model_type")
-    architectures = data.get("architectures") or []
-    if not isinstance(architectures, list):
-        architectures = []
+    if model_type is not None and not isinstance(model_type, str):
+        raise CheckpointError(f"{where}: model_type must be a string, got {shown(model_type)}")
+    known = architecture_names(data)
     if model_type in ARCHITECTURES:
-        known = [a for a in architectures if isinstance(a, str)]
         if known and ARCHITECTURES[model_type] not in known:
-            raise CheckpointError(f"{where}: unsupported architecture {known[0]} (supported: {SUPPORTED})")
-        return str(model_type)
-    named = architectures[0] if architectures else model_type
-    raise CheckpointError(f"{where}: unsupported architecture {named!r} (supported: {SUPPORTED})")
+            raise CheckpointError(f"{where}: unsupported architecture {shown(known[0])} (supported: {SUPPORTED})")
+        return model_type
+    named = known[0] if known else model_type
+    raise CheckpointError(f"{where}: unsupported architecture {shown(named)} (supported: {SUPPORTED})")
 
 
 def _refuse_experts(c: _Config) -> None:
@@ -172,7 +198,7 @@ def _gpt_neo(c: _Config) -> dict[str, Any]:
     kinds = c.data.get("attention_layers")
     if not isinstance(kinds, list) or len(kinds) != layers:
         kinds = _expand_attention_types(c, layers)
-    if len(kinds) != layers or any(kind not in ("global", "local") for kind in kinds):
+    if any(kind not in ("global", "local") for kind in kinds):
         raise CheckpointError(f"{c.where}: attention_layers must name global or local for each of {layers} layers")
     return {"width": width, "heads": heads, "kv_heads": heads, "ffn": c.int("intermediate_size", 4 * width),
             "layers": layers, "context": c.int("max_position_embeddings", 2048),
@@ -183,14 +209,17 @@ def _gpt_neo(c: _Config) -> dict[str, Any]:
 
 def _expand_attention_types(c: _Config, layers: int) -> list[Any]:
     """Each layer's attention kind from attention_types' [[kinds], repeat] pairs (by default
-    global and local in turn)."""
-    kinds: list[Any] = []
-    for item in c.data.get("attention_types") or [[["global", "local"], max(layers // 2, 1)]]:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], list)
-                and isinstance(item[1], int)):
-            raise CheckpointError(f"{c.where}: attention_types must be [[kinds], repeat] pairs")
-        kinds += list(item[0]) * item[1]
-    return kinds
+    global and local in turn). The pairs are counted against the layers before any is
+    expanded: a repeat of 10**12 is refused, not built."""
+    pairs = c.data.get("attention_types") or [[["global", "local"], max(layers // 2, 1)]]
+    if not isinstance(pairs, list) or not all(
+            isinstance(item, list) and len(item) == 2 and isinstance(item[0], list)
+            and isinstance(item[1], int) and not isinstance(item[1], bool) and item[1] >= 0 for item in pairs):
+        raise CheckpointError(f"{c.where}: attention_types must be [[kinds], repeat] pairs")
+    total = sum(len(kinds) * repeat for kinds, repeat in pairs)
+    if total != layers:
+        raise CheckpointError(f"{c.where}: attention_types names {total:,} layers, the config has {layers}")
+    return [kind for kinds, repeat in pairs for kind in list(kinds) * repeat]
 
 
 def _gpt_neox(c: _Config) -> dict[str, Any]:
@@ -208,11 +237,11 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
 
 def _llama(c: _Config) -> dict[str, Any]:
     width, heads = c.int("hidden_size"), c.int("num_attention_heads")
-    head_dim = c.data.get("head_dim") or width // heads
+    head_dim = c.int("head_dim") if c.data.get("head_dim") else width // heads
     if head_dim * heads != width:
         raise c.refuse(f"head_dim {head_dim} × {heads} heads is not hidden_size {width}")
-    if c.data.get("hidden_act", "silu") != "silu":
-        raise c.refuse(f"hidden_act {c.data.get('hidden_act')!r} (supported: silu)")
+    if c.text("hidden_act", "silu") != "silu":
+        raise c.refuse(f"hidden_act {shown(c.data.get('hidden_act'))} (supported: silu)")
     if c.family == "qwen2" and c.flag("use_sliding_window", False):
         raise c.refuse("use_sliding_window")
     theta, _ = c.rope()
@@ -347,28 +376,45 @@ _TENSORS = {"gpt2": _gpt2_tensors, "gpt_neo": _gpt_neo_tensors, "gpt_neox": _gpt
 # Where the base model's tensors sit in the causal-LM class's state dict.
 BASE_PREFIX = {"gpt2": "transformer.", "gpt_neo": "transformer.", "gpt_neox": "gpt_neox.",
                "llama": "model.", "qwen2": "model."}
+# Buffers older transformers versions saved beside the weights (masks and rotary
+# frequencies, recomputed on load).
+BUFFERS = (".attn.bias", ".attn.masked_bias", ".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")
 HEAD = {"gpt2": "lm_head.weight", "gpt_neo": "lm_head.weight", "gpt_neox": "embed_out.weight",
         "llama": "lm_head.weight", "qwen2": "lm_head.weight"}
 
 
-def our_tensors(get: Callable[[str], "torch.Tensor | None"], config: "ModelConfig") -> dict[str, "torch.Tensor"]:
-    """Our named parameters from the folder's (``get`` returns a tensor by its name, or None
-    when the folder has none of that name). A base model saved without the causal-LM
-    class's prefix is found too."""
+def our_tensors(tensors: Mapping[str, "torch.Tensor"], config: "ModelConfig") -> dict[str, "torch.Tensor"]:
+    """Our named parameters from the folder's tensors by name. A base model saved without the
+    causal-LM class's prefix is found too. A tensor the config has no place for (a layer
+    past ``num_hidden_layers``) is refused, as llama.cpp refuses it: dropping it silently
+    would compute another model than the folder holds."""
     family = config.family
     prefix = BASE_PREFIX[family]
+    used: set[str] = set()
 
     def base(name: str) -> "torch.Tensor":
         for candidate in (prefix + name, name):
-            tensor = get(candidate)
+            tensor = tensors.get(candidate)
             if tensor is not None:
+                used.add(candidate)
                 return tensor
         raise CheckpointError(f"the weights have no tensor '{prefix + name}'")
 
     out = _TENSORS[family](base, config)
+    head = tensors.get(HEAD[family])
     if not config.tied_head:
-        head = get(HEAD[family])
         if head is None:
             raise CheckpointError(f"the config declares an untied head, and the weights have no '{HEAD[family]}'")
         out["lm_head.weight"] = head
+    _refuse_unused(tensors, used | {HEAD[family]}, config)
     return out
+
+
+def _refuse_unused(tensors: Mapping[str, Any], used: set[str], config: "ModelConfig") -> None:
+    """Every tensor of the folder is one the model uses, its head, or a buffer transformers
+    recomputes on load."""
+    extra = [name for name in tensors if name not in used and not name.endswith(BUFFERS)]
+    if extra:
+        layers = f"{config.layers} layer" + ("s" if config.layers != 1 else "")
+        raise CheckpointError(f"unexpected tensor '{extra[0]}' ({len(extra)} in all): config.json declares a "
+                              f"{ARCHITECTURES[config.family]} of {layers}, which has no place for it")

@@ -25,6 +25,7 @@ from minigpt_tui import __version__
 from minigpt_tui.engine.core.config import ModelConfig, RunConfig
 from minigpt_tui.engine.core.errors import CheckpointError, ConfigError
 from minigpt_tui.engine.core.tokenizer import BOS, EOS
+from minigpt_tui.engine.formats.foreign_entries import shown
 
 if TYPE_CHECKING:
     import torch
@@ -128,29 +129,44 @@ def _need(hf: dict[str, Any], key: str, where: str) -> Any:
 def _int(hf: dict[str, Any], key: str, where: str) -> int:
     value = _need(hf, key, where)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CheckpointError(f"{where}: config.json '{key}' is {value!r}, not an integer")
+        raise CheckpointError(f"{where}: config.json '{key}' is {shown(value)}, not an integer")
     return value
 
 
-def _float(hf: dict[str, Any], key: str, default: float) -> float:
+def _float(hf: dict[str, Any], key: str, default: float, where: str) -> float:
     value = hf.get(key)
-    return default if value is None else float(value)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) < float("inf"):
+        raise CheckpointError(f"{where}: config.json '{key}' is {shown(value)}, not a finite number")
+    return float(value)
+
+
+def _text(hf: dict[str, Any], key: str, default: str, where: str) -> str:
+    value = hf.get(key, default)
+    if not isinstance(value, str):
+        raise CheckpointError(f"{where}: config.json '{key}' is {shown(value)}, not a string")
+    return value
 
 
 def family_of(hf: dict[str, Any], where: str) -> str:
     """llama or gpt2, from model_type and architectures; anything else is refused."""
     model_type = hf.get("model_type")
-    architectures = hf.get("architectures") or []
+    if model_type is not None and not isinstance(model_type, str):
+        raise CheckpointError(f"{where}: config.json 'model_type' is {shown(model_type)}, not a string")
+    listed = hf.get("architectures")
+    architectures = [a for a in listed if isinstance(a, str)] if isinstance(listed, list) else []
     for family, architecture in ARCHITECTURES.items():
         if model_type == MODEL_TYPES[family]:
             if architectures and architecture not in architectures:
                 raise CheckpointError(
-                    f"{where}: unsupported architecture {architectures[0]} (supported: LlamaForCausalLM, GPT2LMHeadModel)"
+                    f"{where}: unsupported architecture {shown(architectures[0])} "
+                    "(supported: LlamaForCausalLM, GPT2LMHeadModel)"
                 )
             return family
     named = architectures[0] if architectures else model_type
     raise CheckpointError(
-        f"{where}: unsupported architecture {named!r} (supported: LlamaForCausalLM, GPT2LMHeadModel)"
+        f"{where}: unsupported architecture {shown(named)} (supported: LlamaForCausalLM, GPT2LMHeadModel)"
     )
 
 
@@ -195,21 +211,25 @@ def _llama_rope_base(hf: dict[str, Any], refusal: _Refusal) -> float:
     rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
     if scaling or rope_type != "default":
         kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else rope_type
-        raise refusal.unsupported(f"RoPE scaling {kind!r}")
+        raise refusal.unsupported(f"RoPE scaling {shown(kind)}")
     theta = rope.get("rope_theta") if isinstance(rope, dict) else None
-    return float(theta if theta is not None else hf.get("rope_theta", 10000.0))
+    if theta is None:
+        return _float(hf, "rope_theta", 10000.0, refusal.where)
+    return _float({"rope_parameters.rope_theta": theta}, "rope_parameters.rope_theta", 10000.0, refusal.where)
 
 
 def _llama_settings(hf: dict[str, Any], refusal: _Refusal) -> dict[str, Any]:
     where = refusal.where
     heads = _int(hf, "num_attention_heads", where)
     width = _int(hf, "hidden_size", where)
-    kv_heads = hf.get("num_key_value_heads") or heads
-    head_dim = hf.get("head_dim") or width // heads
+    kv_heads = _int(hf, "num_key_value_heads", where) if hf.get("num_key_value_heads") else heads
+    if heads < 1:
+        raise CheckpointError(f"{where}: config.json 'num_attention_heads' is {heads}, not a positive integer")
+    head_dim = _int(hf, "head_dim", where) if hf.get("head_dim") else width // heads
     if head_dim * heads != width:
         raise refusal.unsupported(f"head_dim {head_dim} × {heads} heads is not hidden_size {width}")
-    if hf.get("hidden_act", "silu") != "silu":
-        raise refusal.unsupported(f"hidden_act {hf.get('hidden_act')!r} (only silu)")
+    if _text(hf, "hidden_act", "silu", where) != "silu":
+        raise refusal.unsupported(f"hidden_act {shown(hf.get('hidden_act'))} (only silu)")
     if hf.get("attention_bias") or hf.get("mlp_bias"):
         raise refusal.unsupported("attention or MLP biases")
     rope_base = _llama_rope_base(hf, refusal)
@@ -221,7 +241,7 @@ def _llama_settings(hf: dict[str, Any], refusal: _Refusal) -> dict[str, Any]:
         "layers": _int(hf, "num_hidden_layers", where),
         "context": _int(hf, "max_position_embeddings", where),
         "rope_base": rope_base,
-        "norm_eps": _float(hf, "rms_norm_eps", 1e-6),
+        "norm_eps": _float(hf, "rms_norm_eps", 1e-6, where),
     }
 
 
@@ -229,9 +249,9 @@ def _gpt2_settings(hf: dict[str, Any], refusal: _Refusal) -> dict[str, Any]:
     where = refusal.where
     width = _int(hf, "n_embd", where)
     heads = _int(hf, "n_head", where)
-    activation = hf.get("activation_function", "gelu_new")
+    activation = _text(hf, "activation_function", "gelu_new", where)
     if activation not in GELU_FROM_HF:
-        raise refusal.unsupported(f"activation_function {activation!r} (only gelu_new, gelu_pytorch_tanh, gelu)")
+        raise refusal.unsupported(f"activation_function {shown(activation)} (only gelu_new, gelu_pytorch_tanh, gelu)")
     if not hf.get("scale_attn_weights", True) or hf.get("scale_attn_by_inverse_layer_idx"):
         raise refusal.unsupported("attention scaling other than 1/sqrt(head_dim)")
     if hf.get("add_cross_attention"):
@@ -240,10 +260,10 @@ def _gpt2_settings(hf: dict[str, Any], refusal: _Refusal) -> dict[str, Any]:
         "width": width,
         "heads": heads,
         "kv_heads": heads,
-        "ffn": hf.get("n_inner") or 4 * width,
+        "ffn": _int(hf, "n_inner", where) if hf.get("n_inner") else 4 * width,
         "layers": _int(hf, "n_layer", where),
         "context": _int(hf, "n_positions", where),
-        "norm_eps": _float(hf, "layer_norm_epsilon", 1e-5),
+        "norm_eps": _float(hf, "layer_norm_epsilon", 1e-5, where),
         "gelu_approximation": GELU_FROM_HF[activation],
     }
 

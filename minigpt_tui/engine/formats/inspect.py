@@ -9,9 +9,8 @@ metadata, so grouping them by meaning needs no tensor data either.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.core.files import path_exists, require_file_or_folder
@@ -24,7 +23,7 @@ from minigpt_tui.engine.formats.checkpoint_folder import (
 from minigpt_tui.engine.formats.checkpoint_folder import (
     TRAINING_STATE_FORMAT as STATE_FORMAT,
 )
-from minigpt_tui.engine.formats.foreign import inspect_foreign, read_foreign_tensor
+from minigpt_tui.engine.formats.foreign import foreign_tensor_file, inspect_foreign, read_foreign_tensor
 from minigpt_tui.engine.formats.inspection import (
     CHECKPOINT_DIR,
     MAX_BINS,
@@ -35,7 +34,6 @@ from minigpt_tui.engine.formats.inspection import (
     FileSummary,
     Inspection,
     InspectionKind,
-    TensorRead,
 )
 from minigpt_tui.engine.formats.portable import FORMAT_NAME as MODEL_FORMAT
 from minigpt_tui.engine.formats.portable import MODEL_FILE
@@ -47,16 +45,13 @@ from minigpt_tui.engine.formats.safetensors_read import (
     RECORD_DEPTH,
     Header,
     read_header,
-    read_tensor,
 )
 from minigpt_tui.engine.formats.state_groups import (
     InspectionState,
     StateGroup,
     group_of,
 )
-
-if TYPE_CHECKING:
-    import torch
+from minigpt_tui.engine.formats.streamed_statistics import Going, TensorSource, file_source, summarise, tensor_source
 
 
 def _records(header: Header) -> dict[str, Any]:
@@ -238,102 +233,33 @@ def _locate(path: Path, name: str) -> tuple[Path, Header]:
     raise CheckpointError(f"{folder}: no tensor named '{name}'")
 
 
-def _read_own(path: Path, name: str) -> TensorRead:
+def _own_source(path: Path, name: str) -> TensorSource:
     """A tensor of a safetensors file or of our checkpoint folder: header, then its bytes alone."""
     file_path, header = _locate(path, name)
     bare = name.partition(":")[2] if ":" in name and not header.has(name) else name
-    entry = header.entry(bare)
-    tensor = read_tensor(file_path, bare, header)
-    return TensorRead(file_path, bare, entry.dtype, entry.shape, tensor, entry.nbytes)
+    return file_source(file_path, header, bare)
 
 
-def read_one_tensor(path: Path | str, name: str) -> TensorRead:
+def _source(path: Path | str, name: str) -> TensorSource:
     """The tensor named ``name`` (as ``inspect_path`` lists it, optionally ``FILE:NAME``) of
     anything ``inspect_path`` opens, reading as little as the format allows."""
     path = Path(path).expanduser()
     if not path.exists():
         raise CheckpointError(f"no such file or folder: {path}")
-    foreign = read_foreign_tensor(path, name)  # transformers folders and indexes, .pt/.pth pickles
-    return foreign if foreign is not None else _read_own(path, name)
+    shard = foreign_tensor_file(path, name)  # a transformers folder's safetensors shard: read piece by piece
+    if shard is not None:
+        return file_source(*shard)
+    foreign = read_foreign_tensor(path, name)  # .pt/.pth pickles (mapped), GGUF files, pickled folders
+    if foreign is None:
+        return _own_source(path, name)
+    return tensor_source(foreign.file, foreign.name, foreign.dtype, foreign.shape, foreign.tensor, foreign.bytes_read)
 
 
-def tensor_statistics(path: Path | str, name: str, bins: int = 20) -> dict[str, Any]:
+def tensor_statistics(path: Path | str, name: str, bins: int = 20, going: Going | None = None) -> dict[str, Any]:
     """min, max, mean, std (population), zero fraction and a histogram of one tensor,
-    reading that tensor's bytes alone (a pickle is memory-mapped, not read whole)."""
+    reading that tensor's bytes alone, in bounded pieces (a pickle is memory-mapped, not read
+    whole). ``going(fraction done)`` is asked between pieces of a large tensor; False stops
+    it (StatisticsStopped)."""
     if not 1 <= bins <= MAX_BINS:
         raise CheckpointError(f"bins must be between 1 and {MAX_BINS:,}, got {bins}")
-    return statistics_of(read_one_tensor(path, name), bins)
-
-
-def statistics_of(read: TensorRead, bins: int = 20) -> dict[str, Any]:
-    """The statistics ``tensor_statistics`` reports, of a tensor already read."""
-    import torch  # deferred: imports torch
-
-    tensor = read.tensor
-    values = _flat_float64(tensor)
-    count = values.numel()
-    # NaN and infinities show in min/max, so one cheap reduction tells whether to mask.
-    extremes = [float(v) for v in torch.aminmax(values)] if count else [0.0, 0.0]
-    nonfinite, nan, finite = _finite_part(values, extremes)
-    result: dict[str, Any] = {
-        "file": str(read.file),
-        "name": read.name,
-        "dtype": read.dtype,
-        "shape": list(read.shape),
-        "elements": count,
-        "bytes_read": read.bytes_read,
-        "nan": nan,
-        "inf": nonfinite - nan,
-        # complex values are summarised by their magnitudes |z|; every other dtype by its values
-        "of": "magnitudes |z|" if tensor.is_complex() else "values",
-    }
-    if finite.numel() == 0:
-        result.update(min=None, max=None, mean=None, std=None, zero_fraction=None, histogram={"edges": [], "counts": []})
-        return result
-    low, high = extremes if finite is values else [float(v) for v in torch.aminmax(finite)]
-    mean = float(finite.mean())
-    std = float(finite.std(correction=0)) if finite.numel() > 1 else 0.0
-    counts, edges = _histogram(finite, low, high, bins)
-    result.update(
-        min=low,
-        max=high,
-        mean=mean,
-        std=std,
-        zero_fraction=float((values == 0).sum()) / count,
-        histogram={"edges": edges, "counts": [int(c) for c in counts.tolist()]},
-    )
-    return result
-
-
-def _flat_float64(tensor: "torch.Tensor") -> "torch.Tensor":
-    """The tensor's values as one float64 row (complex ones by magnitude; uint64 through
-    numpy, which torch cannot convert)."""
-    import torch  # deferred: imports torch
-
-    if tensor.dtype == torch.uint64:
-        return torch.from_numpy(tensor.numpy().astype("float64")).reshape(-1)
-    if tensor.is_complex():
-        return tensor.abs().to(torch.float64).reshape(-1)
-    return tensor.to(torch.float64).reshape(-1)
-
-
-def _finite_part(values: "torch.Tensor", extremes: list[float]) -> tuple[int, int, "torch.Tensor"]:
-    """(non-finite count, NaN count, the finite values); masks only when min or max is not finite."""
-    import torch  # deferred: imports torch
-
-    if all(math.isfinite(v) for v in extremes):
-        return 0, 0, values
-    finite_mask = torch.isfinite(values)
-    nonfinite = values.numel() - int(finite_mask.sum())
-    nan = int(torch.isnan(values).sum())
-    return nonfinite, nan, values[finite_mask]
-
-
-def _histogram(finite: "torch.Tensor", low: float, high: float, bins: int) -> tuple["torch.Tensor", list[float]]:
-    """Counts and bin edges over [low, high]; one bin holding everything when all are equal."""
-    import torch  # deferred: imports torch
-
-    if high > low:
-        return torch.histc(finite, bins=bins, min=low, max=high), [low + (high - low) * i / bins for i in range(bins + 1)]
-    return torch.tensor([float(finite.numel())]), [low, high]
-
+    return summarise(_source(path, name), bins, going)

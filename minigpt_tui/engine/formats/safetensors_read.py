@@ -160,10 +160,12 @@ def header_from_buffer(path: Path | str, buffer: bytes | bytearray | memoryview)
 
 def _check_header_length(path: Path, declared: int, size: int) -> None:
     if declared > MAX_HEADER_BYTES:
+        # The number is not shown: read from a file of another kind (text, a link to a
+        # system file), it would echo that file's first 8 bytes.
         raise InvalidSafetensors(
             path,
             Violation.HEADER_TOO_LARGE,
-            f"the header length {declared} exceeds the limit of {MAX_HEADER_BYTES} bytes",
+            f"its first 8 bytes are no header length (over the limit of {MAX_HEADER_BYTES:,} bytes)",
         )
     if 8 + declared > size:
         raise InvalidSafetensors(

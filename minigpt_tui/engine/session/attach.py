@@ -37,6 +37,7 @@ from minigpt_tui.engine.session.events import (
 )
 from minigpt_tui.engine.session.history import HistoricEvaluation, HistoricUpdate
 from minigpt_tui.engine.session.run_control import (
+    LIVE_FILE,
     UNREADABLE,
     LiveState,
     TailReader,
@@ -77,6 +78,13 @@ def _count(record: Any, key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
+def live_or_missing(run_dir: Path) -> LiveState:
+    """The run's live state; a missing live.json reads as a live state that cannot be read
+    (the writer may not have made it yet, or it was removed), never as the run's end."""
+    live = read_live(run_dir)
+    return live if live is not None else LiveState(UNREADABLE, 0, 0, False, reason=f"{LIVE_FILE} is missing")
+
+
 def attached_config(run_dir: Path) -> Any:
     """The run config of a run folder (refused in one line when it is not a run)."""
     run_dir = Path(run_dir)
@@ -108,6 +116,8 @@ class RunFollower:
         self._best_step: int | None = None
         self._best_validation: float | None = None
         self._last_step = 0  # the last update the metrics file holds
+        self._plan: int | None = None  # the run's planned updates: a record beyond them is ignored
+        self._outside_noted = False  # a record outside the plan was noted once
         self.live: LiveState | None = None  # as last read by the worker (the screen reads this, not the file)
 
     # -- the screen's side (any thread) --------------------------------------------------------
@@ -133,25 +143,37 @@ class RunFollower:
         steps = config.train.steps
         self._sink(self._summary(config))
         self._checkpoints = set(self._checkpoint_names())
+        live = self.live = live_or_missing(self.run_dir)
+        self._follow_plan(steps, live)
         self._emit_metrics(steps)  # the history so far
-        live = self.live = read_live(self.run_dir)
         state = self._announce_start(live, steps)
         while True:
             if self._finish_if_ended(state, live):
                 return
             if self._detached.wait(self.interval):
                 return
+            live = self.live = live_or_missing(self.run_dir)
+            self._follow_plan(steps, live)
             self._emit_metrics(steps)
             self._emit_saves()
-            live = self.live = read_live(self.run_dir)
-            new_state = live.state if live is not None else "ended"
-            if new_state != state and live is not None:
-                self._report_change(state, new_state, live)
-            state = new_state
+            if live.state != state:
+                self._report_change(state, live.state, live)
+            state = live.state
+
+    def _follow_plan(self, steps: int, live: LiveState) -> None:
+        """The updates the run plans: its config's, or more when its writer says so (a
+        resume that extends it)."""
+        self._plan = max(steps, live.steps if live.state != UNREADABLE else 0, self._plan or 0)
+
+    def _live_step(self, live: LiveState | None) -> int:
+        """The update live.json names, when it lies within the run's plan (else 0)."""
+        if live is None or (self._plan is not None and live.step > self._plan):
+            return 0
+        return live.step
 
     def _announce_start(self, live: LiveState | None, steps: int) -> str:
         """The run's start (and its pause, or an unreadable live state) as first read; its state."""
-        start = max(self._last_step, live.step if live is not None else 0)
+        start = max(self._last_step, self._live_step(live))
         self._sink(RunStarted({}, start, steps))
         state = live.state if live is not None else "ended"
         if state == "paused":
@@ -165,15 +187,15 @@ class RunFollower:
         if new_state == UNREADABLE:  # the run may well go on: never read as its end
             self._sink(Refused("live status", f"{live.text}; still following {self.run_dir.name}"))
         elif new_state == "paused":
-            self._sink(Paused(max(live.step, self._last_step)))
+            self._sink(Paused(max(self._live_step(live), self._last_step)))
         elif new_state == "running" and state == "paused":
-            self._sink(Resumed(max(live.step, self._last_step)))
+            self._sink(Resumed(max(self._live_step(live), self._last_step)))
 
     def _finish_if_ended(self, state: str, live: LiveState | None) -> bool:
         if state not in ENDED_STATES:
             return False
         self._emit_metrics(0)
-        step = max(self._last_step, live.step if live is not None else 0)
+        step = max(self._last_step, self._live_step(live))
         reason = FinishReason.COMPLETED if state == "finished" else FinishReason.STOPPED
         if state == "failed":
             self._sink(Failed(f"the run {self.run_dir.name} failed in the process that trained it"))
@@ -188,8 +210,15 @@ class RunFollower:
                 self._emit_record(record, steps)
 
     def _emit_record(self, record: dict[str, Any], steps: int) -> None:
-        """One metrics record with a valid step: an update or an evaluation as its event."""
+        """One metrics record with a valid step: an update or an evaluation as its event; a
+        step beyond the run's plan is ignored (noted once), never taken as the run's end."""
         step = record["step"]
+        if self._plan is not None and step > self._plan:
+            if not self._outside_noted:
+                self._outside_noted = True
+                self._sink(Refused("metrics", f"a metrics.jsonl record at update {step:,} lies outside the run's "
+                                              f"plan of {self._plan:,} updates; such records are ignored"))
+            return
         if record.get("kind") == "update":
             self._last_step = max(self._last_step, step)
             scale = _finite(record.get("loss_scale"))

@@ -220,6 +220,9 @@ class Refused:
     message: str
 
 
+KEPT_FILES = "kept files"  # a Refused notice: a checkpoint folder kept because it holds a user's files
+
+
 class FinishReason(enum.StrEnum):
     COMPLETED = "completed"  # the schedule (or --until) is done
     STOPPED = "stopped"  # a stop command or a signal
@@ -250,5 +253,8 @@ def report_failures(work: Callable[[], Any], sink: EventSink) -> None:
         work()
     except MiniGPTError as err:
         sink(Failed(str(err)))
-    except Exception as err:  # noqa: BLE001 - a worker must report, never die silently
-        sink(Failed(f"{type(err).__name__}: {err}"))
+    except BaseException as err:  # noqa: BLE001 - a worker must report, never die silently
+        if isinstance(err, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
+        # a library's panic is a BaseException and may print a page: its first line only
+        sink(Failed(f"{type(err).__name__}: {next(iter(str(err).splitlines()), '')}"))

@@ -18,7 +18,7 @@ from minigpt_tui.engine.analysis.generation_rule import (
     GenerationRule,
 )
 from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.core.files import write_file
+from minigpt_tui.engine.core.files import refuse_inside_checkpoint, write_file
 from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR, latest_checkpoint
 from minigpt_tui.engine.session.inputs import parse_number
 from minigpt_tui.engine.session.insight import (
@@ -132,32 +132,10 @@ def parse_settings(prompt: str, kind: str, temperature: str, top_k: str, top_p: 
 
 
 # -- typed views of decisions (worker thread) -------------------------------------------------
-def _vector(decision: Any, *names: str) -> Any:
-    for name in names:
-        value = getattr(decision, name, None)
-        if value is not None:
-            return value
-    return None
-
-
 def _candidate(candidate: Any, *, chosen: bool, rule_choice: bool) -> CandidateView:
     return CandidateView(candidate.rank, candidate.id, candidate.piece.text, float(candidate.logit),
                          float(candidate.raw_probability), float(candidate.selection_probability),
                          bool(candidate.eligible), chosen, rule_choice)
-
-
-def _candidate_from_vectors(decision: Any, token_id: int, tokenizer: Any, *, chosen: bool,
-                            rule_choice: bool) -> CandidateView:
-    import torch  # deferred: imports torch
-
-    logits = decision.logits.to(torch.float64)
-    raw = torch.softmax(logits, dim=-1)
-    selection = _vector(decision, "selection_probabilities", "selection")
-    value = logits[token_id]
-    rank = int((logits > value).sum()) + int((logits[:token_id] == value).sum()) + 1
-    return CandidateView(rank, token_id, tokenizer.piece_text(token_id), float(value), float(raw[token_id]),
-                         float(selection[token_id]) if selection is not None else 0.0,
-                         bool(decision.eligible[token_id]), chosen, rule_choice)
 
 
 def _candidate_rows(decision: Any, tokenizer: Any) -> list[CandidateView]:
@@ -166,16 +144,13 @@ def _candidate_rows(decision: Any, tokenizer: Any) -> list[CandidateView]:
     chosen_id, rule_id = decision.chosen.id, decision.rule_choice
     rows = [_candidate(c, chosen=c.id == chosen_id, rule_choice=c.id == rule_id) for c in decision.alternatives]
     listed = {row.id for row in rows}
-    if chosen_id not in listed:
-        rows.append(_candidate(decision.chosen, chosen=True, rule_choice=chosen_id == rule_id))
-        listed.add(chosen_id)
-    if rule_id not in listed:
-        rows.append(_candidate_from_vectors(decision, rule_id, tokenizer, chosen=False, rule_choice=True))
-        listed.add(rule_id)
+    for candidate in (decision.chosen, decision.rule_candidate):
+        if candidate.id not in listed:
+            rows.append(_candidate(candidate, chosen=candidate.id == chosen_id, rule_choice=candidate.id == rule_id))
+            listed.add(candidate.id)
     # Ineligible ids (BOS, forbidden ids) are listed wherever they rank, to show what is excluded.
-    for token_id in [int(i) for i in (~decision.eligible).nonzero().flatten().tolist()][:MAX_INELIGIBLE_ROWS]:
-        if token_id not in listed:
-            rows.append(_candidate_from_vectors(decision, token_id, tokenizer, chosen=False, rule_choice=False))
+    excluded = [i for i in decision.ineligible_ids[:MAX_INELIGIBLE_ROWS] if i not in listed]
+    rows.extend(_candidate(c, chosen=False, rule_choice=False) for c in decision.candidates_for(excluded, tokenizer))
     rows.sort(key=lambda row: row.rank)
     return rows
 
@@ -193,8 +168,6 @@ def decision_view(decision: Any, tokenizer: Any) -> DecisionView:
     chosen_id, rule_id = decision.chosen.id, decision.rule_choice
     rows = _candidate_rows(decision, tokenizer)
     by_id = {row.id: row for row in rows}
-    selection = _vector(decision, "selection_probabilities", "selection")
-    retained = int((selection > 0).sum()) if selection is not None else 0
     attention = _attention_view(decision)
     return DecisionView(
         step=decision.step,
@@ -204,8 +177,8 @@ def decision_view(decision: Any, tokenizer: Any) -> DecisionView:
         forced=bool(decision.forced),
         draw=decision.draw,
         entropy=float(decision.entropy),
-        retained=retained,
-        eligible_count=int(decision.eligible.sum()),
+        retained=decision.retained_count,
+        eligible_count=decision.eligible_count,
         candidates=tuple(rows),
         attention=attention,
     )
@@ -214,6 +187,15 @@ def decision_view(decision: Any, tokenizer: Any) -> DecisionView:
 def _output_view(output: dict[str, Any]) -> OutputView:
     return OutputView(tuple(output["generated_ids"]), bytes(output["generated_bytes"]),
                       bool(output["valid_utf8"]), str(output["display"]), bool(output["ended_with_eos"]))
+
+
+def _has_checkpoint(checkpoints: Path) -> bool:
+    """A run's checkpoints folder holds one; False when it cannot be read (one unreadable
+    run never hides the others' suggestion)."""
+    try:
+        return latest_checkpoint(checkpoints) is not None
+    except OSError:
+        return False
 
 
 class GenerationSession:
@@ -253,7 +235,7 @@ class GenerationSession:
         """``RUN:latest`` for the newest run that has a checkpoint; None when there is none
         or the runs directory cannot be read."""
         try:
-            runs = [r for r in list_runs(self.runs_dir) if latest_checkpoint(r.checkpoints)]
+            runs = [r for r in list_runs(self.runs_dir) if _has_checkpoint(r.checkpoints)]
             if not runs:
                 return None
             newest = max(runs, key=lambda r: (r.path.stat().st_mtime, r.name))
@@ -384,9 +366,11 @@ class GenerationSession:
             del self._opinions[stale]
         return tuple(opinions)
 
-    def save_trace(self, target: Path) -> Path:
+    def save_trace(self, target: Path, full_logits: bool = False) -> Path:
+        """The trace as ``generate --json`` writes it (``full_logits`` as ``--full-logits``)."""
+        refuse_inside_checkpoint(target, "trace")
         stepper = self._require()
-        trace = stepper.trace(self.model_path)
+        trace = stepper.trace(self.model_path, full_logits=full_logits)
         text = json.dumps(trace, indent=1, ensure_ascii=False) + "\n"
         return write_file(target, text.encode("utf-8"), what="trace", how_to_replace=None)  # the app has no --force
 

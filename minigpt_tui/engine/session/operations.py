@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from minigpt_tui.engine.core.errors import GenerationError, MiniGPTError
+from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.session import patching
 from minigpt_tui.engine.session.generation import GenerationSession, GenerationSettings, StepperView
 from minigpt_tui.engine.session.head_role_view import HeadRolesView, head_roles_view
@@ -28,6 +28,7 @@ from minigpt_tui.engine.session.patching import (
     PatchRequest,
 )
 from minigpt_tui.engine.session.text_scores import TextScoresView, read_text_file, score_for_view, screen_text
+from minigpt_tui.engine.session.worker_failures import failure_line, passes_on
 
 # updated(view, note, select): select is the decision to show, None to keep the current one
 Updated = Callable[[StepperView | None, str | None, int | None], None]
@@ -47,13 +48,13 @@ class Operation:
     # A long operation that shows what it has done so far and can be stopped: its ``run``
     # also takes ``going()``, which shows the progress now and then and says whether to go on.
     reports: bool = False
+    subject: str | None = None  # the file it opens, named when it fails in an unexpected way
 
 
-def failure_reason(err: MiniGPTError | OSError) -> str:
-    """One line for an operation that failed: the engine's message, or the file and the OS's words."""
-    if isinstance(err, MiniGPTError):
-        return str(err)
-    return f"{getattr(err, 'filename', '') or ''} {err.strerror or err}".strip()
+def failure_reason(err: BaseException, subject: str | None = None) -> str:
+    """One line for an operation that failed: the engine's message, the file and the OS's
+    words, or an unexpected failure named by its type (and the file it was opening)."""
+    return failure_line(err, subject)
 
 
 class OperationQueue:
@@ -109,11 +110,16 @@ class OperationQueue:
                 else:
                     note = operation.run(session)
                 view = session.view() if session.stepper is not None else None
-            except (MiniGPTError, OSError) as err:
+            except BaseException as err:  # noqa: BLE001 - any failure is reported; the queue goes on
+                if passes_on(err):
+                    with self._lock:
+                        self._items.clear()
+                        self._draining = False
+                    raise
                 with self._lock:
                     dropped = len(self._items)
                     self._items.clear()
-                failed(failure_reason(err), operation.what, dropped)
+                failed(failure_reason(err, operation.subject), operation.what, dropped)
                 continue
             finally:
                 with self._lock:
@@ -169,7 +175,7 @@ class OperationQueue:
             session.configure(settings)
             return loaded
 
-        return Operation("load", load, loads_model=True)
+        return Operation("load", load, loads_model=True, subject=spec)
 
     def start(self, settings: GenerationSettings, *, force_reset: bool = False) -> Operation | None:
         """A fresh stepper with ``settings``, or None when they are the ones applied already
@@ -208,7 +214,7 @@ def second_model(spec: str | None) -> Operation:
         session.load_second(spec)
         return "second model removed" if spec is None else f"second model: {session.second_path}"
 
-    return Operation("second model", load, select="keep")
+    return Operation("second model", load, select="keep", subject=spec)
 
 
 def inspect(step: int, layer: int, head: int, candidate_id: int | None,
@@ -239,8 +245,9 @@ def _patching(work: Callable[[GenerationSession], None], refused: Callable[[str]
             work(session)
         except patching.PatchingStopped:
             return "patching stopped"
-        except (MiniGPTError, OSError) as err:
-            refused(failure_reason(err))
+        except BaseException as err:  # noqa: BLE001 - the dialog hears every failure; the queue reports it
+            if not passes_on(err):
+                refused(failure_reason(err))
             raise
         return None
 

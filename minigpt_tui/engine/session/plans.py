@@ -40,6 +40,7 @@ from minigpt_tui.engine.session.runs import (
     RunLock,
     lock_rank,
     owning_run,
+    refuse_if_in_use,
     resolve_model_file,
 )
 from minigpt_tui.engine.session.watching import PROMPTS, corpus_prompts
@@ -411,10 +412,12 @@ def _fitted_window(config: RunConfig, model: ModelConfig, spec: str, chosen: Cal
 
 def _prepare_resume(plan: ResumeRun, progress: Progress | None = None) -> PreparedRun:
     folder = Path(plan.checkpoint)
+    writer = plan.parallel is None or plan.parallel.world.is_writer
+    if writer and not plan.fork:  # a run another process trains is refused before its manifest is read
+        refuse_if_in_use(folder)  # (its retention may remove the folder at any moment)
     run = owning_run(folder, fork=plan.fork)  # None: a new run folder once the restore succeeds
     # The run is held before its checkpoint is read, so a second writer is refused at once
     # (by rank 0 alone when several processes train: one writer per run).
-    writer = plan.parallel is None or plan.parallel.world.is_writer
     lock = run.lock() if run is not None and writer else None
     try:
         return _restore_into(plan, folder, run, lock, progress)

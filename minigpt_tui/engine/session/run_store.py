@@ -5,23 +5,26 @@ relative to the runs directory. No torch, no numpy (the app's first frame lists 
 
 from __future__ import annotations
 
+import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
-from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR, list_checkpoints
+from minigpt_tui.engine.core.files import remove_files_then_folder
+from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR, checkpoint_own_files, list_checkpoints
 from minigpt_tui.engine.session.run_control import CONTROL_FILE, LIVE_FILE, read_live
+from minigpt_tui.engine.session.tensorboard import EVENT_FILE_PREFIX, RUN_SUBFOLDER
 from minigpt_tui.engine.session.runs import (
     LOCK_FILE,
     RUN_FILE,
+    RunDirectory,
     check_run_name,
     checkpoint_target,
     disk_use,
-    list_runs,
     lock_run,
     resolve_checkpoint,
+    run_folders,
 )
 
 
@@ -47,6 +50,7 @@ class RunListing:
     preset: str | None = None
     live: bool = False  # a trainer is writing it now (it listens to its control file)
     changed_at: float = 0.0  # when its config, metrics or a checkpoint last changed (seconds since the epoch)
+    unreadable: str | None = None  # why the run (or its checkpoints) could not be read, if so
 
     @property
     def complete_checkpoints(self) -> int:
@@ -75,6 +79,34 @@ def vanished_checkpoint(opened: Path, listings: tuple[RunListing, ...]) -> Vanis
     return VanishedCheckpoint(run, int(match.group(1)))
 
 
+def _run_listing(run: RunDirectory) -> RunListing:
+    """One run's listing (OSError when its checkpoints folder cannot be read)."""
+    infos = list_checkpoints(run.checkpoints, include_incomplete=True)
+    complete = [info for info in infos if info.complete]
+    best_step = complete[-1].best_step if complete else None
+    checkpoints = tuple(
+        CheckpointListing(info.path, info.step, info.complete, info.reason,
+                          best_step is not None and info.step == best_step)
+        for info in infos
+    )
+    try:
+        preset = str(run.read_json("config.json").get("preset"))
+    except (OSError, ValueError, AttributeError):
+        preset = None
+    try:
+        size = disk_use(run.path)
+    except OSError:
+        size = 0
+    live = read_live(run.path)
+    return RunListing(run.name, run.path, size, checkpoints, preset,
+                      live is not None and live.listening, _changed_at(run.path, checkpoints))
+
+
+def _unreadable_listing(path: Path, err: OSError) -> RunListing:
+    reason = (err.strerror or type(err).__name__).lower()
+    return RunListing(path.name, path, 0, (), unreadable=f"unreadable: {reason}")
+
+
 @dataclass(frozen=True)
 class RunStore:
     root: Path
@@ -87,29 +119,16 @@ class RunStore:
             return str(path)
 
     def scan(self) -> tuple[RunListing, ...]:
-        """Every run with its checkpoints and disk use (OSError when the folder is unreadable)."""
-        listings = []
-        for run in list_runs(self.root):
-            infos = list_checkpoints(run.checkpoints, include_incomplete=True)
-            complete = [info for info in infos if info.complete]
-            best_step = complete[-1].best_step if complete else None
-            checkpoints = tuple(
-                CheckpointListing(info.path, info.step, info.complete, info.reason,
-                                  best_step is not None and info.step == best_step)
-                for info in infos
-            )
+        """Every run with its checkpoints and disk use, a run that cannot be read as a listing
+        that says why (OSError only when the runs folder itself is unreadable)."""
+        runs, unreadable = run_folders(self.root)
+        listings = [_unreadable_listing(path, err) for path, err in unreadable]
+        for run in runs:
             try:
-                preset = str(run.read_json("config.json").get("preset"))
-            except (OSError, ValueError, AttributeError):
-                preset = None
-            try:
-                size = disk_use(run.path)
-            except OSError:
-                size = 0
-            live = read_live(run.path)
-            listings.append(RunListing(run.name, run.path, size, checkpoints, preset,
-                                       live is not None and live.listening, _changed_at(run.path, checkpoints)))
-        return tuple(listings)
+                listings.append(_run_listing(run))
+            except OSError as err:
+                listings.append(_unreadable_listing(run.path, err))
+        return tuple(sorted(listings, key=lambda listing: listing.name))
 
     def resolve(self, spec: str) -> Path:
         """A checkpoint folder from a path or ``RUN``, ``RUN:latest``, ``RUN:best``, ``RUN:STEP``."""
@@ -142,15 +161,16 @@ class RunStore:
             raise ConfigError(f"{run_path} is not a run folder of {self.root}")
         foreign = foreign_run_files(run_path)
         if foreign:
-            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-            raise RunStoreError(f"{run_path.name} holds files minigpt-tui did not write ({shown}): "
+            raise RunStoreError(f"{run_path.name} holds files minigpt-tui did not write ({_listed(foreign)}): "
                                 "move them out of the run folder first; nothing was deleted")
         with lock_run(run_path):  # refused, naming the holder, while another process trains it
-            pass
-        try:
-            shutil.rmtree(run_path)
-        except OSError as err:
-            raise RunStoreError(f"cannot delete {run_path.name}: {err.strerror or err}") from None
+            try:
+                left = remove_run_files(run_path)
+            except OSError as err:
+                raise RunStoreError(f"cannot delete {run_path.name}: {err.strerror or err}") from None
+        if left:  # a user's file arrived after the check above: it stays, with the folders around it
+            raise RunStoreError(f"{run_path.name}: minigpt-tui's files were deleted, but the folder stays: it holds "
+                                f"files minigpt-tui did not write ({_listed(left)})")
 
 
 # Files of a run folder named where no module owns the name (the others come from their owners).
@@ -163,32 +183,98 @@ def run_files() -> frozenset[str]:
     return OTHER_RUN_FILES | {RUN_FILE, LOCK_FILE, CONTROL_FILE, LIVE_FILE}
 
 
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
 def foreign_run_files(run_path: Path) -> list[str]:
-    """Names in a run folder (and its ``checkpoints/``) that minigpt-tui does not write."""
+    """Names in a run folder (its ``checkpoints/``, each checkpoint folder and its
+    ``tensorboard/``) that minigpt-tui does not write."""
     try:
-        return _foreign_top_names(run_path) + _foreign_checkpoint_names(run_path / "checkpoints")
+        return (_foreign_top_names(run_path) + _foreign_checkpoint_names(run_path / "checkpoints")
+                + _foreign_event_names(run_path / RUN_SUBFOLDER))
     except OSError:
         return []
 
 
+def _is_run_file(name: str) -> bool:
+    """A top-level name of a run folder that minigpt-tui writes (or its temporary)."""
+    ours = run_files()
+    return (name in ours or any(name.startswith(f".{own}.") for own in ours)
+            or re.fullmatch(r"\.lock-rank-\d+", name) is not None)
+
+
 def _foreign_top_names(run_path: Path) -> list[str]:
     """Top-level names of a run folder that minigpt-tui does not write."""
-    ours = run_files()
-    return [p.name for p in sorted(run_path.iterdir())
-            if p.name not in ours and not any(p.name.startswith(f".{name}.") for name in ours)
-            and not re.fullmatch(r"\.lock-rank-\d+", p.name)]
+    return [p.name for p in sorted(run_path.iterdir()) if not _is_run_file(p.name)]
+
+
+_CHECKPOINT_FOLDER = re.compile(r"step-\d+|\.step-\d+\..*")
+
+
+def _real_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
 
 
 def _foreign_checkpoint_names(checkpoints: Path) -> list[str]:
-    """What a run's ``checkpoints/`` holds besides step folders (``checkpoints`` itself when
-    it is there but not a real folder)."""
-    step = re.compile(r"step-\d+|\.step-\d+\..*")
-    if checkpoints.is_dir() and not checkpoints.is_symlink():
-        return [f"checkpoints/{p.name}" for p in sorted(checkpoints.iterdir())
-                if not (step.fullmatch(p.name) and p.is_dir() and not p.is_symlink())]
+    """What a run's ``checkpoints/`` holds besides checkpoint folders and their own files
+    (``checkpoints`` itself when it is there but not a real folder)."""
+    if _real_folder(checkpoints):
+        names = []
+        for p in sorted(checkpoints.iterdir()):
+            if not (_CHECKPOINT_FOLDER.fullmatch(p.name) and _real_folder(p)):
+                names.append(f"checkpoints/{p.name}")
+                continue
+            own = checkpoint_own_files(p)
+            names += [f"checkpoints/{p.name}/{q.name}" for q in sorted(p.iterdir()) if not own(q.name) or _real_folder(q)]
+        return names
     if checkpoints.exists():
         return ["checkpoints"]
     return []
+
+
+def _foreign_event_names(events: Path) -> list[str]:
+    """What a run's own ``tensorboard/`` holds besides event files."""
+    if not _real_folder(events):
+        return []
+    return [f"{RUN_SUBFOLDER}/{p.name}" for p in sorted(events.iterdir())
+            if not p.name.startswith(EVENT_FILE_PREFIX) or _real_folder(p)]
+
+
+def remove_run_files(run_path: Path) -> list[str]:
+    """Remove what minigpt-tui wrote in a run folder, file by file (its own files, each
+    checkpoint's own files, its event files), then each folder that leaves empty and the
+    run folder last. Never recursive beyond that layout: returns what stays (relative
+    names: a user's files, and the folders that hold them). OS errors are raised."""
+    left: list[str] = []
+    for name in sorted(os.listdir(run_path)):
+        path = run_path / name
+        if name == "checkpoints" and _real_folder(path):
+            left += _remove_checkpoint_folders(path)
+        elif name == RUN_SUBFOLDER and _real_folder(path):
+            left += [f"{name}/{n}" for n in remove_files_then_folder(path, lambda n: n.startswith(EVENT_FILE_PREFIX))]
+        elif not _is_run_file(name):
+            left.append(name)
+        elif _real_folder(path):  # a hidden work folder of ours (an export being written, say)
+            left += [f"{name}/{n}" for n in remove_files_then_folder(path)]
+        else:
+            path.unlink(missing_ok=True)
+    if not left:
+        remove_files_then_folder(run_path, lambda _name: False)
+    return left
+
+
+def _remove_checkpoint_folders(checkpoints: Path) -> list[str]:
+    left: list[str] = []
+    for name in sorted(os.listdir(checkpoints)):
+        path = checkpoints / name
+        if _CHECKPOINT_FOLDER.fullmatch(name) and _real_folder(path):
+            left += [f"checkpoints/{name}/{n}" for n in remove_files_then_folder(path, checkpoint_own_files(path))]
+        else:
+            left.append(f"checkpoints/{name}")
+    if not left:
+        remove_files_then_folder(checkpoints, lambda _name: False)
+    return left
 
 
 def _changed_at(run_path: Path, checkpoints: tuple[CheckpointListing, ...]) -> float:

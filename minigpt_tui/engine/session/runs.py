@@ -219,6 +219,38 @@ def lock_run(run_path: Path | str) -> RunLock:
     return lock
 
 
+def _in_use(run_path: Path, fd: int) -> RunLocked:
+    """The refusal for a run whose lock (open as ``fd``) another process holds."""
+    return RunLocked(f"run '{run_path.name}' is in use by {_holder_text(fd)}: one process writes to a run at a "
+                     "time; wait for it to finish or stop it")
+
+
+def refuse_if_in_use(checkpoint: Path | str) -> None:
+    """Refuse in one line (RunLocked, naming the holder) a checkpoint folder of a run that
+    another process is writing: that process saves and prunes its checkpoints at any
+    moment, so whatever resolved a moment ago may be gone when it is read. Only looks:
+    takes no lock and writes nothing."""
+    parent = Path(checkpoint).parent
+    run_path = parent.parent
+    if parent.name != "checkpoints" or not (run_path / "config.json").is_file():
+        return
+    try:
+        fd = os.open(run_path / LOCK_FILE, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        fd = None  # no lock file: no process holds the run
+    if fd is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # refused while a writer holds it
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            raise _in_use(run_path, fd) from None
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    _refuse_if_a_rank_lives(run_path)
+
+
 def lock_rank(run_path: Path | str, rank: int) -> RunLock:
     """The lock rank ``rank`` (> 0) of a several-process run holds on the run rank 0 writes."""
     lock = _take_lock(Path(run_path), f"{LOCK_FILE}-rank-{rank}")
@@ -235,12 +267,9 @@ def _take_lock(run_path: Path, name: str) -> RunLock:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _holder_text(fd)
+        refusal = _in_use(run_path, fd)
         os.close(fd)
-        raise RunLocked(
-            f"run '{run_path.name}' is in use by {holder}: one process writes to a run at a time; "
-            "wait for it to finish or stop it"
-        ) from None
+        raise refusal from None
     except OSError as err:
         os.close(fd)
         raise WriteRefused(f"cannot lock the run {run_path}: {err.strerror or err}") from None
@@ -323,12 +352,23 @@ def owning_run(folder: Path, *, fork: bool = False) -> RunDirectory | None:
 
 
 def list_runs(runs_dir: Path) -> list[RunDirectory]:
+    """The runs of ``runs_dir`` by name; a folder that cannot be read is left out."""
+    return run_folders(runs_dir)[0]
+
+
+def run_folders(runs_dir: Path) -> tuple[list[RunDirectory], list[tuple[Path, OSError]]]:
+    """The runs of ``runs_dir`` by name, and the folders that could not be read (one
+    unreadable folder never hides the others), each with its error."""
     if not runs_dir.is_dir():
-        return []
-    return sorted(
-        (RunDirectory(p) for p in runs_dir.iterdir() if p.is_dir() and (p / "config.json").exists()),
-        key=lambda r: r.name,
-    )
+        return [], []
+    runs, unreadable = [], []
+    for path in runs_dir.iterdir():
+        try:
+            if path.is_dir() and (path / "config.json").exists():
+                runs.append(RunDirectory(path))
+        except OSError as err:  # a folder whose contents may not be listed (mode 000, a stale mount)
+            unreadable.append((path, err))
+    return sorted(runs, key=lambda r: r.name), sorted(unreadable, key=lambda item: item[0].name)
 
 
 def disk_use(path: Path) -> int:

@@ -4,9 +4,10 @@ TensorBoard shows what the run recorded (as single-precision floats, TensorBoard
 type) at the update it recorded it, the step being TensorBoard's global step.
 
 While a run trains, the session hands each record to :class:`ScalarWriter`, which only queues
-it: a thread of its own turns records into events and TensorBoard's writer flushes them, so
-the training thread never waits for the event files. The writer reads nothing the trainer
-uses, so a run's records are the same with and without event files.
+it: a thread of its own turns records into events and writes them, so the training thread
+never waits for the event files. The writer reads nothing the trainer uses, so a run's
+records are the same with and without event files. A failure to write (a full disk) ends the
+event files with one line; the run goes on.
 
 A resumed run continues the run's event folder: TensorBoard hides the events after the step
 it resumed from (a purge marker), so the curves show one history, as ``metrics.jsonl`` read
@@ -15,30 +16,38 @@ through its ``resume`` records does.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
+import json
 import os
 import queue
+import socket
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError, WriteRefused
 from minigpt_tui.engine.core.files import (
     built_then_installed,
     make_folder,
+    path_exists,
+    refuse_inside_checkpoint,
+    require_regular_file,
     shorten_middle,
     work_path,
 )
-from minigpt_tui.engine.session.history import read_metrics
 from minigpt_tui.engine.session.runs import check_run_name
 
 INSTALL_HINT = "pip install 'minigpt-tui[tensorboard]'"
 EVENT_FILE_PREFIX = "events.out.tfevents."
+FILE_VERSION = "brain.Event:2"  # the event-file version TensorBoard's readers expect first
 RUN_SUBFOLDER = "tensorboard"  # the export's default folder, inside the run folder
 FLUSH_SECONDS = 5  # how stale the files may be while a run trains
-QUEUED_EVENTS = 10_000  # events TensorBoard's writer holds before its next flush
+LARGEST_STEP = 2**63 - 1  # an event's step is a signed 64-bit integer
+NAME_TRIES = 1_000  # event files begun by one process in one second
 
 # metrics.jsonl field -> TensorBoard tag, per record kind. Tags sharing a first part are
 # drawn in one section: the batch, train and validation losses side by side.
@@ -69,7 +78,22 @@ def require_tensorboard() -> None:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A JSON number a scalar can hold (an integer past a double's range is not one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+def _step(record: dict[str, Any]) -> int | None:
+    """A record's update number, where it is one an event can carry."""
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= LARGEST_STEP:
+        return None
+    return step
 
 
 def _fields(record: dict[str, Any], tags: dict[str, str]) -> list[tuple[str, float]]:
@@ -114,7 +138,7 @@ def _head_scalars(record: dict[str, Any]) -> list[tuple[str, float]]:
 def scalars_of(record: dict[str, Any]) -> list[tuple[str, float]]:
     """The (tag, value) pairs of one metrics record; none for samples, resumes and records
     without a step."""
-    if not isinstance(record.get("step"), int):
+    if _step(record) is None:
         return []
     kind = record.get("kind")
     if kind == "update":
@@ -133,8 +157,8 @@ def current_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     the records after S that came before it (those of a run resumed from an earlier step)."""
     kept: list[dict[str, Any]] = []
     for record in records:
-        step = record.get("step")
-        if not isinstance(step, int):
+        step = _step(record)
+        if step is None:
             continue
         if record.get("kind") == "resume":
             kept = [k for k in kept if k["step"] <= step]
@@ -143,34 +167,116 @@ def current_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept
 
 
-def _summary_writer(folder: Path, purge_from: int | None) -> Any:
-    """TensorBoard's writer for ``folder`` (created); ``purge_from``: hide the events at and
-    after this step that earlier files of the folder hold."""
+@dataclass(frozen=True)
+class MetricsLog:
+    """The records of a run's ``metrics.jsonl`` that could be read, and how many damaged
+    lines (not UTF-8, not a JSON object) were skipped."""
+
+    records: tuple[dict[str, Any], ...]
+    skipped: int
+
+
+def read_metrics_log(run_dir: Path) -> MetricsLog:
+    """A run's metrics records, each line on its own: a damaged line is skipped and counted,
+    so one bad line costs its own record only. A last line without its newline (being
+    written now, or cut by a crash) is kept when it reads and dropped uncounted when not."""
+    target = run_dir / "metrics.jsonl"
+    if path_exists(target):
+        require_regular_file(target, "a metrics log")  # a FIFO or a device would never end
     try:
-        from torch.utils.tensorboard import SummaryWriter  # deferred: imports torch
+        data = target.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"no metrics.jsonl in {run_dir}") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read {target}: {err.strerror or err}") from None
+    *lines, last = data.split(b"\n")  # a JSON Lines file ends its lines with \n alone
+    records: list[dict[str, Any]] = []
+    skipped = 0
+    for line in lines:
+        record = _metrics_record(line)
+        if record is not None:
+            records.append(record)
+        elif line.strip():
+            skipped += 1
+    record = _metrics_record(last)
+    if record is not None:
+        records.append(record)
+    return MetricsLog(tuple(records), skipped)
+
+
+def _metrics_record(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past Python's stack
+        return None
+    return record if isinstance(record, dict) else None
+
+
+class _EventFile:
+    """One event file, written on the calling thread. (TensorBoard's own writer hands the
+    bytes to a thread of its own, whose failure on a full disk prints a traceback over the
+    user's terminal; here a failure is an ``OSError`` its caller turns into one line.)"""
+
+    def __init__(self, folder: Path, purge_from: int | None) -> None:
+        from tensorboard.compat.proto import event_pb2, summary_pb2  # deferred: off the first frame
+        from tensorboard.summary.writer.record_writer import RecordWriter  # deferred: off the first frame
+
+        self._event, self._summary = event_pb2.Event, summary_pb2.Summary
+        self._file = _new_event_file(folder)
+        self._records = RecordWriter(self._file)
+        self._add(self._event(file_version=FILE_VERSION))
+        if purge_from is not None:  # read as a restart at this step: later events of earlier files are hidden
+            start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+            self._add(self._event(step=purge_from, file_version=FILE_VERSION))
+            self._add(self._event(step=purge_from, session_log=start))
+        self.flush()
+
+    def add_record(self, record: dict[str, Any]) -> int:
+        """Add one record's scalars at its step; how many."""
+        scalars = scalars_of(record)
+        for tag, value in scalars:
+            summary = self._summary(value=[self._summary.Value(tag=tag, simple_value=value)])
+            self._add(self._event(summary=summary, step=record["step"]))
+        return len(scalars)
+
+    def _add(self, event: Any) -> None:
+        event.wall_time = time.time()
+        self._records.write(event.SerializeToString())
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _new_event_file(folder: Path) -> IO[bytes]:
+    """A new event file in ``folder`` (made), named as TensorBoard names them: time first, so
+    that the files of one folder sort in the order they were begun."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"{EVENT_FILE_PREFIX}{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
+    for number in range(NAME_TRIES):
+        try:
+            return open(folder / f"{stem}.{number}", "xb")  # noqa: SIM115 - closed by _EventFile.close
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, f"{NAME_TRIES} event files named {stem}.N are there already")
+
+
+def _open_event_file(folder: Path, purge_from: int | None, *, shown: Path | None = None) -> _EventFile:
+    """An event file in ``folder`` (made); ``purge_from``: hide the events at and after this
+    step that earlier files of the folder hold. ``shown``: the folder a refusal names (the
+    final one, where ``folder`` is its work folder)."""
+    try:
+        return _EventFile(folder, purge_from)
     except ImportError as err:
         raise ConfigError(
             f"TensorBoard event files need the tensorboard package ({err}): {INSTALL_HINT}"
         ) from None
-    try:
-        return SummaryWriter(
-            log_dir=str(folder),
-            purge_step=purge_from,
-            max_queue=QUEUED_EVENTS,
-            flush_secs=FLUSH_SECONDS,
-        )
     except OSError as err:
         raise WriteRefused(
-            f"cannot write TensorBoard event files in {folder}: {err.strerror or err}"
+            f"cannot write TensorBoard event files in {shown or folder}: {err.strerror or err}"
         ) from None
-
-
-def _write_record(writer: Any, record: dict[str, Any]) -> int:
-    """Add one record's scalars at its step; how many."""
-    scalars = scalars_of(record)
-    for tag, value in scalars:
-        writer.add_scalar(tag, value, global_step=record["step"])
-    return len(scalars)
 
 
 def event_files(folder: Path) -> list[Path]:
@@ -183,8 +289,10 @@ def event_files(folder: Path) -> list[Path]:
 
 
 def check_event_folder(folder: Path) -> Path:
-    """Refuse a folder for event files that is a file, or holds anything but event files."""
+    """Refuse a folder for event files that is a file, lies in a checkpoint folder, or
+    holds anything but event files."""
     shown = shorten_middle(str(folder))
+    refuse_inside_checkpoint(folder, "TensorBoard event files")
     if os.path.lexists(folder) and (folder.is_symlink() or not folder.is_dir()):
         raise WriteRefused(
             f"{shown} is not a folder: TensorBoard event files are written into a folder"
@@ -209,6 +317,7 @@ def check_log_folder(logdir: Path | str) -> Path:
     folder there or one that can be made (nothing is made yet)."""
     require_tensorboard()
     path = Path(logdir).expanduser()
+    refuse_inside_checkpoint(path, "TensorBoard event files")
     existing = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)
     if existing is not None and not existing.is_dir():
         raise WriteRefused(
@@ -256,32 +365,48 @@ class ScalarWriter:
         return self.failure
 
     def _drain(self, purge_from: int | None) -> None:
-        writer = None
+        events = None
         try:
-            writer = _summary_writer(self.folder, purge_from)
-            while (record := self._records.get()) is not None:
-                _write_record(writer, record)
+            events = _open_event_file(self.folder, purge_from)
+            self._write_queued(events)
         except MiniGPTError as err:
             self.failure = str(err)
-        except Exception as err:  # noqa: BLE001 - a side output: a failure ends it, never the run
-            self.failure = (
-                f"cannot write TensorBoard event files in {self.folder}: {err}"
-            )
+        except Exception as err:  # noqa: BLE001 - a side output (a full disk, say): a failure ends it, never the run
+            self.failure = self._cannot(err)
         if self.failure is not None:
             while self._records.get() is not None:  # what comes until close is dropped
                 pass
-        self._close(writer)
+        self._close(events)
 
-    def _close(self, writer: Any) -> None:
-        if writer is None:
+    def _write_queued(self, events: _EventFile) -> None:
+        """Write each queued record until the closing None; what is written reaches the file
+        within FLUSH_SECONDS."""
+        due: float | None = None  # when the events written since the last flush must be in the file
+        while True:
+            wait = None if due is None else max(0.0, due - time.monotonic())
+            try:
+                record = self._records.get(timeout=wait)
+            except queue.Empty:
+                record = {}
+            if record is None:
+                return
+            if events.add_record(record) and due is None:
+                due = time.monotonic() + FLUSH_SECONDS
+            if due is not None and time.monotonic() >= due:
+                events.flush()
+                due = None
+
+    def _cannot(self, err: Exception) -> str:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+        return f"cannot write TensorBoard event files in {self.folder}: {reason}"
+
+    def _close(self, events: _EventFile | None) -> None:
+        if events is None:
             return
         try:
-            writer.close()
-        except Exception as err:  # noqa: BLE001 - the last flush of the same side output
-            self.failure = (
-                self.failure
-                or f"cannot write TensorBoard event files in {self.folder}: {err}"
-            )
+            events.close()
+        except OSError as err:  # the last flush: a failure already said is not said twice
+            self.failure = self.failure or self._cannot(err)
 
 
 def open_run_writer(
@@ -297,7 +422,7 @@ def open_run_writer(
     if event_files(folder):
         return ScalarWriter(folder, purge_from=step + 1 if resumed else 0)
     backlog = (
-        [r for r in current_records(read_metrics(run_path)) if r["step"] <= step]
+        [r for r in current_records(read_metrics_log(run_path).records) if r["step"] <= step]
         if resumed
         else []
     )
@@ -313,6 +438,7 @@ class ExportedScalars:
     tags: tuple[str, ...]
     first_step: int
     last_step: int
+    skipped_lines: int = 0  # damaged lines of metrics.jsonl left out
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -321,6 +447,7 @@ class ExportedScalars:
             "tags": list(self.tags),
             "first_step": self.first_step,
             "last_step": self.last_step,
+            "skipped_lines": self.skipped_lines,
         }
 
 
@@ -352,8 +479,10 @@ def _replace_events(work: Path, final: Path) -> Path | None:
 
 def export_tensorboard(run_dir: Path, folder: Path | None = None) -> ExportedScalars:
     """Write the run's ``metrics.jsonl`` as event files in ``folder`` (default: the run
-    folder's ``tensorboard/``), replacing the event files an earlier export or run left there."""
-    records = current_records(read_metrics(run_dir))
+    folder's ``tensorboard/``), replacing the event files an earlier export or run left there.
+    Damaged lines of the log are skipped and counted."""
+    log = read_metrics_log(run_dir)
+    records = current_records(log.records)
     if not records:
         raise ConfigError(
             f"{run_dir} has no update or evaluation records yet: nothing to export"
@@ -368,12 +497,13 @@ def export_tensorboard(run_dir: Path, folder: Path | None = None) -> ExportedSca
         folder,
         f"cannot write TensorBoard event files in {folder}",
         install=_replace_events,
+        ours=lambda name: name.startswith(EVENT_FILE_PREFIX),  # a file a user added meanwhile stays
     ) as work:
-        writer = _summary_writer(work, None)
+        events = _open_event_file(work, None, shown=folder)
         try:
-            count = sum(_write_record(writer, record) for record in records)
+            count = sum(events.add_record(record) for record in records)
         finally:
-            writer.close()
+            events.close()
     tags = sorted({tag for record in records for tag, _ in scalars_of(record)})
     steps = [record["step"] for record in records]
-    return ExportedScalars(folder, count, tuple(tags), min(steps), max(steps))
+    return ExportedScalars(folder, count, tuple(tags), min(steps), max(steps), log.skipped)

@@ -50,6 +50,7 @@ from minigpt_tui.engine.session.events import (
     EventSink,
     Finished,
     FinishReason,
+    KEPT_FILES,
     Paused,
     PreparationStopped,
     PreparingReports,
@@ -356,6 +357,8 @@ class TrainingSession:
             return
         self.unsaved_updates = 0
         self._sink(Saved(trainer.step, path, str(reason)))
+        for note in self._checkpointer.take_notes():  # folders kept for a user's files
+            self._sink(Refused(KEPT_FILES, note))
 
     def _score_probes(self, trainer: Trainer) -> None:
         """Score the run's probes after a scheduled evaluation. Scoring reads the model in

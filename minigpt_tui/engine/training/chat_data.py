@@ -20,17 +20,17 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import jinja2
 import jinja2.ext
 import jinja2.nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from minigpt_tui.engine.core.config import CorpusConfig
 from minigpt_tui.engine.core.errors import CorpusError
 from minigpt_tui.engine.core.files import read_small_file
 from minigpt_tui.engine.formats.hf_import import read_json_file
+from minigpt_tui.engine.training.chat_sandbox import BoundedEnvironment, TemplateBound
 
 MESSAGES = "messages"
 ROLES = ("system", "user", "assistant", "tool")
@@ -39,6 +39,9 @@ CHAT_TEMPLATE_FILE = "chat_template.jinja"  # where transformers saves a model's
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 GGUF_TEMPLATE_KEY = "tokenizer.chat_template"
 TEMPLATE_FILE_LIMIT = 1 << 20
+# Characters --train-on assistant may render and encode for one conversation: each assistant
+# turn renders (and encodes) the conversation up to it, so the work grows with turns x length.
+ASSISTANT_WORK_LIMIT = 1 << 25
 
 Spans = tuple[tuple[int, int], ...]  # (start, end) character offsets of the assistant's turns
 
@@ -103,25 +106,29 @@ def _raise_exception(message: str) -> None:
     raise jinja2.TemplateError(message)
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-            sort_keys: bool = False) -> str:
-    """Jinja's ``tojson`` as transformers overrides it: plain JSON, HTML characters unescaped."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
 def compile_template(template: str, where: str) -> jinja2.Template:
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                extensions=[_GenerationBlock, jinja2.ext.loopcontrols])
-    environment.filters["tojson"] = _tojson
+    """``template`` compiled in a bounded sandbox of its own
+    (:mod:`minigpt_tui.engine.training.chat_sandbox`; ``tojson`` as transformers has it)."""
+    environment = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                     extensions=[_GenerationBlock, jinja2.ext.loopcontrols])
     environment.globals["raise_exception"] = _raise_exception
     try:
         return environment.from_string(template)
-    except jinja2.TemplateError as err:
+    except (jinja2.TemplateError, RecursionError) as err:  # a template nested past Python's depth too
         raise CorpusError(f"{where}: the chat template is not valid Jinja ({_first_line(err)})") from None
 
 
 def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+
+
+def _template_error(err: BaseException) -> str:
+    """A template's own error as a phrase: Jinja's message, else the Python error's kind too."""
+    if isinstance(err, jinja2.TemplateError):
+        return _first_line(err)
+    if isinstance(err, RecursionError):
+        return "it calls itself too deeply"
+    return f"{type(err).__name__}: {_first_line(err)}"
 
 
 class ChatRenderer:
@@ -135,12 +142,19 @@ class ChatRenderer:
                                                          ("eos_token", template.eos_token)) if value}
 
     def render(self, messages: Sequence[dict[str, Any]], where: str, *, add_generation_prompt: bool = False) -> str:
+        environment = cast(BoundedEnvironment, self._compiled.environment)
+        variables = {"messages": list(messages), "tools": None, "documents": None,
+                     "add_generation_prompt": add_generation_prompt, **self._tokens}
         try:
-            return self._compiled.render(messages=list(messages), tools=None, documents=None,
-                                         add_generation_prompt=add_generation_prompt, **self._tokens)
-        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError) as err:
-            raise CorpusError(f"{where}: the model's chat template refuses this conversation "
+            return environment.render(self._compiled, variables)
+        except TemplateBound as err:
+            raise CorpusError(f"{where}: the model's chat template was stopped on this conversation "
                               f"({_first_line(err)})") from None
+        # What a template's own code raises (it is code from elsewhere): each one line.
+        except (jinja2.TemplateError, TypeError, ValueError, LookupError, AttributeError, ArithmeticError,
+                RecursionError) as err:
+            raise CorpusError(f"{where}: the model's chat template refuses this conversation "
+                              f"({_template_error(err)})") from None
 
     def record(self, where: str, value: Any) -> tuple[str, ChatTurns | None]:
         """A chat record's text and (with ``spans``) its assistant turns."""
@@ -150,6 +164,12 @@ class ChatRenderer:
 
     def assistant_spans(self, messages: list[dict[str, Any]], text: str, where: str) -> Spans:
         """The character spans of the assistant's turns (module doc)."""
+        turns = sum(message["role"] == ASSISTANT for message in messages)
+        if turns * len(text) > ASSISTANT_WORK_LIMIT:
+            raise CorpusError(f"{where}: --train-on assistant renders and encodes a conversation once per assistant "
+                              f"turn; {turns:,} turns of {len(text):,} characters are more than it may "
+                              f"({ASSISTANT_WORK_LIMIT:,} characters in all): split the conversation or use "
+                              "--train-on all")
         spans = []
         for number, message in enumerate(messages):
             if message["role"] != ASSISTANT:

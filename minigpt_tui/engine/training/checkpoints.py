@@ -12,11 +12,12 @@ folder without a manifest never loads as complete.
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
-import shutil
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from minigpt_tui.engine.core.errors import CheckpointError, ResumeRefused
-from minigpt_tui.engine.core.files import built_then_installed, fsync_folder, process_alive
+from minigpt_tui.engine.core.errors import CheckpointError, MiniGPTError, ResumeRefused
+from minigpt_tui.engine.core.files import (
+    built_then_installed,
+    fsync_folder,
+    process_alive,
+    remove_files_then_folder,
+    shorten_middle,
+)
+from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 from minigpt_tui.engine.formats.portable import (
     MODEL_FILE,
@@ -84,13 +92,38 @@ from minigpt_tui.engine.formats.checkpoint_folder import (
     MANIFEST,
     STEP_DIR,
     checkpoint_name,
+    checkpoint_own_files,
     list_checkpoints,
     read_manifest,
 )
 
 
-def prune_checkpoints(checkpoints_dir: Path, keep_last: int, best_step: int | None) -> list[Path]:
-    """Keep the last ``keep_last`` complete checkpoints plus the best; remove the others."""
+@dataclass(frozen=True)
+class KeptFolder:
+    """A checkpoint folder whose own files were removed but which stays where it is: it
+    holds ``names``, files minigpt-tui did not write (a user's notes, say)."""
+
+    folder: Path
+    names: tuple[str, ...]
+
+    def line(self) -> str:
+        shown = ", ".join(escape_controls(name) for name in self.names[:3])
+        more = f" and {len(self.names) - 3} more" if len(self.names) > 3 else ""
+        return (f"kept the folder {shorten_middle(escape_controls(str(self.folder)))}: the checkpoint's own files "
+                f"were removed, but it holds files minigpt-tui did not write ({shown}{more})")
+
+
+KeptHook = Callable[[KeptFolder], None]
+
+
+def _unheard_kept(_kept: KeptFolder) -> None:
+    pass
+
+
+def prune_checkpoints(checkpoints_dir: Path, keep_last: int, best_step: int | None,
+                      *, kept: KeptHook = _unheard_kept) -> list[Path]:
+    """Keep the last ``keep_last`` complete checkpoints plus the best; remove the others'
+    own files (a folder that also holds a user's files stays, and ``kept`` hears of it)."""
     complete = list_checkpoints(checkpoints_dir)
     keep = {info.step for info in complete[-keep_last:]} if keep_last > 0 else set()
     if best_step is not None:
@@ -99,12 +132,14 @@ def prune_checkpoints(checkpoints_dir: Path, keep_last: int, best_step: int | No
     for info in complete:
         if info.step not in keep:
             try:
-                _remove_folder(info.path)
+                left = _remove_checkpoint(info.path)
             except FileNotFoundError:  # already gone (removed by another hand): nothing to prune
                 continue
             except OSError as err:
                 raise CheckpointError(f"cannot remove the old checkpoint {info.path}: {err.strerror or err}") from None
             removed.append(info.path)
+            if left is not None:
+                kept(left)
     return removed
 
 
@@ -112,17 +147,43 @@ def _work_name(final: Path, kind: str) -> Path:
     return final.with_name(f".{final.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
-def _remove_folder(path: Path) -> None:
-    """Rename out of sight first, so a crash mid-removal never leaves a listed half folder."""
+def _remove_checkpoint(path: Path) -> KeptFolder | None:
+    """Rename out of sight first, so a crash mid-removal never leaves a listed half folder;
+    then remove the checkpoint's own files (see :func:`_retire`)."""
     trash = _work_name(path, "trash")
     os.rename(path, trash)
     fsync_folder(path.parent)
-    shutil.rmtree(trash, ignore_errors=True)
+    return _retire(trash, path)
 
 
-def recover_interrupted(checkpoints_dir: Path) -> list[str]:
+def _retire(old: Path, home: Path | None) -> KeptFolder | None:
+    """Remove a checkpoint folder under a work name file by file: its own files (see
+    ``checkpoint_own_files``), then the folder if that empties it. Whatever else it holds
+    goes back to ``home``, the checkpoint's own name: the whole folder when nothing is
+    there, else entry by entry into the checkpoint now there (None: it stays in ``old``).
+    Returns where the user's files are now, or None when there were none."""
+    left = remove_files_then_folder(old, checkpoint_own_files(old))
+    if not left:
+        return None
+    if home is None:
+        return KeptFolder(old, left)
+    if _rename_new(old, home):
+        fsync_folder(home.parent)
+        return KeptFolder(home, left)
+    stayed = tuple(name for name in left if not _rename_new(old / name, home / name))
+    if stayed:
+        return KeptFolder(old, stayed)
+    try:
+        os.rmdir(old)
+    except OSError:
+        pass  # something arrived meanwhile: recover_interrupted looks again next time
+    return KeptFolder(home, left)
+
+
+def recover_interrupted(checkpoints_dir: Path, *, kept: KeptHook = _unheard_kept) -> list[str]:
     """Tidy work folders left by processes that died while saving: partial saves and
-    trash are removed; a replaced checkpoint whose successor never arrived is put back."""
+    trash lose their own files; a replaced checkpoint whose successor never arrived is put
+    back. A user's files found there go back to the checkpoint's name (``kept`` hears)."""
     actions: list[str] = []
     if not checkpoints_dir.is_dir():
         return actions
@@ -134,24 +195,55 @@ def recover_interrupted(checkpoints_dir: Path) -> list[str]:
         if match.group(2) == "replaced" and not final.exists():
             os.rename(child, final)
             actions.append(f"restored {final.name}")
-        else:
-            shutil.rmtree(child, ignore_errors=True)
+            continue
+        try:
+            left = _retire(child, None if match.group(2) == "partial" else final)
+        except OSError:
+            continue  # left for the next checkpointer
+        if left is None:
             actions.append(f"removed {child.name}")
+        else:
+            actions.append(f"kept {left.folder.name}")
+            kept(left)
     if actions:
         fsync_folder(checkpoints_dir)
     return actions
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+def _renameat2(a: Path, b: Path, flags: int) -> int | None:
+    """Linux renameat2: 0, or the errno of a failure; None where the call is missing."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2
     except (OSError, AttributeError):
-        return False
+        return None
     renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), flags) == 0:
+        return 0
+    return ctypes.get_errno()
+
+
+def _rename_new(source: Path, target: Path) -> bool:
+    """Rename ``source`` to ``target`` only where nothing is (False when something is)."""
+    rename_noreplace = 1
+    failure = _renameat2(source, target, rename_noreplace)
+    if failure in (None, errno.ENOSYS, errno.EINVAL):  # no renameat2 here: check, then rename
+        if os.path.lexists(target):
+            return False
+        os.rename(source, target)
+        return True
+    if failure == errno.EEXIST:
+        return False
+    if failure:
+        raise OSError(failure, os.strerror(failure), str(source))
+    return True
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+    rename_exchange = 2
+    return _renameat2(a, b, rename_exchange) == 0
 
 
 def _install(tmp: Path, final: Path, notify: ProgressHook) -> Path | None:
@@ -238,8 +330,11 @@ def save_checkpoint(
     *,
     provenance: dict[str, Any] | None = None,
     progress: ProgressHook | None = None,
+    kept: KeptHook = _unheard_kept,
 ) -> Path:
-    """Save the trainer's state as ``checkpoints_dir/step-NNNNNN``; returns that path."""
+    """Save the trainer's state as ``checkpoints_dir/step-NNNNNN``; returns that path. A
+    checkpoint of the same step there is replaced; files a user put in its folder move
+    into the new one (``kept`` hears of them)."""
     notify = progress or (lambda _event: None)
     trainer.require_update_boundary()  # refuse before anything touches the disk
     checkpoints_dir = Path(checkpoints_dir)
@@ -249,8 +344,18 @@ def save_checkpoint(
         checkpoints_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise CheckpointError(f"{failure}: {err.strerror or err}") from None
-    with built_then_installed(_work_name(final, "partial"), final, failure, error=CheckpointError,
-                              install=lambda work, target: _install(work, target, notify), notify=notify) as tmp:
+    def retire(displaced: Path) -> None:
+        try:
+            left = _retire(displaced, final)
+        except OSError:
+            return  # the new checkpoint is in place; recover_interrupted tidies the old one later
+        if left is not None:
+            kept(left)
+
+    work = _work_name(final, "partial")
+    with built_then_installed(work, final, failure, error=CheckpointError,
+                              install=lambda work, target: _install(work, target, notify), notify=notify,
+                              ours=checkpoint_own_files(work), retire=retire) as tmp:
         notify("begin")
         origin = {"step": trainer.step, **(provenance or {})}
         payload = portable_payload(trainer.model, trainer.tokenizer, origin)
@@ -296,7 +401,11 @@ class Checkpointer:
         self.progress = progress
         self.saved: list[Path] = []
         self.removed: list[Path] = []
-        self.recovered = recover_interrupted(self.checkpoints_dir)
+        self.kept: list[KeptFolder] = []  # folders kept for a user's files, in the order met
+        self._unsaid: list[KeptFolder] = []  # not yet taken by the session
+        self._unlogged: list[KeptFolder] = []  # not yet in the run's log
+        self._log = getattr(run_dir, "append_metric", None)  # the run's metrics log, when it has one
+        self.recovered = recover_interrupted(self.checkpoints_dir, kept=self._keep)
 
     def save(self, trainer: "Trainer", reason: str) -> Path:
         if not self.run_dir.is_dir():  # never recreate a run folder deleted under a run
@@ -308,11 +417,35 @@ class Checkpointer:
             reason,
             provenance={"run": self.run_dir.name, **({"run_id": run_id} if run_id else {})},
             progress=self.progress,
+            kept=self._keep,
         )
         self.saved.append(path)
         keep = self.keep_last if self.keep_last is not None else trainer.config.train.keep_last
-        self.removed += prune_checkpoints(self.checkpoints_dir, keep, trainer.best_step)
+        self.removed += prune_checkpoints(self.checkpoints_dir, keep, trainer.best_step, kept=self._keep)
+        self._record_kept(trainer.step)
         return path
+
+    def _keep(self, folder: KeptFolder) -> None:
+        self.kept.append(folder)
+        self._unsaid.append(folder)
+        self._unlogged.append(folder)
+
+    def _record_kept(self, step: int) -> None:
+        """Each folder kept since the last save as a ``note`` record in the run's metrics log."""
+        unlogged, self._unlogged = self._unlogged, []
+        if self._log is None:
+            return
+        try:
+            for folder in unlogged:
+                self._log({"kind": "note", "step": step, "note": folder.line()})
+        except MiniGPTError:
+            pass  # the checkpoint is saved; the session still shows the note, and its next metric names the fault
+
+    def take_notes(self) -> list[str]:
+        """The lines about folders kept since the last call (for the session to show)."""
+        lines = [folder.line() for folder in self._unsaid]
+        self._unsaid.clear()
+        return lines
 
 
 # -- loading and restoring ----------------------------------------------------------------------

@@ -18,7 +18,6 @@ chat records, not both.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -36,6 +35,7 @@ from minigpt_tui.engine.core.files import (
     require_regular_file,
 )
 from minigpt_tui.engine.core.memory import require_memory
+from minigpt_tui.engine.formats.bounded_json import JSONRefused, load_json
 from minigpt_tui.engine.training.chat_data import (
     MESSAGES,
     ChatRenderer,
@@ -43,7 +43,7 @@ from minigpt_tui.engine.training.chat_data import (
     chat_reading_key,
     chat_renderer,
 )
-from minigpt_tui.engine.training.parquet_corpus import PARQUET_SUFFIX, parquet_items
+from minigpt_tui.engine.training.parquet_corpus import PARQUET_SUFFIX, ParquetRows, parquet_items
 from minigpt_tui.engine.training.source_index import (
     CorpusCounts,
     SourceFingerprint,
@@ -326,7 +326,10 @@ class _Gathering:
         self.first_text: str | None = None  # where the first text record is
         self.first_chat: str | None = None
 
-    def add_texts(self, where: str, texts: list[str]) -> None:
+    def add_texts(self, where: str, texts: list[str], first_number: int | None = None) -> None:
+        """``texts`` from ``where``; with ``first_number``, ``where`` holds several records,
+        the first of them numbered so (an error names the one it is about)."""
+        _refuse_long_records(where, texts, first_number)
         if texts and self.first_text is None:
             self.first_text = where
             self._refuse_mixing(where)
@@ -340,12 +343,25 @@ class _Gathering:
             else:
                 self.add_texts(where, [value] if value.strip() else [])
 
+    def add_rows(self, rows: ParquetRows) -> None:
+        """Rows of a Parquet file: texts (blank ones skipped) or chat records."""
+        if rows.chat:
+            for offset, messages in enumerate(rows.values):
+                self._add_chat(rows.where(offset), messages)
+            return
+        _refuse_long_records(str(rows.path), rows.values, rows.first, "row")
+        kept = [value for value in rows.values if value.strip()]
+        if kept:
+            first = next(offset for offset, value in enumerate(rows.values) if value.strip())
+            self.add_texts(rows.where(first), kept)
+
     def _add_chat(self, where: str, messages: Any) -> None:
         if self.renderer is None:
             self.first_chat = where
             self._refuse_mixing(where)
             self.renderer = chat_renderer(self.config, where)
         text, turns = self.renderer.record(where, messages)
+        _refuse_long_records(where, [text])
         self.texts.append(text)
         if turns is not None:
             self.turns.append(turns)
@@ -366,31 +382,53 @@ class _Gathering:
         return Records(self.texts, chat_reading_key(self.config) or b"", turns)
 
 
+# Characters one record may hold: a tokenizer takes about 90 bytes per character of a record
+# at its peak (measured: learning merges, and the tokenizers library encoding one record as
+# one word), so a longer record would exhaust memory or abort inside the library.
+RECORD_CHARS_LIMIT = 1 << 23
+
+
+def _refuse_long_records(where: str, texts: Sequence[str], first_number: int | None = None,
+                         unit: str = "record") -> None:
+    if not texts or max(map(len, texts)) <= RECORD_CHARS_LIMIT:
+        return
+    index = next(i for i, text in enumerate(texts) if len(text) > RECORD_CHARS_LIMIT)
+    named = f"{where} {unit} {first_number + index}" if first_number is not None else where
+    raise CorpusError(f"{named}: a record of {len(texts[index]):,} characters, more than one record may hold "
+                      f"({RECORD_CHARS_LIMIT:,}); split it into shorter records (lines, paragraphs or JSON Lines "
+                      "objects)")
+
+
 def _records_of(files: Sequence[Path], contents: Sequence[bytes], config: CorpusConfig) -> Records:
     gathering = _Gathering(config)
     for path, data in zip(files, contents):
         if path.suffix == PARQUET_SUFFIX:
-            gathering.add_items(parquet_items(path, data, config.text_field))
+            for rows in parquet_items(path, data, config.text_field):
+                gathering.add_rows(rows)
         elif path.suffix == JSONL_SUFFIX:
             gathering.add_items(jsonl_items(path, _decode(path, data), config.text_field))
         else:
-            gathering.add_texts(str(path), parse_records(_decode(path, data)))
+            gathering.add_texts(str(path), parse_records(_decode(path, data)), 1)
     return gathering.records(config.source)
+
+
+JSONL_DEPTH = 128  # nesting a record may have: deeper is refused before the parser recurses
 
 
 def jsonl_items(path: Path, text: str, field: str) -> list[tuple[str, bool, Any]]:
     """(where, chat, value) of each JSON Lines object: its ``field`` (a string), else its
     ``messages`` (a chat record); blank lines are skipped. A line that is neither names its
-    file and line number."""
+    file and line number. Lines end at "\n" only, as JSON Lines defines them: a U+2028 or
+    U+0085 inside a string is text, not a line end."""
     items: list[tuple[str, bool, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         where = f"{path} line {number}"
         try:
-            item = json.loads(line)
-        except ValueError as err:
-            raise CorpusError(f"{where}: not JSON ({str(err).split(':')[0]})") from None
+            item = load_json(line, JSONL_DEPTH)
+        except JSONRefused as err:
+            raise CorpusError(f"{where}: not JSON ({err})") from None
         if isinstance(item, dict) and field not in item and MESSAGES in item:
             items.append((where, True, item[MESSAGES]))
             continue

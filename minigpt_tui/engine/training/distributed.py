@@ -395,3 +395,7 @@ class WriterCheckpointer:
         if kind != "saved":
             raise CheckpointError(text)
         return Path(text)
+
+    def take_notes(self) -> list[str]:
+        """Rank 0's notes about checkpoint folders kept for a user's files."""
+        return self.inner.take_notes() if self.inner is not None else []

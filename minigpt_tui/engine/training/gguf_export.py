@@ -1,6 +1,6 @@
 """A model as a GGUF file that llama.cpp, Ollama and transformers' GGUF loader read: the
 ``llama``, ``qwen2`` and ``gpt2`` architectures, written with the ``gguf`` package's own
-writer and quantizers.
+writer and quantizers, each tensor in the type llama.cpp would give it (:func:`tensor_type`).
 
 The tensors are the inverse of :mod:`gguf_models`' reading: llama's q and k rows permuted
 into llama.cpp's interleaved rotary order, GPT-2's q, k and v side by side in ``attn_qkv``,
@@ -38,16 +38,16 @@ from minigpt_tui.engine.training.gguf_models import (
 )
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from minigpt_tui.engine.core.config import ModelConfig
     from minigpt_tui.engine.training.model_file import PortableModel
 
 QUANTS = ("f32", "f16", "q8_0")
 ARCHITECTURES = ("llama", "qwen2", "gpt2")
-# Weight matrices that llama.cpp's converter quantizes (norms, biases and tables stay wide).
-QUANTIZED = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "attn_qkv.weight",
-             "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
+F32, F16, Q8_0 = gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q8_0
+# Each --quant: the type of the weight matrices and general.file_type (llama_ftype) as llama.cpp numbers them.
+QUANT_TYPES = {"f32": (F32, 0), "f16": (F16, 1), "q8_0": (Q8_0, 7)}
+# 2-D weights that llama.cpp keeps in float32 whatever the type (GPT-2's learned positions).
+KEPT_WIDE = ("position_embd.weight",)
 CONTROL, NORMAL, UNUSED, BYTE = 3, 1, 5, 6
 
 
@@ -60,11 +60,34 @@ class GGUFExport:
     bytes: int
     model_identity: str
     tokenizer_identity: str
+    types: tuple[tuple[str, int], ...] = ()  # (GGML type name, tensors of that type), most first
 
     def to_json(self) -> dict[str, Any]:
         return {"path": str(self.path), "format": "gguf", "architecture": self.architecture, "quant": self.quant,
-                "tensors": self.tensors, "bytes": self.bytes, "model_identity": self.model_identity,
-                "tokenizer_identity": self.tokenizer_identity}
+                "tensors": self.tensors, "types": dict(self.types), "bytes": self.bytes,
+                "model_identity": self.model_identity, "tokenizer_identity": self.tokenizer_identity}
+
+
+def tensor_type(name: str, shape: tuple[int, ...], quant: str) -> gguf.GGMLQuantizationType:
+    """The type llama.cpp gives tensor ``name`` (numpy ``shape``, rows last) in a ``quant`` file.
+
+    As ``convert_hf_to_gguf.py --outtype`` and ``llama-quantize`` (``tensor_allows_quantization``,
+    ``llama_tensor_get_type``) choose for these types: 1-D tensors (norms, biases), ``*_norm.weight``
+    and the learned position table stay float32; every other 2-D weight takes the type, the
+    token table and an untied ``output.weight`` included (for q8_0 llama.cpp picks Q8_0 for both);
+    a row that is not whole blocks of the type falls back to F16, as the converter does."""
+    target = QUANT_TYPES[quant][0]
+    if (target == F32 or len(shape) < 2 or not name.endswith(".weight") or name.endswith("_norm.weight")
+            or name in KEPT_WIDE):
+        return F32
+    block = gguf.GGML_QUANT_SIZES[target][0]
+    return target if shape[-1] % block == 0 else F16
+
+
+def tensor_bytes(shape: tuple[int, ...], kind: gguf.GGMLQuantizationType) -> int:
+    """The bytes of a tensor's data in type ``kind`` (before the file's alignment padding)."""
+    block, size = gguf.GGML_QUANT_SIZES[kind]
+    return int(np.prod(shape, dtype=np.int64)) // block * size
 
 
 def _permute(rows: "np.ndarray", heads: int) -> "np.ndarray":
@@ -237,8 +260,10 @@ def _check_described(meta: dict[str, Any], tensors: list[tuple[str, Any]], confi
                                   f"{field} ({getattr(config, field)!r}); it cannot be written as GGUF")
 
 
-def export_gguf(portable: "PortableModel", out: Path | str, quant: str = "f16") -> GGUFExport:
-    """Write ``portable`` as a GGUF file at ``out`` (a new path), read it back, move it in."""
+def export_gguf(portable: "PortableModel", out: Path | str, quant: str = "f16",
+                progress: Callable[[int, int], None] | None = None) -> GGUFExport:
+    """Write ``portable`` as a GGUF file at ``out`` (a new path), read it back, move it in.
+    ``progress`` is told ``(tensors converted, tensors)`` after each."""
 
     out = Path(out).expanduser()
     check_new_output(out)
@@ -249,17 +274,18 @@ def export_gguf(portable: "PortableModel", out: Path | str, quant: str = "f16") 
     tensors = gguf_tensor_list(dict(portable.model.named_parameters()), config)
     meta = {**architecture_metadata(config), **tokenizer_metadata(tokenizer, tokenizer.vocab_size, where)}
     _check_described(meta, tensors, config, where)
-    kind = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
-            "q8_0": gguf.GGMLQuantizationType.Q8_0}[quant]
+    kinds = [tensor_type(name, array.shape, quant) for name, array in tensors]
     work = work_path(out)
     try:
         writer = gguf.GGUFWriter(str(work), config.family)
         for key, value in meta.items():
             if key != "general.architecture":
                 writer.add_key_value(key, value, _value_type(value))
-        writer.add_file_type({"f32": 0, "f16": 1, "q8_0": 7}[quant])
-        for name, array in tensors:
-            _add_tensor(writer, name, array, quant, kind)
+        writer.add_file_type(QUANT_TYPES[quant][1])
+        for done, ((name, array), kind) in enumerate(zip(tensors, kinds), start=1):
+            _add_tensor(writer, name, array, kind)
+            if progress is not None:
+                progress(done, len(tensors))
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
@@ -274,7 +300,7 @@ def export_gguf(portable: "PortableModel", out: Path | str, quant: str = "f16") 
         if work.exists():
             work.unlink()
     return GGUFExport(out, config.family, quant, len(tensors), out.stat().st_size, portable.identity,
-                      tokenizer.identity)
+                      tokenizer.identity, _type_counts(kinds))
 
 
 def _check_exportable(portable: "PortableModel", quant: str, where: str) -> None:
@@ -294,18 +320,22 @@ def _check_exportable(portable: "PortableModel", quant: str, where: str) -> None
                               "(byte-level BPE without a split rule) has no llama.cpp form")
 
 
-def _add_tensor(writer: Any, name: str, array: np.ndarray, quant: str, kind: Any) -> None:
-    """One tensor in the file's type for ``quant``: norms, biases, vectors, tables left out
-    of quantization, and rows not a multiple of 32 stay float32."""
-    if quant == "f32" or array.ndim < 2 or (quant == "q8_0" and not name.endswith(QUANTIZED)):
+def _add_tensor(writer: Any, name: str, array: np.ndarray, kind: gguf.GGMLQuantizationType) -> None:
+    """One float32 tensor into the writer as type ``kind`` (from :func:`tensor_type`)."""
+    if kind == F32:
         writer.add_tensor(name, array)
-    elif quant == "f16":
-        writer.add_tensor(name, array.astype("float16"))
-    elif array.shape[-1] % 32 == 0:
+    elif kind == F16:
+        writer.add_tensor(name, array.astype(np.float16))
+    else:
         packed = gguf.quants.quantize(array, kind)
         writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)
-    else:
-        writer.add_tensor(name, array)
+
+
+def _type_counts(kinds: list[gguf.GGMLQuantizationType]) -> tuple[tuple[str, int], ...]:
+    counts: dict[str, int] = {}
+    for kind in kinds:
+        counts[kind.name] = counts.get(kind.name, 0) + 1
+    return tuple(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _value_type(value: Any) -> Any:

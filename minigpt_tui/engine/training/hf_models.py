@@ -25,8 +25,8 @@ from minigpt_tui.engine.core.errors import CheckpointError, TokenizerError
 from minigpt_tui.engine.core.files import check_new_output
 from minigpt_tui.engine.core.library_tokenizer import read_library_tokenizer
 from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
-from minigpt_tui.engine.formats.foreign_pickle import pickle_tensors
-from minigpt_tui.engine.formats.hf_families import model_config, our_tensors
+from minigpt_tui.engine.formats.foreign_pickle import pickle_tensors, require_weights
+from minigpt_tui.engine.formats.hf_families import architecture_names, model_config, our_tensors
 from minigpt_tui.engine.formats.hf_import import (
     PICKLED_WEIGHTS,
     Conversion,
@@ -94,7 +94,9 @@ def _weights(folder: Path) -> tuple[dict[str, "torch.Tensor"], list[str]]:
     if pickled is not None and not safetensors:
         if pickled.name.endswith(".index.json"):
             raise CheckpointError(f"{folder}: sharded pickled weights are not supported; save the model as safetensors")
-        return pickle_tensors(pickled), [f"{pickled.name}:{pickled.stat().st_size}"]
+        tensors = pickle_tensors(pickled)
+        require_weights(pickled, tensors)
+        return tensors, [f"{pickled.name}:{pickled.stat().st_size}"]
     read = read_hf_folder(folder)
     tensors: dict[str, torch.Tensor] = {}
     parts = []
@@ -184,7 +186,7 @@ def open_hf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel
     config = model_config(data, str(config_path))
     tensors, digests = _weights(folder)
     try:
-        named = our_tensors(tensors.get, config)
+        named = our_tensors(tensors, config)
     except CheckpointError as err:
         raise CheckpointError(f"{folder}: {err}") from None
     vocab_size = int(named["token_embedding.weight"].shape[0])
@@ -198,7 +200,7 @@ def open_hf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel
     digest = hashlib.sha256(b"transformers-folder\0" + config_path.read_bytes())
     for part in digests:
         digest.update(len(part).to_bytes(8, "little") + part.encode())
-    metadata = {"source": "transformers", "architecture": (data.get("architectures") or [None])[0],
+    metadata = {"source": "transformers", "architecture": (architecture_names(data) or [None])[0],
                 "family": config.family, "dtype": dtype}
     return PortableModel(model, tokenizer, config, digest.hexdigest(), folder, metadata)
 

@@ -32,7 +32,7 @@ from minigpt_tui.engine.core.errors import (
 from minigpt_tui.engine.core.files import read_small_file
 from minigpt_tui.engine.core.library_tokenizer import read_library_tokenizer
 from minigpt_tui.engine.core.tokenizer import Decoded
-from minigpt_tui.engine.formats.foreign_pickle import load_torch_pickle
+from minigpt_tui.engine.formats.foreign_pickle import load_torch_pickle, require_weights
 from minigpt_tui.engine.training.hf_models import built_model, compute_dtype
 
 if TYPE_CHECKING:
@@ -142,12 +142,15 @@ def nanogpt_config(args: dict[str, Any]) -> Any:
 
 
 def _our_tensors(state: dict[str, "torch.Tensor"], config: Any, path: Path) -> dict[str, "torch.Tensor"]:
-    state = {k.removeprefix(COMPILED_PREFIX): v for k, v in state.items()}
+    require_weights(path, state)
+    state = {str(k).removeprefix(COMPILED_PREFIX): v for k, v in state.items()}
+    used = {"lm_head.weight"}  # the head: nanoGPT ties it to the token table
 
     def get(name: str) -> "torch.Tensor":
         tensor = state.get("transformer." + name)
         if tensor is None:
             raise CheckpointError(f"{path}: the state dict has no 'transformer.{name}'")
+        used.add("transformer." + name)
         return tensor
 
     kinds = ("weight", "bias") if config.ffn_bias else ("weight",)
@@ -162,6 +165,11 @@ def _our_tensors(state: dict[str, "torch.Tensor"], config: Any, path: Path) -> d
                 out[f"{ours}{mine}.{kind}"] = get(f"{theirs}{file}.{kind}")
     for kind in kinds:
         out[f"final_norm.{kind}"] = get(f"ln_f.{kind}")
+    # A tensor the model_args have no place for (a layer past n_layer) is refused, not dropped.
+    extra = [name for name in state if name not in used and not name.endswith(".attn.bias")]
+    if extra:
+        raise CheckpointError(f"{path}: unexpected tensor '{extra[0]}' ({len(extra)} in all): not part of the "
+                              f"{config.layers}-layer model that model_args declare")
     return out
 
 

@@ -25,6 +25,7 @@ from minigpt_tui.engine.core.config import RunConfig, identity_form
 from minigpt_tui.engine.core.devices import choose_device
 from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, ResumeRefused
 from minigpt_tui.engine.core.tensors import DigestScheme, tensor_digest
+from minigpt_tui.engine.core.threads import AUTO
 from minigpt_tui.engine.formats.checkpoint_folder import (
     TRAINING_STATE_FORMAT as FORMAT_NAME,
 )
@@ -115,12 +116,22 @@ def current_envelope(train: "TrainConfig", *, measured: bool = True, device_kind
     }
 
 
-def envelope_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+def envelope_differences(saved: dict[str, Any], now: dict[str, Any],
+                         keys: tuple[str, ...] = ENVELOPE_KEYS) -> list[str]:
     return [
         f"{key}: saved {saved.get(key, ENVELOPE_DEFAULTS.get(key))!r}, now {now.get(key)!r}"
-        for key in ENVELOPE_KEYS
+        for key in keys
         if saved.get(key, ENVELOPE_DEFAULTS.get(key)) != now.get(key)
     ]
+
+
+def compared_keys(train: "TrainConfig") -> tuple[str, ...]:
+    """The envelope keys a resume compares. An automatic thread count (``threads = 0``
+    outside exact precision) is what the user asked for on both sides: the count the saving
+    process had tuned to is a record of that machine's load, not a change."""
+    if train.precision != "exact" and train.threads == AUTO:
+        return tuple(key for key in ENVELOPE_KEYS if key != "threads")
+    return ENVELOPE_KEYS
 
 
 # The tensors' content digest: the scheme's name first, then the tensors in name order.
@@ -322,7 +333,7 @@ def saved_config(state: TrainingState) -> "RunConfig":
 def check_environment(state: TrainingState, config: "RunConfig", *, allow_change: bool) -> Continuation:
     """Refuse a changed envelope in exact precision unless allowed; say what that costs."""
     now = current_envelope(config.train, measured=False)
-    differences = envelope_differences(state.envelope, now)
+    differences = envelope_differences(state.envelope, now, compared_keys(config.train))
     continuation = state.continuation
     if not differences:
         return continuation
