@@ -51,7 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--prompt", required=True, help="prompt text (encoded once, BOS prepended)")
     _add_rule_arguments(generate, several_temperatures=False)
     generate.add_argument("--top", default="3", metavar="N", help="alternatives kept per decision (default 3)")
-    generate.add_argument("--kv-cache", action="store_true", help="reuse keys/values instead of recomputing the prefix")
+    generate.add_argument("--kv-cache", action=argparse.BooleanOptionalAction, default=None,
+                          help="reuse keys/values (the default) or, with --no-kv-cache, recompute the whole prefix "
+                               "each decision (the default in float64, whose bits it keeps)")
     generate.add_argument("--attention", action="store_true", help="record the last position's attention (JSON)")
     add_insight_arguments(generate)
     generate.add_argument("--json", action="store_true", help="print the whole trace as JSON")
@@ -171,6 +173,7 @@ def _prompt(text: str) -> str:
 def run_generate(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
         DecisionStepper,
+        default_kv_cache,
     )
 
     (rule,) = rules_from_args(args)
@@ -181,7 +184,8 @@ def run_generate(args: argparse.Namespace) -> int:
     _check_output(args.trace_out, args.force)
     portable = load_model(args.model, args)
     request.check(portable.model)
-    stepper = DecisionStepper.from_portable(portable, _prompt(args.prompt), rule, use_kv_cache=args.kv_cache,
+    cached = default_kv_cache(portable.model) if args.kv_cache is None else args.kv_cache
+    stepper = DecisionStepper.from_portable(portable, _prompt(args.prompt), rule, use_kv_cache=cached,
                                             attention=args.attention, top_n=top)
     stepper.run()
     trace = stepper.trace(full_logits=args.full_logits)

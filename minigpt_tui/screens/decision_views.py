@@ -11,7 +11,9 @@ from typing import Any
 from textual import on
 from textual.screen import Screen
 
+from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.session import operations
+from minigpt_tui.engine.session.generation import parse_head
 from minigpt_tui.engine.session.head_role_view import stepper_key
 from minigpt_tui.messages import (
     HeadRolesReady,
@@ -58,17 +60,60 @@ class DecisionViews(Screen):
 
     def action_pattern(self, layers: int, heads: int) -> None:
         if self.query_one(InsightPanel).move_pattern(layers, heads):
+            self._show_head()
+
+    def _show_head(self) -> None:
+        """The chosen head's pattern of the selected decision: read from the decisions' records
+        at once, else computed on the worker."""
+        decision = self.query_one(DecisionList).selected
+        if decision is None or not self.query_one(InsightPanel).look_up(decision.step):
             self._request_insight()
 
+    def action_type_head(self) -> None:
+        """Ask for a block and head (``23.4``) and show its pattern in the head view."""
+        panel = self.query_one(InsightPanel)
+        blocks, heads = panel.shape
+        if self.query_one(DecisionList).selected is None or not blocks:
+            self.notify("take a decision first (n), then press j to type a block and head", title="head",
+                        severity="warning")
+            return
+
+        def chosen(text: str | None) -> None:
+            if text is None:
+                return
+            try:
+                layer, head = parse_head(text, blocks, heads)
+            except GenerationError as err:
+                self.notify(str(err), title="head", severity="error")
+                return
+            moved = panel.go_to(layer, head)
+            if self.insight_kind != "pattern":
+                self.action_insight("pattern")
+            elif moved:
+                self._show_head()
+
+        self.app.push_screen(PathPromptScreen(
+            "Go to a head", f"Block 0-{blocks - 1} and head 0-{heads - 1}, as 23.4, 23 4 or block 23 head 4:",
+            placeholder="block.head, like 1.0"), chosen)
+
+    def action_toggle_cache(self) -> None:
+        """Decide with the key/value cache or over the whole prefix; the decisions made are redone."""
+        if self.queue.spec_applied is None:
+            self.notify("load a model first", title="kv cache", severity="warning")
+            return
+        self._enqueue(operations.Operation("kv cache", lambda session: session.toggle_kv_cache(), select="keep"))
+
     def _request_insight(self) -> None:
-        """Queue the computation for the selected decision unless that one is already asked."""
+        """Queue the computation for the selected decision unless that one is already asked
+        (the head view's pattern is read from the records when they hold it)."""
         decision = self.query_one(DecisionList).selected
         if self.insight_kind is None or decision is None:
             return
         candidate = self.query_one(CandidateTable).highlighted
         candidate_id = candidate.id if candidate else None
         panel = self.query_one(InsightPanel)
-        if panel.ask(decision, candidate_id):
+        recorded = self.insight_kind == "pattern" and panel.look_up(decision.step)
+        if panel.ask(decision, candidate_id, head=not recorded):
             self._enqueue(operations.inspect(decision.step, panel.pattern_layer, panel.pattern_head, candidate_id,
                                              lambda view: self.post_message(InsightReady(view))))
 

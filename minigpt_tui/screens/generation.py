@@ -74,6 +74,8 @@ class GenerationScreen(DecisionViews):
         Binding("right_square_bracket", "pattern(1, 0)", "Layer +", show=False),
         Binding("left_curly_bracket", "pattern(0, -1)", "Head -", show=False),
         Binding("right_curly_bracket", "pattern(0, 1)", "Head +", show=False),
+        Binding("j", "type_head", "Go to head", show=False),
+        Binding("k", "toggle_cache", "KV cache", show=False),
         Binding("o", "head_role", "Role", show=False),
         Binding("m", "second_model", "2nd model", show=False),
         Binding("p", "patch", "Patch", show=False),
@@ -90,6 +92,9 @@ class GenerationScreen(DecisionViews):
         ("Contributions", "Split the chosen logit into embedding, heads and blocks (x)", "insight('contributions')"),
         ("Head pattern", "One head's whole attention pattern over the prefix (h)", "insight('pattern')"),
         ("Head role", "Show the next role in the head view's grid of every head's score (o)", "head_role"),
+        ("Go to a head", "Type a block and head (23.4) for the head view (j)", "type_head"),
+        ("KV cache or whole prefix", "Decide over the key/value cache or recompute the whole prefix (k)",
+         "toggle_cache"),
         ("Second model", "Compare each decision with a second model (m)", "second_model"),
         ("Activation patching", "Which layer and position restore the selected decision's answer (p)", "patch"),
         ("Score a text", "Each token of a text coloured by its loss, in the Text view (s)", "score"),
@@ -362,6 +367,7 @@ class GenerationScreen(DecisionViews):
                 self.query_one("#prompt", Input).focus()
             return
         self.query_one(DecisionList).show_view(view, message.select)
+        self.query_one(InsightPanel).follow(view)
         self.set_class(bool(view.second_opinions) or view.second_label is not None, "-contrast")
         self.query_one(PrefixView).show_view(view)
         self._show_decisions_subtitle()

@@ -159,8 +159,10 @@ GENERATION_HELP = """\
 # Generation
 
 Steps through generation one next-token decision at a time. Each decision is one forward pass
-over the whole prefix (on a worker thread), one distribution over the vocabulary, and one
-chosen id.
+(on a worker thread), one distribution over the vocabulary, and one chosen id. The pass reads
+the key/value cache and computes only the new position (`kv cache` under the prefix), or
+recomputes the whole prefix (`whole prefix`: the default in exact precision, float64, whose
+bits it keeps); `k` switches and redoes the decisions made.
 
 ## Keys
 | key | action |
@@ -176,6 +178,8 @@ chosen id.
 | `l` | logit lens of the selected decision, in place of the candidates (again: back) |
 | `x` | contributions to the selected decision's logit (and to the highlighted candidate's) |
 | `h` | one head's whole attention pattern over the prefix; `[` `]` change the block, `{` `}` the head |
+| `j` | go to a typed block and head (`23.4`, `23 4` or `block 23 head 4`) in the head view |
+| `k` | decide with the key/value cache or recompute the whole prefix (the decisions made are redone) |
 | `o` | in the head view: the next role in the grid of every head's role score (induction, previous-token, duplicate-token, first-token; the shown head bracketed) |
 | `m` | compare every decision with a second model (same tokenizer; `none` removes it) |
 | `p` | activation patching of the selected decision: a corrupt prompt of the same token length, answers A and B (the chosen id and the runner-up); the sweep runs on the worker, then a layer x position grid of *restored* (`c` cycles resid / attn / mlp, `h` or `enter` a layer's heads, `escape` closes) |
@@ -210,7 +214,9 @@ Computed on the worker from one extra forward pass over the decision's prefix.
   taken at the final residual, so the parts (summed in float64) add up to the logit; for a float32 model, whose own
   logit is rounded to float32, the line says when the two agree to that rounding.
 - **Head** (`h`): the whole attention pattern of one head, a row per query position and a column per key position;
-  a cell's height is its weight relative to the row's largest, bold from 0.5, dim under 0.1. It scrolls.
+  a cell's height is its weight relative to the row's largest, bold from 0.5, dim under 0.1. It scrolls. Every head's
+  rows are recorded as the decisions are made (the prompt's in the first pass, then the one row each decision adds),
+  so moving between heads reads them without a forward pass.
 
 ## Decision line
 The chosen piece and id; the rule's own pick when you forced another; **entropy** of the raw distribution in nats

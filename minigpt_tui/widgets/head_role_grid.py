@@ -9,6 +9,7 @@ once per model on the generation worker.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -33,6 +34,7 @@ def score_cell(score: float) -> str:
     return f"{score:.2f}"
 
 
+@functools.lru_cache(maxsize=4096)  # a head-view key redraws every cell: a style is made once per score
 def score_style(score: float) -> Style:
     scale = math.sqrt(min(max(score, 0.0), 1.0))
     low, high = (RAMP[0], RAMP[1]) if scale < 0.5 else (RAMP[1], RAMP[2])

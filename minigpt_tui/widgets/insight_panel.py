@@ -7,12 +7,13 @@ panel only lays out text on the UI thread.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from textual.widgets import ContentSwitcher
 
-from minigpt_tui.engine.session.generation import DecisionView
-from minigpt_tui.engine.session.insight import InsightView
+from minigpt_tui.engine.session.generation import DecisionView, PatternLookup, StepperView
+from minigpt_tui.engine.session.insight import InsightView, PatternView
 from minigpt_tui.widgets.contributions_view import ContributionsView
 from minigpt_tui.widgets.head_pattern_view import HeadPatternView
 from minigpt_tui.widgets.head_role_grid import HeadRoleGrid
@@ -33,23 +34,56 @@ class InsightPanel(ContentSwitcher):
         self.pattern_head = 0
         self.inspected: InsightView | None = None  # the view shown
         self._asked: tuple[Any, ...] | None = None
+        # Every head's pattern of every decision, read from the decisions' records (no forward
+        # pass), and the model's blocks and heads: both follow the generation's view.
+        self.lookup: PatternLookup | None = None
+        self.shape = (0, 0)
+        self._looked: tuple[int, PatternView] | None = None  # the decision and pattern read from the records
+
+    def follow(self, view: StepperView) -> None:
+        self.lookup = view.patterns
+        self.shape = (view.layers, view.heads)
 
     def move_pattern(self, layers: int, heads: int) -> bool:
         """Move the pattern's block and head by these steps, within the model; True when they changed."""
-        if self.inspected is None:
+        return self.go_to(self.pattern_layer + layers, self.pattern_head + heads)
+
+    def go_to(self, layer: int, head: int) -> bool:
+        """Show block ``layer``'s head ``head`` (held within the model); True when it changed."""
+        blocks, heads = self.shape
+        if not blocks and self.inspected is not None:
+            blocks, heads = self.inspected.layers, self.inspected.heads
+        if not blocks:
             return False
-        layer = min(max(self.pattern_layer + layers, 0), self.inspected.layers - 1)
-        head = min(max(self.pattern_head + heads, 0), self.inspected.heads - 1)
+        layer, head = min(max(layer, 0), blocks - 1), min(max(head, 0), heads - 1)
         if (layer, head) == (self.pattern_layer, self.pattern_head):
             return False
         self.pattern_layer, self.pattern_head = layer, head
         self.query_one(HeadRoleGrid).show_head(layer, head)
         return True
 
-    def ask(self, decision: DecisionView, candidate_id: int | None) -> bool:
-        """Mark the panel working for ``decision`` (and the candidate, block and head); False
-        when that one is asked already."""
-        key = (decision.step, decision.chosen.id, decision.forced, self.pattern_layer, self.pattern_head, candidate_id)
+    def look_up(self, step: int) -> bool:
+        """Show decision ``step``'s pattern of the chosen head, read from the records; False
+        when they do not hold it (then the worker computes it)."""
+        pattern = self._recorded(step)
+        if pattern is None:
+            return False
+        if self.inspected is not None and self.inspected.step == step:
+            self.inspected = replace(self.inspected, pattern=pattern)
+        self._looked = (step, pattern)
+        self.query_one(HeadPatternView).show_pattern(pattern.layer, pattern.head, pattern.pieces, pattern.weights)
+        self._show_title()
+        return True
+
+    def _recorded(self, step: int) -> PatternView | None:
+        return None if self.lookup is None else self.lookup.pattern(step, self.pattern_layer, self.pattern_head)
+
+    def ask(self, decision: DecisionView, candidate_id: int | None, *, head: bool = True) -> bool:
+        """Mark the panel working for ``decision`` (and the candidate, and the block and head
+        unless ``head`` is false: its pattern is read from the records); False when that one is
+        asked already."""
+        shown = (self.pattern_layer, self.pattern_head) if head else None
+        key = (decision.step, decision.chosen.id, decision.forced, shown, candidate_id)
         if key == self._asked:
             return False
         self._asked = key
@@ -85,7 +119,12 @@ class InsightPanel(ContentSwitcher):
 
     def show_inspected(self, view: InsightView) -> None:
         """Fill every view from ``view`` and name the decision (and, for the head view, the
-        block and head) in the border."""
+        block and head) in the border. The chosen head's pattern is read from the records when
+        they hold it (the head may have changed since the view was asked for)."""
+        recorded = self._recorded(view.step)
+        self._looked = None if recorded is None else (view.step, recorded)
+        if recorded is not None:
+            view = replace(view, pattern=recorded)
         self.inspected = view
         self.show_insight(view)
         self.border_subtitle = ""  # the result is in: the keys again, not "working…"
@@ -94,12 +133,15 @@ class InsightPanel(ContentSwitcher):
     def _show_title(self) -> None:
         """The border names what the view shown reads: the lens and the parts a decision, the
         head view also its block and head (and the keys that change them)."""
+        pattern = self.kind == "pattern"
         view = self.inspected
-        if view is None:
+        shown = (view.step, view.pattern) if view is not None else None
+        if pattern and self._looked is not None:
+            shown = self._looked
+        if shown is None:
             self.border_title = "Inside"
             return
-        pattern = self.kind == "pattern"
-        self.border_title = f"Inside decision {view.step}" + (
-            f" · block {view.pattern.layer} head {view.pattern.head}" if pattern else "")
+        step, head = shown
+        self.border_title = f"Inside decision {step}" + (f" · block {head.layer} head {head.head}" if pattern else "")
         if self.border_subtitle != WORKING:
             self.border_subtitle = "l lens · x parts · h head" + (" · [ ] block · { } head" if pattern else "")

@@ -27,8 +27,10 @@ class PrefixView(Static):
         text = piece_chips(pieces, highlight_from=len(view.prompt), marked=forced)
         self.update(text)
         self.border_title = f"Prefix · {view.rule_label}"
+        # How decisions are made (k switches): one new position over the key/value cache, or the whole prefix.
         self.border_subtitle = (f"{len(pieces)} of {view.context} ids: prompt {len(view.prompt)}"
-                                f" + generated {len(view.generated)}")
+                                f" + generated {len(view.generated)} · "
+                                + ("kv cache" if view.cached else "whole prefix"))
 
     def show_message(self, message: str) -> None:
         self.update(Text(message, style="dim"))

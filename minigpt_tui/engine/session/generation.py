@@ -7,6 +7,7 @@ calls the session one operation at a time.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR, latest_checkp
 from minigpt_tui.engine.session.inputs import parse_number
 from minigpt_tui.engine.session.insight import (
     InsightView,
+    PatternView,
     SecondOpinionView,
     insight_view,
 )
@@ -33,6 +35,7 @@ from minigpt_tui.engine.session.runs import list_runs
 TOP_CANDIDATES = 16
 MAX_INELIGIBLE_ROWS = 8
 NO_MODEL = "no model loaded: type a checkpoint, model file or RUN:latest and press enter"
+HEAD_FORMS = "type a block and a head: 23.4, 23 4 or block 23 head 4"
 
 
 # -- typed views ------------------------------------------------------------------------------
@@ -80,6 +83,24 @@ class OutputView:
     ended_with_eos: bool
 
 
+class PatternLookup:
+    """Any decision's whole pattern of one head as plain numbers, read from the rows the
+    decisions recorded (no forward pass; cheap enough for the UI thread). It reads only a
+    snapshot of frozen records, so the worker may go on deciding meanwhile."""
+
+    def __init__(self, patterns: Any) -> None:
+        self._patterns = patterns  # the engine's HeadPatterns
+
+    def pattern(self, step: int, layer: int, head: int) -> PatternView | None:
+        """Decision ``step``'s (1-based) pattern of ``head`` in block ``layer``; None when it
+        cannot be read from the records (then the worker computes it)."""
+        weights = self._patterns.pattern(step, layer, head)
+        if weights is None:
+            return None
+        pieces = tuple(piece.text for piece in self._patterns.decisions[step - 1].prefix)
+        return PatternView(layer, head, pieces, tuple(tuple(row) for row in weights.tolist()))
+
+
 @dataclass(frozen=True)
 class StepperView:
     """Where a generation stands: model, rule, prefix, every decision, the output."""
@@ -98,6 +119,10 @@ class StepperView:
     forced_steps: frozenset[int] = field(default_factory=frozenset)
     second_label: str | None = None  # the second model, when one is loaded
     second_opinions: tuple[SecondOpinionView, ...] = ()  # one per decision, in order
+    cached: bool = False  # decisions use the key/value cache (else each recomputes the whole prefix)
+    layers: int = 0  # the model's blocks and heads per block
+    heads: int = 0
+    patterns: PatternLookup | None = None  # every head's pattern of every decision, when recorded
 
 
 # -- the form's settings ---------------------------------------------------------------------
@@ -184,6 +209,22 @@ def decision_view(decision: Any, tokenizer: Any) -> DecisionView:
     )
 
 
+def parse_head(text: str, layers: int, heads: int) -> tuple[int, int]:
+    """A typed block and head (``23.4``, ``23 4``, ``b23 h4``, ``block 23 head 4``), checked
+    against the model's ``layers`` blocks of ``heads`` heads; GenerationError otherwise."""
+    lowered = text.strip().lower()
+    numbers = re.findall(r"[0-9]+", lowered)
+    words = re.sub(r"block|head|[0-9bh.,:/\s]", "", lowered)
+    if len(numbers) != 2 or words:
+        raise GenerationError(f"{text.strip() or 'nothing'} names no head: {HEAD_FORMS}")
+    layer, head = int(numbers[0]), int(numbers[1])
+    if layer >= layers:
+        raise GenerationError(f"there is no block {layer}: the model has blocks 0 to {layers - 1}")
+    if head >= heads:
+        raise GenerationError(f"there is no head {head}: each block has heads 0 to {heads - 1}")
+    return layer, head
+
+
 def _output_view(output: dict[str, Any]) -> OutputView:
     return OutputView(tuple(output["generated_ids"]), bytes(output["generated_bytes"]),
                       bool(output["valid_utf8"]), str(output["display"]), bool(output["ended_with_eos"]))
@@ -213,6 +254,7 @@ class GenerationSession:
         self.second: Any = None  # a second model whose opinion each decision shows
         self.second_path: Path | None = None
         self._opinions: dict[Any, SecondOpinionView] = {}
+        self.kv_cache: bool | None = None  # None: the model's default (the cache, except in exact precision)
 
     def display(self, path: str) -> str:
         """``path`` named relative to the runs directory when it lies under it."""
@@ -253,14 +295,33 @@ class GenerationSession:
     def configure(self, settings: GenerationSettings) -> None:
         from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
             DecisionStepper,
+            default_kv_cache,
         )
 
         if self.portable is None:
             raise GenerationError(NO_MODEL)
+        cached = default_kv_cache(self.portable.model) if self.kv_cache is None else self.kv_cache
         self.stepper = DecisionStepper.from_portable(self.portable, settings.prompt, settings.rule, attention=True,
-                                                     top_n=TOP_CANDIDATES)
+                                                     top_n=TOP_CANDIDATES, use_kv_cache=cached)
         self.settings = settings
         self._views.clear()
+
+    def toggle_kv_cache(self) -> str:
+        """Switch between the key/value cache and recomputing the whole prefix, and redo the
+        decisions made so far that way (forced ones forced again). Returns a note."""
+        stepper = self._require()
+        made = stepper.decisions
+        self.kv_cache = not stepper.use_kv_cache
+        self.configure(self.settings)
+        for decision in made:
+            if self.stepper.finished:
+                break
+            if decision.forced:
+                self.stepper.force(decision.chosen.id)
+            else:
+                self.stepper.step()
+        mode = "the key/value cache" if self.kv_cache else "the whole prefix recomputed"
+        return f"decisions use {mode}" + (f": {len(made)} redone" if made else "")
 
     def _require(self) -> Any:
         if self.stepper is None:
@@ -410,4 +471,13 @@ class GenerationSession:
             forced_steps=frozenset(d.step for d in decisions if d.forced),
             second_label=str(self.second_path) if self.second is not None else None,
             second_opinions=self._second_opinions(stepper.decisions) if self.second is not None else (),
+            cached=bool(stepper.use_kv_cache),
+            layers=stepper.model.config.layers,
+            heads=stepper.model.config.heads,
+            patterns=_pattern_lookup(stepper),
         )
+
+
+def _pattern_lookup(stepper: Any) -> PatternLookup | None:
+    patterns = stepper.head_patterns()
+    return None if patterns is None else PatternLookup(patterns)
