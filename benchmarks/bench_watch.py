@@ -6,7 +6,9 @@ float32, and what samples and head scores cost a ``mini`` run.
 - heads: ``score_heads`` as `minigpt-tui heads` runs it (target: at most 5 s);
 - patch: ``Patcher`` + ``sweep`` (what ``patch_prompts`` runs) of resid, attn and mlp over a
   16-id clean/corrupt pair that differ at one position, with a progress callback
-  (target: at most 30 s);
+  (target: at most 30 s), against the same one patched run at a time (``rows=1``);
+  benchmarks/bench_patching.py compares it with the code before batching and on a
+  SmolLM2-135M shape;
 - score: ``score_text`` of a text of about 10,000 ids (windows of 1024, stride 512) against
   transformers' ``GPT2LMHeadModel`` forward passes, no_grad, over the same windows
   (``scoring.windows``) (target: at most 2x);
@@ -27,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -38,7 +41,6 @@ from bench_finetune import make_folder  # noqa: E402
 from timing import interleaved, ratio  # noqa: E402
 
 THREADS = 2
-BATCH = 16
 CLEAN_IDS = list(range(1000, 1016))
 CORRUPT_IDS = CLEAN_IDS[:7] + [2000] + CLEAN_IDS[8:]
 
@@ -78,27 +80,20 @@ def bench_patch(portable: object, rounds: int) -> None:
     def progress(done: int, total: int) -> None:
         steps[0] = total
 
-    def run() -> None:
-        patcher = Patcher(model, CLEAN_IDS, CORRUPT_IDS, 1100, 1200)
-        sweep(patcher, ("resid", "attn", "mlp"), progress)
+    def run(rows: int | None) -> Callable[[], None]:
+        def sweep_once() -> None:
+            patcher = Patcher(model, CLEAN_IDS, CORRUPT_IDS, 1100, 1200, rows=rows)
+            sweep(patcher, ("resid", "attn", "mlp"), progress)
+        return sweep_once
 
-    timings = interleaved({"patch resid,attn,mlp (16 ids)": run}, rounds=rounds)
-    timing = timings["patch resid,attn,mlp (16 ids)"]
+    batched, alone = "patch resid,attn,mlp (16 ids)", "  the same, one run at a time"
+    timings = interleaved({batched: run(None), alone: run(1)}, rounds=rounds)
+    timing = timings[batched]
+    rows = Patcher(model, CLEAN_IDS, CORRUPT_IDS, 1100, 1200).rows
     print(timing.line(1.0, "s"), f"  target <= 30 s: {'met' if timing.median <= 30 else 'MISSED'}")
-    print(f"  {steps[0]} patched runs, {timing.median / steps[0] * 1e3:.1f} ms each (median)")
-    # Not the engine: as many plain forwards of the corrupt ids, BATCH rows at a time, to show
-    # what batching the patched runs would save (no hooks, so a lower bound of its time).
-    batch = torch.tensor([CORRUPT_IDS] * BATCH)
-
-    def batched() -> None:
-        with torch.no_grad():
-            for _ in range(-(-steps[0] // BATCH)):
-                model(batch, return_attention=True)
-
-    model.eval()
-    timing = interleaved({f"  same forwards, {BATCH} rows a batch": batched}, rounds=rounds)[
-        f"  same forwards, {BATCH} rows a batch"]
-    print(timing.line(1.0, "s"), f"({timing.median / steps[0] * 1e3:.1f} ms a run; not what the engine does)")
+    print(f"  {steps[0]} patched runs, {rows} a batch, {timing.median / steps[0] * 1e3:.1f} ms each (median)")
+    print(timings[alone].line(1.0, "s"), f"({timings[alone].median / steps[0] * 1e3:.1f} ms a run)")
+    print(" ", ratio(timing, timings[alone]))
 
 
 def bench_score(portable: object, folder: Path, tokens: int, rounds: int) -> None:

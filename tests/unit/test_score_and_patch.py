@@ -91,24 +91,22 @@ def test_patching_a_site_with_its_own_corrupt_value_changes_nothing():
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_a_patched_run_from_its_block_equals_the_whole_forward(dtype):
     """A patched run starts at the patched block from the corrupt run's residual there; the
-    whole forward with the same patch (every block recomputed) gives the same bits."""
+    same batch from the embeddings (every block recomputed) gives the same bits."""
     model = varied_model("llama", dtype=dtype)
     clean, corrupt = BYTES.encode_prompt("the cat sat"), BYTES.encode_prompt("the dog sat")
     patcher = Patcher(model, clean, corrupt, 5, 6)
+    assert patcher.rows > 1  # the batched path is the one under test
     with torch.no_grad():
-        whole = model(torch.tensor([list(corrupt)]), return_attention=True).logits[0, -1]
-    assert patcher._difference(whole) == pytest.approx(patcher.corrupt_difference, rel=1e-5)
+        whole = model(torch.tensor([list(corrupt)]), return_attention=True).logits[0, -1].to(torch.float64)
+    assert float(whole[5] - whole[6]) == pytest.approx(patcher.corrupt_difference, rel=1e-5)
     layers, last = model.config.layers, len(corrupt) - 1
     first = next(i for i, (a, b) in enumerate(zip(clean, corrupt)) if a != b)  # where the prompts differ
     patches = [Patch("resid", layers, (last,)), Patch("resid", layers - 1, (first, last)), Patch("attn", 1, (first,)),
                Patch("mlp", layers - 1, (last,)), Patch("head", 1, (first + 1,), 1), Patch("mlp", 0, (first,))]
     for patch in patches:
-        module, hook, pre = patcher._hook(patch)
-        handle = module.register_forward_pre_hook(hook) if pre else module.register_forward_hook(hook)
-        try:
-            from_the_start = patcher._difference(patcher._run(corrupt))
-        finally:
-            handle.remove()
+        with torch.no_grad(), patcher._hooked([(patch,)]):
+            x, _ = model.embed(torch.tensor([list(corrupt)] * patcher.rows), None, 0, None)
+            from_the_start = float(patcher._through(x, 0)[0])
         assert patcher.difference([patch]) == from_the_start, patch
         assert from_the_start != patcher.corrupt_difference, patch
 

@@ -11,21 +11,31 @@ position at a time, and the difference measured again:
 - ``head`` (l, h): head h's weighted values, before the output map (its share of ``attn``).
 
 ``restored`` is (difference − corrupt) / (clean − corrupt): 1 where the site alone brings
-the clean answer back, 0 where it changes nothing. Every run (clean, corrupt, patched) is
-the same forward with the same shapes, so patching is exact at both ends: the embeddings
-at every position where the prompts differ give the clean difference bit for bit, and so
-does the last residual at the last position; a site patched with its own corrupt value
-gives the corrupt difference.
+the clean answer back, 0 where it changes nothing.
 
-A patch at layer l leaves the blocks before l as they were in the corrupt run, so a patched
-run starts from the corrupt run's residual entering block l (kept from that run) instead of
-recomputing them: the same operations on the same values, so the same bits, at about half
-the cost of a sweep. Only the last position goes through the output head, in every run.
+Every run (clean, corrupt, patched) is one row of a batch of the same shape: ``rows`` runs
+of the prompt's length, the rows no run needs carrying the corrupt run. The last bits of a
+matrix product depend on its shape, and at some shapes on the row's place in it, so the
+shape is fixed per patcher and chosen where each row's bits depend on nothing but that
+row: the clean and corrupt runs are computed ``rows`` times over, side by side, and every
+copy must agree bit for bit, or fewer rows are tried, down to one run at a time. Patching
+is then exact at both ends: the embeddings at every position where the prompts differ
+give the clean difference bit for bit, and so does the last residual at the last
+position; a site patched with its own corrupt value gives the corrupt difference; and a
+patched run gives the same bits whichever runs share its batch and whichever row it takes.
+The figures differ from a one-row forward of the same prompt (``rows`` 1) in their last
+bits only.
+
+A patch at layer l leaves the blocks before l as they were in the corrupt run, so a batch
+starts from the corrupt run's residual entering its first patched block (kept from that
+run) instead of recomputing them: the same operations on the same values, so the same
+bits. Only the last position's two answer logits are computed, in every run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,9 +43,17 @@ import torch
 from torch import Tensor
 
 from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.training.model import decision_logits, evaluating
+from minigpt_tui.engine.training.model import evaluating
 
 SITES = ("resid", "attn", "mlp", "head")
+# Positions (runs × prompt length) a batch of patched runs aims at: past about this many the
+# products stop being bound by reading the weights, and a run no longer gets cheaper.
+BATCH_POSITIONS = 128
+# A batch's positions are a multiple of this: at other counts this CPU's products gave a
+# row different bits depending on its place (float64 at counts not a multiple of 4).
+POSITION_MULTIPLE = 8
+
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -80,40 +98,86 @@ class PatchingResult:
                 "effects": [e.to_json() for e in self.effects]}
 
 
+def batch_rows(length: int) -> tuple[int, ...]:
+    """Runs per batch to try for prompts of ``length`` ids, most first; 1 always last."""
+    step = _step(length)
+    most = BATCH_POSITIONS // max(length, 1) // step * step
+    if not most and step * length <= 2 * BATCH_POSITIONS:
+        most = step
+    tried = (most, most // 2 // step * step)
+    return tuple(dict.fromkeys(r for r in tried if r > 1)) + (1,)
+
+
+def _step(length: int) -> int:
+    """The fewest runs whose positions make a multiple of POSITION_MULTIPLE."""
+    step = 1
+    while (step * length) % POSITION_MULTIPLE:
+        step += 1
+    return step
+
+
 class Patcher:
-    """The clean run's activations, and patched corrupt runs that read them."""
+    """The clean run's activations, and patched corrupt runs that read them, ``rows`` a batch
+    (chosen here unless given; 1 runs them one at a time)."""
 
     def __init__(self, model: Any, clean_ids: Sequence[int], corrupt_ids: Sequence[int], answer: int,
-                 against: int) -> None:
+                 against: int, rows: int | None = None) -> None:
         if len(clean_ids) != len(corrupt_ids):
             raise GenerationError(f"the clean prompt is {len(clean_ids)} ids and the corrupt one {len(corrupt_ids)}: "
                                   "patching needs prompts of equal token length")
         if len(clean_ids) > model.config.context:
             raise GenerationError(f"the prompts are {len(clean_ids)} ids, more than the context of "
                                   f"{model.config.context}")
+        if rows is not None and rows < 1:
+            raise GenerationError(f"a batch holds at least one run, not {rows}")
         self.model, self.answer, self.against = model, answer, against
         self.clean_ids, self.corrupt_ids = tuple(clean_ids), tuple(corrupt_ids)
+        with torch.no_grad():
+            self._pair = model.head_weight[[answer, against]]  # the two answers' rows of the head
+        self.rows = 1
         self.clean: dict[str, Tensor] = {}
         self.corrupt: dict[str, Tensor] = {}
-        self.clean_difference = self._difference(self._run(self.clean_ids, record=self.clean))
-        self.corrupt_difference = self._difference(self._run(self.corrupt_ids, record=self.corrupt))
+        for candidate in (rows,) if rows is not None else batch_rows(len(clean_ids)):
+            if self._settle(candidate):
+                break
+        else:
+            self._settle(1)
 
-    def _run(self, ids: Sequence[int] | None, record: dict[str, Tensor] | None = None, start: int = 0) -> Tensor:
-        """The last position's logits of a run over ``ids``; with ``start`` l > 0 the run
-        begins at block l from the corrupt run's residual entering it (``ids`` unused)."""
+    def _settle(self, rows: int) -> bool:
+        """Run clean and corrupt ``rows`` times each; keep their activations and differences
+        when every copy agrees bit for bit (always, for one row)."""
+        clean: dict[str, Tensor] = {}
+        corrupt: dict[str, Tensor] = {}
+        clean_differences = self._base(self.clean_ids, rows, clean)
+        corrupt_differences = self._base(self.corrupt_ids, rows, corrupt)
+        if rows > 1 and not all(_rows_agree(v) for v in (clean_differences, corrupt_differences,
+                                                         *clean.values(), *corrupt.values())):
+            return False
+        self.rows = rows
+        self.clean = {name: value[:1].clone() for name, value in clean.items()}
+        self.corrupt = {name: value[:1].clone() for name, value in corrupt.items()}
+        self.clean_difference = float(clean_differences[0])
+        self.corrupt_difference = float(corrupt_differences[0])
+        return True
+
+    def _base(self, ids: Sequence[int], rows: int, record: dict[str, Tensor]) -> Tensor:
+        """The differences [rows] of ``rows`` copies of a run over ``ids``, recorded."""
         model = self.model
         with evaluating(model), torch.no_grad():
-            if start == 0:
-                x, self._rope = model.embed(torch.tensor([list(ids or ())]), None, 0, record)
-            else:
-                x = self._entering(start)
-            for block in model.blocks[start:]:
-                # Attention weights asked for: every run takes the same (explicit) path.
-                x = block(x, self._rope, None, 0, None, True, record)[0]
-            hidden = model.final_norm(x)
-            if record is not None:
-                record["ln_final.hook_normalized"] = hidden
-            return decision_logits(model, hidden)
+            x, self._rope = model.embed(torch.tensor([list(ids)] * rows), None, 0, record)
+            return self._through(x, 0, record)
+
+    def _through(self, x: Tensor, start: int, record: dict[str, Tensor] | None = None) -> Tensor:
+        """The metric [rows] of batch ``x`` entering block ``start``, in float64."""
+        model = self.model
+        for block in model.blocks[start:]:
+            # Attention weights asked for: every run takes the same (explicit) path.
+            x = block(x, self._rope, None, 0, None, True, record)[0]
+        hidden = model.final_norm(x)
+        if record is not None:
+            record["ln_final.hook_normalized"] = hidden
+        pair = (hidden[:, -1] @ self._pair.t()).to(torch.float64)
+        return pair[:, 0] - pair[:, 1]
 
     def _entering(self, layer: int) -> Tensor:
         """The corrupt run's residual stream entering block ``layer`` (L: after the last)."""
@@ -122,46 +186,9 @@ class Patcher:
             return self.corrupt[f"blocks.{layer}.hook_resid_pre"]
         return self.corrupt[f"blocks.{layers - 1}.hook_resid_post"]
 
-    def _difference(self, logits: Tensor) -> float:
-        return float(logits[self.answer].to(torch.float64) - logits[self.against].to(torch.float64))
-
     def restored(self, difference: float) -> float | None:
         gap = self.clean_difference - self.corrupt_difference
         return None if gap == 0 else (difference - self.corrupt_difference) / gap
-
-    def _hook(self, patch: Patch) -> tuple[Any, Callable[..., Any], bool]:
-        """(module, hook, is a pre-hook) putting the clean values in at the patch's positions."""
-        model, clean, at = self.model, self.clean, list(patch.positions)
-        layers = model.config.layers
-        if patch.site == "resid":
-            name = f"blocks.{patch.layer}.hook_resid_pre" if patch.layer < layers else \
-                f"blocks.{layers - 1}.hook_resid_post"
-            module = model.blocks[patch.layer] if patch.layer < layers else model.final_norm
-
-            def pre(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-                x = args[0].clone()
-                x[:, at] = clean[name][:, at]
-                return (x, *args[1:])
-            return module, pre, True
-        if patch.site == "head":
-            hd = model.config.head_dim
-            columns = slice(patch.head * hd, (patch.head + 1) * hd)
-            name = f"blocks.{patch.layer}.attn.hook_z"
-
-            def pre_z(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-                z = args[0].clone()
-                z[:, at, columns] = clean[name][:, at, columns]
-                return (z, *args[1:])
-            return model.blocks[patch.layer].attn.o_proj, pre_z, True
-        name = f"blocks.{patch.layer}.hook_{'attn_out' if patch.site == 'attn' else 'mlp_out'}"
-        module = model.blocks[patch.layer].attn if patch.site == "attn" else model.blocks[patch.layer].ffn
-
-        def post(_module: Any, _args: Any, output: Any) -> Any:
-            value = output[0] if isinstance(output, tuple) else output
-            value = value.clone()
-            value[:, at] = clean[name][:, at]
-            return (value, *output[1:]) if isinstance(output, tuple) else value
-        return module, post, False
 
     def check(self, patch: Patch) -> None:
         layers, heads, length = self.model.config.layers, self.model.config.heads, len(self.clean_ids)
@@ -177,18 +204,99 @@ class Patcher:
 
     def difference(self, patches: Sequence[Patch]) -> float:
         """The corrupt run with every patch in ``patches`` applied, as the metric."""
-        handles = []
-        try:
+        return self.differences([patches])[0]
+
+    def differences(self, runs: Sequence[Sequence[Patch]], progress: Progress | None = None) -> list[float]:
+        """The metric of each run of ``runs`` (the patches it applies together), ``rows`` runs a
+        batch, the runs that start at the same block together; ``progress(done, total)``
+        after each batch."""
+        for patches in runs:
             for patch in patches:
                 self.check(patch)
-                module, hook, pre = self._hook(patch)
+        order = sorted(range(len(runs)), key=lambda i: self._start(runs[i]))
+        found = [0.0] * len(runs)
+        for first in range(0, len(order), self.rows):
+            chunk = order[first:first + self.rows]
+            values = self._batch([runs[i] for i in chunk]).tolist()
+            for i, value in zip(chunk, values):
+                found[i] = value
+            if progress is not None:
+                progress(first + len(chunk), len(runs))
+        return found
+
+    def _start(self, patches: Sequence[Patch]) -> int:
+        """The first block a run changes (blocks before it compute what the corrupt run did)."""
+        return min((patch.layer for patch in patches), default=self.model.config.layers)
+
+    def _batch(self, runs: Sequence[Sequence[Patch]]) -> Tensor:
+        """The metric of up to ``rows`` runs, one a row; the rows left over carry the corrupt run."""
+        start = min(self._start(patches) for patches in runs)
+        x = self._entering(start).expand(self.rows, -1, -1).contiguous()
+        with evaluating(self.model), torch.no_grad(), self._hooked(runs):
+            return self._through(x, start)[:len(runs)]
+
+    @contextmanager
+    def _hooked(self, runs: Sequence[Sequence[Patch]]) -> Iterator[None]:
+        """Hooks putting each run's clean values into its row, one hook per patched module."""
+        edits: dict[tuple[str, int], list[tuple[int, Patch]]] = {}
+        for row, patches in enumerate(runs):
+            for patch in patches:
+                edits.setdefault((patch.site, patch.layer), []).append((row, patch))
+        handles = []
+        try:
+            for (site, layer), rows in edits.items():
+                module, hook, pre = self._hook(site, layer, rows)
                 handles.append(module.register_forward_pre_hook(hook) if pre else module.register_forward_hook(hook))
-            # Blocks before the first patched one compute what the corrupt run did.
-            return self._difference(self._run(self.corrupt_ids, start=min(patch.layer for patch in patches)
-                                              if patches else 0))
+            yield
         finally:
             for handle in handles:
                 handle.remove()
+
+    def _hook(self, site: str, layer: int, rows: list[tuple[int, Patch]]) -> tuple[Any, Callable[..., Any], bool]:
+        """(module, hook, is a pre-hook) putting the clean values of ``site`` at ``layer`` into
+        each (row, patch)'s row at the patch's positions."""
+        model, clean = self.model, self.clean
+        layers = model.config.layers
+        if site == "resid":
+            name = f"blocks.{layer}.hook_resid_pre" if layer < layers else f"blocks.{layers - 1}.hook_resid_post"
+            module = model.blocks[layer] if layer < layers else model.final_norm
+
+            def pre(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+                return (_patched(args[0], clean[name], rows), *args[1:])
+            return module, pre, True
+        if site == "head":
+            name, hd = f"blocks.{layer}.attn.hook_z", model.config.head_dim
+
+            def pre_z(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+                return (_patched(args[0], clean[name], rows, hd), *args[1:])
+            return model.blocks[layer].attn.o_proj, pre_z, True
+        name = f"blocks.{layer}.hook_{'attn_out' if site == 'attn' else 'mlp_out'}"
+        module = model.blocks[layer].attn if site == "attn" else model.blocks[layer].ffn
+
+        def post(_module: Any, _args: Any, output: Any) -> Any:
+            if isinstance(output, tuple):
+                return (_patched(output[0], clean[name], rows), *output[1:])
+            return _patched(output, clean[name], rows)
+        return module, post, False
+
+
+def _patched(value: Tensor, clean: Tensor, rows: list[tuple[int, Patch]], head_dim: int = 0) -> Tensor:
+    """A copy of ``value`` [B, T, ...] with each (row, patch)'s positions (and head's columns,
+    for a head patch) taken from ``clean`` [1, T, ...]."""
+    value = value.clone()
+    for row, patch in rows:
+        at = list(patch.positions)
+        if patch.head is None:
+            value[row, at] = clean[0, at]
+        else:
+            columns = slice(patch.head * head_dim, (patch.head + 1) * head_dim)
+            value[row, at, columns] = clean[0, at, columns]
+    return value
+
+
+def _rows_agree(value: Tensor) -> bool:
+    """Whether every row of ``value`` (batch first) has the bits of the first."""
+    return value.shape[0] == 1 or bool(torch.equal(value, value[:1].expand_as(value)))
 
 
 def one_token(tokenizer: Any, text: str, what: str) -> int:
@@ -199,11 +307,10 @@ def one_token(tokenizer: Any, text: str, what: str) -> int:
     return ids[0]
 
 
-def sweep(patcher: Patcher, sites: Sequence[str], progress: Callable[[int, int], None] | None = None
-          ) -> tuple[Effect, ...]:
-    """Every site of ``sites`` at every layer (and head) and position, one at a time."""
+def plan(patcher: Patcher, sites: Sequence[str]) -> list[Patch]:
+    """Every site of ``sites`` at every layer (and head) and position, in the sweep's order."""
     config = patcher.model.config
-    plan: list[Patch] = []
+    patches: list[Patch] = []
     for site in sites:
         if site not in SITES:
             raise GenerationError(f"unknown site '{site}' (sites: {', '.join(SITES)})")
@@ -212,20 +319,25 @@ def sweep(patcher: Patcher, sites: Sequence[str], progress: Callable[[int, int],
         for layer in layers:
             for head in heads:
                 for position in range(len(patcher.clean_ids)):
-                    plan.append(Patch(site, layer, (position,), head))
-    effects = []
-    for done, patch in enumerate(plan, start=1):
-        difference = patcher.difference([patch])
-        effects.append(Effect(patch.site, patch.layer, patch.head, patch.positions[0], difference,
-                              patcher.restored(difference)))
-        if progress is not None:
-            progress(done, len(plan))
-    return tuple(effects)
+                    patches.append(Patch(site, layer, (position,), head))
+    return patches
+
+
+def effects_of(patcher: Patcher, patches: Sequence[Patch], progress: Progress | None = None) -> tuple[Effect, ...]:
+    """Each one-position patch of ``patches`` applied alone, as effects in the same order."""
+    differences = patcher.differences([(patch,) for patch in patches], progress)
+    return tuple(Effect(patch.site, patch.layer, patch.head, patch.positions[0], difference,
+                        patcher.restored(difference)) for patch, difference in zip(patches, differences))
+
+
+def sweep(patcher: Patcher, sites: Sequence[str], progress: Progress | None = None) -> tuple[Effect, ...]:
+    """Every site of ``sites`` at every layer (and head) and position, each patched alone."""
+    return effects_of(patcher, plan(patcher, sites), progress)
 
 
 def patch_prompts(model: Any, tokenizer: Any, clean: str, corrupt: str, answer: str, against: str,
                   sites: Sequence[str] = ("resid", "attn", "mlp"),
-                  progress: Callable[[int, int], None] | None = None) -> PatchingResult:
+                  progress: Progress | None = None) -> PatchingResult:
     a, b = one_token(tokenizer, answer, "the answer"), one_token(tokenizer, against, "the other answer")
     patcher = Patcher(model, tokenizer.encode_prompt(clean), tokenizer.encode_prompt(corrupt), a, b)
     effects = sweep(patcher, sites, progress)

@@ -145,11 +145,11 @@ def run_patching(session: GenerationSession, request: PatchRequest, progress: Pr
 
 def run_layer_heads(session: GenerationSession, request: PatchRequest, layer: int, progress: Progress | None = None,
                     stop: threading.Event | None = None) -> tuple[Effect, ...]:
-    """Every head of block ``layer`` at every position, patched one at a time in the order
-    (and with the very runs) of the engine's ``sweep`` over ``head``."""
+    """Every head of block ``layer`` at every position, each patched alone, in the order (and
+    with the very runs, batched alike) of the engine's ``sweep`` over ``head``."""
     from minigpt_tui.engine.analysis.patching import (  # deferred: imports torch
-        Effect,
         Patch,
+        effects_of,
     )
 
     stop = stop or threading.Event()
@@ -160,11 +160,4 @@ def run_layer_heads(session: GenerationSession, request: PatchRequest, layer: in
         raise GenerationError(f"head has layers 0 to {layers - 1}, not {layer}")
     plan = [Patch("head", layer, (position,), head) for head in range(patcher.model.config.heads)
             for position in range(length)]
-    report = _checked(progress, stop)
-    effects = []
-    for done, patch in enumerate(plan, start=1):
-        difference = patcher.difference([patch])
-        effects.append(Effect(patch.site, patch.layer, patch.head, patch.positions[0], difference,
-                              patcher.restored(difference)))
-        report(done, len(plan))
-    return tuple(effects)
+    return effects_of(patcher, plan, _checked(progress, stop))
