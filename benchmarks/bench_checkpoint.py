@@ -42,7 +42,8 @@ from timing import interleaved, ratio
 
 from minigpt_tui.engine.training import checkpoints as directory, state_parts, training_state
 from minigpt_tui.engine.formats import portable, safetensors_read, safetensors_write
-from minigpt_tui.engine.training.checkpoints import load_into_trainer, save_checkpoint
+from minigpt_tui.engine.training.checkpoints import load_checkpoint, save_checkpoint
+from minigpt_tui.engine.training.model_file import copy_into
 from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
 from minigpt_tui.engine.formats.safetensors_read import load_file, read_header, read_tensor
 from minigpt_tui.engine.formats.safetensors_write import write_safetensors
@@ -225,8 +226,10 @@ def save_and_load(work: Path) -> None:
     ready_model = ready.model
     ready_optimizer = ready.optimizer
 
-    def ours_load() -> None:
-        load_into_trainer(folder, ready)
+    def ours_load() -> None:  # the verified load, then weights and state into the ready trainer
+        loaded = load_checkpoint(folder)
+        copy_into(loaded.model_file, ready.model)
+        training_state.apply_training_state(ready, loaded.state)
 
     def torch_load() -> None:
         checkpoint = torch.load(pt_path, map_location="cpu", weights_only=True)

@@ -33,6 +33,7 @@ from minigpt_tui.screens import MAIN_SCREENS, ScreenEntry
 from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
 from minigpt_tui.screens.help import HelpScreen
 from minigpt_tui.screens.typed_ahead import pass_to_field
+from minigpt_tui.widgets.tour_panel import TourGuide
 
 NOTIFICATION_LIMIT = 600  # characters of a notification shown, as an error line on the command line
 
@@ -45,6 +46,7 @@ class LaunchSettings:
     preset: str = "mini"
     corpus: str | None = None
     attach: Path | None = None  # a run folder another process writes: the Training screen follows it
+    tour: int | None = None  # the tour's lesson to open beside the screens
 
 
 def resolve_next_config(settings: LaunchSettings, overrides: dict[str, dict[str, Any]] | None = None) -> Any:
@@ -62,6 +64,9 @@ class MiniGPTApp(App[None]):
         Binding("c", "show_screen('checkpoints')", "Checkpoints", group=SCREEN_KEYS),
         Binding("g", "show_screen('generation')", "Generation", group=SCREEN_KEYS),
         Binding("question_mark", "help", "Help"),
+        Binding("T", "tour", "Tour", show=False),
+        Binding("greater_than_sign", "tour_step(1)", "Tour: skip", show=False),
+        Binding("less_than_sign", "tour_step(-1)", "Tour: back", show=False),
         Binding("q", "request_quit", "Quit"),
         Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
     ]
@@ -84,6 +89,7 @@ class MiniGPTApp(App[None]):
         self.engine_import_seconds: float | None = None
         self.screen_entries: dict[str, ScreenEntry] = {entry.mode: entry for entry in MAIN_SCREENS}
         self.main_screens: dict[str, Screen] = {}
+        self.tour = TourGuide(self)
         for mode in self.screen_entries:
             self.add_mode(mode, lambda mode=mode: self._create_main_screen(mode))
 
@@ -108,6 +114,8 @@ class MiniGPTApp(App[None]):
             self.call_after_refresh(lambda: self.main_screens["training"].attach_run(attach))  # type: ignore[attr-defined]
         if self.preload_engine:
             self.call_after_refresh(self._import_engine)
+        if self.settings.tour is not None:
+            self.call_after_refresh(self.tour.open, self.settings.tour)
 
     # -- torch off the UI thread ---------------------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine-import")
@@ -163,12 +171,20 @@ class MiniGPTApp(App[None]):
             return
         self.push_screen(HelpScreen(self.screen, self.help_keys()))
 
+    def action_tour(self) -> None:
+        self.tour.toggle()
+
+    def action_tour_step(self, by: int) -> None:
+        self.tour.move(by)
+
     def help_keys(self) -> list[tuple[str, str]]:
         keys = []
         for entry in MAIN_SCREENS:
             keys.append((entry.key, f"{entry.title} screen: {entry.description}"))
         keys += [("?", "this help, for the screen in front"), ("q", "quit (asks first while a run has unsaved updates)"),
-                 ("ctrl+p", "command palette: every screen and action, and the theme (light or dark)")]
+                 ("ctrl+p", "command palette: every screen and action, and the theme (light or dark)"),
+                 ("T", "the tour: short lessons beside the screens, explained with your own numbers "
+                       "(> skips a step, < goes back; minigpt-tui tour opens the app with it)")]
         return keys
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -176,6 +192,7 @@ class MiniGPTApp(App[None]):
             yield SystemCommand(f"{entry.title} screen", entry.description,
                                 lambda mode=entry.mode: self.action_show_screen(mode))
         yield SystemCommand("Help", "Explain every record on this screen", self.action_help)
+        yield from self.tour.system_commands()
         # The screen in front lists its own actions (PALETTE_COMMANDS: title, help, action),
         # each run as its key runs it.
         for title, help_text, action in getattr(screen, "PALETTE_COMMANDS", ()):
@@ -248,6 +265,7 @@ def run_app(args: argparse.Namespace) -> int:
         preset=getattr(args, "preset", None) or "mini",
         corpus=getattr(args, "corpus", None),
         attach=getattr(args, "attach_run", None),
+        tour=getattr(args, "tour_lesson", None),
     )
     # The screen is ours: a Rust library's panic (refused as one line) prints no backtrace over it.
     os.environ["RUST_BACKTRACE"] = "0"

@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "minigpt_tui.commands.analysis",
     "minigpt_tui.commands.attach",
     "minigpt_tui.commands.tensorboard_export",
+    "minigpt_tui.commands.tour",
 )
 
 

@@ -6,6 +6,7 @@ import argparse
 import math
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -17,8 +18,20 @@ from minigpt_tui.commands.generate import (
     load_model,
 )
 from minigpt_tui.commands.task_progress import stage_progress, task_progress
+from minigpt_tui.engine.analysis.roles import HEAD_ROLES
+from minigpt_tui.engine.analysis.site_names import HEAD_LEGEND, SITE_LEGEND, patch_site_name
+from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.text_scores import read_text_file
+
+DEFAULT_TOP_HEADS = 5
+# What each role's score measures, under its table's title.
+ROLE_MEANINGS = {
+    "induction": "from a repeated token to the token after its earlier copy (what an induction head does)",
+    "previous_token": "from each token to the one before it",
+    "duplicate_token": "from a repeated token to its earlier copy",
+    "first_token": "from every token to the first (an attention sink: where a head parks unused weight)",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,7 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     heads = subparsers.add_parser("heads", help="score every head as induction, previous-token, duplicate-token "
                                                 "and first-token on repeated random sequences")
     heads.add_argument("--model", required=True, help=MODEL_HELP)
-    heads.add_argument("--json", action="store_true", help="print the scores as JSON")
+    heads.add_argument("--top", type=int, default=DEFAULT_TOP_HEADS, metavar="N",
+                       help=f"list the N heads of highest score for each role (default {DEFAULT_TOP_HEADS})")
+    heads.add_argument("--all", action="store_true", help="list every head for each role, highest score first")
+    heads.add_argument("--json", action="store_true", help="print every head's scores as JSON, in model order")
     heads.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     add_dtype_flag(heads)
     heads.set_defaults(handler=run_heads)
@@ -130,7 +146,10 @@ def run_patch(args: argparse.Namespace) -> int:
         result = patch_prompts(portable.model, portable.tokenizer, _prompt(args.clean), _prompt(args.corrupt),
                                _prompt(args.answer), _prompt(args.against), sites, progress=advance)
     if args.json:
-        emit_json(result.to_json())
+        data = result.to_json()
+        for effect in data["effects"]:  # the site's display name beside the stable keys
+            effect["name"] = patch_site_name(effect["site"], effect["layer"], effect["head"])
+        emit_json(data)
         return 0
     _print_patching(result, portable.tokenizer)
     return 0
@@ -146,42 +165,59 @@ def _print_patching(result: Any, tokenizer: Any) -> None:
         console.print(_site_table(site, [e for e in result.effects if e.site == site], pieces))
 
 
-def _site_table(site: str, effects: list[Any], pieces: list[str]) -> Table:
-    """One patched site: a row per layer (per head, at the heads), a column per position."""
-    table = Table(title=f"{site}: share of the clean difference restored, layer × position", title_justify="left")
-    table.add_column("layer" if site != "head" else "layer.head")
+def _site_table(site: str, effects: list[Any], pieces: list[str]) -> Group:
+    """One patched site: a row per block (per head, at the heads), a column per position,
+    between its title and the legend of its row names."""
+    table = Table()
+    table.add_column("site")
     for position, piece in enumerate(pieces):
         table.add_column(f"{position} '{piece}'"[:12], justify="right")
     for layer, head in dict.fromkeys((e.layer, e.head) for e in effects):
         table.add_row(*_effect_row(effects, layer, head))
-    return table
+    return Group(Text(f"{site}: share of the clean difference restored, site × position"), table,
+                 Text(SITE_LEGEND if site != "head" else HEAD_LEGEND, style="dim"))
 
 
 def _effect_row(effects: list[Any], layer: int, head: int | None) -> list[str]:
     """The label of one layer (or head) and the share it restores at each position (– where unknown)."""
     row = [e for e in effects if (e.layer, e.head) == (layer, head)]
-    label = str(layer) if head is None else f"{layer}.{head}"
-    return [label, *("–" if e.restored is None else f"{e.restored:.2f}" for e in row)]
+    cells = ("–" if e.restored is None else f"{e.restored:.2f}" for e in row)
+    return [patch_site_name(row[0].site, layer, head), *cells]
 
 
 def run_heads(args: argparse.Namespace) -> int:
     from minigpt_tui.engine.analysis.head_roles import (  # deferred: imports torch
-        ROLES,
         score_heads,
     )
 
+    if args.top < 1:
+        raise GenerationError(f"--top must be at least 1, got {args.top}")
     portable = _opened(args.model, args)
     layers = portable.model.config.layers
     with stage_progress(f"scoring the heads of {layers} layers on repeated random sequences", enabled=not args.json):
         roles = score_heads(portable.model, portable.tokenizer)
     if args.json:
-        emit_json({"model": str(portable.path), "heads": [r.to_json() for r in roles]})
+        emit_json({"model": str(portable.path), "heads": [{"name": r.name, **r.to_json()} for r in roles]})
         return 0
-    table = Table(title="head roles (mean attention on repeated random sequences)", title_justify="left")
-    table.add_column("head")
-    for role in ROLES:
-        table.add_column(role.replace("_", "-"), justify="right")
-    for r in roles:
-        table.add_row(f"{r.layer}.{r.head}", *(f"{getattr(r, role):.3f}" for role in ROLES))
-    output_console().print(table)
+    print_head_roles(roles, None if args.all else args.top)
     return 0
+
+
+def print_head_roles(roles: list[Any], top: int | None) -> None:
+    """A table per role: its ``top`` heads (None: all) by score, highest first (equal scores
+    keep the model's order)."""
+    console = output_console()
+    console.print(Text(f"head roles: mean attention weight on repeated random sequences, near 1 where a head "
+                       f"does it at nearly every position\n{HEAD_LEGEND}"))
+    for role in HEAD_ROLES:
+        ranked = sorted(roles, key=lambda r: -getattr(r, role))
+        shown = ranked if top is None else ranked[:top]
+        console.print(Text(f"\n{role.replace('_', '-')}: {ROLE_MEANINGS[role]}", style="bold"))
+        table = Table()
+        table.add_column("head")
+        table.add_column("score", justify="right")
+        for r in shown:
+            table.add_row(r.name, f"{getattr(r, role):.3f}")
+        console.print(table)
+        if len(shown) < len(ranked):
+            console.print(Text(f"{len(ranked) - len(shown)} more heads: --all lists them", style="dim"))

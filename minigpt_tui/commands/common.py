@@ -18,6 +18,7 @@ from rich.console import Console
 
 from minigpt_tui.engine.core.config import PRECISIONS, TRAIN_ON, load_config, setting_of
 from minigpt_tui.engine.core.errors import ConfigError, GenerationError
+from minigpt_tui.engine.core.threads import Threads
 from minigpt_tui.engine.session.inputs import RunChoices, parse_number
 from minigpt_tui.engine.session.runs import resolve_runs_dir
 
@@ -188,16 +189,11 @@ def _keep_full_attention(extra: dict[str, dict[str, Any]], preset: str) -> None:
 
 
 def thread_count(text: str) -> int:
-    """``--threads``: "auto" (0) or a whole number."""
-    if text.strip().lower() == "auto":
-        return 0
+    """``--threads``: "auto" (0, the config's form) or a whole number."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected auto or a whole number, got '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected auto or at least 1, got {value}")
-    return value
+        return Threads.parse(text).count
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def config_from_args(args: argparse.Namespace) -> Any:

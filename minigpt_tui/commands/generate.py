@@ -55,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="reuse keys/values (the default) or, with --no-kv-cache, recompute the whole prefix "
                                "each decision (the default in float64, whose bits it keeps)")
     generate.add_argument("--attention", action="store_true", help="record the last position's attention (JSON)")
+    generate.add_argument("--stop-at-context", action="store_true",
+                          help="stop when the prefix fills the model's context (stop: context) instead of going on "
+                               "over a sliding window of its last positions")
     add_insight_arguments(generate)
     generate.add_argument("--json", action="store_true", help="print the whole trace as JSON")
     generate.add_argument("--trace-out", metavar="FILE",
@@ -186,7 +189,7 @@ def run_generate(args: argparse.Namespace) -> int:
     request.check(portable.model)
     cached = default_kv_cache(portable.model) if args.kv_cache is None else args.kv_cache
     stepper = DecisionStepper.from_portable(portable, _prompt(args.prompt), rule, use_kv_cache=cached,
-                                            attention=args.attention, top_n=top)
+                                            attention=args.attention, top_n=top, stop_at_context=args.stop_at_context)
     stepper.run()
     trace = stepper.trace(full_logits=args.full_logits)
     insights = request.inspect(stepper, top)
@@ -198,7 +201,7 @@ def run_generate(args: argparse.Namespace) -> int:
         emit_json(trace)
     else:
         print_decisions(stepper)
-        print_insights(stepper.decisions, insights)
+        print_insights(stepper.decisions, insights, request)
     return 0
 
 
@@ -227,7 +230,8 @@ def print_decisions(stepper: Any) -> None:
                       f"{chosen.selection_probability:.6f}", str(chosen.rank), Text(others))
     console.print(table)
     out = stepper.output()
-    console.print(Text(f"stop: {stepper.stop_reason}"))
+    window = stepper.window_note()
+    console.print(Text(f"stop: {stepper.stop_reason}" + (f" · {window}" if window else "")))
     label = "output" if out["valid_utf8"] else "output (display only: invalid UTF-8 shown as U+FFFD)"
     console.print(Text(f"{label}: {_shown(out['display'])}"))
     console.print(Text(f"generated ids {out['generated_ids']}"))

@@ -451,7 +451,7 @@ def _add_watch_rows(table: Table, result: dict[str, Any]) -> None:
                                      f"{escape_controls(first['greedy'])[:60]!r}"))
     if result.get("heads"):
         top = result["heads"][-1]["top"]["induction"]
-        table.add_row("induction head", f"step {result['heads'][-1]['step']}: layer {top['layer']} head "
+        table.add_row("induction head", f"step {result['heads'][-1]['step']}: block {top['layer']} head "
                       f"{top['head']} ({top['score']:.3f})")
 
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from textual import on
+from textual import on, work
+from textual.binding import Binding
 from textual.screen import Screen
 
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.session import operations
 from minigpt_tui.engine.session.generation import parse_head
 from minigpt_tui.engine.session.head_role_view import stepper_key
+from minigpt_tui.engine.session.run_store import RunStore
+from minigpt_tui.engine.session.worker_failures import attempt
 from minigpt_tui.messages import (
     HeadRolesReady,
     InsightReady,
@@ -24,13 +27,20 @@ from minigpt_tui.messages import (
 from minigpt_tui.screens.patch_view import open_patching
 from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.screens.text_view import TextViewScreen
+from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
+from minigpt_tui.widgets.contributions_view import ContributionsView
 from minigpt_tui.widgets.decision_list import DecisionList
+from minigpt_tui.widgets.generation_form import GenerationForm
 from minigpt_tui.widgets.head_role_grid import HeadRoleGrid
 from minigpt_tui.widgets.insight_panel import InsightPanel
+from minigpt_tui.widgets.run_tree import checkpoint_choices
 
 class DecisionViews(Screen):
     """The Generation screen's views of a decision (see the module's docstring)."""
+
+    BINDINGS = [Binding("b", "toggle_order", "Order", show=False),  # merged with GenerationScreen's
+                Binding("u", "toggle_rule", "Greedy/sample", show=False)]
 
     # Set by GenerationScreen: what the insight panel shows, and the queue its worker drains.
     insight_kind: str | None
@@ -57,6 +67,34 @@ class DecisionViews(Screen):
         self.query_one(DecisionList).focus()  # up and down choose the decision to look inside
         self._request_insight()
         self._request_head_roles()
+
+    def action_toggle_attention(self) -> None:
+        """On a short terminal, the attention in place of the candidates (and back); a tall one
+        shows both, and says so."""
+        if not self.has_class("-short"):
+            self.notify("the candidates and the attention both show on a terminal 34 rows or taller; "
+                        "v switches between them on a shorter one", title="attention", timeout=4)
+            return
+        self.toggle_class("-show-attention")
+        self._update_view_hint()  # type: ignore[attr-defined]
+
+    def action_toggle_rule(self) -> None:
+        """Greedy or sample (the form's rule field); the next decision starts over with it."""
+        form = self.query_one(GenerationForm)
+        if form.toggle_rule() == "sample":
+            self.notify("sampling: set temp, top-k, top-p and seed in the form; n or ctrl+r starts over with them",
+                        title="rule", timeout=4)
+        else:
+            self.notify("greedy: the most probable id each time; n or ctrl+r starts over", title="rule", timeout=3)
+
+    def action_toggle_order(self) -> None:
+        """List the parts (x) and the attention's heads largest first or in the model's order."""
+        parts = self.query_one(ContributionsView)
+        largest = not parts.largest_first
+        parts.set_order(largest)
+        self.query_one(AttentionView).set_order(largest)
+        self.notify("largest first: parts by |contribution|, heads by their sharpest weight" if largest
+                    else "model order: parts and heads as the model computes them", title="order", timeout=3)
 
     def action_pattern(self, layers: int, heads: int) -> None:
         if self.query_one(InsightPanel).move_pattern(layers, heads):
@@ -93,7 +131,7 @@ class DecisionViews(Screen):
                 self._show_head()
 
         self.app.push_screen(PathPromptScreen(
-            "Go to a head", f"Block 0-{blocks - 1} and head 0-{heads - 1}, as 23.4, 23 4 or block 23 head 4:",
+            "Go to a head", f"Block 0-{blocks - 1} and head 0-{heads - 1}, as 23.4, L23 H4 or block 23 head 4:",
             placeholder="block.head, like 1.0"), chosen)
 
     def action_toggle_cache(self) -> None:
@@ -143,14 +181,27 @@ class DecisionViews(Screen):
         if self.queue.spec_applied is None:
             self.notify("load a model first", title="second model", severity="warning")
             return
+        self._list_second_models()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="second-model-choices")
+    def _list_second_models(self) -> None:
+        """The runs' checkpoints, listed on a worker as the compare dialog lists them."""
+        listings = attempt(RunStore(self.app.settings.runs_dir).scan)  # type: ignore[attr-defined]
+        choices = checkpoint_choices(listings) if isinstance(listings, tuple) else []  # unreadable: type a path
+        self.app.call_from_thread(self._ask_second_model, choices)
+
+    def _ask_second_model(self, choices: list[tuple[str, str]]) -> None:
+        if self.view is not None and self.view.second_label is not None:
+            choices = [("none: remove the second model", "none"), *choices]
 
         def chosen(text: str | None) -> None:
             if text is not None:
                 self._enqueue(operations.second_model(None if text.strip().lower() == "none" else text.strip()))
 
         self.app.push_screen(PathPromptScreen(
-            "Second model", "Compare each decision with (none: remove the second model):", value="",
-            placeholder="RUN:latest, RUN:best, RUN:STEP, a checkpoint folder or a model file"), chosen)
+            "Second model", "Compare each decision with (choose or type; none: remove the second model):",
+            value="", placeholder="RUN:latest, RUN:best, RUN:STEP, a checkpoint folder or a model file",
+            choices=choices), chosen)
 
     # -- the Text view -------------------------------------------------------------------------
     def action_score(self) -> None:

@@ -93,6 +93,7 @@ class GenerationScreen(DecisionViews):
         ("Head pattern", "One head's whole attention pattern over the prefix (h)", "insight('pattern')"),
         ("Head role", "Show the next role in the head view's grid of every head's score (o)", "head_role"),
         ("Go to a head", "Type a block and head (23.4) for the head view (j)", "type_head"),
+        ("Order of parts and heads", "Largest first or the model's order, in the parts and attention (b)", "toggle_order"),
         ("KV cache or whole prefix", "Decide over the key/value cache or recompute the whole prefix (k)",
          "toggle_cache"),
         ("Second model", "Compare each decision with a second model (m)", "second_model"),
@@ -288,10 +289,6 @@ class GenerationScreen(DecisionViews):
 
         self.app.push_screen(PathPromptScreen("Save trace", "Write the trace as JSON to:",
                                               value=str(Path.cwd() / "generation-trace.json")), chosen)
-
-    def action_toggle_attention(self) -> None:
-        self.toggle_class("-show-attention")
-        self._update_view_hint()
 
     def _update_view_hint(self) -> None:
         # Only a short terminal shows one of the two at a time; a tall one shows both.

@@ -15,7 +15,7 @@ Trains a run on a thread of its own; this screen shows what it does, live.
 | `n` | configure a new run: preset, corpus, updates, precision, seeds, save interval |
 | `o` | overlay another run's curves on the plot (from its `metrics.jsonl`) |
 | `w` | export this run's metrics to `metrics.csv` in its run directory |
-| `v` | on a narrow terminal, switch between the loss table and the plot |
+| `v` | below 120 columns, switch between the loss table and the plot (from 120 both show) |
 | `p` | show the probes table in place of the loss table (and back); the highlighted probe's probability is drawn on the plot |
 | `h` | show the Watch panel in place of the loss table (and back): samples and head roles; the highlighted role's score is drawn on the plot |
 | `l` | the plot's y axis: linear or log |
@@ -36,9 +36,10 @@ The state (starting, running, paused, stopping, finished, stopped, failed), a ba
 One row per update, newest at the bottom (the table keeps the latest few hundred rows):
 - **update**: committed updates after this one (an update skipped for a non-finite gradient keeps the count and is marked *skipped*).
 - **batch loss**: mean cross-entropy of this update's batch, in nats per predicted token, before the update was applied.
+- **mark**: what sets the row apart: **★ best** on the evaluation with the lowest validation loss so far (the checkpoint `RUN:best` names), **extra** on an evaluation asked for with `e`, **skip** on an update skipped for a non-finite gradient.
 - **lr**: the scheduled learning rate of this (1-based) update.
 - **grad norm**: global norm of the gradients before clipping.
-- **loss scale**: the loss-scaling factor used by this update (1 when scaling is off).
+- **loss scale**: the factor the loss is multiplied by before the backward pass, and the gradients divided by after it, so that small gradients survive low precision (float16); it halves when a gradient overflows and grows back. 1 when scaling is off (the default; `fp16` precision turns it on).
 - **tokens/s**: tokens processed per second by this update.
 
 Evaluation rows (**eval N**) hold the mean loss over the whole **train** and **validation** splits after update N. The lowest validation loss on schedule is marked **★ best**; an evaluation asked for with `e` is marked **extra** and never changes the best step.
@@ -61,7 +62,9 @@ Batch loss per update (blue `⠤`, averaged into buckets when there are more poi
 The title says what the plot shows: the series (`y`: loss, learning rate, gradient norm), `log` for a log y axis (`l`), `EMA` and its weight when per-update curves are smoothed (`m`: an exponential moving average, corrected at its start; evaluations are never smoothed), and `last N updates` when zoomed (`+` / `-`). The y axis is marked at round values the same number of rows apart (on a log axis, at round values where they fall).
 
 ## Events
-Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, the number of matching probes when it changes, the first prompt's greedy sample at each evaluation, the strongest induction head when it changes, refused actions with their reason, finished or stopped with the final state digest, and failures.
+The newest line stays in view (also after a resize) unless you scroll up. At launch, the newest run left
+before its end (paused, stopped, or ended by a crash) is named with how to continue it: `c`, then `r`.
+What a key asked for (pausing, saving, stopping) is noted here rather than in a notification. Started, paused, resumed, saved (with the reason: interval, best, pause, manual, stop), best changed, extra evaluations, the number of matching probes when it changes, the first prompt's greedy sample at each evaluation, the strongest induction head when it changes, refused actions with their reason, finished or stopped with the final state digest, and failures.
 """
 
 
@@ -92,7 +95,8 @@ the statistics of one tensor, on a worker thread.
 | `f5` | read the runs directory again |
 
 ## Runs tree
-Each run with its disk use (every file in its folder); beneath it its checkpoints, newest first,
+Each run with how its trainer left it (**finished**; **paused**, **stopped** or **ended** — a crash — **at N of M**
+updates, in yellow when a checkpoint can continue it: `r`) and its disk use (every file in its folder); beneath it its checkpoints, newest first,
 with the reason each was saved (interval, best, pause, manual, stop) and **★ best** on the checkpoint
 at the best validation step. *incomplete* marks a folder without a manifest (an interrupted save): it never loads.
 
@@ -169,16 +173,18 @@ bits it keeps); `k` switches and redoes the decisions made.
 |---|---|
 | `enter` | in the model field: load the model; in any other field: apply the settings and start over |
 | `n` | take one decision |
-| `r` | run: decide until a stop (EOS, the budget, or the context is full), the decisions showing as they come; `r` again stops it after the decision in progress |
+| `r` | run: decide until a stop (EOS or the budget), the decisions showing as they come; `r` again stops it after the decision in progress |
 | `backspace` | step back one decision (the sampling generator is restored, so `n` redoes it exactly) |
 | `ctrl+r` | reset to the prompt (apply changed settings) |
 | `f` | force another id at the selected decision instead of the rule's choice: enter on its empty field takes the highlighted candidate; type any id, or a piece as the screen shows it (`·the`) or in double quotes (`" the"`); later decisions are undone and you continue from there |
 | `w` | save the trace (JSON: model, rule, prompt ids, every decision with logits and probabilities, output) |
-| `v` | on a small terminal, switch between the candidates and the attention view |
+| `v` | below 34 rows, switch between the candidates and the attention view (a taller terminal shows both) |
+| `u` | the rule: greedy (the most probable id each time) or sample (temperature, top-k, top-p and seed in the form); the next decision starts over with it |
 | `l` | logit lens of the selected decision, in place of the candidates (again: back) |
 | `x` | contributions to the selected decision's logit (and to the highlighted candidate's) |
 | `h` | one head's whole attention pattern over the prefix; `[` `]` change the block, `{` `}` the head |
-| `j` | go to a typed block and head (`23.4`, `23 4` or `block 23 head 4`) in the head view |
+| `j` | go to a typed block and head (`23.4`, `23 4`, `L23 H4` or `block 23 head 4`) in the head view |
+| `b` | order of the parts (`x`) and of the attention's heads: largest first (the default) or the model's order |
 | `k` | decide with the key/value cache or recompute the whole prefix (the decisions made are redone) |
 | `o` | in the head view: the next role in the grid of every head's role score (induction, previous-token, duplicate-token, first-token; the shown head bracketed) |
 | `m` | compare every decision with a second model (same tokenizer; `none` removes it) |
@@ -206,11 +212,15 @@ the second model's name is under the list (**B:**).
 
 ## Inside a decision
 Computed on the worker from one extra forward pass over the decision's prefix.
-- **Lens** (`l`): for each layer (emb: the embeddings; bN: after block N) the last position passed through the final norm
+Places are named alike here and on the command line: **embed** (the embeddings), **block N resid** (the residual
+stream after block N), **block N attn** / **block N mlp** (its attention and feed-forward outputs), **block N head H**
+(head H of block N; blocks and heads are counted from 0).
+- **Lens** (`l`): for each stream (embed, then each block N resid) the last position passed through the final norm
   and the head: the chosen id's **rank** and **p** there and the top ids (the chosen one highlighted); the sparkline shows
   its rank by layer (a full cell is rank 1). The last row is exactly the model's own distribution.
 - **Parts** (`x`): the chosen logit split into the embedding, each head, each block's feed-forward part and (gpt2)
-  the attention output and final norm biases, as signed bars on the scale of the largest part. The final norm's scale is
+  the attention output and final norm biases, as signed bars on the scale of the largest part; the largest
+  |contribution| first, whatever its sign (`b`: the order they enter the residual stream). The final norm's scale is
   taken at the final residual, so the parts (summed in float64) add up to the logit; for a float32 model, whose own
   logit is rounded to float32, the line says when the two agree to that rounding.
 - **Head** (`h`): the whole attention pattern of one head, a row per query position and a column per key position;
@@ -235,15 +245,19 @@ decimals (0.4778); under 0.005 an exponent (4.2e-3); exactly zero is 0.
 - **▶** before the rank marks the chosen id (bold; forced ones are also named in the decision line), **◇** the rule's own pick when another id was forced.
 
 ## Attention
-For the selected decision, each layer's (**L**) and head's (**H**) attention weights from the last position over
-the prefix, one cell per position: the cell's height is the weight relative to the row's largest, bold from 0.5
-and dim under 0.1 (each row sums to 1); the axis above shows each position's first character (^ is BOS), and
-each row ends with its largest weight and where it falls.
+For the selected decision, each head's attention weights from the last position over the prefix, one cell per
+position: the cell's height is the weight relative to the row's largest, bold from 0.5 and dim under 0.1 (each row
+sums to 1); the axis above shows each position's first character (^ is BOS), and each row ends with its largest
+weight past the first position and where it falls. The sharpest heads come first, by that weight (many heads park
+the weight they do not use on the first position, an attention sink, so a weight there says little); `b` lists
+every head in the model's order.
 
 ## Output
 While deciding: how many decisions of the budget. At the end: the **stop** reason (eos: the model chose EOS;
-budget: the budget is spent; context: the prefix fills the context), the generated **bytes** (EOS excluded),
-whether they are valid **UTF-8**, and the text (invalid bytes shown as �).
+budget: the budget is spent), the generated **bytes** (EOS excluded), whether they are valid **UTF-8**, and
+the text (invalid bytes shown as �). Past the model's context a decision sees only the last context positions
+(a sliding window, recomputed whole): the prefix shows that window, the output line says `window from #K`, and
+a decision that slid says which positions it saw.
 """
 
 TEXT_VIEW_HELP = """\

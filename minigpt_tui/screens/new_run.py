@@ -3,7 +3,9 @@ save interval.
 
 The form resolves the configuration itself (``load_config`` does not import torch), so an
 invalid value is refused with the engine's one-line reason while the form stays open.
-A blank field keeps the preset's value, shown as the field's placeholder.
+The keyboard starts in the first field (the preset). The fields a run always has (corpus,
+updates, threads, save interval) hold the preset's values as text to edit; changing the preset
+replaces those still as shown. A blank field keeps the preset's value.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from minigpt_tui.engine.core.config import (
     setting_of,
 )
 from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
-from minigpt_tui.engine.session.inputs import SEED_STREAMS, RunChoices, parse_number
+from minigpt_tui.engine.session.inputs import SEED_STREAMS, RunChoices, parse_number, parse_threads
 from minigpt_tui.engine.session.runs import check_run_name
 
 # The form's field for each setting a refusal can carry (MiniGPTError.field): the keyboard
@@ -89,8 +91,7 @@ class NewRunForm:
             steps=parse_number(self.steps, "updates", int, field="train.steps"),
             save_every=parse_number(self.save_every, "save interval", int, field="train.save_every"),
             precision=self.precision or None,
-            threads=0 if self.threads.strip().lower() == "auto" else parse_number(self.threads, "threads", int,
-                                                                                  field="train.threads"),
+            threads=parse_threads(self.threads, "threads"),
             seed=parse_number(self.seed, "seed", int, field="seeds"),
             stream_seeds={name: parse_number(getattr(self, name), f"{name} seed", int, field=f"seeds.{name}")
                           for name in SEED_STREAMS},
@@ -107,24 +108,32 @@ def save_every_hint(save_every: int) -> str:
     return f"{save_every} (0: {setting_of('train.save_every').zero})"
 
 
+def shown_values(config: Any) -> dict[str, str]:
+    """The text each always-set field holds for ``config`` (a RunConfig): its values, not hints."""
+    threads = config.train.threads
+    return {"corpus": config.corpus.source, "steps": str(config.train.steps),
+            "threads": "auto" if threads == 0 else str(threads), "save_every": str(config.train.save_every)}
+
+
 class NewRunScreen(ModalScreen[NewRunRequest | None]):
     """Dismisses with a :class:`NewRunRequest`, or None when cancelled."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "start", "Start")]
-    # Focused as the form is composed, before any key typed ahead is handled (a focus set in
-    # on_mount comes later: a tab typed with the key that opened the form went elsewhere).
-    AUTO_FOCUS = "#corpus"
+    # The first field, focused as the form is composed, before any key typed ahead is handled
+    # (a focus set in on_mount comes later: a tab typed with the key that opened the form went elsewhere).
+    AUTO_FOCUS = "#preset"
 
     def __init__(self, current: Any, runs_dir: Path) -> None:
         super().__init__()
         self.current = current
         self.runs_dir = runs_dir
+        self._shown = shown_values(current)  # what the always-set fields held when last filled
 
     def compose(self) -> ComposeResult:
         current = self.current
         with Vertical(id="new-run") as box:
             box.border_title = "New run"
-            box.border_subtitle = "enter or ctrl+s starts · escape cancels"
+            box.border_subtitle = "ctrl+s (or enter in a text field) starts · escape cancels"
             with Grid(id="new-run-fields"):
                 yield Label("preset")
                 yield Select([(name, name) for name in preset_names()], value=current.preset,
@@ -135,21 +144,23 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
                 yield Label("run name")
                 yield Input(placeholder=f"{current.preset}-YYYYMMDD-HHMMSS", compact=True, id="name")
                 yield Label("corpus")
-                yield Input(placeholder=current.corpus.source, compact=True, id="corpus")
+                yield Input(self._shown["corpus"], placeholder=current.corpus.source, compact=True, id="corpus")
                 yield Label("updates")
-                yield Input(placeholder=str(current.train.steps), compact=True, id="steps")
+                yield Input(self._shown["steps"], placeholder=str(current.train.steps), compact=True, id="steps")
                 yield Label("precision")
                 yield Select([("exact (float64, 1 thread)", "exact"), ("fast (float32)", "fast")],
                              value=current.train.precision, allow_blank=False, compact=True, id="precision")
                 yield Label("threads")
-                yield Input(placeholder=threads_hint(current.train.threads), compact=True, id="threads")
+                yield Input(self._shown["threads"], placeholder=threads_hint(current.train.threads), compact=True,
+                            id="threads", tooltip="auto or a number of threads (fast precision; exact uses 1)")
                 yield Label("one seed")
                 yield Input(placeholder="derives every stream seed", compact=True, id="seed")
                 for name in SEED_STREAMS:
                     yield Label(f"{name} seed")
                     yield Input(placeholder=str(getattr(current.seeds, name)), compact=True, id=name)
                 yield Label("save every")
-                yield Input(placeholder=save_every_hint(current.train.save_every), compact=True, id="save_every")
+                yield Input(self._shown["save_every"], placeholder=save_every_hint(current.train.save_every),
+                            compact=True, id="save_every", tooltip=f"0: {setting_of('train.save_every').zero}")
             with Horizontal(classes="buttons"):
                 yield Button("Start", id="start", variant="primary", compact=True)
                 yield Button("Cancel", id="cancel", compact=True)
@@ -168,6 +179,12 @@ class NewRunScreen(ModalScreen[NewRunRequest | None]):
         for name in SEED_STREAMS:
             self.query_one(f"#{name}", Input).placeholder = str(getattr(config.seeds, name))
         self.query_one("#precision", Select).value = config.train.precision
+        shown = shown_values(config)
+        for name, value in shown.items():
+            field = self.query_one(f"#{name}", Input)
+            if field.value == self._shown[name]:  # as filled, not edited: the new preset's value
+                field.value = value
+        self._shown = shown
 
     def form(self) -> NewRunForm:
         def text(field: str) -> str:

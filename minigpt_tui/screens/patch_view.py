@@ -19,6 +19,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, ProgressBar, Static
 
+from minigpt_tui.engine.analysis.site_names import patch_site_name
 from minigpt_tui.engine.session import operations
 from minigpt_tui.engine.session.patching import GRID_SITES, PatchingView, PatchRequest
 from minigpt_tui.messages import (
@@ -174,24 +175,24 @@ class PatchViewScreen(Screen):
         prompts.rstrip()
         self.query_one("#patch-prompts", Static).update(prompts)
 
-    def _rows(self) -> tuple[Sequence[tuple[str, int, int | None]], str, str]:
-        """The rows shown, their label and the grid's title."""
+    def _rows(self) -> tuple[Sequence[tuple[str, int, int | None]], str]:
+        """The rows shown and the grid's title."""
         view = self.result
         assert view is not None
         if self.heads_layer is not None:
             layer = self.heads_layer
-            return [("head", layer, h) for h in range(view.heads)], "head", f"block {layer}'s heads x positions"
+            return [("head", layer, h) for h in range(view.heads)], f"block {layer}'s heads x positions"
         assert self.site is not None
         top = view.layers + 1 if self.site == "resid" else view.layers
-        return [(self.site, layer, None) for layer in range(top)], self.site, f"{self.site}: layer x position"
+        return [(self.site, layer, None) for layer in range(top)], f"{self.site}: block x position"
 
     def _show_grid(self) -> None:
         view = self.result
         if view is None:
             return
-        rows, label, title = self._rows()
+        rows, title = self._rows()
         grid = self.query_one(PatchGrid)
-        grid.show_effects(self.effects, rows, view.corrupt_pieces, view.differing, label)
+        grid.show_effects(self.effects, rows, view.corrupt_pieces, view.differing)
         grid.border_title = title
         grid.border_subtitle = "c: resid / attn / mlp · h or enter: heads · escape: close" \
             if self.heads_layer is None else "h or enter: back to the layers · escape: close"
@@ -207,8 +208,7 @@ class PatchViewScreen(Screen):
         if view is None or effect is None:
             target.update("")
             return
-        where = f"{effect.site} layer {effect.layer}" if effect.head is None else \
-            f"block {effect.layer} head {effect.head}"
+        where = patch_site_name(effect.site, effect.layer, effect.head)
         clean, corrupt = (visible_piece(p[effect.position]) for p in (view.clean_pieces, view.corrupt_pieces))
         text = Text()
         text.append(f"{where} · position {effect.position} '{corrupt}'", style="bold")
@@ -242,12 +242,12 @@ class PatchViewScreen(Screen):
                 layer, self.heads_layer = self.heads_layer, None
                 self._show_grid()
                 grid = self.query_one(PatchGrid)
-                grid.call_after_refresh(grid.move_cursor, row=layer, animate=False)
+                grid.call_after_refresh(grid.move_cursor, row=layer + self._resid_shift, animate=False)
             return
         grid = self.query_one(PatchGrid)
-        layer = min(grid.cursor_coordinate.row, view.layers)
-        if layer >= view.layers:
-            self.notify(f"resid {layer} is after the last block: it has no heads", title="heads", severity="warning")
+        layer = min(grid.cursor_coordinate.row - self._resid_shift, view.layers - 1)
+        if layer < 0:
+            self.notify("embed is the embeddings: no head wrote it", title="heads", severity="warning")
             return
         if layer in self.head_layers:
             self.heads_layer = layer
@@ -256,6 +256,11 @@ class PatchViewScreen(Screen):
         self._start(operations.patch_heads(self.request, layer, self.stop, self._progress(),
                                            lambda at, effects: self.post_message(PatchHeadsReady(at, effects)),
                                            lambda reason: self.post_message(PatchRefused(reason))))
+
+    @property
+    def _resid_shift(self) -> int:
+        """Rows before block 0's: resid row 0 is embed, row N + 1 the stream block N leaves."""
+        return 1 if self.site == "resid" else 0
 
     def action_close(self) -> None:
         self.stop.set()  # a sweep still running ends at its next patched run

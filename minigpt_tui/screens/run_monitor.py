@@ -310,7 +310,7 @@ class RunMonitor:
         top = event.top("induction")
         shown = (top.layer, top.head, round(top.induction / 0.05))
         if shown != run.induction_shown:
-            self.widgets.log.record("heads", f"update {event.step}: induction strongest in layer {top.layer} "
+            self.widgets.log.record("heads", f"update {event.step}: induction strongest in block {top.layer} "
                                     f"head {top.head} ({top.induction:.2f})")
         run.induction_shown = shown
 

@@ -36,6 +36,7 @@ from minigpt_tui.screens.run_monitor import (
     RunWidgets,
     run_key_enabled,
 )
+from minigpt_tui.screens.run_reminders import RunReminders
 from minigpt_tui.screens.side_panels import SidePanels
 from minigpt_tui.screens.training_plot import (
     PLOT_BINDINGS,
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 IDLE_RUN_KEYS = {"s": "save", "e": "evaluate", "x": "stop"}  # dimmed while no run is active; pressed, they say why
 
 
-class TrainingScreen(SidePanels, PlotControls, RunFilesScreen):
+class TrainingScreen(SidePanels, PlotControls, RunReminders, RunFilesScreen):
     HELP = TRAINING_HELP
     HELP_TITLE = "Training"
     WIDE_FROM = 120
@@ -227,6 +228,10 @@ class TrainingScreen(SidePanels, PlotControls, RunFilesScreen):
         self._export(run_dir)
 
     def action_toggle_view(self) -> None:
+        if self.size.width >= self.WIDE_FROM:  # both show: say so rather than do nothing
+            self.notify(f"the table and the plot both show from {self.WIDE_FROM} columns; v switches them on a "
+                        "narrower terminal", title="table/plot", timeout=4, markup=False)
+            return
         self.toggle_class("-show-plot")
         self._update_view_hint()
 
@@ -250,8 +255,8 @@ class TrainingScreen(SidePanels, PlotControls, RunFilesScreen):
         if self.run is None or not self.run.active:
             return
         self.run.session.send(command)
-        if note:
-            self.notify(note, timeout=2, markup=False)
+        if note:  # in the events, where what it asked for appears next (a toast would cover them)
+            self.widgets.log.record("asked", note)
 
     # -- starting a run ------------------------------------------------------------------
     def start_run(self, config: Any, name: str | None = None, *, init_from: str | None = None) -> None:

@@ -1,6 +1,9 @@
-"""Where the last position looks: for one decision, each layer's and head's attention
-weights over the prefix as a heat row (one cell per prefix position, taller and bolder
-for more weight), with the position that gets the most."""
+"""Where the last position looks: for one decision, each head's attention weights over the
+prefix as a heat row (one cell per prefix position, taller and bolder for more weight),
+with its largest weight past the first position and where it falls. The sharpest heads come
+first (by that weight: many heads park unused weight on the first position, an attention
+sink, so their weight there says little), or every head in the model's order; ``b`` on the
+Generation screen switches. Heads are named as everywhere else ("block 3 head 1")."""
 
 from __future__ import annotations
 
@@ -13,10 +16,12 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from minigpt_tui.engine.session.generation import DecisionView, PieceView
+from minigpt_tui.engine.session.insight import HEADS_ORDER, heads_by_focus
 from minigpt_tui.widgets.pieces import SPECIAL_PIECES, visible_piece
 
 LEVELS = "▁▂▃▄▅▆▇█"
 PLACEHOLDER = "Attention weights of the selected decision appear here."
+TITLE = "Attention"  # of the last position over the prefix: the legend and help say so
 PAD = 1  # a column of space each side, as the other panels have
 STYLES = {"bold": Style(bold=True), "dim": Style(dim=True), "": None}
 
@@ -32,34 +37,50 @@ def heat_cell(weight: float, row_max: float) -> tuple[str, str]:
     return glyph, style
 
 
-def attention_rows(decision: DecisionView | None, prefix: tuple[PieceView, ...]) -> list[list[Run]]:
-    """The view's lines as runs of one style each: the prefix axis, one heat row per layer
-    and head with the position it weighs most, and the legend."""
+def heat_runs(weights: tuple[float, ...] | list[float]) -> list[Run]:
+    """One glyph per position, consecutive glyphs of one style in one run."""
+    runs: list[Run] = []
+    row_max = max(weights, default=0.0)
+    for weight in weights:
+        glyph, style = heat_cell(weight, row_max)
+        if runs and runs[-1][1] == style:
+            runs[-1] = (runs[-1][0] + glyph, style)
+        else:
+            runs.append((glyph, style))
+    return runs
+
+
+def attention_rows(decision: DecisionView | None, prefix: tuple[PieceView, ...], *,
+                   largest_first: bool = True) -> list[list[Run]]:
+    """The view's lines as runs of one style each: the prefix axis, one heat row per head
+    (the sharpest first, or in the model's order) with its largest weight past the first
+    position, and the legend."""
     if decision is None:
         return [[(PLACEHOLDER, "dim")]]
     if decision.attention is None:
         return [[("no attention weights were recorded for this decision", "dim")]]
     length = decision.prefix_length
+    prefix = prefix[decision.window_start:]  # past the context: the sliding window the model saw
+    focus = heads_by_focus(decision.attention, largest_first=largest_first)
+    cells = max((len(f.name) for f in focus), default=0) + 2
     axis = "".join("^" if p.text in SPECIAL_PIECES else (visible_piece(p.text)[:1] or "·")
                    for p in prefix[:length])
-    rows: list[list[Run]] = [[(f"{'':9}{axis}", "dim")]]
-    for layer, heads in enumerate(decision.attention):
-        for head, weights in enumerate(heads):
-            row: list[Run] = [(f"L{layer:<2} H{head:<2}  ", "bold")]
-            row_max = max(weights, default=0.0)
-            for weight in weights:
-                glyph, style = heat_cell(weight, row_max)
-                if len(row) > 1 and row[-1][1] == style:  # one run per style
-                    row[-1] = (row[-1][0] + glyph, style)
-                else:
-                    row.append((glyph, style))
-            if weights:
-                top = max(range(len(weights)), key=lambda i: weights[i])
-                piece = visible_piece(prefix[top].text) if top < len(prefix) else "?"
-                row.append((f"  max {weights[top]:.2f} at {top} {piece!r}", "dim"))
-            rows.append(row)
-    rows.append([(f"{length} positions · height: weight / row max · bold ≥ 0.5, dim < 0.1 · ^ <bos>", "dim")])
+    rows: list[list[Run]] = [[(f"{'':{cells}}{axis}", "dim")]]
+    for head in focus:
+        weights = decision.attention[head.layer][head.head]
+        row: list[Run] = [(f"{head.name:<{cells}}", "bold"), *heat_runs(weights)]
+        if weights:
+            piece = visible_piece(prefix[head.position].text) if head.position < len(prefix) else "?"
+            row.append((f"  {head.weight:.2f} at {head.position} {piece!r}", "dim"))
+        rows.append(row)
+    rows.append([(f"{length} positions · height: weight / row max · bold ≥ 0.5, dim < 0.1 · ^ <bos> · "
+                  "row end: the largest weight past the first position (sharpest: the highest)", "dim")])
     return rows
+
+
+def order_title(largest_first: bool) -> str:
+    order = f"{HEADS_ORDER} · b: model order" if largest_first else "model order · b: sharpest first"
+    return f"{TITLE} · {order}"
 
 
 def row_segments(row: list[Run]) -> list[Segment]:
@@ -77,9 +98,11 @@ class AttentionView(ScrollView):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.border_title = "Attention (last position over the prefix)"
+        self.largest_first = True
+        self.border_title = order_title(self.largest_first)
         self.rows: list[list[Run]] = []
         self._lines: list[list[Segment]] = []
+        self._shown: tuple[DecisionView | None, tuple[PieceView, ...]] = (None, ())
         self.show_decision(None, ())
 
     @property
@@ -93,11 +116,19 @@ class AttentionView(ScrollView):
         return self.max_scroll_y > 0 or self.max_scroll_x > 0
 
     def show_decision(self, decision: DecisionView | None, prefix: tuple[PieceView, ...]) -> None:
-        self.rows = attention_rows(decision, prefix)
+        self._shown = (decision, prefix)
+        self.rows = attention_rows(decision, prefix, largest_first=self.largest_first)
         self._lines = [row_segments(row) for row in self.rows]
         width = max(sum(segment.cell_length for segment in line) for line in self._lines) + PAD
         self.virtual_size = Size(width, len(self._lines))
         self.refresh()
+
+    def set_order(self, largest_first: bool) -> None:
+        """Show the sharpest heads first or every head in the model's order, from the top."""
+        self.largest_first = largest_first
+        self.border_title = order_title(largest_first)
+        self.show_decision(*self._shown)
+        self.scroll_home(animate=False)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset

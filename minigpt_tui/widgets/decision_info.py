@@ -37,6 +37,9 @@ def decision_lines(decision: DecisionView | None, *, loaded: bool) -> Text | Gro
     first.append(f" · rank {chosen.rank} · raw {probability(chosen.raw_probability).plain} · sel "
                  f"{probability(chosen.selection_probability).plain}")
     second = Text(no_wrap=True, overflow="ellipsis", style="dim")
+    if decision.window_start:  # first, so that a narrow screen still shows it
+        end = decision.window_start + decision.prefix_length - 1
+        second.append(f"saw positions {decision.window_start}-{end} (sliding window) · ")
     second.append(f"entropy {decision.entropy:.3f} nats · retained {decision.retained} of "
                   f"{decision.eligible_count} eligible")
     if decision.draw is not None:

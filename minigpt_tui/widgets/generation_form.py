@@ -1,5 +1,8 @@
-"""The generation form: the model to load, the prompt, the rule (greedy or sample), the
-sampling settings (enabled only for sample) and the budget of decisions."""
+"""The generation form: the prompt, the model to load, the rule (greedy or sample), the
+sampling settings (enabled only for sample) and the budget of decisions.
+
+The prompt comes first, on screen and for tab: the keyboard arriving in the form is in the
+field a learner means to type in, never at the end of the model's path."""
 
 from __future__ import annotations
 
@@ -30,12 +33,12 @@ class GenerationForm(Vertical):
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="form-row"):
+            yield Label("prompt")
+            # Tabbing in keeps the prompt and the model: what is typed next is added at the end.
+            yield Input(placeholder="text the model continues", compact=True, select_on_focus=False, id="prompt")
             yield Label("model")
-            # Tabbing in keeps the model and the prompt: what is typed next is added at the end.
             yield Input(placeholder="checkpoint, model.safetensors or RUN:latest / RUN:best",
                         compact=True, select_on_focus=False, id="model")
-            yield Label("prompt")
-            yield Input(placeholder="text the model continues", compact=True, select_on_focus=False, id="prompt")
         with Horizontal(classes="form-row"):
             yield Label("rule")
             yield Select([("greedy", "greedy"), ("sample", "sample")], value="greedy", allow_blank=False,
@@ -66,8 +69,24 @@ class GenerationForm(Vertical):
                               self.text("temperature"), self.text("top_k"), self.text("top_p"),
                               self.text("seed"), self.text("budget"))
 
+    @property
+    def sampling(self) -> bool:
+        return self.query_one("#rule", Select).value == "sample"
+
+    def toggle_rule(self) -> str:
+        """Switch the rule between greedy and sample; the rule now chosen."""
+        rule = "greedy" if self.sampling else "sample"
+        self.query_one("#rule", Select).value = rule
+        self._enable_sampling(rule == "sample")
+        return rule
+
     @on(Select.Changed, "#rule")
     def _rule_changed(self, event: Select.Changed) -> None:
-        sampling = event.value == "sample"
+        self._enable_sampling(event.value == "sample")
+
+    def _enable_sampling(self, sampling: bool) -> None:
         for name in SAMPLING_FIELDS:
             self.query_one(f"#{name}", Input).disabled = not sampling
+        # Greedy leaves the sampling fields dimmed: the rule field says how to choose sampling.
+        self.query_one("#rule", Select).tooltip = ("u (or this field) switches to sampling" if not sampling
+                                                   else "u (or this field) switches back to greedy")

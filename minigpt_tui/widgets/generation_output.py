@@ -21,6 +21,8 @@ def output_lines(view: StepperView) -> Group:
     else:
         status.append(f"stop: {view.stop_reason}", style="bold")
         status.append(f" after {made} decisions")
+    if view.window_from is not None:  # the whole sentence is under the prefix
+        status.append(f" · window from #{view.window_from}")
     status.append(" · UTF-8 ")
     status.append("valid" if view.output.valid_utf8 else "INVALID (shown with �)",
                   style="green" if view.output.valid_utf8 else "bold red")

@@ -20,6 +20,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from minigpt_tui.engine.analysis.roles import HEAD_ROLES
+from minigpt_tui.engine.analysis.site_names import head_name
 from minigpt_tui.engine.session.head_role_view import HeadRolesView, ModelKey
 
 ROLE_LABELS = {role: role.replace("_", "-") for role in HEAD_ROLES}  # as `minigpt-tui heads` names them
@@ -62,8 +63,8 @@ def grid_text(view: HeadRolesView, role: str, highlight: tuple[int, int]) -> Tex
                 out.append(score_cell(score), style=score_style(score))
                 out.append(" ")
         out.append("\n")
-    top = " · ".join(f"b{r.layer} h{r.head} {score_cell(getattr(r, role))}" for r in view.top(role, TOP_HEADS))
-    out.append(f"top: {top}", style="dim")
+    top = " · ".join(f"{head_name(r.layer, r.head)} {score_cell(getattr(r, role))}" for r in view.top(role, TOP_HEADS))
+    out.append(f"top: {top}\nrows: bN = block N · columns: hH = head H", style="dim")
     return out
 
 

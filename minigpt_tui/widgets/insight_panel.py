@@ -43,6 +43,18 @@ class InsightPanel(ContentSwitcher):
     def follow(self, view: StepperView) -> None:
         self.lookup = view.patterns
         self.shape = (view.layers, view.heads)
+        steps = {decision.step for decision in view.decisions}
+        if self.inspected is not None and self.inspected.step not in steps:
+            self.forget()  # reset (ctrl+r) or back undid the decision shown: never name it again
+
+    def forget(self) -> None:
+        """Back to the hints: the decision shown is gone."""
+        self.inspected = None
+        self._asked = None
+        self._looked = None
+        self.show_insight(None)
+        self.border_subtitle = ""
+        self._show_title()
 
     def move_pattern(self, layers: int, heads: int) -> bool:
         """Move the pattern's block and head by these steps, within the model; True when they changed."""

@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.containers import ScrollableContainer
 from textual.widgets import Static
 
+from minigpt_tui.engine.analysis.site_names import LENS_LEGEND, resid_name
 from minigpt_tui.widgets.numbers import short_probability
 from minigpt_tui.widgets.pieces import fitted_piece
 
@@ -34,7 +35,8 @@ def rank_sparkline(ranks: Sequence[int], vocab_size: int) -> str:
 
 
 def layer_label(layer: int) -> str:
-    return "emb" if layer == 0 else f"b{layer - 1}"
+    """The stream a lens row reads, named as everywhere else: ``embed``, ``block N resid``."""
+    return resid_name(layer)
 
 
 def lens_text(rows: Sequence[Any], chosen_id: int, chosen_piece: str, vocab_size: int) -> Text:
@@ -45,15 +47,17 @@ def lens_text(rows: Sequence[Any], chosen_id: int, chosen_piece: str, vocab_size
     out.append(f" {chosen_id} · rank by layer ", style="dim")
     out.append(rank_sparkline(ranks, vocab_size), style="bold")
     out.append("  " + " → ".join(str(rank) for rank in ranks) + "\n", style="dim")
-    out.append(f"{'layer':<6}{'rank':>5} {'p':>5}  top ids (p)\n", style="bold")
+    cells = max(len(layer_label(row.layer)) for row in rows) + 1
+    out.append(f"{'stream':<{cells}}{'rank':>5} {'p':>5}  top ids (p)\n", style="bold")
     for row in rows:
-        out.append(f"{layer_label(row.layer):<6}{row.chosen_rank:>5} {short_probability(row.chosen_probability):>5}  ")
+        out.append(f"{layer_label(row.layer):<{cells}}{row.chosen_rank:>5} "
+                   f"{short_probability(row.chosen_probability):>5}  ")
         for entry in row.top:
             chosen = entry.id == chosen_id
             out.append_text(fitted_piece(entry.piece, PIECE_CELLS, style="bold reverse" if chosen else ""))
             out.append(f" {short_probability(entry.probability)}  ", style="bold" if chosen else "dim")
         out.append("\n")
-    out.append("emb: embeddings · bN: after block N (the last: the model)", style="dim")
+    out.append(LENS_LEGEND, style="dim")
     return out
 
 

@@ -50,6 +50,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("tokens_per_second", ("tokens", "/s"), 7),
 )
 MARK_COLUMN = 4
+# The two columns a newcomer asks about, explained where they are (the help says it all).
+COLUMN_NOTES = (f"mark: {BEST_MARK} = lowest validation loss so far (RUN:best), {EXTRA_MARK} = an evaluation asked "
+                f"for with e, {SKIPPED_MARK} = an update skipped (non-finite gradient)\n"
+                "loss scale: what the loss is multiplied by before the backward pass so small gradients survive "
+                "float16 (1: scaling off)")
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,7 @@ class LossTable(ScrollView, can_focus=True):
     def __init__(self, *, max_rows: int = 500, max_refreshes_per_second: float = 4.0,
                  clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.tooltip = COLUMN_NOTES  # on hover; ? shows the same and more
         self.max_rows = max_rows
         self._queued: list[tuple[Any, int | None]] = []
         self._throttle = Throttle(self._add_queued, clock=clock, per_second=max_refreshes_per_second,

@@ -11,6 +11,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
+from minigpt_tui.engine.analysis.site_names import patch_site_name
 from minigpt_tui.widgets.pieces import fitted_piece
 
 # (lowest restored, style, legend label); a value takes the last level it reaches
@@ -51,7 +52,8 @@ def position_label(position: int, piece: str, differs: bool) -> Text:
 
 
 class PatchGrid(DataTable):
-    """Rows ``(site, layer, head)``: a layer of one site kind, or one head of a layer."""
+    """Rows ``(site, layer, head)``: a layer of one site kind, or one head of a layer, each
+    labelled with its site's name (``block 3 attn``, ``block 3 head 1``, ``embed``)."""
 
     DEFAULT_CSS = """
     PatchGrid { height: 1fr; }
@@ -63,7 +65,7 @@ class PatchGrid(DataTable):
         self.rows_shown: list[tuple[str, int, int | None]] = []
 
     def show_effects(self, effects: Iterable[Any], rows: Sequence[tuple[str, int, int | None]],
-                     pieces: Sequence[str], differing: frozenset[int], row_label: str) -> None:
+                     pieces: Sequence[str], differing: frozenset[int]) -> None:
         """Lay out ``rows`` (site, layer, head) x the positions of ``pieces``."""
         at = {(e.site, e.layer, e.head, e.position): e for e in effects}
         cursor = self.cursor_coordinate
@@ -78,7 +80,7 @@ class PatchGrid(DataTable):
                 if effect is not None:
                     self.cells[(index, position)] = effect
                 cells.append(restored_cell(effect.restored) if effect is not None else Text("  …  ", style="dim"))
-            label = f"{row_label} {layer if head is None else head}"
+            label = patch_site_name(site, layer, head)
             self.add_row(*cells, label=Text(label, style="bold"), key=str(index))
         if rows and pieces:  # once laid out: a scroll to the cursor before that lands off the cells
             self.call_after_refresh(self.move_cursor, row=min(cursor.row, len(rows) - 1),

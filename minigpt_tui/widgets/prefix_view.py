@@ -23,15 +23,24 @@ class PrefixView(Static):
 
     def show_view(self, view: StepperView) -> None:
         pieces = [(p.id, p.text) for p in view.prompt + view.generated]
-        forced = {len(view.prompt) + step - 1 for step in view.forced_steps}
-        text = piece_chips(pieces, highlight_from=len(view.prompt), marked=forced)
+        # Past the context the next decision sees only the last `context` ids: those are shown.
+        start = max(0, len(pieces) - view.context)
+        forced = {len(view.prompt) + step - 1 - start for step in view.forced_steps}
+        text = Text(f"… {start} ids before the window ", style="dim") if start else Text()
+        text.append_text(piece_chips(pieces[start:], highlight_from=len(view.prompt) - start, marked=forced))
         self.update(text)
-        self.border_title = f"Prefix · {view.rule_label}"
-        # How decisions are made (k switches): one new position over the key/value cache, or the whole prefix.
-        self.border_subtitle = (f"{len(pieces)} of {view.context} ids: prompt {len(view.prompt)}"
-                                f" + generated {len(view.generated)} · "
-                                + ("kv cache" if view.cached else "whole prefix"))
+        self.border_title = f"Prefix · {view.rule_label}" + (" · u: sample" if view.rule_label == "greedy" else "")
+        self.border_subtitle = _subtitle(view, len(pieces), start)
 
     def show_message(self, message: str) -> None:
         self.update(Text(message, style="dim"))
         self.border_subtitle = ""
+
+
+def _subtitle(view: StepperView, length: int, start: int) -> str:
+    """How many ids, and how decisions are made (k switches): one new position over the
+    key/value cache, the whole prefix, or past the context a sliding window recomputed whole."""
+    counts = f"prompt {len(view.prompt)} + generated {len(view.generated)}"
+    if not start and view.window_from is None:
+        return f"{length} of {view.context} ids: {counts} · " + ("kv cache" if view.cached else "whole prefix")
+    return f"{view.window_note or 'sliding window next'} · last {view.context} of {length} ids: {counts}"

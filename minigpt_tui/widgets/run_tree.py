@@ -1,4 +1,5 @@
-"""The runs directory as a tree: each run with its disk use, each run's checkpoints with
+"""The runs directory as a tree: each run with how its trainer left it (finished, stopped at
+300 of 600…) and its disk use, each run's checkpoints with
 the reason they were saved and the best one marked.
 
 The listing is gathered on a worker thread (:meth:`RunStore.scan`) and shown here as plain
@@ -60,8 +61,23 @@ def run_label(listing: RunListing) -> Text:
         return label
     if listing.live:
         label.append("  ● live", style="bold green")
+    elif listing.status is not None:  # how its trainer left it: a paused or stopped run can resume (r)
+        label.append(f"  {listing.status}", style="yellow" if listing.resumable else "dim")
     label.append(f"  {human_bytes(listing.disk_bytes)}", style="dim")
     return label
+
+
+def checkpoint_choices(listings: tuple[RunListing, ...], leaving_out: Path | None = None) -> list[tuple[str, str]]:
+    """Every complete checkpoint of ``listings``, as (label, path) choices, but ``leaving_out``;
+    newest first: the runs changed last first, each run's latest step first. The compare and
+    the second-model dialogs offer the same list."""
+    runs = sorted(listings, key=lambda listing: listing.changed_at, reverse=True)
+    return [
+        (f"{escape_controls(listing.name)}  step {checkpoint.step}", str(checkpoint.path))
+        for listing in runs
+        for checkpoint in reversed(listing.checkpoints)
+        if checkpoint.complete and checkpoint.path != leaving_out
+    ]
 
 
 class RunTree(Tree[TreeTarget]):
@@ -171,15 +187,8 @@ class RunTree(Tree[TreeTarget]):
         self.post_message(self.Deleted(run))
 
     def checkpoint_choices(self, leaving_out: Path) -> list[tuple[str, str]]:
-        """Every complete checkpoint listed, as (label, path) choices, but ``leaving_out``;
-        newest first: the runs changed last first, each run's latest step first."""
-        runs = sorted(self.listings, key=lambda listing: listing.changed_at, reverse=True)
-        return [
-            (f"{listing.name}  step {checkpoint.step}", str(checkpoint.path))
-            for listing in runs
-            for checkpoint in reversed(listing.checkpoints)
-            if checkpoint.complete and checkpoint.path != leaving_out
-        ]
+        """Every complete checkpoint listed, as (label, path) choices, but ``leaving_out``."""
+        return checkpoint_choices(self.listings, leaving_out)
 
     def show_runs(self, listings: tuple[RunListing, ...], select: Path | None = None) -> None:
         """Rebuild the tree; the node for ``select`` (a run or checkpoint path) gets the cursor."""

@@ -64,7 +64,7 @@ class WatchPanel(DataTable):
         self.clear()
         for role, points in self.roles.items():
             step, score, layer, head = points[-1]
-            line = Text(f"layer {layer} head {head}  {score:.2f}  ")
+            line = Text(f"block {layer} head {head}  {score:.2f}  ")
             line.append(score_sparkline([p[1] for p in points]), style="bold")
             self.add_row(Text(ROLE_NAMES[role]), line, key=f"role:{role}")
         if self.samples is not None:

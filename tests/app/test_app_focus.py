@@ -214,9 +214,10 @@ async def test_the_keyboard_never_stays_in_a_hidden_panel(runs):
 
 # -- a field opens with the keyboard in it -----------------------------------------------------------
 @run_async
-async def test_on_a_wide_terminal_with_no_model_one_tab_reaches_the_model_field(tmp_path):
+async def test_on_a_wide_terminal_with_no_model_two_tabs_reach_the_model_field(tmp_path):
     """At 120x40 the attention view is beside the candidates; empty, it is no stop on the way
-    to the form (the hint says tab moves to the form), and typing goes into the field."""
+    to the form (the hint says tab moves to the form): the prompt, then the model, and typing
+    goes into the field."""
     from minigpt_tui.widgets.attention_view import AttentionView
 
     app = make_app(tmp_path / "runs")
@@ -226,6 +227,9 @@ async def test_on_a_wide_terminal_with_no_model_one_tab_reaches_the_model_field(
         assert screen.query_one(AttentionView).display and not screen.query_one(AttentionView).allow_focus()
         await pilot.press("tab")
         await pilot.pause()
+        assert screen.focused is screen.query_one("#prompt", Input)
+        await pilot.press("tab")
+        await pilot.pause()
         model = screen.query_one("#model", Input)
         assert screen.focused is model
         await type_text(pilot, "/m")
@@ -233,7 +237,7 @@ async def test_on_a_wide_terminal_with_no_model_one_tab_reaches_the_model_field(
 
 
 @run_async
-async def test_the_generation_form_is_a_tab_away_and_tab_from_model_reaches_the_prompt(runs):
+async def test_the_generation_form_is_a_tab_away_at_the_prompt_and_tab_from_it_reaches_the_model(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_screen(pilot, "g", GenerationScreen)
@@ -245,13 +249,16 @@ async def test_the_generation_form_is_a_tab_away_and_tab_from_model_reaches_the_
         prompt.value = "a"
         await pilot.press("tab")
         await pilot.pause()
-        assert screen.focused is model
-        await pilot.press("tab")
-        await pilot.pause()
-        assert screen.focused is prompt
+        assert screen.focused is prompt  # the field a learner means to type in, not the model's path
         await type_text(pilot, "b")  # added to the prompt, not in place of it (the tiny context is 8)
         assert prompt.value == "ab" and model.value == "tiny-a:latest"
+        await pilot.press("tab")
+        await pilot.pause()
+        assert screen.focused is model
         await pilot.press("shift+tab")
+        await pilot.pause()
+        assert screen.focused is prompt
+        await pilot.press("tab")
         await pilot.pause()
         assert screen.focused is model
         await pilot.press("enter")  # loads, and the keyboard moves to the candidates
@@ -270,7 +277,10 @@ async def test_every_dialog_with_a_text_field_opens_with_the_keyboard_in_it(runs
                        NewRunScreen(app.next_config, runs)):
             app.push_screen(dialog)
             await settle(pilot)
-            assert is_text_field(dialog.focused), f"{type(dialog).__name__} focused {dialog.focused}"
+            # The new-run form starts at its first field, the preset; the others at their text field.
+            first = dialog.query_one("#preset") if isinstance(dialog, NewRunScreen) else None
+            assert dialog.focused is first if first is not None else is_text_field(dialog.focused), \
+                f"{type(dialog).__name__} focused {dialog.focused}"
             await pilot.press("escape")
             await settle(pilot)
             assert app.screen is screen
@@ -353,10 +363,10 @@ async def test_the_focused_widget_always_looks_focused(runs, size):
 
 
 @run_async
-async def test_a_tab_typed_right_after_opening_the_new_run_form_moves_on_from_the_corpus_field(tmp_path):
+async def test_a_tab_typed_right_after_opening_the_new_run_form_moves_on_from_the_first_field(tmp_path):
     """A terminal delivers keys typed ahead back to back: a tab sent with the key that opens
-    the form moves from the corpus field (the form's first focus) to the updates field; it
-    was undone when the first focus was set after it."""
+    the form moves from the preset (the form's first field and first focus) to the model
+    field; it was undone when the first focus was set after it."""
     from textual import events
 
     from tests.training_support import make_app as make_training_app
@@ -369,10 +379,10 @@ async def test_a_tab_typed_right_after_opening_the_new_run_form_moves_on_from_th
         await settle(pilot)
         form = app.screen
         assert isinstance(form, NewRunScreen)
-        assert form.focused is form.query_one("#steps", Input)
+        assert form.focused is form.query_one("#model", Input)
         await pilot.press("7")
-        assert form.query_one("#steps", Input).value == "7"
-        assert form.query_one("#corpus", Input).value == ""
+        assert form.query_one("#model", Input).value == "7"
+        assert form.query_one("#steps", Input).value == "4"  # the tiny preset's updates, as a value
 
 
 @run_async

@@ -302,10 +302,10 @@ async def test_attention_view_shows_every_layer_and_head(runs):
                 assert sum(weights) == pytest.approx(1.0, abs=1e-9)
         view = screen.query_one(AttentionView)
         text = view.plain
-        assert "L0  H0" in text and "L2  H0" in text and "max" in text
+        assert "block 0 head 0" in text and "block 2 head 0" in text and "past the first position" in text
         assert len(text.splitlines()) == 1 + 3 + 1  # the axis, a row per layer and head, the legend
         painted = "\n".join(view.render_line(y).text for y in range(view.size.height))
-        assert "L0  H0" in painted  # the lines in view are painted
+        assert "block 0 head 0" in painted  # the lines in view are painted
 
 
 @run_async

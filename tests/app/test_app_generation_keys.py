@@ -151,22 +151,21 @@ async def test_arriving_on_generation_and_pressing_g_again_keeps_the_suggested_m
 
 
 @run_async
-async def test_tab_from_the_candidates_reaches_the_form_and_keeps_the_models_text(runs):
+async def test_tab_from_the_candidates_reaches_the_prompt_and_keeps_its_text(runs):
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_generation(pilot)
         await keys(pilot, "n")
         assert isinstance(screen.focused, CandidateTable)
         await keys(pilot, "tab")
-        field = screen.query_one("#model", Input)
+        field = screen.query_one("#prompt", Input)
         assert screen.focused is field
         assert (
             field.selection.start == field.selection.end == len(field.value)
         )  # nothing selected
         await keys(pilot, "x")
-        assert (
-            field.value == "tiny-a:latestx"
-        )  # added at the end, the model's name kept
+        assert field.value == "abx"  # added at the end of the prompt; the model's name untouched
+        assert screen.query_one("#model", Input).value == "tiny-a:latest"
 
 
 # -- labels -----------------------------------------------------------------------------------------
@@ -349,7 +348,7 @@ async def test_a_run_shows_its_decisions_as_they_come_and_r_again_stops_it(runs,
     app = make_app(runs)
     seen = record_notifications(app)
     async with app.run_test(size=SIZE) as pilot:
-        screen = await open_generation(pilot, prompt="a")  # the tiny context of 8: up to 6 decisions
+        screen = await open_generation(pilot, prompt="a")  # the budget of 24, past the tiny context of 8
         monkeypatch.setattr(DecisionStepper, "step", slow_step)
         await pilot.press("r")
         for _ in range(100):  # the first decisions show while the run still goes on
@@ -366,4 +365,4 @@ async def test_a_run_shows_its_decisions_as_they_come_and_r_again_stops_it(runs,
         monkeypatch.setattr(DecisionStepper, "step", step)
         await keys(pilot, "r")  # a new run takes it to the end
         await settle(pilot)
-        assert screen.view.finished and len(screen.view.decisions) == 6
+        assert screen.view.finished and len(screen.view.decisions) == 24 and screen.view.window_from == 8

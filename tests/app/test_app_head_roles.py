@@ -102,7 +102,7 @@ async def test_the_grid_shows_score_heads_of_the_loaded_model_and_cycles_the_rol
                 assert printed_cells(row) == [score_cell(s) for s in scores[layer]]
             top = sorted(expected, key=lambda r: -getattr(r, role))[:3]
             top_line = next(line for line in text.splitlines() if line.startswith("top: "))
-            assert top_line == "top: " + " · ".join(f"b{r.layer} h{r.head} {getattr(r, role):.2f}" for r in top)
+            assert top_line == "top: " + " · ".join(f"block {r.layer} head {r.head} {getattr(r, role):.2f}" for r in top)
             shown.append(scores)
             await keys(pilot, "o")
         assert grid.role == HEAD_ROLES[0]  # four presses: back to the first role

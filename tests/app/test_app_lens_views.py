@@ -43,8 +43,8 @@ def test_lens_view_lists_every_layer_and_highlights_the_chosen_id(insight):
     text = lens_text(insight.lens, 72, "G", 258)
     lines = text.plain.splitlines()
     assert lines[0].startswith("chosen G 72 · rank by layer ")
-    assert [line.split()[0] for line in lines[2:6]] == ["emb", "b0", "b1", "b2"]
-    assert lines[5].split()[1] == str(insight.lens[-1].chosen_rank)
+    assert [line[:14].strip() for line in lines[2:6]] == ["embed", "block 0 resid", "block 1 resid", "block 2 resid"]
+    assert lines[5][14:].split()[0] == str(insight.lens[-1].chosen_rank)
     assert all(len(line) <= 78 for line in lines[:-1])
     highlighted = [text.plain[s.start:s.end] for s in text.spans if s.style == "bold reverse"]
     assert highlighted[0] == "G"
@@ -119,7 +119,7 @@ async def test_insight_panel_switches_views_and_the_pattern_scrolls_inside_80x24
         panel.show_kind("contributions")
         await pilot.pause()
         assert panel.kind == "contributions"
-        assert "b2 head 3" in static_text(panel, "#contributions-text")
+        assert "block 2 head 3" in static_text(panel, "#contributions-text")
         panel.show_kind("pattern")
         await pilot.pause()
         scroller = panel.query_one("#insight-pattern")

@@ -155,10 +155,12 @@ async def test_the_grid_shows_the_engines_sweep_and_per_head_view_on_the_worker(
             await pilot.press("c")
             await settle(pilot)
         assert "clean" in static_text(view, "#patch-summary") and "restored" in static_text(view, "#patch-legend")
-        assert "resid layer 0 · position 0" in static_text(view, "#patch-cell")
+        assert "embed · position 0" in static_text(view, "#patch-cell")
+        assert [grid.ordered_rows[row].label.plain for row in (0, 2)] == ["embed", "block 1 resid"]
 
-        # Heads of the layer under the cursor, on demand, equal the engine's head sweep.
-        await pilot.press("down", "h")
+        # Heads of the block under the cursor (the resid row "block 1 resid" leaves block 1), on
+        # demand, equal the engine's head sweep.
+        await pilot.press("down", "down", "h")
         await pause_until(pilot, lambda: view.heads_layer == 1 and not view.working, timeout=60,
                           what="the heads of layer 1")
         await settle(pilot)
@@ -173,6 +175,7 @@ async def test_the_grid_shows_the_engines_sweep_and_per_head_view_on_the_worker(
         await pilot.press("h")
         await settle(pilot)
         assert view.heads_layer is None
+        assert grid.cursor_coordinate.row == 2  # back on the row the heads were opened from
         await pilot.press("escape")
         await settle(pilot)
         assert pilot.app.screen is screen

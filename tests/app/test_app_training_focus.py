@@ -39,13 +39,17 @@ async def test_a_name_typed_right_after_o_goes_into_the_overlay_field(tmp_path):
 
 
 @run_async
-async def test_a_character_typed_right_after_n_goes_into_the_new_run_form(tmp_path):
+async def test_a_character_typed_right_after_n_stays_in_the_new_run_form(tmp_path):
+    """The form opens at its first field, the preset (issue 41: it opened mid-form): a key
+    typed ahead reaches it, changes no field and never acts behind the form."""
+    from textual.widgets import Select
+
     app = make_app(tmp_path / "runs", preset="tiny")
     async with app.run_test(size=SIZE) as pilot:
-        form = await open_and_type(pilot, "n", "b")
-        assert isinstance(form, NewRunScreen)
-        corpus = form.query_one("#corpus", Input)
-        assert form.focused is corpus and corpus.value == "b"
+        form = await open_and_type(pilot, "n", "c")  # c: also the key of the Checkpoints screen
+        assert isinstance(form, NewRunScreen) and app.screen is form
+        assert form.focused is form.query_one("#preset", Select)
+        assert form.query_one("#corpus", Input).value == "bundled:tiny.txt"
 
 
 @run_async

@@ -106,20 +106,27 @@ def _run_line(text: str, steps: int) -> tuple[str, int] | None:
 LONG_RUN = 100_000
 
 
+FIELDS_BEFORE_UPDATES = 4  # preset, init from, name, corpus
+
+
 def test_the_real_app_pauses_resumes_and_stops_a_run_in_a_terminal(tmp_path):
     runs = tmp_path / "runs"
     pane = TmuxPane([str(SCRIPT), "--runs-dir", str(runs), "--preset", "mini"], {"TERM": "xterm-256color"})
     try:
         pane.wait_for(lambda t: "next run" in t, "the first frame")
         pane.keys("n")
-        pane.wait_for(lambda t: "enter or ctrl+s starts" in t, "the new-run form")
-        # Tab from the corpus field to the updates field, and type only once the updates field
-        # looks focused: keys typed ahead reach the field focused when they arrive, and a
-        # tab's move can come after them.
+        pane.wait_for(lambda t: "escape cancels" in t, "the new-run form")
+        # The form opens on its first field (the preset); tab one field at a time to the
+        # updates field, and type only once it looks focused: keys typed ahead reach the
+        # field focused when they arrive, and a tab's move can come after them. Its value is
+        # selected on focus, so the typed count replaces it.
         updates_field = lambda: next(line for line in pane.styled_text().splitlines() if "updates" in line  # noqa: E731
                                      and "│" in line)
         unfocused = updates_field()
-        pane.keys("Tab")
+        for _ in range(FIELDS_BEFORE_UPDATES):
+            before = pane.styled_text()
+            pane.keys("Tab")
+            wait_until(lambda before=before: pane.styled_text() != before, timeout=30, what="the focus to move")
         wait_until(lambda: updates_field() != unfocused, timeout=60, what="the updates field to look focused")
         assert updates_field() != unfocused, "the updates field never looked focused"
         pane.keys(str(LONG_RUN))

@@ -260,7 +260,7 @@ def test_budget_stop_is_not_an_eos_decision():
 
 def test_context_stop_counts_every_id_including_bos():
     model = constant_logits_model({byte_id("z"): 10.0}, context=8)
-    stepper = DecisionStepper(model, BYTES_ONLY, "ab", GenerationRule(max_new_tokens=24))
+    stepper = DecisionStepper(model, BYTES_ONLY, "ab", GenerationRule(max_new_tokens=24), stop_at_context=True)
     decisions = stepper.run()
     assert stepper.prompt_ids == (BOS, byte_id("a"), byte_id("b"))
     assert len(decisions) == 5 and len(stepper.ids) == 8
@@ -396,8 +396,9 @@ KV_CONFIGS = {
 def test_kv_cache_matches_recompute(name, kind):
     model = random_model(KV_CONFIGS[name], BYTES_ONLY.vocab_size, 3, 10.0)
     rule = GenerationRule(kind=kind, temperature=1.3, seed=99, max_new_tokens=40)
-    plain = DecisionStepper(model, BYTES_ONLY, "Old limit", rule, attention=True)
-    cached = DecisionStepper(model, BYTES_ONLY, "Old limit", rule, attention=True, use_kv_cache=True)
+    plain = DecisionStepper(model, BYTES_ONLY, "Old limit", rule, attention=True, stop_at_context=True)
+    cached = DecisionStepper(model, BYTES_ONLY, "Old limit", rule, attention=True, use_kv_cache=True,
+                             stop_at_context=True)
     a, b = plain.run(), cached.run()
     assert plain.stop_reason == cached.stop_reason == "context"
     assert [d.chosen.id for d in a] == [d.chosen.id for d in b]

@@ -64,8 +64,9 @@ def test_generate_prints_lens_contributions_and_pattern_tables(model_files, tmp_
     done = run_cli(tmp_path, "generate", "--model", str(model_files["gpt2"]), "--prompt", PROMPT,
                    "--max-new-tokens", "1", "--lens", "--contributions", "--layer", "0", "--head", "0")
     assert done.returncode == 0, done.stderr
-    for phrase in ("lens · step 1", "blocks.2.hook_resid_post", "contributions · step 1", "sum of parts", "block 2 head 3",
-                   "final norm bias", "attention · block 0 head 0", "query"):
+    for phrase in ("lens · step 1", "block 2 resid", "embed: the embeddings", "contributions · step 1",
+                   "sum of parts", "the 12 largest of 20 parts", "the other 8 parts", "final norm bias",
+                   "attention · block 0 head 0", "query"):
         assert phrase in done.stdout
 
 

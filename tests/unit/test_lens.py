@@ -77,7 +77,7 @@ def test_a_float32_models_parts_are_summed_in_float64_and_agree_to_float32_round
     assert all(c.agrees for c in parts)
     assert max(c.rounding for c in parts) < 1e-4
     # The command line's caption says so too.
-    assert str(_contributions_table(1, parts[0]).caption).endswith(", equal to float32 rounding")
+    assert str(_contributions_table(1, parts[0]).renderables[-1]).endswith(", equal to float32 rounding")
     # A sum that missed a part would not agree.
     head = parts[1].heads[0][0]
     assert abs(head) > 10 * parts[1].rounding

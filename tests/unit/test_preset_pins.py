@@ -64,10 +64,15 @@ def measure(preset: str, precision: str) -> dict[str, str]:
 
 
 def _numbers_of(insight: dict) -> dict:
-    """The insight record without the label that names the model's precision (added after
-    the first pins were recorded): the digest covers its numbers and pieces."""
+    """The insight record without the labels added after the first pins were recorded (the
+    precision's name, the display names of parts and lens rows, each beside the numbers it
+    names): the digest covers its numbers and pieces."""
     for part in [insight.get("contributions") or {}, *(insight.get("candidate_contributions") or ())]:
         part.pop("dtype", None)
+        part.pop("parts", None)
+    for row in insight.get("lens") or ():
+        if isinstance(row, dict):
+            row.pop("site", None)
     return insight
 
 

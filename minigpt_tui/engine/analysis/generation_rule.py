@@ -1,6 +1,6 @@
 """The generation rule: how the next id is chosen from a logit vector, and how many ids may
 be generated. A validated record without torch, so the session layer and the app's form
-build the same rule the decision stepper (``engine.generation``) runs."""
+build the same rule the decision stepper (``analysis.generation``) runs."""
 
 from __future__ import annotations
 

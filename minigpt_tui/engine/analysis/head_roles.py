@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from minigpt_tui.engine.analysis.roles import HEAD_ROLES as ROLES
+from minigpt_tui.engine.analysis.site_names import head_name
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.training.model import evaluating
 
@@ -39,6 +40,10 @@ class HeadRole:
     previous_token: float
     duplicate_token: float
     first_token: float
+
+    @property
+    def name(self) -> str:
+        return head_name(self.layer, self.head)
 
     def to_json(self) -> dict[str, Any]:
         return {"layer": self.layer, "head": self.head, "induction": self.induction,

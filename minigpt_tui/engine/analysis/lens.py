@@ -59,6 +59,13 @@ from torch import Tensor
 
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import token_rank, top_ranked
+from minigpt_tui.engine.analysis.site_names import (
+    EMBED,
+    FINAL_NORM_BIAS,
+    block_part_name,
+    head_name,
+    resid_name,
+)
 from minigpt_tui.engine.training.model import MiniGPT, decision_logits, evaluating
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
@@ -133,9 +140,22 @@ class LensRow:
     chosen_probability: float
     logits: Tensor
 
+    @property
+    def site(self) -> str:
+        """The stream's display name (:mod:`site_names`): ``embed`` or ``block N resid``."""
+        return resid_name(self.layer)
+
     def to_json(self) -> dict[str, Any]:
-        return {"layer": self.layer, "stream": self.stream, "top": [e.to_json() for e in self.top],
+        return {"layer": self.layer, "stream": self.stream, "site": self.site, "top": [e.to_json() for e in self.top],
                 "chosen_rank": self.chosen_rank, "chosen_probability": self.chosen_probability}
+
+
+@dataclass(frozen=True)
+class Part:
+    """One named part of a logit (:mod:`site_names`) and what it adds."""
+
+    name: str
+    value: float
 
 
 @dataclass(frozen=True)
@@ -159,10 +179,25 @@ class Contributions:
         """The parts' sum equals the model's logit up to the model's own rounding."""
         return abs(self.total - self.logit) <= self.rounding
 
+    def parts(self) -> tuple[Part, ...]:
+        """Every part in the order it enters the residual stream: the embedding, then each
+        block's heads, attention bias (where it has one) and feed-forward, then the final
+        norm's bias (where it has one)."""
+        parts = [Part(EMBED, self.embedding)]
+        for layer, heads in enumerate(self.heads):
+            parts.extend(Part(head_name(layer, head), value) for head, value in enumerate(heads))
+            if self.attention_bias[layer]:
+                parts.append(Part(block_part_name(layer, "attn bias"), self.attention_bias[layer]))
+            parts.append(Part(block_part_name(layer, "mlp"), self.ffn[layer]))
+        if self.norm_bias:
+            parts.append(Part(FINAL_NORM_BIAS, self.norm_bias))
+        return tuple(parts)
+
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "piece": self.piece, "logit": self.logit, "embedding": self.embedding,
                 "heads": [list(layer) for layer in self.heads], "attention_bias": list(self.attention_bias),
-                "ffn": list(self.ffn), "norm_bias": self.norm_bias, "total": self.total, "dtype": self.dtype}
+                "ffn": list(self.ffn), "norm_bias": self.norm_bias, "total": self.total, "dtype": self.dtype,
+                "parts": [{"name": part.name, "value": part.value} for part in self.parts()]}
 
 
 @dataclass(frozen=True, eq=False)

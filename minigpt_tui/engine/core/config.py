@@ -21,7 +21,9 @@ from typing import Any
 from minigpt_tui.engine.core.devices import DEVICE_CHOICES
 from minigpt_tui.engine.core.errors import ConfigError
 from minigpt_tui.engine.core.files import path_exists, require_regular_file
+from minigpt_tui.engine.core.precision import PRECISIONS, Precision, precision_of
 from minigpt_tui.engine.core.setting import Setting, declared, setting
+from minigpt_tui.engine.core.threads import Threads
 from minigpt_tui.engine.core.tokenizer import FIRST_MERGE_ID
 
 FAMILIES = ("llama", "gpt2", "qwen2", "gpt_neo", "gpt_neox")  # each a setting of the parts (FAMILY_PARTS)
@@ -35,9 +37,6 @@ ATTENTION_BIASES = ("none", "qkv", "out", "all")  # which projections carry a bi
 ATTENTION_SCALES = ("inverse_sqrt", "none")  # scores times 1/sqrt(head width), or as they are
 FFN_KINDS = ("gelu", "swiglu")
 RESIDUALS = ("sequential", "parallel")
-# exact: float64, one thread, deterministic. fast: float32. bf16 / fp16: autocast over float32
-# master weights (fp16 with the bounded loss scaler always on).
-PRECISIONS = ("exact", "fast", "bf16", "fp16")
 BATCH_POLICIES = ("replacement", "document_order")
 CORPUS_MODES = ("records", "stream")
 TRAIN_ON = ("all", "assistant")  # the tokens the loss counts: every one, or the assistant's turns of chat records
@@ -281,6 +280,16 @@ class TrainConfig:
     # after which the run stops as diverged; 0: never.
     divergence_patience: int = setting(20, zero="never stop", above=0, limit=GIGA)
 
+    @property
+    def precision_kind(self) -> Precision:
+        """What ``precision`` means: dtype, thread rule, bytes per element, bitwise or not."""
+        return precision_of(self.precision)
+
+    @property
+    def effective_threads(self) -> Threads:
+        """The threads the run computes with (exact precision: one; automatic stays automatic)."""
+        return self.precision_kind.threads(Threads(self.threads))
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -314,7 +323,7 @@ class RunConfig:
 
     @property
     def dtype_name(self) -> str:
-        return "float64" if self.train.precision == "exact" else "float32"
+        return self.train.precision_kind.dtype_name
 
 
 # Settings added after checkpoints were first written, with the value that reproduces the

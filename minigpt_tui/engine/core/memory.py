@@ -14,6 +14,7 @@ from typing import Any
 
 from minigpt_tui.engine.core.config import estimated_parameters
 from minigpt_tui.engine.core.errors import ConfigError
+from minigpt_tui.engine.core.precision import precision_of
 
 GB = 1e9
 RUNTIME_BYTES = 400_000_000  # torch, numpy and the interpreter in one training process
@@ -96,7 +97,7 @@ def training_bytes(config: Any, vocab_size: int | None = None, *, processes: int
     for each of ``processes`` processes."""
     model, train = config.model, config.train
     vocab = vocab_size if vocab_size is not None else 258 + config.tokenizer.merges
-    element = 8 if train.precision == "exact" else 4
+    element = precision_of(train.precision).bytes_per_element
 
     width, layers, ffn, heads = model.width, model.layers, model.ffn, model.heads
     context = config.window if hasattr(config, "window") else model.context

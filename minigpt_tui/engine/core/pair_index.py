@@ -26,7 +26,6 @@ class PairIndex:
         lengths = np.fromiter((len(d) for d in encoded), dtype=np.int64, count=len(encoded))
         self.size = int(lengths.sum()) + len(encoded)
         record_ends = np.cumsum(lengths + 1) - 1  # each record's boundary position
-        self.record_starts = record_ends - lengths
         self.tokens = np.full(self.size, -1, dtype=np.int64)
         is_data = np.ones(self.size, dtype=bool)
         is_data[record_ends] = False

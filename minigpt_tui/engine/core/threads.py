@@ -21,8 +21,43 @@ import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 
+from minigpt_tui.engine.core.errors import ConfigError
+
 AUTO = 0  # train.threads = 0: choose and adapt
 MAX_AUTO = 8  # more threads than this rarely help a model of this tool's sizes on the CPU
+
+
+@dataclass(frozen=True)
+class Threads:
+    """A thread count as asked for: a number, or automatic (``count`` 0, the config's
+    stored form). Typed text is read by :meth:`parse` alone."""
+
+    count: int
+
+    @property
+    def auto(self) -> bool:
+        return self.count == AUTO
+
+    def __str__(self) -> str:
+        return "auto" if self.auto else str(self.count)
+
+    @staticmethod
+    def parse(text: str, label: str | None = None) -> Threads:
+        """``auto`` or a whole number from 1, as typed; a refusal names ``label`` when given."""
+        cleaned = text.strip()
+        if cleaned.lower() == "auto":
+            return Threads(AUTO)
+        try:
+            value = int(cleaned)
+        except ValueError:
+            raise _refusal(f"expected auto or a whole number, got '{cleaned}'", label) from None
+        if value < 1:
+            raise _refusal(f"expected auto or at least 1, got {value}", label)
+        return Threads(value)
+
+
+def _refusal(reason: str, label: str | None) -> ConfigError:
+    return ConfigError(f"{label}: {reason}" if label else reason, field="train.threads")
 
 
 # The commands whose work is forward passes (no training loop): their threads wait without

@@ -4,9 +4,15 @@
 - :mod:`.training`: the one schedule, evaluation, save and metrics loop (new run, resume,
   warm start), driven by ``minigpt-tui train``/``resume`` and by the app's worker alike.
 - :mod:`.plans`: how a run is prepared: its trainer, its run folder, its identities.
-- :mod:`.run_store`: the runs directory: scan, resolve ``RUN:latest|best|STEP``, rename,
-  delete, read a saved tokenizer.
-- :mod:`.inputs`: numbers and config overrides read from what a user typed, one set of
+- :mod:`.runs`: the runs directory and its lock; a spec (a path, ``RUN``,
+  ``RUN:latest|best|STEP``) resolved to a checkpoint (``resolve_checkpoint``,
+  ``resolve_model_file``).
+- :mod:`.opening`: a model opened for generation and the views from any spec: ours, a
+  transformers folder, a GGUF file, a nanoGPT checkpoint.
+- :mod:`.run_store`: the runs directory as the app and the command line list it: scan,
+  rename, delete (resolving through :mod:`.runs`).
+- :mod:`.saved_tokenizer`: the tokenizer saved with a model, read back without torch.
+- :mod:`.inputs`: numbers, thread counts and config overrides read from what a user typed, one set of
   messages for the command line and the app.
 
 Modules here import torch (through the trainer and checkpoint modules) only inside the

@@ -280,7 +280,7 @@ class RunFollower:
             validation_tokens=_count(corpus, "validation_tokens"),
             tokenizer_identity=str(tokenizer.get("identity", "")), vocab_size=_count(tokenizer, "vocab_size"),
             merges=_count(tokenizer, "merges"), precision=config.train.precision, dtype=config.dtype_name,
-            threads=1 if config.train.precision == "exact" else config.train.threads, steps=config.train.steps,
+            threads=config.train.effective_threads.count, steps=config.train.steps,
             start_step=start)
 
     def _identities(self) -> tuple[Any, Any]:

@@ -35,7 +35,7 @@ from minigpt_tui.engine.session.runs import list_runs
 TOP_CANDIDATES = 16
 MAX_INELIGIBLE_ROWS = 8
 NO_MODEL = "no model loaded: type a checkpoint, model file or RUN:latest and press enter"
-HEAD_FORMS = "type a block and a head: 23.4, 23 4 or block 23 head 4"
+HEAD_FORMS = "type a block and a head: 23.4, 23 4, L23 H4 or block 23 head 4"
 
 
 # -- typed views ------------------------------------------------------------------------------
@@ -72,6 +72,9 @@ class DecisionView:
     candidates: tuple[CandidateView, ...]
     # attention[layer][head][position]: the last position's weights over the prefix
     attention: tuple[tuple[tuple[float, ...], ...], ...] | None = None
+    # Past the context: the first position (of prompt + generated) in the window the model
+    # saw; prefix_length is then the window's length. 0: the whole prefix.
+    window_start: int = 0
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,8 @@ class StepperView:
     layers: int = 0  # the model's blocks and heads per block
     heads: int = 0
     patterns: PatternLookup | None = None  # every head's pattern of every decision, when recorded
+    window_note: str | None = None  # "sliding window of N positions from decision K" once one slid
+    window_from: int | None = None  # K: the first decision that saw a sliding window
 
 
 # -- the form's settings ---------------------------------------------------------------------
@@ -206,15 +211,16 @@ def decision_view(decision: Any, tokenizer: Any) -> DecisionView:
         eligible_count=decision.eligible_count,
         candidates=tuple(rows),
         attention=attention,
+        window_start=decision.window_start,
     )
 
 
 def parse_head(text: str, layers: int, heads: int) -> tuple[int, int]:
-    """A typed block and head (``23.4``, ``23 4``, ``b23 h4``, ``block 23 head 4``), checked
+    """A typed block and head (``23.4``, ``23 4``, ``b23 h4``, ``L23 H4``, ``block 23 head 4``), checked
     against the model's ``layers`` blocks of ``heads`` heads; GenerationError otherwise."""
     lowered = text.strip().lower()
     numbers = re.findall(r"[0-9]+", lowered)
-    words = re.sub(r"block|head|[0-9bh.,:/\s]", "", lowered)
+    words = re.sub(r"block|head|[0-9bhl.,:/\s]", "", lowered)
     if len(numbers) != 2 or words:
         raise GenerationError(f"{text.strip() or 'nothing'} names no head: {HEAD_FORMS}")
     layer, head = int(numbers[0]), int(numbers[1])
@@ -475,6 +481,8 @@ class GenerationSession:
             layers=stepper.model.config.layers,
             heads=stepper.model.config.heads,
             patterns=_pattern_lookup(stepper),
+            window_note=stepper.window_note(),
+            window_from=stepper.window_from,
         )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from minigpt_tui.engine.core.config import SeedConfig, load_config
 from minigpt_tui.engine.core.errors import ConfigError, CorpusError, MiniGPTError
+from minigpt_tui.engine.core.threads import Threads
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.core.config import RunConfig
@@ -36,6 +37,14 @@ def parse_number(text: str | None, label: str, kind: type[Number], *,
     except ValueError:
         expected = "a whole number" if kind is int else "a number"
         raise error(f"{label} must be {expected}, got '{cleaned}'", field=field) from None
+
+
+def parse_threads(text: str | None, label: str) -> int | None:
+    """A thread count as typed: ``auto`` (0, the config's form) or a whole number from 1;
+    blank or None is None (the default applies)."""
+    if text is None or not text.strip():
+        return None
+    return Threads.parse(text, label).count
 
 
 def corpus_source(text: str) -> str:

@@ -343,7 +343,7 @@ def _require_memory_to_start_from(spec: str, config: RunConfig) -> None:
         fitted = type(config).from_dict(data)
     except Exception:  # a setting the model refuses is named later, when the model is read
         return
-    element = 8 if config.train.precision == "exact" else 4
+    element = config.train.precision_kind.bytes_per_element
     require_memory_for_training(fitted, vocab, extra_bytes=estimated_parameters(model, vocab) * element,
                                 what=f"fine-tuning {spec}")
 
@@ -497,7 +497,7 @@ def summarize(trainer: Trainer, run: RunDirectory | None, resumed_from: Path | N
         merges=len(trainer.tokenizer.merges),
         precision=config.train.precision,
         dtype=config.dtype_name,
-        threads=1 if config.train.precision == "exact" else config.train.threads,
+        threads=config.train.effective_threads.count,
         steps=config.train.steps,
         start_step=trainer.step,
         resumed_from=resumed_from,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui.engine.core.precision import precision_named
 from minigpt_tui.engine.formats.inspection import CHECKPOINT_DIR
 from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup
 from minigpt_tui.engine.session.display import counted, shorten
@@ -84,8 +85,9 @@ def _notes(state: InspectionState) -> list[str]:
         notes.append("this history no longer promises bit-for-bit continuation: "
                      + "; ".join(continuation.get("notes") or []))
     envelope = state.get(StateGroup.ENVELOPE)
-    if envelope.get("precision") == "exact":
-        notes.append(f"exact precision: the resume is refused if Python, torch or the platform differ from "
+    saved = precision_named(envelope.get("precision"))
+    if saved is not None and saved.bitwise:
+        notes.append(f"{saved.name} precision: the resume is refused if Python, torch or the platform differ from "
                      f"the saved ones (torch {envelope.get('torch')}, Python {envelope.get('python')})")
     notes.append("the corpus must have the saved identity; the engine checks it when it restores")
     return notes

@@ -13,7 +13,7 @@ from pathlib import Path
 from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
 from minigpt_tui.engine.core.files import remove_files_then_folder
 from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR, checkpoint_own_files, list_checkpoints
-from minigpt_tui.engine.session.run_control import CONTROL_FILE, LIVE_FILE, read_live
+from minigpt_tui.engine.session.run_control import CONTROL_FILE, LIVE_FILE, LIVE_STATES, read_live
 from minigpt_tui.engine.session.tensorboard import EVENT_FILE_PREFIX, RUN_SUBFOLDER
 from minigpt_tui.engine.session.runs import (
     LOCK_FILE,
@@ -51,6 +51,22 @@ class RunListing:
     live: bool = False  # a trainer is writing it now (it listens to its control file)
     changed_at: float = 0.0  # when its config, metrics or a checkpoint last changed (seconds since the epoch)
     unreadable: str | None = None  # why the run (or its checkpoints) could not be read, if so
+    state: str | None = None  # how its trainer left it (live.json): finished, stopped, paused, failed, ended
+    step: int = 0  # the updates made and planned when it was last written
+    steps: int = 0
+
+    @property
+    def status(self) -> str | None:
+        """How the run stands, in words (``stopped at 300 of 600``); None when no trainer said."""
+        if self.state is None or self.live:
+            return None
+        return "finished" if self.state == "finished" else f"{self.state} at {self.step} of {self.steps}"
+
+    @property
+    def resumable(self) -> bool:
+        """Its trainer left it before the end with a checkpoint to continue from."""
+        return (not self.live and self.state in ("paused", "stopped", "ended") and self.step < self.steps
+                and self.complete_checkpoints > 0)
 
     @property
     def complete_checkpoints(self) -> int:
@@ -98,8 +114,11 @@ def _run_listing(run: RunDirectory) -> RunListing:
     except OSError:
         size = 0
     live = read_live(run.path)
+    known = live is not None and live.state in LIVE_STATES
     return RunListing(run.name, run.path, size, checkpoints, preset,
-                      live is not None and live.listening, _changed_at(run.path, checkpoints))
+                      live is not None and live.listening, _changed_at(run.path, checkpoints),
+                      state=live.state if known else None, step=live.step if known else 0,
+                      steps=live.steps if known else 0)
 
 
 def _unreadable_listing(path: Path, err: OSError) -> RunListing:

@@ -37,7 +37,6 @@ from minigpt_tui.engine.core.errors import (
     TrainingDiverged,
 )
 from minigpt_tui.engine.core.threads import (
-    AUTO,
     MAX_AUTO,
     ThreadTuner,
     initial_threads,
@@ -377,7 +376,7 @@ class TrainingSession:
 
     def _watch(self, trainer: Trainer) -> None:
         """Samples and head roles after a scheduled evaluation, on the process that writes
-        (see engine.watching: neither changes the trajectory)."""
+        (see session.watching: neither changes the trajectory)."""
         prepared = self.prepared
         if prepared is None or prepared.sample_prompts is None or not trainer.parallel.world.is_writer:
             return
@@ -458,8 +457,8 @@ class TrainingSession:
 
 
         train = trainer.config.train
-        self._record_threads = train.precision != "exact"
-        if train.precision == "exact" or train.threads != AUTO:
+        self._record_threads = not train.precision_kind.bitwise
+        if not train.effective_threads.auto:
             self._threads_now = torch.get_num_threads()
             return None
         share = max(1, usable_cores() // trainer.parallel.world_size)

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from minigpt_tui.engine.core.errors import CheckpointError, MiniGPTError, ResumeRefused
 from minigpt_tui.engine.core.files import (
     built_then_installed,
@@ -66,7 +64,7 @@ from minigpt_tui.engine.training.model_file import (
     open_model_file,
     portable_model,
 )
-from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup, dtype_for
+from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup
 from minigpt_tui.engine.training.training_state import (
     CapturedState,
     Continuation,
@@ -74,7 +72,6 @@ from minigpt_tui.engine.training.training_state import (
     apply_training_state,
     capture_state,
     check_environment,
-    config_identity,
     continuation_of,
     read_training_state,
     saved_config,
@@ -572,7 +569,7 @@ def _restore_trainer(
     refuse_world_size_change(saved_world, parallel.world_size, allowed=allow_world_size_change)
     if config.model != loaded.model_file.config:
         raise ResumeRefused(f"{loaded.path}: the model config in {MODEL_FILE} differs from the run's config")
-    if loaded.model_file.dtype != {torch.float64: "F64", torch.float32: "F32"}[dtype_for(config.train.precision)]:
+    if loaded.model_file.dtype != config.train.precision_kind.stored_dtype:
         raise ResumeRefused(f"{loaded.path}: the weights' dtype does not match the run's {config.train.precision} precision")
     continuation = check_environment(state, config, allow_change=allow_environment_change)
     if corpus_path_override is not None:
@@ -596,30 +593,7 @@ def _restore_trainer(
     if note is not None:
         continuation = Continuation(False, continuation.notes + (note,))
     trainer.checkpoint_continuation = continuation  # type: ignore[attr-defined]
-    trainer.checkpoint_origin = loaded.path  # type: ignore[attr-defined]
     return trainer
-
-
-def load_into_trainer(checkpoint_dir: Path | str, trainer: "Trainer") -> LoadedCheckpoint:
-    """Load a verified checkpoint into an existing trainer built for the same run (same
-    config identity, corpus and tokenizer): weights, optimizer, data, randomness, scaler.
-    Everything is checked before the first tensor is copied."""
-    loaded = load_checkpoint(checkpoint_dir)
-    state = loaded.state
-    if config_identity(trainer.config.to_dict()) != state.identities.get("config"):
-        raise ResumeRefused(f"{loaded.path}: saved by a run with another config")
-    if trainer.setup.corpus.identity != state.identities.get("corpus"):
-        raise ResumeRefused(f"{loaded.path}: saved by a run with another corpus")
-    if trainer.tokenizer.identity != loaded.model_file.tokenizer.identity:
-        raise ResumeRefused(f"{loaded.path}: saved by a run with another tokenizer")
-    if loaded.model_file.config != trainer.config.model:
-        raise ResumeRefused(f"{loaded.path}: the saved model config differs from this trainer's")
-    try:
-        copy_into(loaded.model_file, trainer.model)
-        apply_training_state(trainer, state)
-    except _MALFORMED as err:
-        raise CheckpointError(f"{loaded.path}: malformed checkpoint ({type(err).__name__}: {err})") from None
-    return loaded
 
 
 def continuation_record(trainer: "Trainer") -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Encoding large texts through the ``tokenizers`` library with exactly our ids.
 
 Our Python encoder (:class:`ByteBPETokenizer`) is the definition. The exported
-``tokenizer.json`` layout (see ``interop.hf_tokenizer``) reproduces it: the whole text is one
+``tokenizer.json`` layout (see ``formats.hf_tokenizer``) reproduces it: the whole text is one
 word and merges apply lowest rank first; BOS and EOS are added here, around each text. A tokenizer whose
 merges the format cannot hold apart (two merges with the same bytes) has no fast encoder;
 its texts go through our encoder.

@@ -49,8 +49,6 @@ from torch.utils.checkpoint import checkpoint
 
 from minigpt_tui.engine.core.config import ModelConfig
 
-TOKEN_TABLE = "token_embedding.weight"
-
 # The activations a forward records (``{l}`` is a block's index). T positions, D width,
 # H query heads, K head width, V vocabulary; every one has a leading batch dimension.
 ACTIVATIONS: dict[str, str] = {

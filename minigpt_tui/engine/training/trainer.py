@@ -30,6 +30,7 @@ from minigpt_tui.engine.core.errors import (
     CorpusError,
     EvaluationInterrupted,
 )
+from minigpt_tui.engine.core.precision import precision_of
 from minigpt_tui.engine.core.tensors import bytes_digest, digest_tensors
 from minigpt_tui.engine.core.tokenizer import BOS, ByteBPETokenizer
 from minigpt_tui.engine.training.batches import (
@@ -64,24 +65,21 @@ from minigpt_tui.engine.training.token_cache import cached_stream
 
 
 def dtype_for(precision: str) -> torch.dtype:
-    """The weights' dtype: float64 in exact precision, else float32 (the master weights of
-    the mixed precisions)."""
-    return torch.float64 if precision == "exact" else torch.float32
-
-
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    """The weights' dtype of a precision named in a config."""
+    return precision_of(precision).torch_dtype()
 
 
 def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """The forward's autocast region: bf16/fp16 compute over float32 weights, else none."""
-    if precision not in AUTOCAST_DTYPES:
+    compute = precision_of(precision).autocast_dtype()
+    if compute is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[precision])
+    return torch.autocast(device_type=device.type, dtype=compute)
 
 
 def mixed_precision_note(precision: str, device_kind: str) -> str | None:
     """What a user should know before training in bf16 on this processor (None: nothing)."""
-    if precision != "bf16" or device_kind != "cpu":
+    if precision_of(precision).autocast_name != "bfloat16" or device_kind != "cpu":
         return None
     if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return None
@@ -89,15 +87,15 @@ def mixed_precision_note(precision: str, device_kind: str) -> str | None:
 
 
 def apply_precision(train: TrainConfig) -> None:
-    """Process-wide numeric settings. In ``exact``: one thread, deterministic algorithms."""
-    if train.precision == "exact":
-        torch.set_num_threads(1)
+    """Process-wide numeric settings: the run's thread count (automatic: the training
+    session chooses and adapts it) and, where bits are promised, deterministic algorithms."""
+    threads = train.effective_threads
+    if not threads.auto:
+        torch.set_num_threads(threads.count)
+    if train.precision_kind.deterministic:
         _deterministic_algorithms(True)
-    else:
-        if train.threads:  # 0, auto: the training session chooses and adapts the count
-            torch.set_num_threads(train.threads)
-        if torch.are_deterministic_algorithms_enabled():
-            _deterministic_algorithms(False)
+    elif torch.are_deterministic_algorithms_enabled():
+        _deterministic_algorithms(False)
 
 
 def _deterministic_algorithms(mode: bool) -> None:
@@ -138,7 +136,7 @@ class LossScaler:
     ``growth_interval`` consecutive finite updates, and always stays within [min, max]."""
 
     def __init__(self, train: TrainConfig) -> None:
-        self.enabled = train.loss_scale or train.precision == "fp16"  # fp16 gradients underflow unscaled
+        self.enabled = train.loss_scale or train.precision_kind.scales_loss
         self.scale = train.loss_scale_init if self.enabled else 1.0
         self.minimum = train.loss_scale_min
         self.maximum = train.loss_scale_max
@@ -288,7 +286,7 @@ class Trainer:
         self.interrupted: Callable[[], bool] | None = None
         self.config = config = setup.config
         train = config.train
-        self.dtype = dtype_for(train.precision)
+        self.dtype = train.precision_kind.torch_dtype()
         # One process unless a launcher made several; rank 0's streams are the one-process ones.
         self.parallel = parallel or DataParallel()
         rank, world = self.parallel.rank, self.parallel.world_size
@@ -306,7 +304,7 @@ class Trainer:
             )
 
         self.model = MiniGPT(
-            config.model, self.tokenizer.vocab_size, self.dtype, fused_attention=train.precision == "fast"
+            config.model, self.tokenizer.vocab_size, self.dtype, fused_attention=train.precision_kind.fused
         )
         self.model.initialize(config.seeds.init)
         self.model.to(self.device)
@@ -356,7 +354,7 @@ class Trainer:
             groups.append({"params": no_decay, "weight_decay": 0.0})
         # Exact precision keeps the reference per-parameter loop; fast precision takes the
         # fused kernel (one pass over each parameter's moments).
-        kernel = {"fused": True} if train.precision == "fast" else {"foreach": False}
+        kernel = {"fused": True} if train.precision_kind.fused else {"foreach": False}
         return AdamW(groups, lr=scheduled_lr(train, 1), betas=train.betas, eps=train.eps, **kernel)
 
     def _new_batch_order(self, rank: int, world: int) -> ReplacementSampler | DocumentOrder:

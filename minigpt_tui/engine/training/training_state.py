@@ -25,7 +25,6 @@ from minigpt_tui.engine.core.config import RunConfig, identity_form
 from minigpt_tui.engine.core.devices import choose_device
 from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, ResumeRefused
 from minigpt_tui.engine.core.tensors import DigestScheme, tensor_digest
-from minigpt_tui.engine.core.threads import AUTO
 from minigpt_tui.engine.formats.checkpoint_folder import (
     TRAINING_STATE_FORMAT as FORMAT_NAME,
 )
@@ -98,8 +97,8 @@ def current_envelope(train: "TrainConfig", *, measured: bool = True, device_kind
         threads = torch.get_num_threads()
         deterministic = torch.are_deterministic_algorithms_enabled()
     else:
-        threads = 1 if train.precision == "exact" else train.threads
-        deterministic = train.precision == "exact"
+        threads = train.effective_threads.count
+        deterministic = train.precision_kind.deterministic
     return {
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
@@ -108,7 +107,7 @@ def current_envelope(train: "TrainConfig", *, measured: bool = True, device_kind
         "safetensors": safetensors.__version__,
         "minigpt_tui": __version__,
         "precision": train.precision,
-        "dtype": "float64" if train.precision == "exact" else "float32",
+        "dtype": train.precision_kind.dtype_name,
         "threads": threads,
         "deterministic": deterministic,
         "platform": f"{platform.system()}-{platform.machine()}",
@@ -129,7 +128,7 @@ def compared_keys(train: "TrainConfig") -> tuple[str, ...]:
     """The envelope keys a resume compares. An automatic thread count (``threads = 0``
     outside exact precision) is what the user asked for on both sides: the count the saving
     process had tuned to is a record of that machine's load, not a change."""
-    if train.precision != "exact" and train.threads == AUTO:
+    if train.effective_threads.auto:
         return tuple(key for key in ENVELOPE_KEYS if key != "threads")
     return ENVELOPE_KEYS
 
@@ -156,7 +155,7 @@ def continuation_of(trainer: "Trainer") -> Continuation:
         base = saved
     else:
         base = Continuation()
-    if trainer.config.train.precision != "exact" and base.bitwise_promised:
+    if not trainer.config.train.precision_kind.bitwise and base.bitwise_promised:
         return Continuation(False, base.notes + ("fast precision makes no bitwise promise",))
     return base
 
@@ -337,7 +336,7 @@ def check_environment(state: TrainingState, config: "RunConfig", *, allow_change
     continuation = state.continuation
     if not differences:
         return continuation
-    if config.train.precision == "exact" and not allow_change:
+    if config.train.precision_kind.bitwise and not allow_change:
         raise ResumeRefused(
             f"the environment changed since saving ({differences[0]}"
             + (f", and {len(differences) - 1} more" if len(differences) > 1 else "")

@@ -1,0 +1,499 @@
+"""The tour: short lessons beside the live screens, as data. Each step says what to do (a
+key), where to look, and explains what happened with the learner's own numbers: a template
+filled with values read from an :class:`Observation` of the app (or of the headless check),
+and a predicate that says the step is done. A claim that does not hold on the learner's run
+is said in the step's ``otherwise`` template instead.
+
+One source, three readers: the app's tour panel, ``minigpt-tui tour --check`` (the same
+observations made headless) and the guide's page (:func:`guide_markdown`). Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from minigpt_tui.engine.core.errors import ConfigError
+from minigpt_tui.engine.session.history import load_history
+
+Values = dict[str, Any]
+OVERFITTING_MARGIN = 0.05  # nats the validation loss must rise above its lowest to call it overfitting
+TRAILING_SPACE_PROMPT = "The key is"
+
+
+# -- what the tour sees ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EvaluationSeen:
+    step: int
+    train: float
+    validation: float
+
+
+@dataclass(frozen=True)
+class TrainingSeen:
+    """The run on the Training screen: its state and its scheduled evaluations so far."""
+
+    run: str
+    state: str  # starting, running, paused, stopping, finished, stopped, failed
+    step: int
+    steps: int
+    evaluations: tuple[EvaluationSeen, ...] = ()
+    best_step: int | None = None
+
+
+@dataclass(frozen=True)
+class CandidateSeen:
+    piece: str
+    rank: int
+    logit: float
+    raw: float  # softmax of the logits
+    selection: float  # what the rule draws from
+
+
+@dataclass(frozen=True)
+class DecisionSeen:
+    """The selected decision on the Generation screen and the generation it belongs to."""
+
+    step: int
+    rule: str  # greedy or sample
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    chosen: CandidateSeen
+    candidates: tuple[CandidateSeen, ...]  # by rank, the first few
+    chosen_ranks: tuple[int, ...]  # of every decision made
+    output: str  # the generated text as the screen shows it
+
+
+@dataclass(frozen=True)
+class LensSeen:
+    site: str
+    rank: int
+    probability: float
+
+
+@dataclass(frozen=True)
+class InsightSeen:
+    """The lens or the contributions shown for a decision."""
+
+    kind: str  # lens or contributions
+    step: int
+    piece: str
+    lens: tuple[LensSeen, ...] = ()
+    logit: float = 0.0
+    total: float = 0.0
+    agrees: bool = False
+    parts: tuple[tuple[str, float], ...] = ()  # every part, in model order
+
+
+@dataclass(frozen=True)
+class TokensSeen:
+    """The tokenizer panel: its tokenizer and the pieces of the text typed in its field."""
+
+    vocab_size: int
+    merges: int
+    text: str = ""
+    pieces: tuple[str, ...] = ()
+    trimmed_pieces: tuple[str, ...] = ()  # of the text without its trailing spaces
+
+
+@dataclass(frozen=True)
+class Observation:
+    screen: str = ""  # training, checkpoints or generation
+    training: TrainingSeen | None = None
+    decision: DecisionSeen | None = None
+    insight: InsightSeen | None = None
+    tokens: TokensSeen | None = None
+
+
+# -- building observations from the engine's own views ------------------------------------------
+def training_seen(run: str, run_dir: Path | None, state: str, step: int, steps: int) -> TrainingSeen:
+    """What the tour sees of a run: its scheduled evaluations read back from ``metrics.jsonl``."""
+    if run_dir is None:
+        return TrainingSeen(run, state, step, steps)
+    try:
+        history = load_history(run_dir, until_step=2**62)
+    except ConfigError:  # no metrics written yet
+        return TrainingSeen(run, state, step, steps)
+    evaluations = tuple(EvaluationSeen(e.step, e.train_loss, e.validation_loss) for e in history.evaluations
+                        if not e.extra and e.train_loss is not None and e.validation_loss is not None)
+    return TrainingSeen(run, state, step, steps, evaluations, history.best_step)
+
+
+def _candidate(view: Any) -> CandidateSeen:
+    return CandidateSeen(view.piece, view.rank, view.logit, view.raw_probability, view.selection_probability)
+
+
+def decision_seen(view: Any, selected: Any, rule: Any) -> DecisionSeen | None:
+    """A StepperView's selected DecisionView under its GenerationRule, as the tour reads it."""
+    if view is None or selected is None or rule is None:
+        return None
+    candidates = tuple(_candidate(c) for c in selected.candidates[:3])
+    return DecisionSeen(selected.step, rule.kind, float(rule.temperature), rule.top_k, rule.top_p,
+                        _candidate(selected.chosen), candidates,
+                        tuple(d.chosen.rank for d in view.decisions), view.output.display)
+
+
+def insight_seen(kind: str | None, insight: Any) -> InsightSeen | None:
+    """An InsightView shown as the lens or the contributions."""
+    if insight is None or kind not in ("lens", "contributions"):
+        return None
+    lens = tuple(LensSeen(row.site, row.chosen_rank, row.chosen_probability) for row in insight.lens)
+    if kind == "lens" or not insight.contributions:
+        return InsightSeen("lens", insight.step, insight.chosen_piece, lens)
+    parts = insight.contributions[0]
+    return InsightSeen("contributions", insight.step, insight.chosen_piece, lens, parts.logit, parts.total,
+                       parts.agrees, tuple((p.name, p.value) for p in parts.parts()))
+
+
+def tokens_seen(tokenizer: Any, text: str) -> TokensSeen:
+    """The pieces of ``text`` (and of it without trailing spaces) under ``tokenizer``."""
+
+    def pieces(of: str) -> tuple[str, ...]:
+        if not of:
+            return ()
+        return tuple(tokenizer.piece_text(i) for i in tokenizer.encode(of, bos=False, eos=False))
+
+    return TokensSeen(tokenizer.vocab_size, len(tokenizer.merges), text, pieces(text), pieces(text.rstrip(" ")))
+
+
+# -- lessons as data -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Step:
+    key: str  # what to press
+    do: str
+    look: str
+    explain: str  # a template of the values' names
+    done: Callable[[Observation], bool]
+    values: Callable[[Observation], Values | None]
+    holds: Callable[[Values], bool] = lambda values: True
+    otherwise: str = ""  # said instead of ``explain`` when the claim does not hold on this run
+
+
+@dataclass(frozen=True)
+class Lesson:
+    number: int
+    title: str
+    intro: str
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    text: str
+    holds: bool
+
+
+def finding(step: Step, observation: Observation) -> Finding | None:
+    """The step's explanation filled with this observation's values (None: not there yet)."""
+    values = step.values(observation)
+    if values is None:
+        return None
+    holds = bool(step.holds(values))
+    template = step.explain if holds or not step.otherwise else step.otherwise
+    return Finding(template.format(**values), holds)
+
+
+def shown_pieces(pieces: Sequence[str]) -> str:
+    """Pieces as the screens draw them: a space as ·, pieces apart."""
+    return " ".join(piece.replace(" ", "·") for piece in pieces) or "nothing"
+
+
+def _quoted(piece: str) -> str:
+    return f"'{piece.replace(' ', '·')}'"
+
+
+# lesson 1: a distribution over next tokens -------------------------------------------------------
+def _softmax_values(o: Observation) -> Values | None:
+    d = o.decision
+    if d is None or len(d.candidates) < 2:
+        return None
+    first, second = d.candidates[0], d.candidates[1]
+    difference = first.logit - second.logit
+    return {"top_piece": _quoted(first.piece), "top_logit": first.logit, "top_p": first.raw,
+            "second_piece": _quoted(second.piece), "second_logit": second.logit, "second_p": second.raw,
+            "logit_gap": difference, "factor": math.exp(difference),
+            "p_ratio": first.raw / second.raw if second.raw else math.inf}
+
+
+def _greedy_values(o: Observation) -> Values | None:
+    d = o.decision
+    if d is None or d.rule != "greedy" or len(d.chosen_ranks) < 3:
+        return None
+    return {"decisions": len(d.chosen_ranks), "output": repr(d.output),
+            "not_first": sum(rank != 1 for rank in d.chosen_ranks)}
+
+
+def _temperature_values(sharper: bool) -> Callable[[Observation], Values | None]:
+    def values(o: Observation) -> Values | None:
+        d = o.decision
+        if d is None or d.rule != "sample" or (d.temperature < 1) != sharper or d.temperature == 1:
+            return None
+        top = d.candidates[0]
+        return {"temperature": d.temperature, "top_piece": _quoted(top.piece), "raw_p": top.raw,
+                "selection_p": top.selection, "filters": d.top_k is not None or d.top_p is not None}
+
+    return values
+
+
+def _sharpens(v: Values) -> bool:
+    return v["selection_p"] >= v["raw_p"] and not v["filters"]
+
+
+def _flattens(v: Values) -> bool:
+    return v["selection_p"] <= v["raw_p"] and not v["filters"]
+
+
+LESSON_DISTRIBUTION = Lesson(1, "A model's output is a distribution", (
+    "Each decision gives every id of the vocabulary a logit; softmax turns the logits into "
+    "probabilities, and a rule picks one id."), (
+    Step("g, n", "On the Generation screen, load a model and take one decision: n loads the newest run "
+         "(type a prompt first, such as 'The key is '). No run yet? t, then space, trains one in seconds.",
+         "the candidate table: each id's logit, raw p and selection p",
+         "Softmax turns logits into probabilities that sum to 1. Your top candidate {top_piece} has logit "
+         "{top_logit:.3f} and p {top_p:.4f}; the next, {second_piece}, logit {second_logit:.3f} and p "
+         "{second_p:.4f}. {logit_gap:.3f} more logit makes an id e^{logit_gap:.3f} = {factor:.3f} times "
+         "likelier, and the table's ratio of the two is {p_ratio:.3f}.",
+         done=lambda o: o.decision is not None, values=_softmax_values,
+         holds=lambda v: math.isclose(v["p_ratio"], v["factor"], rel_tol=1e-6),
+         otherwise="The ratio of your top two probabilities, {p_ratio:.3f}, is not e^{logit_gap:.3f} = "
+                   "{factor:.3f}: these are not softmax probabilities of these logits."),
+    Step("n", "Take a few more decisions with the rule greedy (n, or r to run to the end).",
+         "the ▶ in the candidate table and the output below",
+         "Greedy took rank 1 at each of your {decisions} decisions and wrote {output}: the same prompt "
+         "gives the same text every time.",
+         done=lambda o: _greedy_values(o) is not None, values=_greedy_values,
+         holds=lambda v: v["not_first"] == 0,
+         otherwise="{not_first} of your {decisions} decisions did not take rank 1: a forced id (f) replaces "
+                   "the rule's choice."),
+    Step("tab, ctrl+r, n", "In the form choose sample, set temperature to 0.5 (leave top-k and top-p "
+         "empty), ctrl+r to start over, n for a decision.",
+         "raw p beside selection p",
+         "At temperature {temperature:g} the logits are divided by {temperature:g} before softmax: your top "
+         "candidate {top_piece} goes from raw p {raw_p:.4f} to selection p {selection_p:.4f}. Below 1 the "
+         "distribution sharpens "
+         "toward greedy.",
+         done=lambda o: _temperature_values(True)(o) is not None, values=_temperature_values(True),
+         holds=_sharpens,
+         otherwise="Your top candidate {top_piece} has selection p {selection_p:.4f} against raw p "
+                   "{raw_p:.4f}: top-k or top-p change it as well; empty them to see temperature alone."),
+    Step("tab, ctrl+r, n", "Now set temperature to 2, ctrl+r, n.",
+         "raw p beside selection p",
+         "At temperature {temperature:g} your top candidate {top_piece} falls from raw p {raw_p:.4f} to "
+         "selection p "
+         "{selection_p:.4f}: above 1 the distribution flattens and unlikely ids are drawn more often.",
+         done=lambda o: _temperature_values(False)(o) is not None, values=_temperature_values(False),
+         holds=_flattens,
+         otherwise="Your top candidate {top_piece} has selection p {selection_p:.4f} against raw p "
+                   "{raw_p:.4f}: top-k or top-p change it as well; empty them to see temperature alone."),
+))
+
+
+# lesson 2: training lowers the loss; validation tells the truth -----------------------------------
+def _started_values(o: Observation) -> Values | None:
+    t = o.training
+    if t is None or t.step < 1:
+        return None
+    return {"run": t.run, "steps": t.steps}
+
+
+def _falling_values(o: Observation) -> Values | None:
+    t = o.training
+    if t is None or len(t.evaluations) < 2:
+        return None
+    first, last = t.evaluations[0], t.evaluations[-1]
+    return {"first_update": first.step, "first_train": first.train, "first_val": first.validation,
+            "last_update": last.step, "last_train": last.train, "last_val": last.validation,
+            "mean_p": math.exp(-last.train)}
+
+
+def _overfitting_values(o: Observation) -> Values | None:
+    t = o.training
+    if t is None or t.state not in ("finished", "stopped") or len(t.evaluations) < 2:
+        return None
+    best = min(t.evaluations, key=lambda e: (e.validation, e.step))
+    last = t.evaluations[-1]
+    return {"run": t.run, "best_step": best.step, "best_val": best.validation, "last_step": last.step,
+            "last_val": last.validation, "last_train": last.train, "rise": last.validation - best.validation}
+
+
+LESSON_TRAINING = Lesson(2, "Training lowers the loss; validation tells the truth", (
+    "The training loss is measured on the text the model learns from; the validation loss on "
+    "records it never trains on. Only the second says whether it learned something general."), (
+    Step("t, space", "On the Training screen, press space to start a run (mini: 600 updates in seconds).",
+         "the loss table: one row per update, its batch loss in nats",
+         "Your run {run} trains {steps} updates. Each row's batch loss is the mean of -ln p(right token) "
+         "over one batch.",
+         done=lambda o: _started_values(o) is not None, values=_started_values),
+    Step("v", "Watch the evaluation rows (train and validation over the whole splits); v shows the plot "
+         "on a narrow terminal.",
+         "the train and val columns of the evaluation rows",
+         "Your training loss fell from {first_train:.3f} nats at update {first_update} to {last_train:.3f} "
+         "at update {last_update}: the right token now gets p = e^-{last_train:.3f} = {mean_p:.2f} on "
+         "average (a geometric mean). Validation went from {first_val:.3f} to {last_val:.3f}.",
+         done=lambda o: _falling_values(o) is not None, values=_falling_values,
+         holds=lambda v: v["last_train"] < v["first_train"],
+         otherwise="Your training loss went from {first_train:.3f} to {last_train:.3f}: it has not fallen yet; "
+                   "let the run go on."),
+    Step("space", "Let the run finish (or stop it with x).",
+         "the validation column after its lowest value, and the ★",
+         "Your validation loss was lowest at update {best_step} ({best_val:.3f} nats) and has risen to "
+         "{last_val:.3f} by update {last_step}, while the training loss fell to {last_train:.3f}: the model "
+         "memorises its training text. That is overfitting; {run}:best is update {best_step}.",
+         done=lambda o: _overfitting_values(o) is not None, values=_overfitting_values,
+         holds=lambda v: v["best_step"] < v["last_step"] and v["rise"] > OVERFITTING_MARGIN,
+         otherwise="On your run validation kept falling (lowest {best_val:.3f} at update {best_step}, "
+                   "{last_val:.3f} at the last evaluation, update {last_step}): no overfitting yet; try "
+                   "more updates (n, then updates)."),
+    Step("c", "Open the Checkpoints screen.",
+         "the runs tree: ★ marks the best checkpoint",
+         "★ marks update {best_step} in {run}: {run}:best names it wherever a model is asked for (the "
+         "Generation screen's model field, generate --model); {run}:latest is update {last_step}.",
+         done=lambda o: o.screen == "checkpoints" and _overfitting_values(o) is not None,
+         values=_overfitting_values),
+))
+
+
+# lesson 5: tokens -----------------------------------------------------------------------------------
+def _tokenizer_values(o: Observation) -> Values | None:
+    k = o.tokens
+    return None if k is None else {"vocab": k.vocab_size, "merges": k.merges}
+
+
+def _typed_values(o: Observation) -> Values | None:
+    k = o.tokens
+    if k is None or not k.text.strip() or k.text.endswith(" "):
+        return None
+    return {"text": repr(k.text), "piece_count": len(k.pieces), "pieces": shown_pieces(k.pieces)}
+
+
+def _trailing_values(o: Observation) -> Values | None:
+    k = o.tokens
+    if k is None or not k.text.strip() or not k.text.endswith(" "):
+        return None
+    common = 0
+    while common < min(len(k.pieces), len(k.trimmed_pieces)) and k.pieces[common] == k.trimmed_pieces[common]:
+        common += 1
+    return {"text": repr(k.text), "pieces_with": shown_pieces(k.pieces),
+            "pieces_without": shown_pieces(k.trimmed_pieces), "count_with": len(k.pieces),
+            "count_without": len(k.trimmed_pieces), "end_with": shown_pieces(k.pieces[common:]),
+            "end_without": shown_pieces(k.trimmed_pieces[common:]),
+            "only_added": list(k.pieces) == [*k.trimmed_pieces, *([" "] * (len(k.pieces) - len(k.trimmed_pieces)))]}
+
+
+LESSON_TOKENS = Lesson(5, "Tokens", (
+    "A model never sees characters: the tokenizer cuts text into pieces, each an id. Where the "
+    "pieces fall decides what the model reads."), (
+    Step("c, 7", "On the Checkpoints screen, with a checkpoint open, press 7 for the tokenizer panel.",
+         "the summary line and the merges table",
+         "Your tokenizer has {vocab} ids: 2 specials, 256 bytes and {merges} merges learned from the "
+         "training text; each merge joins two pieces into a new one.",
+         done=lambda o: o.tokens is not None, values=_tokenizer_values),
+    Step("type", f"Type '{TRAILING_SPACE_PROMPT}' in the panel's field, with no space at the end.",
+         "the pieces under the field",
+         "{text} is {piece_count} pieces: {pieces}.",
+         done=lambda o: _typed_values(o) is not None, values=_typed_values),
+    Step("space", "Now add one space at the end.",
+         "how the last pieces change",
+         "With the space, {text} is {count_with} pieces: {pieces_with}; without it, {count_without}: "
+         "{pieces_without}. The space did not just add a piece: {end_without} became {end_with}. A prompt "
+         "that stops inside a piece the training text always continues asks the model about a split it rarely saw: "
+         "end a prompt where the training text would go on.",
+         done=lambda o: _trailing_values(o) is not None, values=_trailing_values,
+         holds=lambda v: not v["only_added"],
+         otherwise="On your tokenizer the space only added a piece ({pieces_with}): the earlier pieces stay; "
+                   "try a text ending in a word the corpus uses often."),
+))
+
+
+# lesson 6: where a decision comes from -------------------------------------------------------------
+def _lens_values(o: Observation) -> Values | None:
+    i, d = o.insight, o.decision
+    if i is None or i.kind != "lens" or not i.lens or d is None:
+        return None
+    first, last = i.lens[0], i.lens[-1]
+    top = next((row.site for row in i.lens if row.rank == 1), None)
+    return {"chosen_piece": _quoted(i.piece), "first_site": first.site, "first_rank": first.rank,
+            "first_p": first.probability, "top_site": top or "no layer", "last_site": last.site,
+            "last_rank": last.rank, "last_p": last.probability, "decision_rank": d.chosen.rank,
+            "decision_p": d.chosen.raw}
+
+
+def _contribution_values(o: Observation) -> Values | None:
+    i = o.insight
+    if i is None or i.kind != "contributions" or not i.parts:
+        return None
+    largest = sorted(i.parts, key=lambda part: -abs(part[1]))[:3]
+    return {"chosen_piece": _quoted(i.piece), "logit": i.logit, "total": i.total,
+            "off_by": abs(i.total - i.logit),
+            "part_count": len(i.parts), "agrees": i.agrees,
+            "largest": ", ".join(f"{name} {value:+.3f}" for name, value in largest)}
+
+
+LESSON_INSIDE = Lesson(6, "Where a decision comes from", (
+    "The residual stream is a running sum: the embeddings, then what every head and feed-forward "
+    "block adds. The logit lens reads it after each block; the contributions split the chosen "
+    "logit into those parts."), (
+    Step("l", "On the Generation screen, select a decision and press l for the logit lens.",
+         "each layer's rank and p of the chosen id",
+         "The lens reads the stream after each block through the final norm and the unembedding. Your "
+         "chosen {chosen_piece} is rank {first_rank} at {first_site} (p {first_p:.4f}) and first ranks 1 at "
+         "{top_site}. The last row, {last_site}, is what the model outputs: rank {last_rank}, p "
+         "{last_p:.4f}, as the decision shows (rank {decision_rank}, p {decision_p:.4f}).",
+         done=lambda o: _lens_values(o) is not None, values=_lens_values,
+         holds=lambda v: v["last_rank"] == v["decision_rank"] and math.isclose(v["last_p"], v["decision_p"],
+                                                                                rel_tol=1e-6, abs_tol=1e-9),
+         otherwise="The lens's last row (rank {last_rank}, p {last_p:.4f}) is not the decision's own "
+                   "(rank {decision_rank}, p {decision_p:.4f})."),
+    Step("x", "Press x for the contributions.",
+         "the signed bars, one per part",
+         "The logit of {chosen_piece}, {logit:.4f}, splits into {part_count} parts that add up to "
+         "{total:.4f} (off by {off_by:.1e}, rounding). The largest: {largest}.",
+         done=lambda o: _contribution_values(o) is not None, values=_contribution_values,
+         holds=lambda v: v["agrees"],
+         otherwise="The {part_count} parts add up to {total:.4f}, not the logit {logit:.4f}: off by {off_by:.1e}."),
+))
+
+LESSONS: tuple[Lesson, ...] = (LESSON_DISTRIBUTION, LESSON_TRAINING, LESSON_TOKENS, LESSON_INSIDE)
+
+
+def lesson(number: int) -> Lesson:
+    for candidate in LESSONS:
+        if candidate.number == number:
+            return candidate
+    known = ", ".join(str(known.number) for known in LESSONS)
+    raise ConfigError(f"there is no lesson {number}: the tour has lessons {known}")
+
+
+# -- the guide's page -------------------------------------------------------------------------------
+PLACEHOLDER = re.compile(r"\{(\w+)[^}]*\}")
+
+
+def _generic(template: str) -> str:
+    """A template with each value shown as its name in italics (the guide has no run)."""
+    return PLACEHOLDER.sub(lambda m: f"*{m.group(1).replace('_', ' ')}*", template)
+
+
+def guide_markdown() -> str:
+    """The guide's page of the tour, from the same lessons the app and the check use."""
+    lines = ["# The tour", "",
+             "`minigpt-tui tour` opens the app with short lessons in a panel beside the screens (`T` "
+             "opens and closes it on any screen; `ctrl+p` lists every lesson). Each step says what to "
+             "press and where to look; when the app sees it done, the panel explains it with your own "
+             "numbers and moves on (`>` skips a step, `<` goes back). Where your run does not show what "
+             "a lesson claims, it says so. `minigpt-tui tour --check` takes every step headless on a "
+             "`mini` run in a temporary folder and prints what it saw.", "",
+             "Below, each value the panel fills in from your run is in *italics*.", ""]
+    for item in LESSONS:
+        lines += [f"## {item.number}. {item.title}", "", item.intro, ""]
+        for index, step in enumerate(item.steps, 1):
+            lines.append(f"{index}. **`{step.key}`**: {step.do} Look at {step.look}.")
+            lines.append(f"    {_generic(step.explain)}")
+            if step.otherwise:
+                lines.append(f"    When your run does not show it: {_generic(step.otherwise)}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
