@@ -8,7 +8,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from minigpt_tui.engine.core.precision import precision_named
 from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.core.threads import Threads
 from minigpt_tui.engine.session.display import counted
 from minigpt_tui.messages import RunSummary
 from minigpt_tui.widgets.pieces import plain_cell
@@ -19,9 +21,10 @@ def short_identity(identity: str) -> str:
 
 
 def precision_text(precision: str, dtype: str, threads: int) -> str:
-    if precision == "exact":
-        return f"exact ({dtype}, 1 thread, deterministic)"
-    if threads == 0:
+    kind = precision_named(precision)
+    if kind is not None and kind.bitwise:
+        return f"{precision} ({dtype}, 1 thread, deterministic)"
+    if Threads(threads).auto:
         return f"{precision} ({dtype}, threads auto)"
     return f"{precision} ({dtype}, {threads} thread{'s' if threads != 1 else ''})"
 

@@ -12,7 +12,7 @@ API (the Generation screen and the ``generate``/``probes``/``infer`` commands us
 ``GenerationRule(kind="greedy"|"sample", temperature=1.0, top_k=None, top_p=None,
 seed=31415, max_new_tokens=24, forbidden_ids=())``
     A frozen, validated rule. Bad values raise :class:`GenerationError` with one line.
-    It lives in ``engine.generation_rule`` (no torch), so the session layer and the app's
+    It lives in ``engine.analysis.generation_rule`` (no torch), so the session layer and the app's
     form build the same record; this module re-exports it.
 
 ``DecisionStepper(model, tokenizer, prompt, rule, *, use_kv_cache=False, attention=False,
@@ -105,7 +105,6 @@ from minigpt_tui.engine.core.files import path_exists, require_regular_file
 from minigpt_tui.engine.core.tokenizer import BOS, EOS, ByteBPETokenizer
 from minigpt_tui.engine.training.model import KVCache, MiniGPT, evaluating
 
-STOP_REASONS = ("eos", "budget", "context")
 TRACE_FORMAT = "minigpt-tui-generation-trace"
 PROBES_FORMAT = "minigpt-tui-probes"
 PROBE_RESULTS_FORMAT = "minigpt-tui-probe-results"
