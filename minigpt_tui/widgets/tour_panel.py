@@ -27,6 +27,7 @@ from minigpt_tui.engine.session.tour import (
     Finding,
     Lesson,
     Observation,
+    checkpoint_seen,
     decision_seen,
     finding,
     insight_seen,
@@ -51,10 +52,15 @@ class Snapshot:
     run: tuple[str, Path | None, str, int, int] | None = None  # name, folder, state, update, updates
     generation: tuple[Any, Any, Any, str | None, Any] | None = None  # view, selected, rule, insight kind, insight
     tokenizer: tuple[Any, str] | None = None  # the tokenizer panel's tokenizer and typed text
+    run_more: dict[str, Any] | None = None  # the run's resume, save, digest and precision
+    checkpoint: tuple[Any, str] | None = None  # the open checkpoint's inspection and the panel shown
+    generating_from: Path | None = None  # the model file the Generation screen loaded
 
 
 def take_snapshot(app: MiniGPTApp) -> Snapshot:
-    return Snapshot(app.current_mode, _run_refs(app), _generation_refs(app), _tokenizer_refs(app))
+    return Snapshot(app.current_mode, _run_refs(app), _generation_refs(app), _tokenizer_refs(app),
+                    _run_more(app), _checkpoint_refs(app),
+                    getattr(getattr(app.main_screens.get("generation"), "session", None), "model_path", None))
 
 
 def _run_refs(app: MiniGPTApp) -> tuple[str, Path | None, str, int, int] | None:
@@ -62,6 +68,25 @@ def _run_refs(app: MiniGPTApp) -> tuple[str, Path | None, str, int, int] | None:
     if run is None or run.summary is None:
         return None
     return run.summary.run_name, run.run_dir, run.state, run.step, run.steps
+
+
+def _run_more(app: MiniGPTApp) -> dict[str, Any] | None:
+    run = getattr(app.main_screens.get("training"), "run", None)
+    if run is None or run.summary is None:
+        return None
+    resumed = run.summary.resumed_from
+    return {"start_step": run.summary.start_step, "resumed_from": Path(resumed).name if resumed else None,
+            "saved_step": run.saved_step, "digest": run.final_digest or "",
+            "precision": str(getattr(getattr(run.config, "train", None), "precision", ""))}
+
+
+def _checkpoint_refs(app: MiniGPTApp) -> tuple[Any, str] | None:
+    screen = app.main_screens.get("checkpoints")
+    opened = getattr(screen, "opened", None)
+    if screen is None or opened is None:
+        return None
+    tabs = screen.query("#panels")
+    return opened.inspection, (tabs.first().active or "") if tabs else ""
 
 
 def _generation_refs(app: MiniGPTApp) -> tuple[Any, Any, Any, str | None, Any] | None:
@@ -93,7 +118,7 @@ def _tokenizer_refs(app: MiniGPTApp) -> tuple[Any, str] | None:
 
 def observe(snapshot: Snapshot) -> Observation:
     """The tour's observation of a snapshot (a worker thread: reads the metrics file)."""
-    training = training_seen(*snapshot.run) if snapshot.run is not None else None
+    training = training_seen(*snapshot.run, **(snapshot.run_more or {})) if snapshot.run is not None else None
     decision = insight = tokens = None
     if snapshot.generation is not None:
         view, selected, rule, kind, inspected = snapshot.generation
@@ -101,7 +126,9 @@ def observe(snapshot: Snapshot) -> Observation:
         insight = insight_seen(kind, inspected)
     if snapshot.tokenizer is not None:
         tokens = tokens_seen(*snapshot.tokenizer)
-    return Observation(snapshot.screen, training, decision, insight, tokens)
+    checkpoint = checkpoint_seen(*snapshot.checkpoint) if snapshot.checkpoint is not None else None
+    loaded = str(Path(snapshot.generating_from).resolve()) if snapshot.generating_from is not None else None
+    return Observation(snapshot.screen, training, decision, insight, tokens, checkpoint, loaded)
 
 
 # -- the panel -----------------------------------------------------------------------------------------

@@ -109,3 +109,21 @@ async def test_the_palette_and_help_offer_the_tour(runs):
         assert "Tour" in titles and any(title.startswith("Tour: lesson 6") for title in titles)
         assert any(key == "T" and "tour" in what for key, what in app.help_keys())
         await settle(pilot)
+
+
+@run_async
+async def test_the_checkpoint_lesson_moves_on_when_the_checkpoints_screen_shows_the_aliases(runs):
+    app = tour_app(runs, lesson=4)
+    async with app.run_test(size=WIDE) as pilot:
+        await keys(pilot, "c")
+        pilot.app.screen.open_path(runs / "tiny-a" / "checkpoints" / "step-000004")
+        text = await look(pilot, until="✓ 1")
+        assert "✓ 1" in text and "Your checkpoint step-000004: model.safetensors is" in text
+        assert "▶ 2 press" in text
+        await keys(pilot, "3")
+        text = await look(pilot, until="✓ 2")
+        assert "✓ 2" in text and "1 alias record: head.weight is token_embedding.weight (transpose)" in text
+        await keys(pilot, "4")
+        text = await look(pilot, until="✓ 3")
+        assert "✓ 3" in text and "Adam keeps two moments per weight tensor" in text
+

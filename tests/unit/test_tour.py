@@ -10,6 +10,7 @@ import pytest
 
 from minigpt_tui.cli import main
 from minigpt_tui.engine.session.tour import (
+    LESSON_RESUME,
     LESSON_TOKENS,
     LESSON_TRAINING,
     LESSONS,
@@ -62,6 +63,32 @@ def test_the_trailing_space_step_compares_the_pieces_with_and_without_it():
     assert said is not None and not said.holds and "only added a piece" in said.text
 
 
+def resumed_seen(digest: str, straight: str = "", precision: str = "exact") -> Observation:
+    return Observation("training", TrainingSeen("demo", "finished", 600, 600, start_step=300,
+                                                resumed_from="step-000300", digest=digest,
+                                                precision=precision, straight_digest=straight))
+
+
+def test_the_resume_lesson_compares_the_resumed_digest_with_a_run_never_stopped():
+    step = LESSON_RESUME.steps[2]
+    said = finding(step, resumed_seen("ab" * 32, straight="ab" * 32))
+    assert said is not None and said.holds and "state digest abababababababab…" in said.text
+    assert "equal, bit for bit" in said.text
+    said = finding(step, resumed_seen("ab" * 32, straight="cd" * 32))
+    assert said is not None and not said.holds and "the continuation was not exact" in said.text
+
+
+def test_in_the_app_the_resume_lesson_points_to_verify_and_is_honest_about_precision():
+    step = LESSON_RESUME.steps[2]
+    said = finding(step, resumed_seen("ab" * 32))  # no run never stopped to compare with
+    assert said is not None and said.holds and "minigpt-tui verify --preset mini" in said.text
+    said = finding(step, resumed_seen("ab" * 32, precision="fast"))
+    assert said is not None and not said.holds and "your run trains in fast precision" in said.text
+    running = Observation("training", TrainingSeen("demo", "running", 400, 600, start_step=300,
+                                                   resumed_from="step-000300"))
+    assert LESSON_RESUME.steps[1].done(running) and not step.done(running)
+
+
 def test_a_step_without_its_values_yet_explains_nothing():
     for item in LESSONS:
         for step in item.steps:
@@ -78,9 +105,9 @@ def test_the_guide_page_is_rendered_from_the_lessons():
 
 
 def test_an_unknown_lesson_is_refused_in_one_line(capsys):
-    assert main(["tour", "--lesson", "4", "--check"]) == 1
+    assert main(["tour", "--lesson", "99", "--check"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == "minigpt-tui: error: there is no lesson 4: the tour has lessons 1, 2, 5, 6"
+    assert err.startswith("minigpt-tui: error: there is no lesson 99: the tour has lessons 1, 2, 3, 4, 5, 6")
 
 
 @pytest.mark.timeout(120)
@@ -92,3 +119,7 @@ def test_tour_check_takes_every_step_on_a_mini_run_and_every_claim_holds(capsys)
         assert f"lesson {item.number}. {item.title}" in out
     assert "That is overfitting; tour:best is update 100." in out  # mini overfits on purpose
     assert "The space did not just add a piece" in out
+    assert "paused after update 300 and saved checkpoints/step-000300" in out
+    assert "equal, bit for bit" in out  # the paused and resumed run ends as the straight one
+    assert "1 alias record: head.weight is token_embedding.weight (transpose)" in out
+    assert "loaded model.safetensors alone" in out

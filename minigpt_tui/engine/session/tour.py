@@ -43,6 +43,12 @@ class TrainingSeen:
     steps: int
     evaluations: tuple[EvaluationSeen, ...] = ()
     best_step: int | None = None
+    start_step: int = 0
+    resumed_from: str | None = None  # the checkpoint folder a resumed run left from
+    saved_step: int | None = None  # the update of its newest checkpoint
+    digest: str = ""  # the state digest it finished with
+    precision: str = ""
+    straight_digest: str = ""  # a run never stopped's digest, where one was trained (the headless check)
 
 
 @dataclass(frozen=True)
@@ -102,26 +108,88 @@ class TokensSeen:
 
 
 @dataclass(frozen=True)
+class FileSeen:
+    name: str
+    size: int
+    tensors: int
+
+
+@dataclass(frozen=True)
+class AliasSeen:
+    name: str
+    target: str
+    transform: str
+    target_shape: tuple[int, ...]
+    target_bytes: int
+
+
+@dataclass(frozen=True)
+class CheckpointSeen:
+    """The checkpoint open on the Checkpoints screen and the panel shown (tensors, aliases, state...)."""
+
+    path: str  # resolved
+    kind: str
+    tab: str
+    files: tuple[FileSeen, ...]
+    aliases: tuple[AliasSeen, ...]
+    learned_bytes: int  # the model file's learned weights
+    moments: int  # optimizer tensors that are moments (exp_avg, exp_avg_sq)
+    optimizer_tensors: int
+    optimizer_bytes: int
+    state_groups: tuple[str, ...]  # training.safetensors' other groups
+
+    def file(self, name: str) -> FileSeen | None:
+        return next((f for f in self.files if f.name == name), None)
+
+
+@dataclass(frozen=True)
 class Observation:
     screen: str = ""  # training, checkpoints or generation
     training: TrainingSeen | None = None
     decision: DecisionSeen | None = None
     insight: InsightSeen | None = None
     tokens: TokensSeen | None = None
+    checkpoint: CheckpointSeen | None = None
+    generating_from: str | None = None  # the model file the Generation screen loaded (resolved)
 
 
 # -- building observations from the engine's own views ------------------------------------------
-def training_seen(run: str, run_dir: Path | None, state: str, step: int, steps: int) -> TrainingSeen:
-    """What the tour sees of a run: its scheduled evaluations read back from ``metrics.jsonl``."""
+def training_seen(run: str, run_dir: Path | None, state: str, step: int, steps: int, **more: Any) -> TrainingSeen:
+    """What the tour sees of a run: its scheduled evaluations read back from ``metrics.jsonl``;
+    ``more``: TrainingSeen's other fields (start_step, resumed_from, saved_step, digest...)."""
     if run_dir is None:
-        return TrainingSeen(run, state, step, steps)
+        return TrainingSeen(run, state, step, steps, **more)
     try:
         history = load_history(run_dir, until_step=2**62)
     except ConfigError:  # no metrics written yet
-        return TrainingSeen(run, state, step, steps)
+        return TrainingSeen(run, state, step, steps, **more)
     evaluations = tuple(EvaluationSeen(e.step, e.train_loss, e.validation_loss) for e in history.evaluations
                         if not e.extra and e.train_loss is not None and e.validation_loss is not None)
-    return TrainingSeen(run, state, step, steps, evaluations, history.best_step)
+    return TrainingSeen(run, state, step, steps, evaluations, history.best_step, **more)
+
+
+def checkpoint_seen(inspection: Any, tab: str) -> CheckpointSeen:
+    """An Inspection (header-only) as the tour reads it, with the panel the screen shows."""
+    entries = inspection.entries
+
+    def in_group(group: str) -> list[Any]:
+        return [e for e in entries if e.group == group]
+
+    by_name = {e.name: e for e in entries}
+    aliases = []
+    for alias in inspection.aliases:
+        target = by_name.get(str(alias.get("target", "")))
+        aliases.append(AliasSeen(str(alias.get("name", "")), str(alias.get("target", "")),
+                                 str(alias.get("transform", "none")), target.shape if target else (),
+                                 target.bytes if target else 0))
+    optimizer = in_group("optimizer")
+    training_groups = dict.fromkeys(e.group for e in entries if e.file == "training.safetensors")
+    return CheckpointSeen(
+        str(Path(inspection.path).resolve()), str(inspection.kind), tab,
+        tuple(FileSeen(f.name, f.size, f.tensors) for f in inspection.files), tuple(aliases),
+        sum(e.bytes for e in in_group("learned")),
+        sum(e.name.endswith((".exp_avg", ".exp_avg_sq")) for e in optimizer), len(optimizer),
+        sum(e.bytes for e in optimizer), tuple(g for g in training_groups if g != "optimizer"))
 
 
 def _candidate(view: Any) -> CandidateSeen:
@@ -358,6 +426,161 @@ LESSON_TRAINING = Lesson(2, "Training lowers the loss; validation tells the trut
 ))
 
 
+# lesson 3: stopping and resuming exactly ------------------------------------------------------------
+def _checkpoint_name(step: int | None) -> str:
+    return f"step-{step:06d}" if step is not None else "none"
+
+
+def _paused_values(o: Observation) -> Values | None:
+    t = o.training
+    if t is None or not (t.state == "paused" or t.resumed_from is not None):
+        return None
+    step = t.step if t.resumed_from is None else t.start_step
+    saved = t.saved_step if t.resumed_from is None else t.start_step
+    return {"run": t.run, "step": step, "next_step": step + 1, "saved_step": saved,
+            "checkpoint": t.resumed_from or _checkpoint_name(saved)}
+
+
+def _resumed_values(o: Observation) -> Values | None:
+    t = o.training
+    if t is None or t.resumed_from is None:
+        return None
+    return {"run": t.run, "start_step": t.start_step, "checkpoint": t.resumed_from, "steps": t.steps}
+
+
+def _exact_values(o: Observation) -> Values | None:
+    t = o.training
+    if t is None or t.resumed_from is None or t.state != "finished" or not t.digest:
+        return None
+    exact = t.precision == "exact"
+    if t.straight_digest:
+        same = t.straight_digest == t.digest
+        compared = (f"The same run trained without stopping ends with {t.straight_digest[:16]}…: "
+                    f"{'equal, bit for bit' if same else 'a different digest'}.")
+    else:
+        same = True
+        compared = ("In exact precision a run never stopped ends with this same digest: `minigpt-tui "
+                    "verify --preset mini` trains both in fresh processes and compares them, and "
+                    "`minigpt-tui tour --check` does it for mini.")
+    why = ("the continuation was not exact." if not same else
+           f"your run trains in {t.precision or 'an unknown'} precision, and only exact precision (float64, "
+           "one thread, deterministic algorithms) promises the same bits as a run never stopped.")
+    return {"run": t.run, "step": t.step, "start_step": t.start_step, "digest": t.digest[:16],
+            "compared": compared, "exact": exact and same, "why": why}
+
+
+LESSON_RESUME = Lesson(3, "Stopping and resuming exactly", (
+    "A checkpoint taken between two updates holds everything that decides the next one. Resumed "
+    "from it, even in another process, a run goes on as if it had never stopped."), (
+    Step("space", "During a run on the Training screen (t, then space starts one; n, then updates, makes a "
+         "run longer), press space to pause it.",
+         "the events log: paused, and saved (pause)",
+         "Your run {run} paused after update {step} and saved checkpoints/{checkpoint}: a pause saves, so "
+         "you may quit now (q) and come back later (minigpt-tui tour --lesson 3).",
+         done=lambda o: _paused_values(o) is not None, values=_paused_values,
+         holds=lambda v: v["saved_step"] == v["step"],
+         otherwise="Your run {run} paused after update {step}, but its newest checkpoint is update {saved_step}: "
+                   "the save was refused (see the events log); s saves by hand."),
+    Step("c, r", "On the Checkpoints screen choose that checkpoint in the tree and press r; the preflight "
+         "lists what is restored.",
+         "the preflight's list, then the run's title on the Training screen: resumed at update N",
+         "Your run {run} goes on from update {start_step} ({checkpoint}) toward {steps}: the weights, Adam's "
+         "moments and step, the schedule position, the data cursor and the random streams came back from the "
+         "checkpoint; nothing was recomputed or guessed.",
+         done=lambda o: _resumed_values(o) is not None, values=_resumed_values),
+    Step("space", "Let the resumed run finish.",
+         "the events log's last line: finished at update N; state digest …",
+         "Your resumed run finished at update {step} with state digest {digest}…, a SHA-256 over every "
+         "weight and optimizer tensor. {compared}",
+         done=lambda o: _exact_values(o) is not None, values=_exact_values,
+         holds=lambda v: v["exact"],
+         otherwise="Your resumed run finished at update {step} with state digest {digest}…; {why}"),
+))
+
+
+# lesson 4: what a checkpoint holds ------------------------------------------------------------------
+def _opened_values(o: Observation) -> Values | None:
+    c = o.checkpoint
+    if o.screen != "checkpoints" or c is None or c.kind != "checkpoint-dir":
+        return None
+    model, training = c.file("model.safetensors"), c.file("training.safetensors")
+    if model is None or training is None:
+        return None
+    return {"folder": Path(c.path).name, "model_size": model.size, "model_tensors": model.tensors,
+            "training_size": training.size, "training_tensors": training.tensors,
+            "learned_bytes": c.learned_bytes, "ratio": training.size / model.size if model.size else 0.0}
+
+
+def _on_tab(tab: str, more: Callable[[CheckpointSeen], Values]) -> Callable[[Observation], Values | None]:
+    def values(o: Observation) -> Values | None:
+        opened = _opened_values(o)
+        if opened is None or o.checkpoint is None or o.checkpoint.tab != tab:
+            return None
+        return {**opened, **more(o.checkpoint)}
+
+    return values
+
+
+def _alias_values(c: CheckpointSeen) -> Values:
+    first = c.aliases[0] if c.aliases else AliasSeen("none", "none", "none", (), 0)
+    return {"alias_count": len(c.aliases), "alias": first.name, "target": first.target,
+            "transform": first.transform, "shape": "x".join(map(str, first.target_shape)) or "?",
+            "target_bytes": first.target_bytes}
+
+
+def _moment_values(c: CheckpointSeen) -> Values:
+    return {"moments": c.moments, "optimizer_tensors": c.optimizer_tensors, "optimizer_bytes": c.optimizer_bytes,
+            "groups": ", ".join(g.replace("_", " ") for g in c.state_groups) or "no other"}
+
+
+def _inference_values(o: Observation) -> Values | None:
+    c, loaded = o.checkpoint, o.generating_from
+    if o.screen != "generation" or c is None or loaded is None or Path(loaded).parent != Path(c.path):
+        return None
+    opened = _opened_values(Observation("checkpoints", checkpoint=c))
+    return None if opened is None else {**opened, "loaded": Path(loaded).name}
+
+
+LESSON_CHECKPOINT = Lesson(4, "What a checkpoint holds", (
+    "A checkpoint folder is two files and a manifest: model.safetensors is what a model is, "
+    "training.safetensors is what the training was doing; manifest.json, written last, holds "
+    "each file's SHA-256."), (
+    Step("c", "On the Checkpoints screen, choose a checkpoint of your run in the tree.",
+         "the tensors table: each entry's file and group",
+         "Your checkpoint {folder}: model.safetensors is {model_size} bytes in {model_tensors} tensors (the "
+         "learned weights, {learned_bytes} bytes, then the constants and the tokenizer); training.safetensors "
+         "is {training_size} bytes in {training_tensors} tensors, {ratio:.1f} times the model.",
+         done=lambda o: _opened_values(o) is not None, values=_opened_values),
+    Step("3", "Press 3 for the aliases.",
+         "the alias record: name, target, transform, use",
+         "Your model has {alias_count} alias record: {alias} is {target} ({transform}). The output head and "
+         "the token embedding are one {shape} table, stored once: {target_bytes} bytes that a second copy "
+         "would double (and safetensors refuses to save a tensor shared under two names).",
+         done=lambda o: _on_tab("aliases", _alias_values)(o) is not None, values=_on_tab("aliases", _alias_values),
+         holds=lambda v: v["alias_count"] > 0,
+         otherwise="Your model has no alias record: its output head is a table of its own, so every entry is "
+                   "stored under its own name."),
+    Step("4", "Press 4 for the state records.",
+         "the optimizer group, then the others",
+         "Adam keeps two moments per weight tensor (exp_avg, exp_avg_sq): your training.safetensors holds "
+         "{moments} of them among {optimizer_tensors} optimizer tensors, {optimizer_bytes} bytes against the "
+         "weights' {learned_bytes}, with the {groups} records beside them.",
+         done=lambda o: _on_tab("state", _moment_values)(o) is not None, values=_on_tab("state", _moment_values),
+         holds=lambda v: v["moments"] > 0,
+         otherwise="Your training.safetensors holds no optimizer moments ({optimizer_tensors} optimizer "
+                   "tensors): this optimizer keeps none."),
+    Step("p", "Press p to generate with this checkpoint.",
+         "the model field of the Generation screen",
+         "The Generation screen loaded {loaded} alone: its {model_tensors} tensors ({model_size} bytes) are "
+         "enough to generate. Resume needs the {training_size} bytes of training.safetensors too: without the "
+         "moments, the schedule, the data position and the random streams the next update would not be the "
+         "one a run never stopped makes.",
+         done=lambda o: _inference_values(o) is not None, values=_inference_values,
+         holds=lambda v: v["loaded"] == "model.safetensors",
+         otherwise="The Generation screen loaded {loaded} from {folder}."),
+))
+
+
 # lesson 5: tokens -----------------------------------------------------------------------------------
 def _tokenizer_values(o: Observation) -> Values | None:
     k = o.tokens
@@ -458,7 +681,8 @@ LESSON_INSIDE = Lesson(6, "Where a decision comes from", (
          otherwise="The {part_count} parts add up to {total:.4f}, not the logit {logit:.4f}: off by {off_by:.1e}."),
 ))
 
-LESSONS: tuple[Lesson, ...] = (LESSON_DISTRIBUTION, LESSON_TRAINING, LESSON_TOKENS, LESSON_INSIDE)
+LESSONS: tuple[Lesson, ...] = (LESSON_DISTRIBUTION, LESSON_TRAINING, LESSON_RESUME, LESSON_CHECKPOINT,
+                               LESSON_TOKENS, LESSON_INSIDE)
 
 
 def lesson(number: int) -> Lesson:

@@ -10,16 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.engine.analysis.generation_rule import GenerationRule
-from minigpt_tui.engine.session.events import Finished, FinishReason
+from minigpt_tui.engine.formats.inspect import inspect_path
+from minigpt_tui.engine.session.events import Command, Finished, FinishReason, Paused, Saved, UpdateDone
 from minigpt_tui.engine.session.generation import GenerationSession, GenerationSettings
 from minigpt_tui.engine.session.inputs import RunChoices
-from minigpt_tui.engine.session.plans import NewRun
+from minigpt_tui.engine.session.plans import NewRun, ResumeRun
 from minigpt_tui.engine.session.tour import (
     LESSONS,
     TRAILING_SPACE_PROMPT,
     Finding,
     Lesson,
     Observation,
+    TrainingSeen,
+    checkpoint_seen,
     decision_seen,
     finding,
     insight_seen,
@@ -31,6 +34,8 @@ from minigpt_tui.engine.session.training import TrainingSession
 CHECK_RUN = "tour"
 CHECK_PRESET = "mini"
 CHECK_PROMPT = TRAILING_SPACE_PROMPT + " "
+PAUSED_RUN = "tour-paused"
+PAUSE_AFTER = 300  # updates: the paused run stops here and resumes in a new session
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,49 @@ def train_run(runs_dir: Path) -> Observation:
     ended: Finished = session.run()
     state = "finished" if ended.reason == FinishReason.COMPLETED else "stopped"
     return Observation("training", training_seen(CHECK_RUN, runs_dir / CHECK_RUN, state, ended.step,
-                                                 config.train.steps))
+                                                 config.train.steps, digest=ended.state_digest,
+                                                 precision=config.train.precision))
+
+
+def _resume_observations(runs_dir: Path, straight: TrainingSeen) -> list[Observation]:
+    """Lesson 3: the same preset paused after PAUSE_AFTER updates (a pause saves) and stopped,
+    then resumed from that checkpoint in a new session to the end; its digest against ``straight``'s."""
+    config = RunChoices(CHECK_PRESET).resolve()
+    seen: dict[str, int] = {}
+
+    def sink(event: Any) -> None:
+        if isinstance(event, UpdateDone) and event.record.step == PAUSE_AFTER:
+            paused.send(Command.PAUSE)
+        elif isinstance(event, Saved):
+            seen["saved"] = event.step
+        elif isinstance(event, Paused):
+            seen["paused"] = event.step
+            paused.send(Command.STOP)  # as quitting the app does: the run is on disk
+
+    paused = TrainingSession(NewRun(config, runs_dir, PAUSED_RUN), sink)
+    paused.run()
+    step = seen.get("paused", 0)
+    at_pause = TrainingSeen(PAUSED_RUN, "paused", step, config.train.steps, saved_step=seen.get("saved"))
+    checkpoint = f"step-{step:06d}"
+    ended = TrainingSession(ResumeRun(runs_dir / PAUSED_RUN / "checkpoints" / checkpoint, runs_dir),
+                            lambda event: None).run()
+    more = {"start_step": step, "resumed_from": checkpoint, "precision": config.train.precision}
+    resumed = TrainingSeen(PAUSED_RUN, "running", step, config.train.steps, **more)
+    state = "finished" if ended.reason == FinishReason.COMPLETED else "stopped"
+    finished = TrainingSeen(PAUSED_RUN, state, ended.step, config.train.steps, digest=ended.state_digest,
+                            straight_digest=straight.digest, **more)
+    return [Observation("training", training=seen_run) for seen_run in (at_pause, resumed, finished)]
+
+
+def _checkpoint_observations(runs_dir: Path) -> list[Observation]:
+    """Lesson 4: the straight run's last checkpoint opened, its aliases and state tabs, then
+    generation from its model file."""
+    folder = max((runs_dir / CHECK_RUN / "checkpoints").glob("step-*"))
+    inspection = inspect_path(folder)
+    seen = [Observation("checkpoints", checkpoint=checkpoint_seen(inspection, tab))
+            for tab in ("tensors", "aliases", "state")]
+    loaded = str((folder / "model.safetensors").resolve())
+    return [*seen, Observation("generation", checkpoint=seen[-1].checkpoint, generating_from=loaded)]
 
 
 def _decide(session: GenerationSession, rule: GenerationRule, decisions: int) -> Any:
@@ -103,12 +150,18 @@ def check_tour(runs_dir: Path, say: Callable[[str], None] = lambda line: None) -
     """Take every lesson's steps headless in ``runs_dir``; ``say`` hears what is being done."""
     say(f"training {CHECK_PRESET} as run '{CHECK_RUN}' in {runs_dir}")
     trained = train_run(runs_dir)
+    assert trained.training is not None
+    say(f"training {CHECK_PRESET} again as run '{PAUSED_RUN}', pausing after update {PAUSE_AFTER}, "
+        "then resuming it to the end")
+    resumed = _resume_observations(runs_dir, trained.training)
     session = GenerationSession(runs_dir)
     say(f"generating from {CHECK_RUN}:best with the prompt {CHECK_PROMPT!r}")
     session.load(f"{CHECK_RUN}:best")
     by_lesson = {
         1: _generation_observations(session),
         2: [trained, trained, trained, Observation("checkpoints", training=trained.training)],
+        3: resumed,
+        4: _checkpoint_observations(runs_dir),
         5: _token_observations(session),
         6: _inside_observations(session),
     }
