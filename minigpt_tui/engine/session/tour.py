@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.engine.core.errors import ConfigError
+from minigpt_tui.engine.core.precision import precision_named
 from minigpt_tui.engine.session.history import load_history
 
 Values = dict[str, Any]
@@ -452,7 +453,8 @@ def _exact_values(o: Observation) -> Values | None:
     t = o.training
     if t is None or t.resumed_from is None or t.state != "finished" or not t.digest:
         return None
-    exact = t.precision == "exact"
+    kind = precision_named(t.precision)
+    exact = kind is not None and kind.bitwise
     if t.straight_digest:
         same = t.straight_digest == t.digest
         compared = (f"The same run trained without stopping ends with {t.straight_digest[:16]}…: "
