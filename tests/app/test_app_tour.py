@@ -3,6 +3,8 @@ the panel explains the step with the learner's own numbers; > skips, < goes back
 
 from __future__ import annotations
 
+import time
+
 from textual.widgets import Input
 
 from minigpt_tui.app import LaunchSettings, MiniGPTApp
@@ -19,19 +21,20 @@ def tour_app(runs, lesson: int | None = None) -> MiniGPTApp:
                       clock=lambda: 1000.0, wall_clock=lambda: FROZEN_SAVED_AT)
 
 
-async def look(pilot, until: str | None = None, tries: int = 20) -> str:
+async def look(pilot, until: str | None = None, timeout: float = 30.0) -> str:
     """Let the tour observe the screens (as its timer does) and read its panel; with ``until``,
-    again while a worker of a screen (the tokenizer's, say) has not yet shown what it read."""
-    for _ in range(tries):
+    again while a worker of a screen (the tokenizer's, say) has not yet shown what it read
+    (for up to ``timeout`` seconds: a loaded machine runs workers late)."""
+    deadline = time.monotonic() + timeout
+    while True:
         pilot.app.tour.tick()
         await settle(pilot)
         panels = pilot.app.screen.query(TourPanel)
         assert panels, "no tour panel on the screen in front"
         text = panels.first().text()
-        if until is None or until in text:
+        if until is None or until in text or time.monotonic() > deadline:
             return text
         await pilot.pause(0.1)
-    return text
 
 
 @run_async

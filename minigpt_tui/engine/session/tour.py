@@ -237,10 +237,14 @@ class Step:
     do: str
     look: str
     explain: str  # a template of the values' names
-    done: Callable[[Observation], bool]
     values: Callable[[Observation], Values | None]
     holds: Callable[[Values], bool] = lambda values: True
     otherwise: str = ""  # said instead of ``explain`` when the claim does not hold on this run
+    seen: Callable[[Observation], bool] | None = None  # done sooner than its values show (None: when they do)
+
+    def done(self, observation: Observation) -> bool:
+        """Whether the app has seen the step done: its own test, else its values are there."""
+        return self.seen(observation) if self.seen is not None else self.values(observation) is not None
 
 
 @dataclass(frozen=True)
@@ -327,7 +331,7 @@ LESSON_DISTRIBUTION = Lesson(1, "A model's output is a distribution", (
          "{top_logit:.3f} and p {top_p:.4f}; the next, {second_piece}, logit {second_logit:.3f} and p "
          "{second_p:.4f}. {logit_gap:.3f} more logit makes an id e^{logit_gap:.3f} = {factor:.3f} times "
          "likelier, and the table's ratio of the two is {p_ratio:.3f}.",
-         done=lambda o: o.decision is not None, values=_softmax_values,
+         seen=lambda o: o.decision is not None, values=_softmax_values,
          holds=lambda v: math.isclose(v["p_ratio"], v["factor"], rel_tol=1e-6),
          otherwise="The ratio of your top two probabilities, {p_ratio:.3f}, is not e^{logit_gap:.3f} = "
                    "{factor:.3f}: these are not softmax probabilities of these logits."),
@@ -335,7 +339,7 @@ LESSON_DISTRIBUTION = Lesson(1, "A model's output is a distribution", (
          "the ▶ in the candidate table and the output below",
          "Greedy took rank 1 at each of your {decisions} decisions and wrote {output}: the same prompt "
          "gives the same text every time.",
-         done=lambda o: _greedy_values(o) is not None, values=_greedy_values,
+         values=_greedy_values,
          holds=lambda v: v["not_first"] == 0,
          otherwise="{not_first} of your {decisions} decisions did not take rank 1: a forced id (f) replaces "
                    "the rule's choice."),
@@ -346,7 +350,7 @@ LESSON_DISTRIBUTION = Lesson(1, "A model's output is a distribution", (
          "candidate {top_piece} goes from raw p {raw_p:.4f} to selection p {selection_p:.4f}. Below 1 the "
          "distribution sharpens "
          "toward greedy.",
-         done=lambda o: _temperature_values(True)(o) is not None, values=_temperature_values(True),
+         values=_temperature_values(True),
          holds=_sharpens,
          otherwise="Your top candidate {top_piece} has selection p {selection_p:.4f} against raw p "
                    "{raw_p:.4f}: top-k or top-p change it as well; empty them to see temperature alone."),
@@ -355,7 +359,7 @@ LESSON_DISTRIBUTION = Lesson(1, "A model's output is a distribution", (
          "At temperature {temperature:g} your top candidate {top_piece} falls from raw p {raw_p:.4f} to "
          "selection p "
          "{selection_p:.4f}: above 1 the distribution flattens and unlikely ids are drawn more often.",
-         done=lambda o: _temperature_values(False)(o) is not None, values=_temperature_values(False),
+         values=_temperature_values(False),
          holds=_flattens,
          otherwise="Your top candidate {top_piece} has selection p {selection_p:.4f} against raw p "
                    "{raw_p:.4f}: top-k or top-p change it as well; empty them to see temperature alone."),
@@ -397,14 +401,14 @@ LESSON_TRAINING = Lesson(2, "Training lowers the loss; validation tells the trut
          "the loss table: one row per update, its batch loss in nats",
          "Your run {run} trains {steps} updates. Each row's batch loss is the mean of -ln p(right token) "
          "over one batch.",
-         done=lambda o: _started_values(o) is not None, values=_started_values),
+         values=_started_values),
     Step("v", "Watch the evaluation rows (train and validation over the whole splits); v shows the plot "
          "on a narrow terminal.",
          "the train and val columns of the evaluation rows",
          "Your training loss fell from {first_train:.3f} nats at update {first_update} to {last_train:.3f} "
          "at update {last_update}: the right token now gets p = e^-{last_train:.3f} = {mean_p:.2f} on "
          "average (a geometric mean). Validation went from {first_val:.3f} to {last_val:.3f}.",
-         done=lambda o: _falling_values(o) is not None, values=_falling_values,
+         values=_falling_values,
          holds=lambda v: v["last_train"] < v["first_train"],
          otherwise="Your training loss went from {first_train:.3f} to {last_train:.3f}: it has not fallen yet; "
                    "let the run go on."),
@@ -413,7 +417,7 @@ LESSON_TRAINING = Lesson(2, "Training lowers the loss; validation tells the trut
          "Your validation loss was lowest at update {best_step} ({best_val:.3f} nats) and has risen to "
          "{last_val:.3f} by update {last_step}, while the training loss fell to {last_train:.3f}: the model "
          "memorises its training text. That is overfitting; {run}:best is update {best_step}.",
-         done=lambda o: _overfitting_values(o) is not None, values=_overfitting_values,
+         values=_overfitting_values,
          holds=lambda v: v["best_step"] < v["last_step"] and v["rise"] > OVERFITTING_MARGIN,
          otherwise="On your run validation kept falling (lowest {best_val:.3f} at update {best_step}, "
                    "{last_val:.3f} at the last evaluation, update {last_step}): no overfitting yet; try "
@@ -422,7 +426,7 @@ LESSON_TRAINING = Lesson(2, "Training lowers the loss; validation tells the trut
          "the runs tree: ★ marks the best checkpoint",
          "★ marks update {best_step} in {run}: {run}:best names it wherever a model is asked for (the "
          "Generation screen's model field, generate --model); {run}:latest is update {last_step}.",
-         done=lambda o: o.screen == "checkpoints" and _overfitting_values(o) is not None,
+         seen=lambda o: o.screen == "checkpoints" and _overfitting_values(o) is not None,
          values=_overfitting_values),
 ))
 
@@ -479,7 +483,7 @@ LESSON_RESUME = Lesson(3, "Stopping and resuming exactly", (
          "the events log: paused, and saved (pause)",
          "Your run {run} paused after update {step} and saved checkpoints/{checkpoint}: a pause saves, so "
          "you may quit now (q) and come back later (minigpt-tui tour --lesson 3).",
-         done=lambda o: _paused_values(o) is not None, values=_paused_values,
+         values=_paused_values,
          holds=lambda v: v["saved_step"] == v["step"],
          otherwise="Your run {run} paused after update {step}, but its newest checkpoint is update {saved_step}: "
                    "the save was refused (see the events log); s saves by hand."),
@@ -489,12 +493,12 @@ LESSON_RESUME = Lesson(3, "Stopping and resuming exactly", (
          "Your run {run} goes on from update {start_step} ({checkpoint}) toward {steps}: the weights, Adam's "
          "moments and step, the schedule position, the data cursor and the random streams came back from the "
          "checkpoint; nothing was recomputed or guessed.",
-         done=lambda o: _resumed_values(o) is not None, values=_resumed_values),
+         values=_resumed_values),
     Step("space", "Let the resumed run finish.",
          "the events log's last line: finished at update N; state digest …",
          "Your resumed run finished at update {step} with state digest {digest}…, a SHA-256 over every "
          "weight and optimizer tensor. {compared}",
-         done=lambda o: _exact_values(o) is not None, values=_exact_values,
+         values=_exact_values,
          holds=lambda v: v["exact"],
          otherwise="Your resumed run finished at update {step} with state digest {digest}…; {why}"),
 ))
@@ -552,13 +556,13 @@ LESSON_CHECKPOINT = Lesson(4, "What a checkpoint holds", (
          "Your checkpoint {folder}: model.safetensors is {model_size} bytes in {model_tensors} tensors (the "
          "learned weights, {learned_bytes} bytes, then the constants and the tokenizer); training.safetensors "
          "is {training_size} bytes in {training_tensors} tensors, {ratio:.1f} times the model.",
-         done=lambda o: _opened_values(o) is not None, values=_opened_values),
+         values=_opened_values),
     Step("3", "Press 3 for the aliases.",
          "the alias record: name, target, transform, use",
          "Your model has {alias_count} alias record: {alias} is {target} ({transform}). The output head and "
          "the token embedding are one {shape} table, stored once: {target_bytes} bytes that a second copy "
          "would double (and safetensors refuses to save a tensor shared under two names).",
-         done=lambda o: _on_tab("aliases", _alias_values)(o) is not None, values=_on_tab("aliases", _alias_values),
+         values=_on_tab("aliases", _alias_values),
          holds=lambda v: v["alias_count"] > 0,
          otherwise="Your model has no alias record: its output head is a table of its own, so every entry is "
                    "stored under its own name."),
@@ -567,7 +571,7 @@ LESSON_CHECKPOINT = Lesson(4, "What a checkpoint holds", (
          "Adam keeps two moments per weight tensor (exp_avg, exp_avg_sq): your training.safetensors holds "
          "{moments} of them among {optimizer_tensors} optimizer tensors, {optimizer_bytes} bytes against the "
          "weights' {learned_bytes}, with the {groups} records beside them.",
-         done=lambda o: _on_tab("state", _moment_values)(o) is not None, values=_on_tab("state", _moment_values),
+         values=_on_tab("state", _moment_values),
          holds=lambda v: v["moments"] > 0,
          otherwise="Your training.safetensors holds no optimizer moments ({optimizer_tensors} optimizer "
                    "tensors): this optimizer keeps none."),
@@ -577,7 +581,7 @@ LESSON_CHECKPOINT = Lesson(4, "What a checkpoint holds", (
          "enough to generate. Resume needs the {training_size} bytes of training.safetensors too: without the "
          "moments, the schedule, the data position and the random streams the next update would not be the "
          "one a run never stopped makes.",
-         done=lambda o: _inference_values(o) is not None, values=_inference_values,
+         values=_inference_values,
          holds=lambda v: v["loaded"] == "model.safetensors",
          otherwise="The Generation screen loaded {loaded} from {folder}."),
 ))
@@ -617,18 +621,18 @@ LESSON_TOKENS = Lesson(5, "Tokens", (
          "the summary line and the merges table",
          "Your tokenizer has {vocab} ids: 2 specials, 256 bytes and {merges} merges learned from the "
          "training text; each merge joins two pieces into a new one.",
-         done=lambda o: o.tokens is not None, values=_tokenizer_values),
+         seen=lambda o: o.tokens is not None, values=_tokenizer_values),
     Step("type", f"Type '{TRAILING_SPACE_PROMPT}' in the panel's field, with no space at the end.",
          "the pieces under the field",
          "{text} is {piece_count} pieces: {pieces}.",
-         done=lambda o: _typed_values(o) is not None, values=_typed_values),
+         values=_typed_values),
     Step("space", "Now add one space at the end.",
          "how the last pieces change",
          "With the space, {text} is {count_with} pieces: {pieces_with}; without it, {count_without}: "
          "{pieces_without}. The space did not just add a piece: {end_without} became {end_with}. A prompt "
          "that stops inside a piece the training text always continues asks the model about a split it rarely saw: "
          "end a prompt where the training text would go on.",
-         done=lambda o: _trailing_values(o) is not None, values=_trailing_values,
+         values=_trailing_values,
          holds=lambda v: not v["only_added"],
          otherwise="On your tokenizer the space only added a piece ({pieces_with}): the earlier pieces stay; "
                    "try a text ending in a word the corpus uses often."),
@@ -669,7 +673,7 @@ LESSON_INSIDE = Lesson(6, "Where a decision comes from", (
          "chosen {chosen_piece} is rank {first_rank} at {first_site} (p {first_p:.4f}) and first ranks 1 at "
          "{top_site}. The last row, {last_site}, is what the model outputs: rank {last_rank}, p "
          "{last_p:.4f}, as the decision shows (rank {decision_rank}, p {decision_p:.4f}).",
-         done=lambda o: _lens_values(o) is not None, values=_lens_values,
+         values=_lens_values,
          holds=lambda v: v["last_rank"] == v["decision_rank"] and math.isclose(v["last_p"], v["decision_p"],
                                                                                 rel_tol=1e-6, abs_tol=1e-9),
          otherwise="The lens's last row (rank {last_rank}, p {last_p:.4f}) is not the decision's own "
@@ -678,7 +682,7 @@ LESSON_INSIDE = Lesson(6, "Where a decision comes from", (
          "the signed bars, one per part",
          "The logit of {chosen_piece}, {logit:.4f}, splits into {part_count} parts that add up to "
          "{total:.4f} (off by {off_by:.1e}, rounding). The largest: {largest}.",
-         done=lambda o: _contribution_values(o) is not None, values=_contribution_values,
+         values=_contribution_values,
          holds=lambda v: v["agrees"],
          otherwise="The {part_count} parts add up to {total:.4f}, not the logit {logit:.4f}: off by {off_by:.1e}."),
 ))
