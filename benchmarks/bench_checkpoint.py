@@ -43,7 +43,7 @@ from timing import interleaved, ratio
 from minigpt_tui.engine.training import checkpoints as directory, state_parts, training_state
 from minigpt_tui.engine.formats import portable, safetensors_read, safetensors_write
 from minigpt_tui.engine.training.checkpoints import load_checkpoint, save_checkpoint
-from minigpt_tui.engine.training.model_file import copy_into
+from minigpt_tui.engine.models.model_file import copy_into
 from minigpt_tui.engine.formats.inspect import inspect_path, tensor_statistics
 from minigpt_tui.engine.formats.safetensors_read import load_file, read_header, read_tensor
 from minigpt_tui.engine.formats.safetensors_write import write_safetensors

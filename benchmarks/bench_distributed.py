@@ -40,7 +40,7 @@ from torch.nn.parallel import DistributedDataParallel
 from minigpt_tui.engine.training.batches import make_batch, make_examples
 from minigpt_tui.engine.core.config import load_config
 from minigpt_tui.engine.training.corpus import load_corpus
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.training.trainer import TrainingSetup
 torch.set_num_threads(1)
 dist.init_process_group("gloo")

@@ -23,7 +23,7 @@ from timing import Timing, interleaved, ratio
 from minigpt_tui.engine.core.config import load_config
 from minigpt_tui.engine.training.corpus import load_corpus
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.training.trainer import TrainingSetup, apply_precision, dtype_for
 
 ROUNDS = 5

@@ -48,7 +48,7 @@ def main() -> None:
     from bench_models import make_models
     from minigpt_tui.engine.formats.gguf_file import read_gguf_header
     from minigpt_tui.engine.session.opening import open_model
-    from minigpt_tui.engine.training.gguf_export import export_gguf
+    from minigpt_tui.engine.models.gguf_export import export_gguf
 
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:

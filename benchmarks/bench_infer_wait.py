@@ -38,7 +38,7 @@ import json, statistics, sys, time
 import torch
 from minigpt_tui.engine.analysis.generation import DecisionStepper
 from minigpt_tui.engine.analysis.generation_rule import GenerationRule
-from minigpt_tui.engine.training.hf_models import open_hf_model
+from minigpt_tui.engine.models.hf_models import open_hf_model
 
 threads = int(sys.argv[2])
 torch.set_num_threads(threads)

@@ -22,12 +22,12 @@ from pathlib import Path
 import torch
 
 from minigpt_tui.engine.formats.portable import save_portable_model
-from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.engine.models.model_file import load_portable_model
 from minigpt_tui.engine.core.config import load_config
 from minigpt_tui.engine.training.corpus import load_corpus
 from minigpt_tui.engine.formats.hf_export import export_hf
-from minigpt_tui.engine.training.hf_models import convert_hf
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.hf_models import convert_hf
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 ROUNDS = 7

@@ -27,7 +27,7 @@ from minigpt_tui.engine.analysis.contrast import contrast_models
 from minigpt_tui.engine.training.corpus import load_corpus
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
 from minigpt_tui.engine.analysis.lens import inspect_decision
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.training.trainer import TrainingSetup, dtype_for
 
 ROUNDS = 15

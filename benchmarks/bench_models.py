@@ -82,8 +82,8 @@ def main() -> None:
     from minigpt_tui.engine.analysis.generation import DecisionStepper
     from minigpt_tui.engine.analysis.generation_rule import GenerationRule
     from minigpt_tui.engine.formats.gguf_file import read_gguf_header
-    from minigpt_tui.engine.training.gguf_models import open_gguf_model
-    from minigpt_tui.engine.training.hf_models import open_hf_model
+    from minigpt_tui.engine.models.gguf_models import open_gguf_model
+    from minigpt_tui.engine.models.hf_models import open_hf_model
     from minigpt_tui.engine.analysis.lens import inspect_decision
 
     torch.set_num_threads(THREADS)
@@ -162,7 +162,7 @@ def main() -> None:
     report["gguf/header_ms"] = header_ms
 
     folder = folders["smollm2-135M"]
-    ours_code = (f"from minigpt_tui.engine.training.hf_models import open_hf_model\n"
+    ours_code = (f"from minigpt_tui.engine.models.hf_models import open_hf_model\n"
                  f"p = open_hf_model({str(folder)!r})\nimport torch\n"
                  f"with torch.no_grad(): p.model(torch.tensor([{PROMPT_IDS}]))")
     theirs_code = (f"import transformers as tr, torch\n"

@@ -133,7 +133,7 @@ def main() -> None:
     loads = [load.strip() for load in args.loads.split(",") if load.strip()]
     shapes = [shape.strip() for shape in args.shapes.split(",") if shape.strip()]
     torch.set_num_threads(THREADS)
-    from minigpt_tui.engine.training.hf_models import open_hf_model
+    from minigpt_tui.engine.models.hf_models import open_hf_model
 
     before = committed_patching(args.before)
     with tempfile.TemporaryDirectory() as tmp:

@@ -184,7 +184,7 @@ def trace_sizes(folder: Path, eos_id: int) -> None:
 
 
 def main() -> None:
-    from minigpt_tui.engine.training.hf_models import open_hf_model
+    from minigpt_tui.engine.models.hf_models import open_hf_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)

@@ -410,7 +410,7 @@ def final_losses_on_the_same_tokens(corpus: Path, our_checkpoint: str, bare_weig
     checks that our run's validation tokens are the bare loop's."""
     from safetensors.torch import load_file
 
-    from minigpt_tui.engine.training.model_file import load_portable_model
+    from minigpt_tui.engine.models.model_file import load_portable_model
     from minigpt_tui.engine.training.corpus import CorpusConfig, load_corpus
     from minigpt_tui.engine.training.stream import encode_records
     from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from minigpt_tui.engine.training.batches import NO_TARGET, make_batch
 from minigpt_tui.engine.core.config import load_config
 from minigpt_tui.engine.training.corpus import load_corpus
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.training.trainer import TrainingSetup, Trainer, apply_precision, scheduled_work
 
 UPDATES = 200

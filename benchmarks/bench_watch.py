@@ -190,7 +190,7 @@ def main() -> None:
     rounds = 1 if args.quick else args.rounds
     parts = args.only or ["heads", "patch", "score", "mini"]
     torch.set_num_threads(THREADS)
-    from minigpt_tui.engine.training.hf_models import open_hf_model
+    from minigpt_tui.engine.models.hf_models import open_hf_model
 
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()

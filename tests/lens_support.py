@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from minigpt_tui.engine.core.config import ModelConfig
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 BYTES_ONLY = ByteBPETokenizer()

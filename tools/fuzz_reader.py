@@ -196,7 +196,7 @@ def _state(folder: Path) -> dict[str, str]:
 def check_case(index: int, mutation: str, path: Path) -> CaseResult:
     """Open the file at ``path`` every way the product does; name what went wrong."""
     from minigpt_tui.engine.formats.inspect import inspect_path
-    from minigpt_tui.engine.training.model_file import load_portable_model
+    from minigpt_tui.engine.models.model_file import load_portable_model
     from minigpt_tui.engine.formats.safetensors_read import InvalidSafetensors, read_header
     from minigpt_tui.engine.core.errors import MiniGPTError
 

@@ -54,7 +54,7 @@ def _batch_losses(run_dir: Path, after: int) -> dict[int, float]:
 def _logits(checkpoint: Path, device: str) -> Any:
     import torch
 
-    from minigpt_tui.engine.training.model_file import load_portable_model
+    from minigpt_tui.engine.models.model_file import load_portable_model
 
     loaded = load_portable_model(checkpoint)
     assert loaded.tokenizer is not None

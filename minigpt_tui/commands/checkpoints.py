@@ -208,7 +208,7 @@ def _verify_fully(path: Path, kind: str) -> dict[str, Any]:
     from minigpt_tui.engine.training.checkpoints import (  # deferred: imports torch
         load_checkpoint,
     )
-    from minigpt_tui.engine.training.model_file import (  # deferred: imports torch
+    from minigpt_tui.engine.models.model_file import (  # deferred: imports torch
         load_portable_model,
     )
 
@@ -355,7 +355,7 @@ def finetune_model(folder: Path) -> Path:
     as a model file: what the finetune experiment starts from."""
     import torch  # deferred: imports torch
 
-    from minigpt_tui.engine.training.model import MiniGPT  # deferred: imports torch
+    from minigpt_tui.engine.models.model import MiniGPT  # deferred: imports torch
 
     text = resources.files("minigpt_tui").joinpath("assets/corpus/teaching.txt").read_text("utf-8")
     raw = Tokenizer(models.BPE())

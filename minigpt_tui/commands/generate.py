@@ -304,7 +304,7 @@ def run_infer(args: argparse.Namespace) -> int:
         GenerationRule,
     )
     from minigpt_tui.engine.core.tensors import tensor_bytes  # deferred: imports torch
-    from minigpt_tui.engine.training.model import (  # deferred: imports torch
+    from minigpt_tui.engine.models.model import (  # deferred: imports torch
         count_parameters,
     )
 

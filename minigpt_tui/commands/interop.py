@@ -19,8 +19,8 @@ from minigpt_tui.engine.formats.hf_export import (
 )
 from minigpt_tui.engine.session.opening import is_foreign_model, open_model
 from minigpt_tui.engine.session.runs import resolve_model_file
-from minigpt_tui.engine.training.gguf_export import QUANTS, export_gguf
-from minigpt_tui.engine.training.hf_models import convert_hf
+from minigpt_tui.engine.models.gguf_export import QUANTS, export_gguf
+from minigpt_tui.engine.models.hf_models import convert_hf
 
 DEFAULT_QUANT = "f16"  # GGUF weights when --quant is not given
 MODEL_HELP = ("a model file, a checkpoint folder, RUN:best / RUN:latest from the runs directory, "
@@ -56,7 +56,7 @@ def _model_path(spec: str, args: argparse.Namespace) -> Path:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.training.model_file import (  # deferred: imports torch
+    from minigpt_tui.engine.models.model_file import (  # deferred: imports torch
         load_portable_model,
     )
 

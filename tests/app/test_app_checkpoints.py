@@ -376,7 +376,7 @@ async def test_opening_a_foreign_file_and_a_large_file_by_path(runs):
 
 @run_async
 async def test_a_transformers_folder_opens_with_its_tokenizer(runs):
-    from minigpt_tui.engine.training.model_file import load_portable_model
+    from minigpt_tui.engine.models.model_file import load_portable_model
     from minigpt_tui.engine.formats.hf_export import export_hf
 
     portable = load_portable_model(runs / "tiny-a" / "checkpoints" / "step-000004" / "model.safetensors")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, OptionList, Select
 
-from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.engine.models.model_file import load_portable_model
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
 from minigpt_tui.engine.core.tokenizer import BOS
@@ -310,8 +310,8 @@ async def test_attention_view_shows_every_layer_and_head(runs):
 
 @run_async
 async def test_forward_passes_and_loading_never_run_on_the_ui_thread(runs, monkeypatch):
-    from minigpt_tui.engine.training import model as model_module
-    from minigpt_tui.engine.training import model_file as portable
+    from minigpt_tui.engine.models import model as model_module
+    from minigpt_tui.engine.models import model_file as portable
 
     threads: list[threading.Thread] = []
     forward = model_module.MiniGPT.forward

@@ -16,7 +16,7 @@ from textual.app import App
 from textual.widgets import Input
 
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
-from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.engine.models.model_file import load_portable_model
 from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.widgets.candidate_table import CandidateTable

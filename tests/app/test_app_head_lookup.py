@@ -14,7 +14,7 @@ from textual.widgets import Input
 from minigpt_tui.engine.analysis.lens import inspect_decision
 from minigpt_tui.engine.formats.portable import save_portable_model
 from minigpt_tui.engine.session.operations import OperationQueue
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.widgets.insight_panel import InsightPanel
 from minigpt_tui.widgets.prefix_view import PrefixView

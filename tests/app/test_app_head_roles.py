@@ -17,8 +17,8 @@ from minigpt_tui.engine.analysis.roles import HEAD_ROLES
 from minigpt_tui.engine.core.config import ModelConfig
 from minigpt_tui.engine.formats.portable import save_portable_model
 from minigpt_tui.engine.session.operations import OperationQueue
-from minigpt_tui.engine.training.model import MiniGPT
-from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.engine.models.model import MiniGPT
+from minigpt_tui.engine.models.model_file import load_portable_model
 from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.widgets.head_role_grid import HeadRoleGrid, score_cell
 from minigpt_tui.widgets.insight_panel import InsightPanel

@@ -19,7 +19,7 @@ from minigpt_tui.engine.analysis.patching import (
 )
 from minigpt_tui.engine.core.tokenizer import BOS, EOS
 from minigpt_tui.engine.session import operations
-from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.engine.models.model_file import load_portable_model
 from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.screens.patch_prompt import PatchPromptScreen
 from minigpt_tui.screens.patch_view import PatchViewScreen
@@ -88,7 +88,7 @@ async def wait_for_grid(pilot) -> PatchViewScreen:
 
 @run_async
 async def test_the_grid_shows_the_engines_sweep_and_per_head_view_on_the_worker(runs, monkeypatch):
-    from minigpt_tui.engine.training import model as model_module
+    from minigpt_tui.engine.models import model as model_module
 
     threads: list[threading.Thread] = []
     recording = [True]  # off while the test itself runs the engine for the reference

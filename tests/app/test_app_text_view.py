@@ -10,7 +10,7 @@ import pytest
 from textual.widgets import Input
 
 from minigpt_tui.engine.analysis.scoring import compare_scores, score_text
-from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.engine.models.model_file import load_portable_model
 from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.screens.text_view import NO_SECOND_MODEL, TextViewScreen
@@ -76,7 +76,7 @@ def test_colour_scales_run_from_low_to_high_and_centre_on_no_change():
 
 @run_async
 async def test_the_text_on_screen_is_scored_as_the_engine_scores_it(runs, monkeypatch):
-    from minigpt_tui.engine.training import model as model_module
+    from minigpt_tui.engine.models import model as model_module
 
     threads: list[threading.Thread] = []
     forward = model_module.MiniGPT.forward

@@ -16,7 +16,7 @@ from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.analysis.generation import DecisionStepper
 from minigpt_tui.engine.analysis.generation_rule import GenerationRule
 from minigpt_tui.engine.formats.gguf_file import InvalidGGUF, read_gguf_header
-from minigpt_tui.engine.training.gguf_models import open_gguf_model
+from minigpt_tui.engine.models.gguf_models import open_gguf_model
 from minigpt_tui.engine.analysis.lens import inspect_decision
 
 PROMPT = "The json module: héllo wörld 🙂 — tabs\tand spaces, 12345"

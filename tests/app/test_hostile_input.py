@@ -24,7 +24,7 @@ from minigpt_tui.engine.training.checkpoints import Checkpointer, load_checkpoin
 from minigpt_tui.engine.formats.checkpoint_folder import MANIFEST, read_manifest
 from minigpt_tui.engine.formats.inspect import inspect_path
 from minigpt_tui.engine.formats.portable import MODEL_FILE, model_identity, read_portable, semantic_settings
-from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.engine.models.model_file import load_portable_model
 from minigpt_tui.engine.formats.safetensors_read import InvalidSafetensors, load_file, read_header
 from minigpt_tui.engine.formats.state_groups import StateGroup
 from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE

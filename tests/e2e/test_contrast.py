@@ -15,7 +15,7 @@ from lens_support import BYTES_ONLY, FAMILY_SHAPES, varied_model
 from minigpt_tui.engine.analysis.contrast import contrast_models
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 PROMPT = "Compare"

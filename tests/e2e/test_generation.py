@@ -25,7 +25,7 @@ from minigpt_tui.engine.analysis.generation import (
     selection_distribution,
     selection_order,
 )
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.core.tokenizer import BOS, BYTE_OFFSET, EOS, ByteBPETokenizer
 
 BYTES_ONLY = ByteBPETokenizer()  # 258 ids: BOS, EOS, 256 bytes
@@ -437,7 +437,7 @@ TRACE_SCRIPT = """
 import json, sys, torch
 from minigpt_tui.engine.core.config import ModelConfig
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 config = ModelConfig(family="llama", width=16, heads=4, kv_heads=2, ffn=32, layers=2, context=32)
 model = MiniGPT(config, 258, torch.float64)

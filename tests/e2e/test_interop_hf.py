@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LM
 from conftest import cli_command, cli_env
 from minigpt_tui.engine.formats.inspect import inspect_path
 from minigpt_tui.engine.formats.portable import save_portable_model
-from minigpt_tui.engine.training.model_file import PortableModel, load_portable_model
+from minigpt_tui.engine.models.model_file import PortableModel, load_portable_model
 from minigpt_tui.engine.formats.state_groups import StateGroup
 from minigpt_tui.engine.core.config import load_config
 from minigpt_tui.engine.training.corpus import load_corpus
@@ -33,8 +33,8 @@ from minigpt_tui.engine.core.errors import WriteRefused, CheckpointError, Tokeni
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
 from minigpt_tui.engine.formats import hf_tokenizer
 from minigpt_tui.engine.formats.hf_export import export_hf
-from minigpt_tui.engine.training.hf_models import convert_hf
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.hf_models import convert_hf
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 transformers.logging.set_verbosity_error()

@@ -15,7 +15,7 @@ from minigpt_tui.engine.analysis.generation import DecisionStepper, default_kv_c
 from minigpt_tui.engine.analysis.generation_rule import GenerationRule
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.session.generation import GenerationSession, GenerationSettings, parse_head
-from minigpt_tui.engine.training.hf_models import open_hf_model
+from minigpt_tui.engine.models.hf_models import open_hf_model
 
 PROMPT = "The json module: tabs and spaces"
 RULE = GenerationRule("greedy", max_new_tokens=5, forbidden_ids=())

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from minigpt_tui.engine.formats.portable import CONSTANTS, MERGES, save_portable_model
-from minigpt_tui.engine.training.model_file import load_backbone, load_portable_model, save_backbone
+from minigpt_tui.engine.models.model_file import load_backbone, load_portable_model, save_backbone
 from minigpt_tui.engine.formats.safetensors_read import load_file, read_header
 from minigpt_tui.engine.formats.safetensors_write import encode_header, write_safetensors
 from minigpt_tui.engine.core.errors import CheckpointError

@@ -26,7 +26,7 @@ from minigpt_tui.engine.analysis.generation import (
 from minigpt_tui.engine.analysis.selection import select
 from minigpt_tui.engine.core.config import ModelConfig
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 
 BYTES_ONLY = ByteBPETokenizer()  # 258 ids
 RULES = [

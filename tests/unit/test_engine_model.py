@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from minigpt_tui.engine.core.config import ModelConfig, load_config
-from minigpt_tui.engine.training.model import DropoutKey, MiniGPT, count_parameters
+from minigpt_tui.engine.models.model import DropoutKey, MiniGPT, count_parameters
 
 
 def tiny_model() -> MiniGPT:
@@ -90,7 +90,7 @@ def test_dropout_masks_depend_only_on_seed_and_counter():
 def test_grouped_kv_heads_query_head_reads_kv_head_h_div_group():
     import math
 
-    from minigpt_tui.engine.training.model import rope_tables, rotate_half
+    from minigpt_tui.engine.models.model import rope_tables, rotate_half
 
     config = ModelConfig(family="llama", width=8, heads=4, kv_heads=2, ffn=16, layers=1, context=8)
     model = MiniGPT(config, 270, torch.float64)

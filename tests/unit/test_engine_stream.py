@@ -16,7 +16,7 @@ from minigpt_tui.engine.core.config import ModelConfig, load_config
 from minigpt_tui.engine.training.corpus import load_corpus, parse_records
 from minigpt_tui.engine.core.errors import CorpusError
 from minigpt_tui.engine.training.fast_encoder import FastEncoder, fast_encoder
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.training.stream import TokenWindows, encode_records, token_dtype
 from minigpt_tui.engine.training.token_cache import TokenCache, entry_key
 from minigpt_tui.engine.core.tokenizer import BOS, EOS, ByteBPETokenizer

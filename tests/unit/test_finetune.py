@@ -13,7 +13,7 @@ import torch
 from conftest import run_cli
 from family_support import FAMILIES, make_family_folder, training_text
 
-from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.engine.models.model_file import load_portable_model
 from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
 from minigpt_tui.engine.session.opening import open_model
 
@@ -195,7 +195,7 @@ def test_gguf_export_refusals_are_one_line_and_write_nothing(tmp_path, capsys):
 
 
 def test_a_fine_tune_that_would_not_fit_is_refused_before_the_model_is_read(tmp_path, capsys, corpus, monkeypatch):
-    import minigpt_tui.engine.training.hf_models as hf_models
+    import minigpt_tui.engine.models.hf_models as hf_models
     import minigpt_tui.engine.core.memory as memory
 
     folder = make_family_folder("llama", tmp_path / "llama")

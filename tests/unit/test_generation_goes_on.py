@@ -16,8 +16,8 @@ from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRu
 from minigpt_tui.engine.core.config import ModelConfig
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 from minigpt_tui.engine.session.generation import GenerationSession, GenerationSettings
-from minigpt_tui.engine.training.hf_models import open_hf_model
-from minigpt_tui.engine.training.model import MiniGPT, evaluating
+from minigpt_tui.engine.models.hf_models import open_hf_model
+from minigpt_tui.engine.models.model import MiniGPT, evaluating
 
 BYTES_ONLY = ByteBPETokenizer()
 CONTEXT = 16

@@ -19,7 +19,7 @@ from family_support import make_family_folder
 
 from minigpt_tui.engine.formats.gguf_file import read_gguf_header
 from minigpt_tui.engine.session.opening import open_model
-from minigpt_tui.engine.training.gguf_export import export_gguf, tensor_type
+from minigpt_tui.engine.models.gguf_export import export_gguf, tensor_type
 
 PROMPT = "The json module: héllo wörld 🙂"
 ALIGNMENT = 32  # general.alignment when the file does not set it

@@ -10,7 +10,7 @@ import torch
 
 import legacy_model
 from minigpt_tui.engine.core.config import load_config
-from minigpt_tui.engine.training.model import DropoutKey, MiniGPT
+from minigpt_tui.engine.models.model import DropoutKey, MiniGPT
 
 PRESETS = ("tiny", "mini", "small", "text")
 

@@ -18,7 +18,7 @@ from minigpt_tui.engine.core.config import settings_in_use
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.analysis.generation import DecisionStepper
 from minigpt_tui.engine.analysis.generation_rule import GenerationRule
-from minigpt_tui.engine.training.hf_models import open_hf_model
+from minigpt_tui.engine.models.hf_models import open_hf_model
 from minigpt_tui.engine.analysis.lens import inspect_decision
 from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
 
@@ -119,7 +119,7 @@ def test_rope_scaling_equals_transformers_and_survives_export(tmp_path, capsys, 
 
 
 def test_linear_rope_scaling_travels_through_gguf(tmp_path, capsys):
-    from minigpt_tui.engine.training.gguf_models import open_gguf_model
+    from minigpt_tui.engine.models.gguf_models import open_gguf_model
 
     folder = make_family_folder("llama", tmp_path / "scaled", rope_scaling={"rope_type": "linear", "factor": 3.0})
     out = tmp_path / "model.gguf"

@@ -17,7 +17,7 @@ from family_support import reference_greedy
 from minigpt_tui.engine.core.errors import CheckpointError, GenerationError
 from minigpt_tui.engine.analysis.generation import DecisionStepper
 from minigpt_tui.engine.analysis.generation_rule import GenerationRule
-from minigpt_tui.engine.training.nanogpt import open_nanogpt
+from minigpt_tui.engine.models.nanogpt import open_nanogpt
 from minigpt_tui.engine.analysis.lens import inspect_decision
 
 CHARS = sorted(set("\n !',.:;?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZé"))

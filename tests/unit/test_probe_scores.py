@@ -11,7 +11,7 @@ import torch
 from minigpt_tui.engine.core.config import ModelConfig
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule, Probe, ProbeSet, load_probes, run_probes
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.analysis.probe_scores import score_probes
 from minigpt_tui.engine.core.tokenizer import BYTE_OFFSET, EOS, ByteBPETokenizer
 

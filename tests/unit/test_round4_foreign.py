@@ -20,8 +20,8 @@ from minigpt_tui.engine.formats.hf_families import model_config
 from minigpt_tui.engine.formats.hf_import import conversion_refusal
 from minigpt_tui.engine.formats.hf_layout import model_config_from_hf
 from minigpt_tui.engine.formats.safetensors_read import read_header
-from minigpt_tui.engine.training.hf_models import open_hf_model
-from minigpt_tui.engine.training.nanogpt import open_nanogpt
+from minigpt_tui.engine.models.hf_models import open_hf_model
+from minigpt_tui.engine.models.nanogpt import open_nanogpt
 
 VOCAB = "abcdefghijklmnop"
 

@@ -18,7 +18,7 @@ from conftest import run_cli
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.formats.gguf_file import GGUFData, read_gguf_header
 from minigpt_tui.engine.formats.gguf_inspect import read_gguf_tensor
-from minigpt_tui.engine.training.gguf_models import open_gguf_model
+from minigpt_tui.engine.models.gguf_models import open_gguf_model
 
 V = gguf.GGUFValueType
 Q = gguf.GGMLQuantizationType

@@ -16,8 +16,8 @@ import pytest
 from minigpt_tui.engine.core.errors import CheckpointError, TokenizerError
 from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
 from minigpt_tui.engine.core.tokenizer_limits import check_regex
-from minigpt_tui.engine.training import gguf_models
-from minigpt_tui.engine.training.gguf_models import SPLITS, recovered_merges
+from minigpt_tui.engine.models import gguf_models
+from minigpt_tui.engine.models.gguf_models import SPLITS, recovered_merges
 
 ROOT = Path(__file__).resolve().parents[2]
 GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""

@@ -13,7 +13,7 @@ from conftest import run_cli
 from family_support import make_family_folder
 from lens_support import varied_model
 from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.training.hf_models import open_hf_model
+from minigpt_tui.engine.models.hf_models import open_hf_model
 from minigpt_tui.engine.analysis.patching import Patch, Patcher, patch_prompts
 from minigpt_tui.engine.analysis.scoring import score_text, windows
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer

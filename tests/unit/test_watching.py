@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import run_cli
 
-from minigpt_tui.engine.training.model_file import load_portable_model
+from minigpt_tui.engine.models.model_file import load_portable_model
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
 
 

@@ -26,7 +26,7 @@ from torch import Tensor
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
 from minigpt_tui.engine.analysis.lens import token_rank
-from minigpt_tui.engine.training.model import MiniGPT, evaluating
+from minigpt_tui.engine.models.model import MiniGPT, evaluating
 
 CONTRAST_FORMAT = "minigpt-tui-contrast"
 CONTRAST_VERSION = 1

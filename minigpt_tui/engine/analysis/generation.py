@@ -103,7 +103,7 @@ from minigpt_tui.engine.analysis.selection import select
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.core.files import path_exists, require_regular_file
 from minigpt_tui.engine.core.tokenizer import BOS, EOS, ByteBPETokenizer
-from minigpt_tui.engine.training.model import KVCache, MiniGPT, evaluating
+from minigpt_tui.engine.models.model import KVCache, MiniGPT, evaluating
 
 TRACE_FORMAT = "minigpt-tui-generation-trace"
 PROBES_FORMAT = "minigpt-tui-probes"

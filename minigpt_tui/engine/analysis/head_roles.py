@@ -26,7 +26,7 @@ import torch
 from minigpt_tui.engine.analysis.roles import HEAD_ROLES as ROLES
 from minigpt_tui.engine.analysis.site_names import head_name
 from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.training.model import evaluating
+from minigpt_tui.engine.models.model import evaluating
 
 SEQUENCES = 4
 SEED = 20240521

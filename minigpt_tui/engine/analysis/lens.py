@@ -66,7 +66,7 @@ from minigpt_tui.engine.analysis.site_names import (
     head_name,
     resid_name,
 )
-from minigpt_tui.engine.training.model import MiniGPT, decision_logits, evaluating
+from minigpt_tui.engine.models.model import MiniGPT, decision_logits, evaluating
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 DEFAULT_LENS_TOP = 5

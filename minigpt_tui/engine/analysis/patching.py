@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.training.model import evaluating
+from minigpt_tui.engine.models.model import evaluating
 
 SITES = ("resid", "attn", "mlp", "head")
 # Positions (runs × prompt length) a batch of patched runs aims at: past about this many the

@@ -26,7 +26,7 @@ import torch
 
 from minigpt_tui.engine.analysis.generation import Probe, ProbeSet, eligibility_mask, greedy_choice
 from minigpt_tui.engine.analysis.lens import token_rank
-from minigpt_tui.engine.training.model import MiniGPT, evaluating
+from minigpt_tui.engine.models.model import MiniGPT, evaluating
 from minigpt_tui.engine.core.tokenizer import EOS, ByteBPETokenizer
 
 

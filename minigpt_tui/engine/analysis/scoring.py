@@ -22,7 +22,7 @@ import torch
 
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import token_rank, top_ranked
-from minigpt_tui.engine.training.model import evaluating
+from minigpt_tui.engine.models.model import evaluating
 
 TOP = 5
 

@@ -36,7 +36,7 @@ from minigpt_tui.engine.formats.safetensors_write import (
 )
 
 if TYPE_CHECKING:
-    from minigpt_tui.engine.training.model_file import PortableModel
+    from minigpt_tui.engine.models.model_file import PortableModel
 
 CONFIG_FILE = "config.json"
 GENERATION_CONFIG_FILE = "generation_config.json"

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from minigpt_tui.engine.core.config import ModelConfig
     from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
     from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
-    from minigpt_tui.engine.training.model import MiniGPT
+    from minigpt_tui.engine.models.model import MiniGPT
 
 FORMAT_NAME = "minigpt-tui/portable-model"
 FORMAT_VERSION = 1

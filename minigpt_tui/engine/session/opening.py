@@ -18,14 +18,14 @@ from minigpt_tui.engine.formats.hf_families import model_config
 from minigpt_tui.engine.formats.hf_import import is_hf_folder, read_json_file
 from minigpt_tui.engine.formats.portable import without_tokenizer
 from minigpt_tui.engine.session.runs import resolve_model_file
-from minigpt_tui.engine.training.gguf_models import gguf_config, open_gguf_model
-from minigpt_tui.engine.training.hf_models import open_hf_model
-from minigpt_tui.engine.training.nanogpt import open_nanogpt
+from minigpt_tui.engine.models.gguf_models import gguf_config, open_gguf_model
+from minigpt_tui.engine.models.hf_models import open_hf_model
+from minigpt_tui.engine.models.nanogpt import open_nanogpt
 
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
 
 if TYPE_CHECKING:
-    from minigpt_tui.engine.training.model_file import PortableModel
+    from minigpt_tui.engine.models.model_file import PortableModel
 
 
 def is_transformers_folder(spec: str) -> bool:
@@ -69,7 +69,7 @@ def open_model(spec: str, runs_dir: Path, *, dtype: str | None = None,
                tokenizer: str | None = None) -> "PortableModel":
     """The model ``spec`` names, ready for inference (see the module doc). ``tokenizer``
     names one for a nanoGPT checkpoint that has no meta.pkl beside it."""
-    from minigpt_tui.engine.training.model_file import (  # deferred: imports torch
+    from minigpt_tui.engine.models.model_file import (  # deferred: imports torch
         load_portable_model,
     )
 

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
         DataParallel,
         WriterCheckpointer,
     )
-    from minigpt_tui.engine.training.model_file import PortableModel
+    from minigpt_tui.engine.models.model_file import PortableModel
     from minigpt_tui.engine.training.stream import Progress
     from minigpt_tui.engine.training.trainer import Trainer, TrainingSetup
 

@@ -380,7 +380,7 @@ class TrainingSession:
         prepared = self.prepared
         if prepared is None or prepared.sample_prompts is None or not trainer.parallel.world.is_writer:
             return
-        from minigpt_tui.engine.training.model import (  # deferred: imports torch
+        from minigpt_tui.engine.models.model import (  # deferred: imports torch
             evaluating,
         )
 

@@ -176,7 +176,7 @@ class Watcher:
         """Each prompt continued greedily and by a seeded sample (see the module doc)."""
         import torch  # deferred: imports torch
 
-        from minigpt_tui.engine.training.model import (  # deferred: imports torch
+        from minigpt_tui.engine.models.model import (  # deferred: imports torch
             evaluating,
         )
 

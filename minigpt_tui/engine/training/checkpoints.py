@@ -58,7 +58,7 @@ from minigpt_tui.engine.training.distributed import (
     saved_world_size,
     world_size_note,
 )
-from minigpt_tui.engine.training.model_file import (
+from minigpt_tui.engine.models.model_file import (
     PortableModel,
     copy_into,
     open_model_file,

@@ -50,7 +50,7 @@ from minigpt_tui.engine.training.distributed import (
     ShardedDocumentOrder,
     rank_seed,
 )
-from minigpt_tui.engine.training.model import DropoutKey, MiniGPT, count_parameters, evaluating
+from minigpt_tui.engine.models.model import DropoutKey, MiniGPT, count_parameters, evaluating
 from minigpt_tui.engine.training.optimizer import AdamW
 from minigpt_tui.engine.training.source_index import SourceIndex
 from minigpt_tui.engine.training.stream import (

@@ -48,7 +48,7 @@ from minigpt_tui.engine.formats.safetensors_read import (
 if TYPE_CHECKING:
     import torch
 
-    from minigpt_tui.engine.training.model_file import PortableModel
+    from minigpt_tui.engine.models.model_file import PortableModel
 
 DTYPES = ("float32", "float64")
 GENERATION_CONFIG = "generation_config.json"
@@ -134,7 +134,7 @@ def built_model(config: Any, named: dict[str, "torch.Tensor"], dtype: "torch.dty
     """Our model of ``config`` on the meta device, the named tensors assigned, in eval mode."""
     import torch  # deferred: imports torch
 
-    from minigpt_tui.engine.training.model import MiniGPT  # deferred: imports torch
+    from minigpt_tui.engine.models.model import MiniGPT  # deferred: imports torch
 
     with torch.device("meta"):
         model = MiniGPT(config, int(named["token_embedding.weight"].shape[0]), dtype)
@@ -173,7 +173,7 @@ def _tokenizer(folder: Path, config: dict[str, Any], vocab_size: int) -> Any:
 
 def open_hf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel":
     """A transformers folder as a ready model: built from its config, its weights assigned."""
-    from minigpt_tui.engine.training.model_file import (  # deferred: imports torch
+    from minigpt_tui.engine.models.model_file import (  # deferred: imports torch
         PortableModel,
     )
 
@@ -209,7 +209,7 @@ def convert_hf(source: Path | str, out: Path | str, *, tokenizer_path: Path | st
     """Convert a transformers folder into our portable model file at ``out`` (new file)."""
     import torch  # deferred: imports torch
 
-    from minigpt_tui.engine.training.model import MiniGPT  # deferred: imports torch
+    from minigpt_tui.engine.models.model import MiniGPT  # deferred: imports torch
 
     out = check_new_output(out)
     folder = read_hf_folder(source)

@@ -29,7 +29,7 @@ from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.core.files import check_new_output, work_path
 from minigpt_tui.engine.formats.gguf_file import read_gguf_header
 from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
-from minigpt_tui.engine.training.gguf_models import (
+from minigpt_tui.engine.models.gguf_models import (
     BLOCK_NAMES,
     GLOBAL_NAMES,
     GPT2_GLOBAL_NAMES,
@@ -39,7 +39,7 @@ from minigpt_tui.engine.training.gguf_models import (
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.core.config import ModelConfig
-    from minigpt_tui.engine.training.model_file import PortableModel
+    from minigpt_tui.engine.models.model_file import PortableModel
 
 QUANTS = ("f32", "f16", "q8_0")
 ARCHITECTURES = ("llama", "qwen2", "gpt2")

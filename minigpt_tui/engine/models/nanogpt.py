@@ -33,12 +33,12 @@ from minigpt_tui.engine.core.files import read_small_file
 from minigpt_tui.engine.core.library_tokenizer import read_library_tokenizer
 from minigpt_tui.engine.core.tokenizer import Decoded
 from minigpt_tui.engine.formats.foreign_pickle import load_torch_pickle, require_weights
-from minigpt_tui.engine.training.hf_models import built_model, compute_dtype
+from minigpt_tui.engine.models.hf_models import built_model, compute_dtype
 
 if TYPE_CHECKING:
     import torch
 
-    from minigpt_tui.engine.training.model_file import PortableModel
+    from minigpt_tui.engine.models.model_file import PortableModel
 
 META_FILE = "meta.pkl"
 META_LIMIT = 64 * 1024 * 1024
@@ -188,7 +188,7 @@ def _tokenizer(path: Path, vocab_size: int, given: Path | None) -> Any:
 
 def open_nanogpt(path: Path | str, *, dtype: str = "float32", tokenizer: Path | str | None = None) -> "PortableModel":
     """A nanoGPT ``ckpt.pt`` as a ready model with its character table (see module doc)."""
-    from minigpt_tui.engine.training.model_file import (  # deferred: imports torch
+    from minigpt_tui.engine.models.model_file import (  # deferred: imports torch
         PortableModel,
     )
 

@@ -32,12 +32,12 @@ from minigpt_tui.engine.core.errors import CheckpointError, TokenizerError
 from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
 from minigpt_tui.engine.core.tokenizer_limits import MAX_VOCABULARY
 from minigpt_tui.engine.formats.gguf_file import GGUFData, GGUFHeader, read_gguf_header, require_readable
-from minigpt_tui.engine.training.hf_models import built_model, compute_dtype
+from minigpt_tui.engine.models.hf_models import built_model, compute_dtype
 
 if TYPE_CHECKING:
     import torch
 
-    from minigpt_tui.engine.training.model_file import PortableModel
+    from minigpt_tui.engine.models.model_file import PortableModel
 
 ARCHITECTURES = ("llama", "qwen2", "gpt2")
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -434,7 +434,7 @@ def gguf_tokenizer(header: GGUFHeader, vocab_size: int) -> Any:
 
 
 def open_gguf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel":
-    from minigpt_tui.engine.training.model_file import (  # deferred: imports torch
+    from minigpt_tui.engine.models.model_file import (  # deferred: imports torch
         PortableModel,
     )
 

@@ -40,7 +40,7 @@ from minigpt_tui.engine.formats.portable import (
 from minigpt_tui.engine.formats.safetensors_format import dtype_name
 from minigpt_tui.engine.formats.safetensors_read import LoadedFile
 from minigpt_tui.engine.formats.safetensors_write import ProgressHook, json_metadata, write_safetensors
-from minigpt_tui.engine.training.model import MiniGPT
+from minigpt_tui.engine.models.model import MiniGPT
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
