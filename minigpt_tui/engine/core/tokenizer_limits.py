@@ -25,7 +25,7 @@ import re._constants as sre
 import re._parser as sre_parse
 import struct
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from minigpt_tui.engine.core.errors import TokenizerError
@@ -82,19 +82,32 @@ def _regexes(data: dict[str, Any]) -> Iterator[tuple[str, str]]:
     """Every ``{"Regex": ...}`` pattern in the document, with where it is ("pre_tokenizer's
     Split"); the added tokens and the model's vocabulary and merges (no patterns, and
     large) are not walked."""
-    model = data.get("model")
-    parts = {**data, "model": {k: v for k, v in model.items() if k not in ("vocab", "merges")}
-             if isinstance(model, dict) else model}
-    stack = [(value, key, key) for key, value in parts.items() if key != "added_tokens"]
+    stack = [(value, key, key) for key, value in _walked_parts(data).items()]
     while stack:
         item, top, kind = stack.pop()
         if isinstance(item, dict):
             kind = item["type"] if isinstance(item.get("type"), str) else kind
             if isinstance(item.get("Regex"), str):
                 yield (f"{top}'s {kind}" if kind != top else top), item["Regex"]
-            stack.extend((value, top, kind) for value in item.values())
-        elif isinstance(item, list) and item and isinstance(item[0], (dict, list)):
-            stack.extend((value, top, kind) for value in item)
+        stack.extend((value, top, kind) for value in _walked_values(item))
+
+
+def _walked_parts(data: dict[str, Any]) -> dict[str, Any]:
+    """The document's parts the regex walk visits: all but the added tokens, and the model
+    without its vocabulary and merges."""
+    model = data.get("model")
+    if isinstance(model, dict):
+        model = {k: v for k, v in model.items() if k not in ("vocab", "merges")}
+    return {key: value for key, value in {**data, "model": model}.items() if key != "added_tokens"}
+
+
+def _walked_values(item: Any) -> list[Any]:
+    """What the regex walk looks inside: a dict's values, a list of dicts or lists."""
+    if isinstance(item, dict):
+        return list(item.values())
+    if isinstance(item, list) and item and isinstance(item[0], (dict, list)):
+        return item
+    return []
 
 
 def check_regex(pattern: str, where: str) -> None:
@@ -172,21 +185,23 @@ def normalizer_growth(normalizer: Any, source: str) -> tuple[float, int]:
         return float(UNKNOWN_GROWTH), 0  # the library refuses it when it loads the document
     kind = normalizer.get("type")
     if kind == "Sequence":
-        scale, added = 1.0, 0
-        for part in normalizer.get("normalizers") or []:
-            factor, extra = normalizer_growth(part, source)
-            scale, added = min(scale * factor, 1e30), int(min(added * factor + extra, 2 * MAX_PREPENDED))
-        return scale, added
+        return _sequence_growth(normalizer, source)
     if kind == "Prepend":
         prepend = normalizer.get("prepend")
         return 1.0, len(prepend) if isinstance(prepend, str) else 0
-    if kind == "Replace":
-        return float(_replace_growth(normalizer, source)), 0
-    if kind == "BertNormalizer":
-        return float(_bert_growth(normalizer)), 0
-    if kind == "Precompiled":
-        return float(_precompiled_growth(normalizer.get("precompiled_charsmap"))), 0
+    measured = _MEASURED_GROWTH.get(kind)
+    if measured is not None:
+        return float(measured(normalizer, source)), 0
     return float(FIXED_GROWTH.get(kind, UNKNOWN_GROWTH)), 0
+
+
+def _sequence_growth(normalizer: dict[str, Any], source: str) -> tuple[float, int]:
+    """A Sequence's growth: its parts' growths composed in order."""
+    scale, added = 1.0, 0
+    for part in normalizer.get("normalizers") or []:
+        factor, extra = normalizer_growth(part, source)
+        scale, added = min(scale * factor, 1e30), int(min(added * factor + extra, 2 * MAX_PREPENDED))
+    return scale, added
 
 
 def _replace_growth(normalizer: dict[str, Any], source: str) -> int:
@@ -235,3 +250,11 @@ def _precompiled_growth(charsmap: Any) -> int:
 
 def _short(pattern: str) -> str:
     return repr(pattern if len(pattern) <= 60 else pattern[:57] + "...")
+
+
+# Normalizers whose growth is read from their settings (the rest have a fixed growth).
+_MEASURED_GROWTH: dict[str, Callable[[dict[str, Any], str], int]] = {
+    "Replace": _replace_growth,
+    "BertNormalizer": lambda normalizer, _source: _bert_growth(normalizer),
+    "Precompiled": lambda normalizer, _source: _precompiled_growth(normalizer.get("precompiled_charsmap")),
+}

@@ -185,16 +185,8 @@ class _Moments:
 def _streamed(source: TensorSource, bins: int, going: Going) -> dict[str, Any]:
     import torch  # deferred: imports torch
 
-    moments = _Moments()
     scratch = torch.empty(PIECE_ELEMENTS, dtype=torch.float64)  # each piece's float64 values, in turn
-    done = 0
-    is_complex = False
-    for piece in source.pieces(PIECE_ELEMENTS):
-        is_complex = is_complex or piece.is_complex()
-        moments.add(_as_float64(piece, scratch))
-        done += piece.numel()
-        if not going(done / source.elements / 2):
-            raise StatisticsStopped
+    moments, is_complex = _moments_pass(source, scratch, going)
     result = _record(source, is_complex) | {"nan": moments.nan, "inf": moments.nonfinite - moments.nan}
     if moments.finite == 0:
         result.update(min=None, max=None, mean=None, std=None, zero_fraction=None, histogram={"edges": [], "counts": []})
@@ -216,6 +208,20 @@ def _streamed(source: TensorSource, bins: int, going: Going) -> dict[str, Any]:
         histogram={"edges": edges, "counts": [int(c) for c in counts.tolist()]},
     )
     return result
+
+
+def _moments_pass(source: TensorSource, scratch: "torch.Tensor", going: Going) -> tuple[_Moments, bool]:
+    """Counts, range, mean and spread piece by piece (the first pass), and whether complex."""
+    moments = _Moments()
+    done = 0
+    is_complex = False
+    for piece in source.pieces(PIECE_ELEMENTS):
+        is_complex = is_complex or piece.is_complex()
+        moments.add(_as_float64(piece, scratch))
+        done += piece.numel()
+        if not going(done / source.elements / 2):
+            raise StatisticsStopped
+    return moments, is_complex
 
 
 def _histogram_pass(source: TensorSource, bins: int, low: float, high: float, masked: bool,

@@ -13,7 +13,7 @@ from pathlib import Path
 from minigpt_tui.engine.core.errors import ConfigError, MiniGPTError
 from minigpt_tui.engine.core.files import remove_files_then_folder
 from minigpt_tui.engine.formats.checkpoint_folder import STEP_DIR, checkpoint_own_files, list_checkpoints
-from minigpt_tui.engine.session.run_control import CONTROL_FILE, LIVE_FILE, LIVE_STATES, read_live
+from minigpt_tui.engine.session.run_control import CONTROL_FILE, LIVE_FILE, LIVE_STATES, LiveState, read_live
 from minigpt_tui.engine.session.tensorboard import EVENT_FILE_PREFIX, RUN_SUBFOLDER
 from minigpt_tui.engine.session.runs import (
     LOCK_FILE,
@@ -105,20 +105,32 @@ def _run_listing(run: RunDirectory) -> RunListing:
                           best_step is not None and info.step == best_step)
         for info in infos
     )
-    try:
-        preset = str(run.read_json("config.json").get("preset"))
-    except (OSError, ValueError, AttributeError):
-        preset = None
-    try:
-        size = disk_use(run.path)
-    except OSError:
-        size = 0
     live = read_live(run.path)
-    known = live is not None and live.state in LIVE_STATES
-    return RunListing(run.name, run.path, size, checkpoints, preset,
+    return RunListing(run.name, run.path, _size_or_zero(run.path), checkpoints, _preset_of(run),
                       live is not None and live.listening, _changed_at(run.path, checkpoints),
-                      state=live.state if known else None, step=live.step if known else 0,
-                      steps=live.steps if known else 0)
+                      **_live_fields(live))
+
+
+def _live_fields(live: LiveState | None) -> dict[str, object]:
+    """A listing's state, step and steps from the run's live record (when it names a state)."""
+    if live is None or live.state not in LIVE_STATES:
+        return {"state": None, "step": 0, "steps": 0}
+    return {"state": live.state, "step": live.step, "steps": live.steps}
+
+
+def _preset_of(run: RunDirectory) -> str | None:
+    """The preset a run's config names (None when the config cannot be read)."""
+    try:
+        return str(run.read_json("config.json").get("preset"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _size_or_zero(path: Path) -> int:
+    try:
+        return disk_use(path)
+    except OSError:
+        return 0
 
 
 def _unreadable_listing(path: Path, err: OSError) -> RunListing:
@@ -267,20 +279,25 @@ def remove_run_files(run_path: Path) -> list[str]:
     names: a user's files, and the folders that hold them). OS errors are raised."""
     left: list[str] = []
     for name in sorted(os.listdir(run_path)):
-        path = run_path / name
-        if name == "checkpoints" and _real_folder(path):
-            left += _remove_checkpoint_folders(path)
-        elif name == RUN_SUBFOLDER and _real_folder(path):
-            left += [f"{name}/{n}" for n in remove_files_then_folder(path, lambda n: n.startswith(EVENT_FILE_PREFIX))]
-        elif not _is_run_file(name):
-            left.append(name)
-        elif _real_folder(path):  # a hidden work folder of ours (an export being written, say)
-            left += [f"{name}/{n}" for n in remove_files_then_folder(path)]
-        else:
-            path.unlink(missing_ok=True)
+        left += _remove_run_entry(run_path / name)
     if not left:
         remove_files_then_folder(run_path, lambda _name: False)
     return left
+
+
+def _remove_run_entry(path: Path) -> list[str]:
+    """One entry of a run folder removed when it is ours: what stays of it."""
+    name = path.name
+    if name == "checkpoints" and _real_folder(path):
+        return _remove_checkpoint_folders(path)
+    if name == RUN_SUBFOLDER and _real_folder(path):
+        return [f"{name}/{n}" for n in remove_files_then_folder(path, lambda n: n.startswith(EVENT_FILE_PREFIX))]
+    if not _is_run_file(name):
+        return [name]
+    if _real_folder(path):  # a hidden work folder of ours (an export being written, say)
+        return [f"{name}/{n}" for n in remove_files_then_folder(path)]
+    path.unlink(missing_ok=True)
+    return []
 
 
 def _remove_checkpoint_folders(checkpoints: Path) -> list[str]:

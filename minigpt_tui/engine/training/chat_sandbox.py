@@ -169,19 +169,22 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         self.budget.step()
-        if operator == "*":
-            self._bound_repeat(left, right)
-        elif operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, type(left)):
-            self.budget.build(len(left) + len(right), "text" if isinstance(left, str) else "a list")
-        elif operator == "%" and isinstance(left, str):
+        if operator == "%" and isinstance(left, str):
             return self._percent(left, right)
-        elif operator == "**" and _is_int(left) and _is_int(right) and right > 0:
-            if max(1, abs(left).bit_length()) * right > INT_BITS_LIMIT and abs(left) > 1:
-                raise TemplateBound(f"it would compute an integer of more than {INT_BITS_LIMIT:,} bits")
+        self._bound_binop(operator, left, right)
         result = super().call_binop(context, operator, left, right)
         if _is_int(result) and result.bit_length() > INT_BITS_LIMIT:
             raise TemplateBound(f"it would compute an integer of more than {INT_BITS_LIMIT:,} bits")
         return result
+
+    def _bound_binop(self, operator: str, left: Any, right: Any) -> None:
+        """What ``left operator right`` would build, charged (or refused) before it is built."""
+        if operator == "*":
+            self._bound_repeat(left, right)
+        elif operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, type(left)):
+            self.budget.build(len(left) + len(right), "text" if isinstance(left, str) else "a list")
+        elif operator == "**":
+            _bound_power(left, right)
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         if getattr(value, "__name__", None) not in ("format", "format_map"):
@@ -219,23 +222,10 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
                     self.budget.build(_size(sequence) * times)
 
     def _bound_str_method(self, text: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if name in ("center", "ljust", "rjust", "zfill"):
-            width = args[0] if args else kwargs.get("width", 0)
-            if _is_int(width):
-                self.budget.build(max(len(text), width))
-        elif name == "expandtabs":
-            size = args[0] if args else kwargs.get("tabsize", 8)
-            if _is_int(size):
-                self.budget.build(len(text) + text.count("\t") * max(0, size))
-        elif name == "replace" and len(args) >= 2:
-            self.budget.build(_replaced_size(text, args[0], args[1], args[2] if len(args) > 2 else -1))
-        elif name == "join" and args:
-            items = args[0]
-            if isinstance(items, (list, tuple)):
-                self.budget.build(sum(_size(item) for item in items) + len(text) * len(items))
-        elif name == "translate" and args and isinstance(args[0], dict):
-            longest = max((_size(item) for item in args[0].values()), default=1)
-            self.budget.build(len(text) * max(1, longest))
+        sized = _STR_METHOD_SIZES.get(name)
+        size = sized(text, args, kwargs) if sized is not None else None
+        if size is not None:
+            self.budget.build(size)
 
     def _percent(self, text: str, values: Any) -> str:
         """``text % values`` with every width and precision, and the result, bounded first."""
@@ -369,3 +359,48 @@ def _replaced_size(text: str, old: Any, new: Any, count: Any) -> int:
 
 
 __all__ = ["BUILT_LIMIT", "RENDER_SECONDS", "STEP_LIMIT", "TEXT_LIMIT", "BoundedEnvironment", "TemplateBound"]
+
+
+def _bound_power(left: Any, right: Any) -> None:
+    """``left ** right`` refused before it computes an integer past the bound."""
+    if _is_int(left) and _is_int(right) and right > 0 and abs(left) > 1:
+        if max(1, abs(left).bit_length()) * right > INT_BITS_LIMIT:
+            raise TemplateBound(f"it would compute an integer of more than {INT_BITS_LIMIT:,} bits")
+
+
+# What a str method called in a template would build, in characters (None: nothing to bound).
+def _padded_size(text: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    width = args[0] if args else kwargs.get("width", 0)
+    return max(len(text), width) if _is_int(width) else None
+
+
+def _expanded_size(text: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    size = args[0] if args else kwargs.get("tabsize", 8)
+    return len(text) + text.count("\t") * max(0, size) if _is_int(size) else None
+
+
+def _replace_size(text: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    if len(args) < 2:
+        return None
+    return _replaced_size(text, args[0], args[1], args[2] if len(args) > 2 else -1)
+
+
+def _join_size(text: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    items = args[0] if args else None
+    if not isinstance(items, (list, tuple)):
+        return None
+    return sum(_size(item) for item in items) + len(text) * len(items)
+
+
+def _translate_size(text: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    if not (args and isinstance(args[0], dict)):
+        return None
+    longest = max((_size(item) for item in args[0].values()), default=1)
+    return len(text) * max(1, longest)
+
+
+_STR_METHOD_SIZES: dict[str, Callable[[str, tuple[Any, ...], dict[str, Any]], int | None]] = {
+    "center": _padded_size, "ljust": _padded_size, "rjust": _padded_size, "zfill": _padded_size,
+    "expandtabs": _expanded_size, "replace": _replace_size, "join": _join_size,
+    "translate": _translate_size,
+}

@@ -181,30 +181,32 @@ def recover_interrupted(checkpoints_dir: Path, *, kept: KeptHook = _unheard_kept
     """Tidy work folders left by processes that died while saving: partial saves and
     trash lose their own files; a replaced checkpoint whose successor never arrived is put
     back. A user's files found there go back to the checkpoint's name (``kept`` hears)."""
-    actions: list[str] = []
     if not checkpoints_dir.is_dir():
-        return actions
+        return []
+    actions: list[str] = []
     for child in sorted(checkpoints_dir.iterdir()):
         match = _HIDDEN_WORK.match(child.name)
-        if not match or process_alive(int(match.group(3))):
-            continue
-        final = checkpoints_dir / match.group(1)
-        if match.group(2) == "replaced" and not final.exists():
-            os.rename(child, final)
-            actions.append(f"restored {final.name}")
-            continue
-        try:
-            left = _retire(child, None if match.group(2) == "partial" else final)
-        except OSError:
-            continue  # left for the next checkpointer
-        if left is None:
-            actions.append(f"removed {child.name}")
-        else:
-            actions.append(f"kept {left.folder.name}")
-            kept(left)
+        if match and not process_alive(int(match.group(3))):
+            action = _recover_one(child, checkpoints_dir / match.group(1), match.group(2), kept)
+            actions += [action] if action else []
     if actions:
         fsync_folder(checkpoints_dir)
     return actions
+
+
+def _recover_one(child: Path, final: Path, kind: str, kept: KeptHook) -> str | None:
+    """One dead process's work folder tidied: what was done, or None when it is left."""
+    if kind == "replaced" and not final.exists():
+        os.rename(child, final)
+        return f"restored {final.name}"
+    try:
+        left = _retire(child, None if kind == "partial" else final)
+    except OSError:
+        return None  # left for the next checkpointer
+    if left is None:
+        return f"removed {child.name}"
+    kept(left)
+    return f"kept {left.folder.name}"
 
 
 def _renameat2(a: Path, b: Path, flags: int) -> int | None:
