@@ -93,6 +93,15 @@ def compile_bytecode() -> None:
 
 
 def first_frame(repeats: int, work: Path) -> None:
+    bare, app, torch_import = first_frame_times(repeats, work)
+    b, a, t = statistics.median(bare), statistics.median(app), statistics.median(torch_import)
+    print(f"first frame: bare Textual app {b * 1000:.0f} ms, minigpt-tui {a * 1000:.0f} ms "
+          f"(ratio {a / b:.2f}); python -c 'import torch' alone takes {t * 1000:.0f} ms")
+
+
+def first_frame_times(repeats: int, work: Path) -> tuple[list[float], list[float], list[float]]:
+    """Seconds to the first frame of the bare app and of minigpt-tui, one of each a round in
+    alternating order, and of ``python -c "import torch"``."""
     compile_bytecode()
     bare_script = work / "bare_app.py"
     bare_script.write_text(BARE_APP)
@@ -115,9 +124,7 @@ def first_frame(repeats: int, work: Path) -> None:
         started = time.perf_counter()
         subprocess.run([sys.executable, "-c", "import torch"], check=True)
         torch_import.append(time.perf_counter() - started)
-    b, a, t = statistics.median(bare), statistics.median(app), statistics.median(torch_import)
-    print(f"first frame: bare Textual app {b * 1000:.0f} ms, minigpt-tui {a * 1000:.0f} ms "
-          f"(ratio {a / b:.2f}); python -c 'import torch' alone takes {t * 1000:.0f} ms")
+    return bare, app, torch_import
 
 
 def busy_loops(count: int) -> list[subprocess.Popen]:

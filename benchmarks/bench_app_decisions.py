@@ -8,8 +8,9 @@ weights, a transformers folder made here, float32), through the app's own sessio
 2. A head-view key (``[ ] { }`` or a typed head): what the screen did before (the worker's
    forward pass over the decision's prefix for the lens, contributions and that head's
    pattern) against what it does now (the pattern read from the decisions' records, and
-   the text the view draws), at the last decision; then the key to screen in the app itself
-   (headless Textual), the pattern redrawn.
+   the lines the head view and the attention picture draw), at the last decision; then the
+   key to screen in the app itself (headless Textual): the pattern, the picture and two rows
+   of the head-role grid redrawn, nothing laid out again.
 
 Each under no load and with one busy loop (``python -c "while True: pass"``) on the 2 cores;
 the sides are interleaved in rotating order (benchmarks/timing.py). Torch starts with
@@ -60,7 +61,8 @@ def decisions_side(session, count: int):
 
 
 def head_sides(session) -> dict[str, object]:
-    from minigpt_tui.widgets.head_pattern_view import pattern_text
+    from minigpt_tui.widgets.attention_picture import picture_lines
+    from minigpt_tui.widgets.head_pattern_view import pattern_lines
 
     view = session.view()
     step = len(view.decisions)
@@ -76,7 +78,8 @@ def head_sides(session) -> dict[str, object]:
 
     def now() -> None:
         pattern = view.patterns.pattern(step, *next_head())
-        pattern_text(pattern.layer, pattern.head, pattern.pieces, pattern.weights)
+        pattern_lines(pattern.layer, pattern.head, pattern.pieces, pattern.weights)  # the head view
+        picture_lines(pattern.layer, pattern.head, pattern.pieces, pattern.weights)  # the attention picture
 
     return {"head key before: forward on the worker": before, "head key now: read from the records": now}
 

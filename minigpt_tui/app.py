@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import events, on, work
 from textual.app import App, SystemCommand
@@ -24,8 +24,8 @@ from textual.screen import Screen
 
 from minigpt_tui.engine.core.files import shorten_middle
 from minigpt_tui.engine.core.printable import escape_controls
-from minigpt_tui.engine.session.events import Command
 from minigpt_tui.engine.session.inputs import RunChoices
+from minigpt_tui.engine.session.preload import import_training_engine
 from minigpt_tui.engine.session.runs import resolve_runs_dir
 from minigpt_tui.engine.session.worker_failures import WorkFailed, attempt
 from minigpt_tui.messages import EngineImported, OpenInGeneration, ResumeOnTraining
@@ -33,7 +33,9 @@ from minigpt_tui.screens import MAIN_SCREENS, ScreenEntry
 from minigpt_tui.screens.confirm_quit import ConfirmQuitScreen
 from minigpt_tui.screens.help import HelpScreen
 from minigpt_tui.screens.typed_ahead import pass_to_field
-from minigpt_tui.widgets.tour_panel import TourGuide
+
+if TYPE_CHECKING:
+    from minigpt_tui.widgets.tour_panel import TourGuide
 
 NOTIFICATION_LIMIT = 600  # characters of a notification shown, as an error line on the command line
 
@@ -89,9 +91,17 @@ class MiniGPTApp(App[None]):
         self.engine_import_seconds: float | None = None
         self.screen_entries: dict[str, ScreenEntry] = {entry.mode: entry for entry in MAIN_SCREENS}
         self.main_screens: dict[str, Screen] = {}
-        self.tour = TourGuide(self)
+        self._tour: TourGuide | None = None  # made when first used: its lessons are off the first frame
         for mode in self.screen_entries:
             self.add_mode(mode, lambda mode=mode: self._create_main_screen(mode))
+
+    @property
+    def tour(self) -> TourGuide:
+        if self._tour is None:
+            from minigpt_tui.widgets.tour_panel import TourGuide  # deferred: off the first frame
+
+            self._tour = TourGuide(self)
+        return self._tour
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information",
                timeout: float | None = None, markup: bool = True) -> None:
@@ -111,7 +121,7 @@ class MiniGPTApp(App[None]):
         self.switch_mode("training")
         if self.settings.attach is not None:
             attach = self.settings.attach
-            self.call_after_refresh(lambda: self.main_screens["training"].attach_run(attach))  # type: ignore[attr-defined]
+            self.call_after_refresh(lambda: self.training_screen.attach_run(attach))
         if self.preload_engine:
             self.call_after_refresh(self._import_engine)
         if self.settings.tour is not None:
@@ -121,7 +131,7 @@ class MiniGPTApp(App[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine-import")
     def _import_engine(self) -> None:
         started = time.perf_counter()
-        imported = attempt(_import_torch_modules)
+        imported = attempt(import_training_engine)
         if isinstance(imported, WorkFailed):  # a broken install: said once, the screens say it again when used
             self.call_from_thread(self.notify, f"the engine could not be loaded: {imported.line}",
                                   title="engine", severity="error")
@@ -246,17 +256,7 @@ class MiniGPTApp(App[None]):
         training = self.training_screen
         if training is None or training.run is None or not training.run.active:
             return
-        if training.run.attached:
-            training.run.session.detach()  # type: ignore[attr-defined]
-        else:
-            training.run.session.send(Command.STOP)
-
-
-def _import_torch_modules() -> None:
-    # deferred: imports torch, on a worker, so the first frame never waits for it
-    import minigpt_tui.engine.session.training  # noqa: F401  # deferred: off the first frame
-    import minigpt_tui.engine.training.checkpoints  # noqa: F401  # deferred: imports torch
-    import minigpt_tui.engine.training.trainer  # noqa: F401  # deferred: imports torch
+        training.run.end_for_exit(save=True)
 
 
 def run_app(args: argparse.Namespace) -> int:

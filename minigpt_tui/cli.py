@@ -16,11 +16,11 @@ import time
 
 from minigpt_tui import __version__
 from minigpt_tui.app import run_app
-from minigpt_tui.commands.launch import die_with_launcher
 from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.core.files import os_error_line, shorten_middle
 from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.core.threads import INFERENCE_COMMANDS, wait_without_spinning
+from minigpt_tui.engine.session.launching import die_with_launcher
 
 # Each module registers its subcommands with ``register(subparsers)`` and imports the
 # engine inside its handlers, so that ``--help`` and the app's first frame stay fast.
@@ -87,16 +87,7 @@ MAX_ERROR_LINE = 600  # characters of an error message shown; the middle of a lo
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--"]:  # torchrun ... -m minigpt_tui -- train ...: the separator may reach us
-        argv = argv[1:]
-    if "WORLD_SIZE" in os.environ:  # a process of a launch: it never outlives its launcher
-
-        die_with_launcher()
-    parser = build_parser(commands=not opens_the_app(argv))
-    args = _parse(parser, argv)
-    args.argv = argv  # a launcher re-runs it in each process
-
+    args = _arguments(list(sys.argv[1:] if argv is None else argv))
     if args.command in INFERENCE_COMMANDS:
         wait_without_spinning()
     # A Rust library's panic that our checks did not foresee is refused as one line; its
@@ -108,25 +99,34 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except MiniGPTError as err:
         # Every echoed value is bounded: a 10 MB string in a config makes a line, not 10 MB.
-        line = f"minigpt-tui: error: {shorten_middle(escape_controls(err), MAX_ERROR_LINE)}"
-        # One write: ranks of a process group share stderr, and print's separate write of the
-        # newline let two ranks' lines run together.
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-        _tell_launcher(line)
-        return 1
+        return _error_line(f"minigpt-tui: error: {shorten_middle(escape_controls(err), MAX_ERROR_LINE)}")
     except KeyboardInterrupt:
         print("minigpt-tui: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 1
     except OSError as err:  # a failure of the operating system no check above named: one line still
+        return _error_line(f"minigpt-tui: error: {os_error_line(err)}")
 
-        line = f"minigpt-tui: error: {os_error_line(err)}"
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-        _tell_launcher(line)
-        return 1
+
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    """The parsed command line (a process of a launch first ties its life to the launcher)."""
+    if argv[:1] == ["--"]:  # torchrun ... -m minigpt_tui -- train ...: the separator may reach us
+        argv = argv[1:]
+    if "WORLD_SIZE" in os.environ:  # a process of a launch: it never outlives its launcher
+        die_with_launcher()
+    args = _parse(build_parser(commands=not opens_the_app(argv)), argv)
+    args.argv = argv  # a launcher re-runs it in each process
+    return args
+
+
+def _error_line(line: str) -> int:
+    """``line`` on stderr in one write (ranks of a process group share stderr, and print's
+    separate write of the newline let two ranks' lines run together), told to a launcher; 1."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    _tell_launcher(line)
+    return 1
 
 
 RANK_ERROR_GRACE_S = 1.0  # how long a rank other than 0 waits before exiting on a usage error

@@ -24,7 +24,7 @@ from minigpt_tui.engine.session.events import RunSummary
 from minigpt_tui.engine.session.history import LoadedCurve, RunHistory
 
 if TYPE_CHECKING:  # what the Generation and Checkpoints screens' workers carry, imported with them
-    from minigpt_tui.engine.formats.integrity import Integrity
+    from minigpt_tui.engine.session.checkpoint_views import Integrity
     from minigpt_tui.engine.session.generation import StepperView
     from minigpt_tui.engine.session.head_role_view import HeadRolesView
     from minigpt_tui.engine.session.insight import InsightView

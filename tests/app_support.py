@@ -126,14 +126,17 @@ def record_notifications(app) -> list[tuple[str, str]]:
     seen: list[tuple[str, str]] = []
     original = app.notify
 
-    def notify(message, *, title="", severity="information", timeout=None, markup=True):
-        seen.append((str(message), str(severity)))
-        if timeout is None:
-            return original(message, title=title, severity=severity, markup=markup)
-        return original(message, title=title, severity=severity, timeout=timeout, markup=markup)
+    def notify(message, **options):
+        seen.append((str(message), str(options.get("severity", "information"))))
+        return original(message, **options)
 
     app.notify = notify
     return seen
+
+
+def chosen_ids(screen: GenerationScreen) -> list[int]:
+    """The ids the Generation screen has chosen so far, in order."""
+    return [d.chosen.id for d in screen.view.decisions]
 
 
 def tree_snapshot(root: Path) -> dict[str, tuple[int, int]]:

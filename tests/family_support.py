@@ -1,6 +1,6 @@
-"""Transformers model folders of five families, made in the test: a tokenizer trained here
-with the family's kind of pre-tokenizer, random weights from transformers, save_pretrained.
-Nothing is downloaded."""
+"""Transformers model folders of every declared family, made in the test: a tokenizer
+trained here of the kind the family's declaration names, random weights from transformers
+for the family's example config, save_pretrained. Nothing is downloaded."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 
 import torch
 
-FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "llama", "qwen2")
+from minigpt_tui.engine.families import REGISTRY, family
+
+FAMILIES = tuple(sorted(f.name for f in REGISTRY))
 # Text from files already on the machine: the docstrings of the standard library.
 TEXT_MODULES = ("json", "pathlib", "argparse", "textwrap", "collections")
 
@@ -65,24 +67,27 @@ def metaspace_tokenizer(vocab: int = 400):
     return tokenizer
 
 
-def family_config(family: str, vocab: int, bos: int, eos: int, **extra):
+def family_config(family_name: str, vocab: int, bos: int, eos: int, **extra):
+    """transformers' config of the family's declared example, with ``extra`` over it."""
     import transformers as tr
 
-    shapes = {
-        "gpt2": (tr.GPT2Config, {"n_embd": 32, "n_head": 4, "n_layer": 2, "n_positions": 64}),
-        "gpt_neo": (tr.GPTNeoConfig, {"hidden_size": 32, "num_heads": 4, "num_layers": 2,
-                                      "max_position_embeddings": 64, "window_size": 3,
-                                      "attention_types": [[["global", "local"], 1]]}),
-        "gpt_neox": (tr.GPTNeoXConfig, {"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2,
-                                        "intermediate_size": 64, "max_position_embeddings": 64, "rotary_pct": 0.5}),
-        "llama": (tr.LlamaConfig, {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
-                                   "intermediate_size": 48, "num_hidden_layers": 2, "max_position_embeddings": 64,
-                                   "rope_theta": 500.0}),
-        "qwen2": (tr.Qwen2Config, {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
-                                   "intermediate_size": 48, "num_hidden_layers": 2, "max_position_embeddings": 64}),
-    }
-    cls, values = shapes[family]
-    return cls(**{**values, "vocab_size": vocab, "bos_token_id": bos, "eos_token_id": eos, **extra})
+    declared = family(family_name)
+    return tr.AutoConfig.for_model(declared.model_type, **{**declared.example, "vocab_size": vocab,
+                                                           "bos_token_id": bos, "eos_token_id": eos, **extra})
+
+
+def family_tokenizer(family_name: str):
+    """(a tokenizers.Tokenizer of the family's kind, its transformers wrapper, BOS id, EOS id)."""
+    import transformers as tr
+
+    defaults = family(family_name).tokenizer
+    raw = metaspace_tokenizer() if defaults.kind == "metaspace" else byte_level_tokenizer(
+        split_regex=defaults.kind == "byte_level_split")
+    names = {"bos_token": defaults.bos, "eos_token": defaults.eos}
+    if defaults.kind == "metaspace":
+        names["unk_token"] = "<unk>"
+    wrapped = tr.PreTrainedTokenizerFast(tokenizer_object=raw, **names)
+    return raw, wrapped, raw.token_to_id(defaults.bos), raw.token_to_id(defaults.eos)
 
 
 def make_family_folder(family: str, folder: Path, *, seed: int = 0, pad_rows: int = 0, dtype=torch.float32,
@@ -90,16 +95,7 @@ def make_family_folder(family: str, folder: Path, *, seed: int = 0, pad_rows: in
     """A random-weight model of ``family`` with its kind of tokenizer, saved with save_pretrained."""
     import transformers as tr
 
-    if family == "llama":
-        raw = metaspace_tokenizer()
-        bos, eos = raw.token_to_id("<s>"), raw.token_to_id("</s>")
-        wrapped = tr.PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>",
-                                             unk_token="<unk>")
-    else:
-        raw = byte_level_tokenizer(split_regex=family == "qwen2")
-        bos = eos = raw.token_to_id("<|endoftext|>")
-        wrapped = tr.PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<|endoftext|>",
-                                             eos_token="<|endoftext|>")
+    raw, wrapped, bos, eos = family_tokenizer(family)
     vocab = raw.get_vocab_size() + pad_rows
     torch.manual_seed(seed)
     model = tr.AutoModelForCausalLM.from_config(family_config(family, vocab, bos, eos, **extra))

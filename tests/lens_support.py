@@ -1,4 +1,5 @@
-"""Models with large, varied logits for lens, contribution and contrast tests."""
+"""Models with large, varied logits for lens, contribution, contrast and generation tests,
+and the byte-level ids they read."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import torch
 
 from minigpt_tui.engine.core.config import ModelConfig
 from minigpt_tui.engine.models.model import MiniGPT
-from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
+from minigpt_tui.engine.core.tokenizer import BYTE_OFFSET, ByteBPETokenizer
 
 BYTES_ONLY = ByteBPETokenizer()
 FAMILY_SHAPES = {
@@ -31,3 +32,21 @@ def varied_model(family: str, seed: int = 3, dtype: torch.dtype = torch.float64)
                 param.mul_(40.0)
     model.eval()
     return model
+
+
+def random_model(config: ModelConfig, *, seed: int = 3, scale: float = 10.0, vocab: int = BYTES_ONLY.vocab_size,
+                 dtype: torch.dtype = torch.float64) -> MiniGPT:
+    """A model at its initial values with every weight but the norms and biases times
+    ``scale``: a varied continuation rather than one id repeated."""
+    model = MiniGPT(config, vocab, dtype)
+    model.initialize(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if not name.endswith(("norm.weight", ".bias")):
+                param.mul_(scale)
+    return model
+
+
+def byte_id(char: str) -> int:
+    """The id of a one-byte character in ``BYTES_ONLY``."""
+    return ord(char) + BYTE_OFFSET

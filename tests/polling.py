@@ -1,11 +1,14 @@
 """Waiting in tests: poll a condition until it holds or a deadline passes, then fail with a
 message that names what was waited for. ``wait_until`` sleeps between polls (a process, a
-file, a thread); ``pause_until`` lets a Pilot's app run between them."""
+file, a thread); ``pause_until`` lets a Pilot's app run between them; ``last_update_step``
+reads how far a run has trained from its metrics log."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -39,3 +42,17 @@ async def pause_until(pilot: Any, condition: Callable[[], T], *, timeout: float,
             raise _not_reached(timeout, what, detail)
         await pilot.pause(interval)
     return value
+
+
+def last_update_step(metrics: Path) -> int:
+    """The step of the last update a run's ``metrics.jsonl`` records (0: none yet, or no file);
+    a line still being written is skipped."""
+    steps = [0]
+    for line in metrics.read_text().splitlines() if metrics.exists() else []:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("kind") == "update":
+            steps.append(record["step"])
+    return max(steps)

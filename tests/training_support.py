@@ -8,8 +8,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from textual.app import App
-
 from minigpt_tui.app import LaunchSettings, MiniGPTApp, resolve_next_config
 from minigpt_tui.screens.training import TrainingScreen
 from tests.polling import pause_until
@@ -23,18 +21,6 @@ def make_app(runs_dir: Path, overrides: dict[str, dict[str, Any]] | None = None,
     settings = LaunchSettings(runs_dir=runs_dir, preset=preset)
     config = resolve_next_config(settings, overrides)
     return MiniGPTApp(settings, next_config=config, preload_engine=False)
-
-
-def record_notifications(app: App) -> list[tuple[str, str]]:
-    seen: list[tuple[str, str]] = []
-    original = app.notify
-
-    def notify(message, **kwargs):  # type: ignore[no-untyped-def]
-        seen.append((str(message), str(kwargs.get("severity", "information"))))
-        return original(message, **kwargs)
-
-    app.notify = notify  # type: ignore[method-assign]
-    return seen
 
 
 async def wait_until(pilot, predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]

@@ -3,7 +3,8 @@ would, saved as SVG in ``assets/``. Run with ``make screenshots``.
 
 A mini run is trained in the app (space), then the Checkpoints screen opens its newest
 checkpoint, and the Generation screen loads it, runs a greedy continuation and shows the
-logit lens. Last, the Generation screen opens a GGUF file (a random-weight llama written
+logit lens, and the tour's panel beside it explains that lens with the run's own numbers
+(lesson 6). Last, the Generation screen opens a GGUF file (a random-weight llama written
 here with the gguf package, Q8_0, with a byte-level BPE tokenizer trained here) and shows
 a decision's lens. Everything happens in a temporary folder; nothing is downloaded.
 """
@@ -60,6 +61,9 @@ async def capture(out: Path, runs_dir: Path, gguf: Path) -> list[Path]:
         await pilot.press("l")
         await pilot.pause(2.0)
         shot("generation")
+        await show_tour(pilot, app)
+        shot("tour")
+        app.tour.close()
         from textual.widgets import Input
 
         generation = app.screen
@@ -78,6 +82,21 @@ async def capture(out: Path, runs_dir: Path, gguf: Path) -> list[Path]:
         await pilot.pause(2.0)
         shot("generation-gguf")
     return saved
+
+
+async def show_tour(pilot, app: MiniGPTApp) -> None:  # type: ignore[no-untyped-def]
+    """The tour beside the Generation screen at lesson 6, its first step explained with the lens
+    on screen (T opens it on any screen): the lens of decision 7, where the model chose a colour."""
+    await pilot.press(*["up"] * 8)  # the decisions list has the keyboard while the lens shows
+    await pilot.pause(2.0)
+    app.tour.open(6)
+
+    def explained() -> bool:
+        app.tour.tick()
+        panels = app.screen.query("TourPanel")
+        return bool(panels) and "✓ 1" in panels.first().text()
+
+    await _until(pilot, explained, 30, "the tour to explain the lens")
 
 
 def make_gguf(folder: Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Group
@@ -18,11 +19,17 @@ from minigpt_tui.commands.generate import (
     load_model,
 )
 from minigpt_tui.commands.task_progress import stage_progress, task_progress
-from minigpt_tui.engine.analysis.roles import HEAD_ROLES
-from minigpt_tui.engine.analysis.site_names import HEAD_LEGEND, SITE_LEGEND, patch_site_name
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.core.printable import escape_controls
-from minigpt_tui.engine.session.text_scores import read_text_file
+from minigpt_tui.engine.session.head_role_view import score_model_heads
+from minigpt_tui.engine.session.view_names import HEAD_LEGEND, HEAD_ROLES, SITE_LEGEND, patch_site_name
+from minigpt_tui.engine.session.patching import named_patching_json, patch_prompts_of
+from minigpt_tui.engine.session.text_scores import (
+    ComparedText,
+    compare_model_text,
+    read_text_file,
+    score_model_text,
+)
 
 DEFAULT_TOP_HEADS = 5
 # What each role's score measures, under its table's title.
@@ -73,33 +80,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.analysis.contrast import (  # deferred: imports torch
-        check_same_tokenizer,
-    )
-    from minigpt_tui.engine.analysis.scoring import (  # deferred: imports torch
-        compare_scores,
-        most_changed,
-        score_text,
-    )
-
     text = read_text_file(args.text)
     first = _opened(args.model, args)
     with task_progress("scoring", enabled=not args.json, unit="window") as advance:
-        scored = score_text(first.model, first.tokenizer, text, stride=args.stride, progress=advance)
+        scored = score_model_text(first, text, stride=args.stride, progress=advance)
     data: dict[str, Any] = {"model": str(first.path), **scored.to_json()}
     compared = None
     if args.compare:
         second = _opened(args.compare, args)
-        check_same_tokenizer(first, second)
         with task_progress("scoring the second model", enabled=not args.json, unit="window") as advance:
-            other = score_text(second.model, second.tokenizer, text, stride=scored.stride, progress=advance)
-        compared = compare_scores(scored, other)
-        data["compare"] = {"model": str(second.path), "mean_loss": other.mean_loss,
-                           "tokens": [t.to_json() for t in compared]}
+            compared = compare_model_text(first, second, scored, text, progress=advance)
+        data["compare"] = compared.to_json(str(second.path))
     if args.json:
         emit_json(data)
         return 0
-    _print_scores(scored, compared, most_changed)
+    _print_scores(scored, compared)
     return 0
 
 
@@ -110,7 +105,7 @@ def _opened(spec: str, args: argparse.Namespace) -> Any:
         return load_model(spec, args)
 
 
-def _print_scores(scored: Any, compared: Any, most_changed: Any) -> None:
+def _print_scores(scored: Any, compared: ComparedText | None) -> None:
     console = output_console()
     loss = scored.mean_loss
     console.print(Text(f"{len(scored.tokens)} tokens scored in {scored.windows} window(s) of {scored.window} ids "
@@ -123,8 +118,8 @@ def _print_scores(scored: Any, compared: Any, most_changed: Any) -> None:
         table.add_row(str(token.position), f"'{escape_controls(token.piece)}'", f"{token.loss:.3f}",
                       f"{token.probability:.3g}", str(token.rank), expected)
     console.print(table)
-    if compared:
-        better, worse = most_changed(compared)
+    if compared is not None and compared.tokens:
+        better, worse = compared.most_changed()
         for title, rows in (("predicted better by the second model", better), ("predicted worse", worse)):
             table = Table(title=title, title_justify="left")
             for column in ("position", "piece", "loss A", "loss B", "change"):
@@ -136,20 +131,13 @@ def _print_scores(scored: Any, compared: Any, most_changed: Any) -> None:
 
 
 def run_patch(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.analysis.patching import (  # deferred: imports torch
-        patch_prompts,
-    )
-
     sites = [s.strip() for s in args.sites.split(",") if s.strip()]
     portable = _opened(args.model, args)
     with task_progress("patching", enabled=not args.json, unit="run") as advance:
-        result = patch_prompts(portable.model, portable.tokenizer, _prompt(args.clean), _prompt(args.corrupt),
-                               _prompt(args.answer), _prompt(args.against), sites, progress=advance)
+        result = patch_prompts_of(portable, _prompt(args.clean), _prompt(args.corrupt), _prompt(args.answer),
+                                  _prompt(args.against), sites, progress=advance)
     if args.json:
-        data = result.to_json()
-        for effect in data["effects"]:  # the site's display name beside the stable keys
-            effect["name"] = patch_site_name(effect["site"], effect["layer"], effect["head"])
-        emit_json(data)
+        emit_json(named_patching_json(result))
         return 0
     _print_patching(result, portable.tokenizer)
     return 0
@@ -186,16 +174,12 @@ def _effect_row(effects: list[Any], layer: int, head: int | None) -> list[str]:
 
 
 def run_heads(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.analysis.head_roles import (  # deferred: imports torch
-        score_heads,
-    )
-
     if args.top < 1:
         raise GenerationError(f"--top must be at least 1, got {args.top}")
     portable = _opened(args.model, args)
     layers = portable.model.config.layers
     with stage_progress(f"scoring the heads of {layers} layers on repeated random sequences", enabled=not args.json):
-        roles = score_heads(portable.model, portable.tokenizer)
+        roles = score_model_heads(portable)
     if args.json:
         emit_json({"model": str(portable.path), "heads": [{"name": r.name, **r.to_json()} for r in roles]})
         return 0
@@ -203,7 +187,7 @@ def run_heads(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_head_roles(roles: list[Any], top: int | None) -> None:
+def print_head_roles(roles: Sequence[Any], top: int | None) -> None:
     """A table per role: its ``top`` heads (None: all) by score, highest first (equal scores
     keep the model's order)."""
     console = output_console()

@@ -9,6 +9,7 @@ from typing import Any
 from minigpt_tui.commands.common import emit_json
 from minigpt_tui.engine.core.printable import escape_controls as printable
 from minigpt_tui.engine.session.display import counted, human_bytes
+from minigpt_tui.engine.session.token_cache_store import clear_token_cache, list_token_cache
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,25 +25,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_cache_list(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.training.token_cache import (  # deferred: imports torch
-        TokenCache,
-        resolve_cache_dir,
-    )
-
-    root = resolve_cache_dir(args.cache_dir)
-    cache = TokenCache(root)
-    entries = cache.entries()
-    partials = cache.partials()
-    total = sum(e.bytes for e in entries) + sum(p.bytes for p in partials)
+    listing = list_token_cache(args.cache_dir)
     if args.json:
-        emit_json({"cache_dir": str(root), "entries": [e.to_json() for e in entries], "bytes": total,
-                   "partials": [{"path": str(p.path), "writer_alive": p.writer_alive, "bytes": p.bytes}
-                                for p in partials]})
+        emit_json(listing.to_json())
         return 0
-    print(f"token cache {printable(str(root))}: {counted(len(entries), 'entry', 'entries')}, {human_bytes(total)}")
-    for e in entries:
+    print(f"token cache {printable(str(listing.root))}: {counted(len(listing.entries), 'entry', 'entries')}, "
+          f"{human_bytes(listing.bytes)}")
+    for e in listing.entries:
         print(_entry_line(e))
-    for p in partials:
+    for p in listing.partials:
         print(_partial_line(p))
     return 0
 
@@ -63,23 +54,15 @@ def _partial_line(p: Any) -> str:
 
 
 def run_cache_clear(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.training.token_cache import (  # deferred: imports torch
-        TokenCache,
-        resolve_cache_dir,
-    )
-
-    root = resolve_cache_dir(args.cache_dir)
-    plan = TokenCache(root).clear()  # refused, removing nothing, when the folder holds other things
+    clearing = clear_token_cache(args.cache_dir)  # refused, removing nothing, when the folder holds other things
     if args.json:
-        emit_json({"cache_dir": str(root), "removed": len(plan.entries), "bytes_freed": plan.freed,
-                   "removed_entries": [e.to_json() for e in plan.entries],
-                   "removed_partials": [str(p.path) for p in plan.partials],
-                   "removed_index_files": len(plan.index_files)})
+        emit_json(clearing.to_json())
         return 0
+    plan = clearing.plan
     for e in plan.entries:
         print(f"  removed {e.key}  {human_bytes(e.bytes):>9}  {printable(e.source)}")
     for p in plan.partials:
         print(f"  removed {p.path.name} (an interrupted write)")
-    print(f"token cache {printable(str(root))}: removed {counted(len(plan.entries), 'entry', 'entries')}, "
+    print(f"token cache {printable(str(clearing.root))}: removed {counted(len(plan.entries), 'entry', 'entries')}, "
           f"freed {human_bytes(plan.freed)}")
     return 0

@@ -22,6 +22,7 @@ from minigpt_tui.commands.generate import (
 )
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.session.generation_runs import contrast_pair
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,10 +48,6 @@ def _rule_given(args: argparse.Namespace) -> bool:
 
 
 def run_contrast(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.analysis.contrast import (  # deferred: imports torch
-        contrast_models,
-    )
-
     if len(args.model) != 2:
         raise GenerationError(f"contrast takes exactly two --model options (A and B), got {len(args.model)}")
     if args.continuation is not None and _rule_given(args):
@@ -60,7 +57,7 @@ def run_contrast(args: argparse.Namespace) -> int:
     continuation = None if args.continuation is None else _prompt(args.continuation)
     _check_output(args.out, args.force)
     first, second = (load_model(spec, args) for spec in args.model)
-    result = contrast_models(first, second, prompt, rule=rule, continuation=continuation)
+    result = contrast_pair(first, second, prompt, rule=rule, continuation=continuation)
     data = result.to_json()
     if args.out:
         _write_json(args.out, data, args.force)

@@ -8,7 +8,6 @@ same one-line error and exit status 1.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,13 @@ from minigpt_tui.commands.insight import (
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.core.files import check_user_output, write_file
 from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.session.generation_runs import (
+    ProbeRun,
+    TraceRequest,
+    generate_trace,
+    generation_rules,
+    infer_record,
+)
 from minigpt_tui.engine.session.opening import open_model
 
 MODEL_HELP = ("a model file, a checkpoint folder, RUN:best / RUN:latest from the runs directory, "
@@ -109,10 +115,6 @@ def _add_rule_arguments(parser: argparse.ArgumentParser, *, several_temperatures
 # -- reading arguments -------------------------------------------------------------------
 def rules_from_args(args: argparse.Namespace) -> list[Any]:
     """The rules asked for: greedy by default; one sampling rule per temperature."""
-    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
-        GenerationRule,
-    )
-
     budget = generation_number(args.max_new_tokens, "--max-new-tokens", int)
     top_k = generation_number(args.top_k, "--top-k", int)
     top_p = generation_number(args.top_p, "--top-p", float)
@@ -120,12 +122,8 @@ def rules_from_args(args: argparse.Namespace) -> list[Any]:
     forbidden = tuple(generation_number(value, "--forbid", int) for value in args.forbid)
     temperatures = _temperatures_from_args(args)
     _check_rule_choice(args, temperatures, top_k, top_p)
-    rules = []
-    if args.greedy or not temperatures:
-        rules.append(GenerationRule("greedy", max_new_tokens=budget, seed=seed, forbidden_ids=forbidden))
-    for temperature in temperatures:
-        rules.append(GenerationRule("sample", temperature, top_k, top_p, seed, budget, forbidden))
-    return rules
+    return generation_rules(greedy=args.greedy, temperatures=temperatures, top_k=top_k, top_p=top_p, seed=seed,
+                            budget=budget, forbidden=forbidden)
 
 
 def _temperatures_from_args(args: argparse.Namespace) -> list[float]:
@@ -174,34 +172,21 @@ def _prompt(text: str) -> str:
 
 # -- generate ----------------------------------------------------------------------------
 def run_generate(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
-        DecisionStepper,
-        default_kv_cache,
-    )
-
     (rule,) = rules_from_args(args)
     top = generation_number(args.top, "--top", int)
     if top < 1:
         raise GenerationError(f"--top must be at least 1, got {top}")
-    request = insight_request_from_args(args)
+    request = TraceRequest(_prompt(args.prompt), rule, top, args.kv_cache, args.attention, args.stop_at_context,
+                           args.full_logits, insight_request_from_args(args))
     _check_output(args.trace_out, args.force)
-    portable = load_model(args.model, args)
-    request.check(portable.model)
-    cached = default_kv_cache(portable.model) if args.kv_cache is None else args.kv_cache
-    stepper = DecisionStepper.from_portable(portable, _prompt(args.prompt), rule, use_kv_cache=cached,
-                                            attention=args.attention, top_n=top, stop_at_context=args.stop_at_context)
-    stepper.run()
-    trace = stepper.trace(full_logits=args.full_logits)
-    insights = request.inspect(stepper, top)
-    for decision_json, insight in zip(trace["decisions"], insights):
-        decision_json.update(insight.to_json())
+    generated = generate_trace(load_model(args.model, args), request)
     if args.trace_out:
-        _write_json(args.trace_out, trace, args.force)
+        _write_json(args.trace_out, generated.trace, args.force)
     if args.json:
-        emit_json(trace)
+        emit_json(generated.trace)
     else:
-        print_decisions(stepper)
-        print_insights(stepper.decisions, insights, request)
+        print_decisions(generated.stepper)
+        print_insights(generated.stepper.decisions, generated.insights, request.insight)
     return 0
 
 
@@ -216,6 +201,16 @@ def print_decisions(stepper: Any) -> None:
     console.print(Text(escape_controls(f"model {trace_model}")))
     prompt_pieces = " ".join(_shown(stepper.tokenizer.piece_text(i)) for i in stepper.prompt_ids)
     console.print(Text(f"prompt ids {list(stepper.prompt_ids)}: {prompt_pieces}"))
+    console.print(_decisions_table(stepper))
+    out = stepper.output()
+    window = stepper.window_note()
+    console.print(Text(f"stop: {stepper.stop_reason}" + (f" · {window}" if window else "")))
+    label = "output" if out["valid_utf8"] else "output (display only: invalid UTF-8 shown as U+FFFD)"
+    console.print(Text(f"{label}: {_shown(out['display'])}"))
+    console.print(Text(f"generated ids {out['generated_ids']}"))
+
+
+def _decisions_table(stepper: Any) -> Table:
     table = Table(title=f"decisions · {stepper.rule.label} · budget {stepper.rule.max_new_tokens}")
     for name in ("step", "id", "piece", "logit", "raw p", "selection p", "rank"):
         table.add_column(name, justify="right" if name not in ("piece",) else "left")
@@ -228,28 +223,15 @@ def print_decisions(stepper: Any) -> None:
         table.add_row(str(d.step) + (" forced" if d.forced else ""), str(chosen.id), Text(_shown(chosen.piece.text)),
                       f"{chosen.logit:.6f}", f"{chosen.raw_probability:.6f}",
                       f"{chosen.selection_probability:.6f}", str(chosen.rank), Text(others))
-    console.print(table)
-    out = stepper.output()
-    window = stepper.window_note()
-    console.print(Text(f"stop: {stepper.stop_reason}" + (f" · {window}" if window else "")))
-    label = "output" if out["valid_utf8"] else "output (display only: invalid UTF-8 shown as U+FFFD)"
-    console.print(Text(f"{label}: {_shown(out['display'])}"))
-    console.print(Text(f"generated ids {out['generated_ids']}"))
+    return table
 
 
 # -- probes ------------------------------------------------------------------------------
 def run_probes_command(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
-        load_probes,
-        run_probes,
-    )
-
     rules = rules_from_args(args)
     _check_output(args.out, args.force)
-    if args.prompts:
-        load_probes(args.prompts)  # a bad file is refused before any model is loaded
-    models = [(spec, load_model(spec, args)) for spec in args.model]
-    result = run_probes(models, rules, args.prompts)
+    probe_run = ProbeRun(tuple(rules), args.prompts)  # a bad file is refused before any model is loaded
+    result = probe_run.run([(spec, load_model(spec, args)) for spec in args.model])
     if args.out:
         _write_json(args.out, result, args.force)
     if args.json:
@@ -299,40 +281,9 @@ def _probe_cell(cell: dict[str, Any]) -> Text:
 
 # -- infer -------------------------------------------------------------------------------
 def run_infer(args: argparse.Namespace) -> int:
-    from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
-        DecisionStepper,
-        GenerationRule,
-    )
-    from minigpt_tui.engine.core.tensors import tensor_bytes  # deferred: imports torch
-    from minigpt_tui.engine.models.model import (  # deferred: imports torch
-        count_parameters,
-    )
-
-    rule = GenerationRule("greedy", max_new_tokens=generation_number(args.tokens, "--tokens", int))
-    portable = load_model(args.model, args)
-    stepper = DecisionStepper.from_portable(portable, _prompt(args.prompt), rule, top_n=1)
-    stepper.run()
-    out = stepper.output()
-    tensors, scalars = count_parameters(portable.model)
-    first_logits = stepper.decisions[0].logits
-    model = portable.model
-    result = {
-        "model_path": str(portable.path),
-        "model_id": portable.identity,
-        "device": "cpu",
-        "precision": str(model.dtype).removeprefix("torch."),
-        "prompt": args.prompt,
-        "prompt_ids": out["prompt_ids"],
-        "generated_ids": out["generated_ids"],
-        "generated_bytes": out["generated_bytes"],
-        "valid_utf8": out["valid_utf8"],
-        "text": out["text"],
-        "stop_reason": stepper.stop_reason,
-        "first_logits_sha256": hashlib.sha256(tensor_bytes(first_logits)).hexdigest(),
-        "named_parameter_tensors": tensors,
-        "parameter_scalars": scalars,
-        "tied_alias": model.head_weight is model.token_embedding.weight,
-    }
+    budget = generation_number(args.tokens, "--tokens", int)
+    inferred = infer_record(load_model(args.model, args), _prompt(args.prompt), budget)
+    result = inferred.record
     if args.json:
         emit_json(result)
     else:
@@ -341,6 +292,6 @@ def run_infer(args: argparse.Namespace) -> int:
         for key in ("model_path", "model_id", "prompt_ids", "generated_ids", "generated_bytes", "stop_reason"):
             console.print(Text(escape_controls(f"{key}: {result[key]}")))
         console.print(Text(f"tied_alias: {'yes' if result['tied_alias'] else 'no'}"))
-        shown = out["display"] if out["valid_utf8"] else f"{out['display']} (display only: invalid UTF-8)"
+        shown = inferred.display if result["valid_utf8"] else f"{inferred.display} (display only: invalid UTF-8)"
         console.print(Text(f"text: {_shown(shown)}"))
     return 0

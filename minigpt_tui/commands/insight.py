@@ -1,7 +1,7 @@
 """``generate --lens / --contributions / --candidate / --layer --head``: what a decision looked like inside.
 
-The views come from the engine's lens module; this module reads the options, refuses bad
-ones with one line, and prints the views as text when ``--json`` is not given.
+The views come from the session's :class:`InsightRequest`; this module reads the options,
+refuses bad ones with one line, and prints the views as text when ``--json`` is not given.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Group
@@ -17,11 +16,10 @@ from rich.table import Table
 from rich.text import Text
 
 from minigpt_tui.commands.common import generation_number, output_console
-from minigpt_tui.engine.analysis.site_names import LENS_LEGEND
 from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.session.generation_runs import DEFAULT_PARTS, NO_INSIGHT, InsightRequest
 from minigpt_tui.engine.session.insight import largest_parts
-
-DEFAULT_PARTS = 12
+from minigpt_tui.engine.session.view_names import LENS_LEGEND
 
 
 def add_insight_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,48 +42,6 @@ def add_insight_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layer", metavar="L",
                         help="with --head: the whole attention pattern of block L (0-based), query x key")
     parser.add_argument("--head", metavar="H", help="with --layer: which head of that block (0-based)")
-
-
-@dataclass(frozen=True)
-class InsightRequest:
-    """Which views of each decision to add: lens, contributions (chosen, candidates), a pattern;
-    how many parts the contributions list (None: all) and in which order."""
-
-    lens: bool
-    contributions: bool
-    candidates: tuple[int, ...]
-    pattern: tuple[int, int] | None
-    parts: int | None = DEFAULT_PARTS
-    model_order: bool = False
-
-    @property
-    def wanted(self) -> bool:
-        return self.lens or self.contributions or bool(self.candidates) or self.pattern is not None
-
-    def check(self, model: Any) -> None:
-        """Refuse an unknown block, head or candidate before any decision is made."""
-        from minigpt_tui.engine.analysis.lens import (  # deferred: imports torch
-            check_head,
-            check_token_id,
-        )
-
-        if self.pattern is not None:
-            check_head(model, *self.pattern)
-        for token_id in self.candidates:
-            check_token_id(model, token_id)
-
-    def inspect(self, stepper: Any, top: int) -> list[Any]:
-        """One insight per decision the stepper made (none when no view was asked for)."""
-        from minigpt_tui.engine.analysis.lens import (  # deferred: imports torch
-            inspect_decision,
-        )
-
-        if not self.wanted:
-            return []
-        return [inspect_decision(stepper.model, stepper.tokenizer, d.prefix_ids, d.chosen.id, lens=self.lens,
-                                 lens_top=top, contributions=self.contributions, candidate_ids=self.candidates,
-                                 pattern=self.pattern)
-                for d in stepper.decisions]
 
 
 def insight_request_from_args(args: argparse.Namespace) -> InsightRequest:
@@ -115,7 +71,7 @@ def _shown(piece: str) -> str:
 def print_insights(decisions: Sequence[Any], insights: Sequence[Any], request: InsightRequest | None = None) -> None:
     """Per decision: the lens as a table by stream, contributions as signed parts (the largest
     first unless the request asks for the model's order), the pattern as a grid."""
-    request = request or InsightRequest(False, False, (), None)
+    request = request or NO_INSIGHT
     console = output_console()
     for decision, insight in zip(decisions, insights):
         chosen = f"step {decision.step} · chosen {decision.chosen.id} {_shown(decision.chosen.piece.text)}"
@@ -143,14 +99,7 @@ def _contributions_table(step: int, parts: Any, count: int | None = None, model_
     all), listed largest first or in the order they enter the residual stream; a last row
     sums the parts left out, so the rows still add up to the logit."""
     every = parts.parts()
-    largest = largest_parts(every)
-    shown = largest if count is None else largest[:count]
-    kept = {id(part) for part in shown}
-    if model_order:
-        shown = [part for part in every if id(part) in kept]
-    caption = f"logit {parts.logit:.9f} · sum of parts {parts.total:.9f}"
-    if parts.dtype != "float64" and parts.agrees:  # a float32 model's logit is rounded to float32
-        caption += f", equal to {parts.dtype} rounding"
+    shown, left = _chosen_parts(every, count, model_order)
     order = "in model order" if model_order else "largest |contribution| first"
     which = f"all {len(every)} parts" if len(shown) == len(every) else \
         f"the {len(shown)} largest of {len(every)} parts (--parts all: every one)"
@@ -160,11 +109,28 @@ def _contributions_table(step: int, parts: Any, count: int | None = None, model_
     table.add_column("logit", justify="right")
     for part in shown:
         table.add_row(part.name, f"{part.value:+.6f}")
-    left = [part for part in every if id(part) not in kept]
     if left:
         rest = sum(part.value for part in left)
         table.add_row(Text(f"the other {len(left)} parts", style="dim"), Text(f"{rest:+.6f}", style="dim"))
-    return Group(title, table, Text(caption))
+    return Group(title, table, Text(_contributions_caption(parts)))
+
+
+def _chosen_parts(every: list[Any], count: int | None, model_order: bool) -> tuple[list[Any], list[Any]]:
+    """The ``count`` largest parts by |contribution| (None: all), largest first or in model
+    order, and the parts left out (in model order)."""
+    largest = largest_parts(every)
+    shown = largest if count is None else largest[:count]
+    kept = {id(part) for part in shown}
+    if model_order:
+        shown = [part for part in every if id(part) in kept]
+    return shown, [part for part in every if id(part) not in kept]
+
+
+def _contributions_caption(parts: Any) -> str:
+    caption = f"logit {parts.logit:.9f} · sum of parts {parts.total:.9f}"
+    if parts.dtype != "float64" and parts.agrees:  # a float32 model's logit is rounded to float32
+        caption += f", equal to {parts.dtype} rounding"
+    return caption
 
 
 def _pattern_table(pattern: Any, chosen: str) -> Table:

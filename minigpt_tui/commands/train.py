@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -41,26 +40,22 @@ from minigpt_tui.commands.task_progress import (
     Throttle,
     evaluation_line,
 )
-from minigpt_tui.engine.core.devices import choose_device
 from minigpt_tui.engine.core.errors import CheckpointError, ConfigError, WriteRefused
 from minigpt_tui.engine.core.memory import require_memory_for_training
 from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.events import (
     EvaluationDone,
     FinishReason,
-    HeadsScored,
     KEPT_FILES,
     Paused,
     Preparing,
-    ProbesScored,
     Refused,
     Resumed,
     RunStarted,
-    SamplesTaken,
-    Saved,
     UpdateDone,
 )
 from minigpt_tui.engine.session.plans import NewRun
+from minigpt_tui.engine.session.run_report import RunLog, mixed_precision_note, run_report
 from minigpt_tui.engine.session.tensorboard import check_log_folder
 from minigpt_tui.engine.session.training import TrainingSession
 
@@ -142,54 +137,29 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _note_mixed_precision(config: Any) -> None:
-    from minigpt_tui.engine.training.trainer import (  # deferred: imports torch
-        mixed_precision_note,
-    )
-
-    note = mixed_precision_note(config.train.precision, choose_device(config.train.device).kind)
+    note = mixed_precision_note(config)
     if note is not None:
         print(f"note: {note}", file=sys.stderr)
 
 
 class RunRecorder:
-    """The command line's sink: keeps what the JSON result lists and moves the progress bar.
-    A refused save ends the command with its one-line reason, as any engine error does."""
+    """The command line's sink: keeps what the JSON result lists (its :class:`RunLog`) and
+    moves the progress bar. A refused save ends the command with its one-line reason, as any
+    engine error does."""
 
     def __init__(self, advance: Any) -> None:
         self.advance = advance
-        self.updates: list[dict[str, Any]] = []
-        self.evaluations: list[dict[str, Any]] = []
-        self.saved: list[str] = []
-        self.probes: list[dict[str, Any]] = []
-        self.samples: list[dict[str, Any]] = []
-        self.heads: list[dict[str, Any]] = []
+        self.log = RunLog()
 
     def __call__(self, event: Any) -> None:
+        self.log(event)
         for kind, handler in self._HANDLERS:
             if isinstance(event, kind):
                 handler(self, event)
                 return
 
     def _update(self, event: Any) -> None:
-        self.updates.append(event.record.exact_fields())
         self.advance(event.record.step, event.record.loss)
-
-    def _evaluation(self, event: Any) -> None:
-        self.evaluations.append(asdict(event.record))
-
-    def _probes(self, event: Any) -> None:
-        self.probes.append({"step": event.step, "source": event.source, "matched": event.matched,
-                            "probes": [score.to_json() for score in event.scores]})
-
-    def _samples(self, event: Any) -> None:
-        self.samples.append(event.to_json())
-
-    def _heads(self, event: Any) -> None:
-        record = event.to_json()
-        self.heads.append({"step": record["step"], "top": record["top"]})
-
-    def _saved(self, event: Any) -> None:
-        self.saved.append(str(event.path))
 
     def _refused(self, event: Any) -> None:
         if event.action == "save":
@@ -206,11 +176,6 @@ class RunRecorder:
 
     _HANDLERS: tuple[tuple[type, Any], ...] = (
         (UpdateDone, _update),
-        (EvaluationDone, _evaluation),
-        (ProbesScored, _probes),
-        (SamplesTaken, _samples),
-        (HeadsScored, _heads),
-        (Saved, _saved),
         (Refused, _refused),
         (Paused, _paused),
         (Resumed, _resumed),
@@ -236,65 +201,13 @@ def drive(plan: Any, *, show_progress: bool, tensorboard: Path | None = None) ->
         session = TrainingSession(plan, sink, stop_requested=lambda: bool(stop), tensorboard=tensorboard)
         finished = session.run()
     if session.write_failure is not None:  # the run stopped at that boundary and saved what it could
-        where = f"; saved as {recorder.saved[-1]}" if recorder.saved else ""
+        saved = recorder.log.saved
+        where = f"; saved as {saved[-1]}" if saved else ""
         raise WriteRefused(f"{session.write_failure}: the run stopped after update {finished.step}{where}")
     prepared = session.prepared
     assert prepared is not None
-    if prepared.run is None:  # a rank other than 0: it writes and reports nothing
-        return {}
     stopped_by = stop.signal_name if finished.reason == FinishReason.STOPPED else None
-    return {**_result(prepared, recorder, stopped_by), **_starts(prepared)}
-
-
-def _result(prepared: Any, recorder: RunRecorder, stopped_by: str | None) -> dict[str, Any]:
-    """What a finished run reports: its summary, what it recorded and the trainer's state."""
-    trainer = prepared.trainer
-    summary = prepared.summary
-    assert summary is not None  # every rank that writes has one
-    return {
-        "preset": summary.preset,
-        "parameter_tensors": summary.parameter_tensors,
-        "parameter_scalars": summary.parameter_scalars,
-        "steps": summary.steps,
-        "step": trainer.step,
-        "stopped_by": stopped_by,
-        "updates": recorder.updates,
-        "evaluations": recorder.evaluations,
-        "probes": recorder.probes,
-        "samples": recorder.samples,
-        "heads": recorder.heads,
-        "best_step": trainer.best_step,
-        "state_digest": trainer.state_digest(),
-        "weights_digest": trainer.weights_digest(),
-        "optimizer_digest": trainer.optimizer_digest(),
-        "progress": trainer.progress(),
-        "corpus_identity": summary.corpus_identity,
-        "corpus_source": summary.corpus_source,
-        "data": trainer.data_summary(),
-        "evaluation_rule": summary.evaluation_rule,
-        "tokenizer_identity": summary.tokenizer_identity,
-        "checkpoints": [path for path in recorder.saved if Path(path).exists()],  # retention deleted the rest
-        "run_dir": str(summary.run_dir),
-        "device": trainer.placement.kind,
-        "world_size": trainer.parallel.world_size,
-        "global_batch": trainer.config.train.batch_size * trainer.config.train.microbatches
-        * trainer.parallel.world_size,
-    }
-
-
-def _starts(prepared: Any) -> dict[str, Any]:
-    """Where the run started from, when it did not start fresh: a warm start, a resume."""
-    result: dict[str, Any] = {}
-    if prepared.warm_start is not None:
-        result["warm_start"] = prepared.warm_start.to_json()
-    if prepared.resumed_from is not None:
-        from minigpt_tui.engine.training.checkpoints import (  # deferred: imports torch
-            continuation_record,
-        )
-
-        result["resumed_from"] = str(prepared.resumed_from)
-        result["continuation"] = continuation_record(prepared.trainer)
-    return result
+    return run_report(prepared, recorder.log, stopped_by)
 
 
 def _announcing(recorder: RunRecorder, progress: "_progress", until: int | None, stop: Any) -> Any:

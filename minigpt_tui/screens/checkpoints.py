@@ -22,12 +22,12 @@ from textual.containers import Horizontal
 from textual.widgets import Header, Input, Tree
 
 from minigpt_tui.engine.core.errors import MiniGPTError
-from minigpt_tui.engine.formats.inspect import inspect_path
+from minigpt_tui.engine.session.checkpoint_views import inspect_for_view
 from minigpt_tui.engine.session.file_uses import file_uses
 from minigpt_tui.engine.session.resume_preview import ResumePreview
 from minigpt_tui.engine.session.run_store import RunStore, VanishedCheckpoint, vanished_checkpoint
 from minigpt_tui.engine.session.saved_tokenizer import model_file_of
-from minigpt_tui.engine.session.worker_failures import failure_line, passes_on
+from minigpt_tui.engine.session.worker_failures import WorkFailed
 from minigpt_tui.messages import Inspected, InspectionFailed, OpenInGeneration, ResumeOnTraining, RunsScanned
 from minigpt_tui.screens.help_texts import CHECKPOINTS_HELP
 from minigpt_tui.screens.path_prompt import PathPromptScreen
@@ -210,18 +210,9 @@ class CheckpointsScreen(RunActionsScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-inspect")
     def _inspect(self, serial: int, path: Path, loud: bool) -> None:
-        try:
-            inspection = inspect_path(path)
-        except MiniGPTError as err:
-            self.post_message(InspectionFailed(serial, path, str(err), loud))
-            return
-        except OSError as err:
-            self.post_message(InspectionFailed(serial, path, f"cannot read {path}: {err.strerror or err}", loud))
-            return
-        except BaseException as err:  # noqa: BLE001 - an unexpected failure is still one line, always shown
-            if passes_on(err):
-                raise
-            self.post_message(InspectionFailed(serial, path, failure_line(err, str(path)), True))
+        inspection = inspect_for_view(path)
+        if isinstance(inspection, WorkFailed):  # an unexpected failure is always shown
+            self.post_message(InspectionFailed(serial, path, inspection.line, loud or not inspection.expected))
             return
         self.post_message(Inspected(serial, inspection))
 

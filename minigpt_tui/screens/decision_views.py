@@ -98,7 +98,16 @@ class DecisionViews(Screen):
 
     def action_pattern(self, layers: int, heads: int) -> None:
         if self.query_one(InsightPanel).move_pattern(layers, heads):
+            self._show_picture()
             self._show_head()
+
+    def _show_picture(self) -> None:
+        """The attention view's picture: the chosen head's whole pattern of the selected
+        decision, read from the decisions' records (no forward pass)."""
+        decision = self.query_one(DecisionList).selected
+        panel = self.query_one(InsightPanel)
+        pattern = None if decision is None else panel.recorded(decision.step)
+        self.query_one(AttentionView).show_picture((panel.pattern_layer, panel.pattern_head), pattern)
 
     def _show_head(self) -> None:
         """The chosen head's pattern of the selected decision: read from the decisions' records
@@ -125,6 +134,8 @@ class DecisionViews(Screen):
                 self.notify(str(err), title="head", severity="error")
                 return
             moved = panel.go_to(layer, head)
+            if moved:
+                self._show_picture()
             if self.insight_kind != "pattern":
                 self.action_insight("pattern")
             elif moved:

@@ -43,6 +43,7 @@ from minigpt_tui.widgets.generation_output import GenerationOutput
 from minigpt_tui.widgets.head_role_grid import HeadRoleGrid
 from minigpt_tui.widgets.insight_panel import InsightPanel
 from minigpt_tui.widgets.key_bar import KeyBar
+from minigpt_tui.widgets.opening_progress import OpeningProgress
 from minigpt_tui.widgets.pieces import piece_tests, visible_piece
 from minigpt_tui.widgets.prefix_view import PrefixView
 
@@ -123,6 +124,7 @@ class GenerationScreen(DecisionViews):
     def compose(self) -> ComposeResult:
         yield Header()
         yield GenerationForm(id="gen-form")
+        yield OpeningProgress(id="opening")
         yield PrefixView(id="prefix")
         with Horizontal(id="gen-body"):
             yield DecisionList(id="decisions")
@@ -137,6 +139,7 @@ class GenerationScreen(DecisionViews):
     def on_mount(self) -> None:
         self.sub_title = "Generation"
         self.session = GenerationSession(self.mini_app.settings.runs_dir)
+        self.queue.reading = self.query_one(OpeningProgress).report  # the weights a load reads
         self._form_ready = True
         for field in self.query(Input):
             field.cursor_blink = False
@@ -384,4 +387,5 @@ class GenerationScreen(DecisionViews):
         self.query_one(CandidateTable).show_decision(decision)
         prefix = (self.view.prompt + self.view.generated) if self.view else ()
         self.query_one(AttentionView).show_decision(decision, prefix)
+        self._show_picture()  # the chosen head's picture, above the rows
         self.query_one(DecisionInfo).show_decision(decision, loaded=self.view is not None)

@@ -19,9 +19,9 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, ProgressBar, Static
 
-from minigpt_tui.engine.analysis.site_names import patch_site_name
 from minigpt_tui.engine.session import operations
 from minigpt_tui.engine.session.patching import GRID_SITES, PatchingView, PatchRequest
+from minigpt_tui.engine.session.view_names import patch_site_name
 from minigpt_tui.messages import (
     PatchHeadsReady,
     PatchProgress,

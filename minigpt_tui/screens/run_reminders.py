@@ -7,7 +7,7 @@ there is time to pause it). A base of :class:`TrainingScreen`; the runs are list
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from textual import events, on, work
 from textual.screen import Screen
@@ -17,6 +17,9 @@ from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.display import counted
 from minigpt_tui.engine.session.run_store import RunListing, RunStore
 from minigpt_tui.engine.session.worker_failures import attempt
+
+if TYPE_CHECKING:
+    from minigpt_tui.app import MiniGPTApp
 
 LONGER_RUN_HINT = "n configures a longer run (more updates); space pauses a run while it trains"
 
@@ -41,7 +44,7 @@ class RunReminders(Screen):
 
     @on(events.Mount)
     def _look_for_unfinished_runs(self) -> None:
-        settings = self.app.settings  # type: ignore[attr-defined]
+        settings = cast("MiniGPTApp", self.app).settings
         if settings.attach is None:  # following another process's run: that run is the news
             self._list_unfinished(settings.runs_dir)
 

@@ -38,12 +38,7 @@ from minigpt_tui.screens.run_monitor import (
 )
 from minigpt_tui.screens.run_reminders import RunReminders
 from minigpt_tui.screens.side_panels import SidePanels
-from minigpt_tui.screens.training_plot import (
-    PLOT_BINDINGS,
-    PLOT_KEYS_HINT,
-    PLOT_PALETTE_COMMANDS,
-    PlotControls,
-)
+from minigpt_tui.screens.training_plot import PLOT_BINDINGS, PLOT_PALETTE_COMMANDS, PlotControls
 from minigpt_tui.widgets.key_bar import KeyBar
 from minigpt_tui.widgets.throttle import Throttle
 
@@ -57,8 +52,7 @@ IDLE_RUN_KEYS = {"s": "save", "e": "evaluate", "x": "stop"}  # dimmed while no r
 class TrainingScreen(SidePanels, PlotControls, RunReminders, RunFilesScreen):
     HELP = TRAINING_HELP
     HELP_TITLE = "Training"
-    WIDE_FROM = 120
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (WIDE_FROM, "-wide")]
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (PlotControls.WIDE_FROM, "-wide")]
     # How often a running run's events reach the screen. Every refresh takes the GIL from
     # training for a moment; measured in tmux on mini (benchmarks/bench_app.py), 10 / 4 / 1
     # cost about 15% of the training speed, 5 / 2 / 0.5 about 5%. A pause or the end of
@@ -226,24 +220,6 @@ class TrainingScreen(SidePanels, PlotControls, RunReminders, RunFilesScreen):
             self.notify("no run directory yet: start a run first", title="export", severity="warning", markup=False)
             return
         self._export(run_dir)
-
-    def action_toggle_view(self) -> None:
-        if self.size.width >= self.WIDE_FROM:  # both show: say so rather than do nothing
-            self.notify(f"the table and the plot both show from {self.WIDE_FROM} columns; v switches them on a "
-                        "narrower terminal", title="table/plot", timeout=4, markup=False)
-            return
-        self.toggle_class("-show-plot")
-        self._update_view_hint()
-
-    def on_resize(self, event: events.Resize) -> None:
-        self._update_view_hint(event.size.width)
-
-    def _update_view_hint(self, width: int | None = None) -> None:
-        """Below the wide breakpoint the table and the plot take turns (``v``): say so."""
-        narrow = (width if width is not None else self.size.width) < self.WIDE_FROM
-        showing_plot = self.has_class("-show-plot")
-        self.widgets.table.border_subtitle = "v: plot" if narrow and not showing_plot else ""
-        self.widgets.plot.border_subtitle = f"v: table · {PLOT_KEYS_HINT}" if narrow and showing_plot else PLOT_KEYS_HINT
 
     def _require_active(self, action: str) -> bool:
         if self.run is None or not self.run.active:

@@ -1,9 +1,10 @@
-"""Where the last position looks: for one decision, each head's attention weights over the
-prefix as a heat row (one cell per prefix position, taller and bolder for more weight),
-with its largest weight past the first position and where it falls. The sharpest heads come
-first (by that weight: many heads park unused weight on the first position, an attention
-sink, so their weight there says little), or every head in the model's order; ``b`` on the
-Generation screen switches. Heads are named as everywhere else ("block 3 head 1")."""
+"""Where the last position looks: above, the chosen head's whole pattern as a picture (see
+``attention_picture``; ``[ ] { } j`` choose the head); below, for one decision, each head's
+attention weights over the prefix as a heat row (one cell per prefix position, taller and
+bolder for more weight), with its largest weight past the first position and where it
+falls. The sharpest heads come first (by that weight: many heads park unused weight on the
+first position, an attention sink, so their weight there says little), or every head in the
+model's order; ``b`` on the Generation screen switches. Heads are named as everywhere else ("block 3 head 1")."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from minigpt_tui.engine.session.generation import DecisionView, PieceView
-from minigpt_tui.engine.session.insight import HEADS_ORDER, heads_by_focus
+from minigpt_tui.engine.session.insight import HEADS_ORDER, PatternView, heads_by_focus
+from minigpt_tui.widgets.attention_picture import picture_lines
+from minigpt_tui.widgets.painted_lines import Line, lines_text, message_line
 from minigpt_tui.widgets.pieces import SPECIAL_PIECES, visible_piece
 
 LEVELS = "▁▂▃▄▅▆▇█"
@@ -101,14 +104,36 @@ class AttentionView(ScrollView):
         self.largest_first = True
         self.border_title = order_title(self.largest_first)
         self.rows: list[list[Run]] = []
+        self.picture: list[Line] = []  # the chosen head's picture, above the rows
+        self._row_lines: list[list[Segment]] = []
         self._lines: list[list[Segment]] = []
         self._shown: tuple[DecisionView | None, tuple[PieceView, ...]] = (None, ())
         self.show_decision(None, ())
 
     @property
     def plain(self) -> str:
-        """What the view shows, as text."""
+        """The heads' rows (the axis, a row per head, the legend), as text."""
         return "\n".join("".join(text for text, _ in row) for row in self.rows)
+
+    @property
+    def picture_plain(self) -> str:
+        """The chosen head's picture, as text (empty when none is shown)."""
+        return lines_text(self.picture).plain
+
+    def show_picture(self, head: tuple[int, int], pattern: PatternView | None) -> None:
+        """Draw block and head ``head``'s whole pattern of the decision shown as a picture
+        above the rows (None: the records do not hold it). Only the picture is drawn again; the
+        view is laid out again only when its size changed."""
+        decision = self._shown[0]
+        if decision is None or decision.attention is None:
+            self.picture = []
+        elif pattern is None:
+            note = (f"block {head[0]} head {head[1]}: the decisions' records do not hold its whole pattern "
+                    "(a slid window, or a long prompt); h computes it in the head view")
+            self.picture = [message_line(note), []]
+        else:
+            self.picture = [*picture_lines(pattern.layer, pattern.head, pattern.pieces, pattern.weights), []]
+        self._paint()
 
     def allow_focus(self) -> bool:
         """Only a view with more to see than fits takes the keyboard (to scroll it): an empty
@@ -116,11 +141,19 @@ class AttentionView(ScrollView):
         return self.max_scroll_y > 0 or self.max_scroll_x > 0
 
     def show_decision(self, decision: DecisionView | None, prefix: tuple[PieceView, ...]) -> None:
+        if decision is None or decision is not self._shown[0]:
+            self.picture = []  # another decision: its picture comes with show_picture
         self._shown = (decision, prefix)
         self.rows = attention_rows(decision, prefix, largest_first=self.largest_first)
-        self._lines = [row_segments(row) for row in self.rows]
+        self._row_lines = [row_segments(row) for row in self.rows]
+        self._paint()
+
+    def _paint(self) -> None:
+        self._lines = [[Segment(" " * PAD), *line] for line in self.picture] + self._row_lines
         width = max(sum(segment.cell_length for segment in line) for line in self._lines) + PAD
-        self.virtual_size = Size(width, len(self._lines))
+        size = Size(width, len(self._lines))
+        if size != self.virtual_size:
+            self.virtual_size = size
         self.refresh()
 
     def set_order(self, largest_first: bool) -> None:

@@ -15,8 +15,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static, TabbedContent, TabPane, Tabs
 
-from minigpt_tui.engine.formats.state_groups import InspectionState
 from minigpt_tui.engine.core.printable import escape_controls
+from minigpt_tui.engine.session.checkpoint_views import InspectionState
 from minigpt_tui.engine.session.saved_tokenizer import tokenizer_source_of
 from minigpt_tui.widgets.alias_panel import aliases_renderable
 from minigpt_tui.widgets.checkpoint_summary import summary_text

@@ -14,10 +14,9 @@ from textual import on, work
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from minigpt_tui.engine.core.errors import MiniGPTError
 from minigpt_tui.engine.core.printable import escape_controls
-from minigpt_tui.engine.formats.compare import compare_checkpoints
-from minigpt_tui.engine.session.worker_failures import failure_line, passes_on
+from minigpt_tui.engine.session.checkpoint_views import compare_for_view
+from minigpt_tui.engine.session.worker_failures import WorkFailed
 from minigpt_tui.messages import ComparisonReady
 from minigpt_tui.widgets.pieces import plain_cell
 from minigpt_tui.widgets.state_view import short_value
@@ -121,15 +120,9 @@ class ComparisonView(VerticalScroll):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-compare")
     def _compare(self, serial: int, first: Path, other: Path) -> None:
-        try:
-            result = compare_checkpoints(first, other)
-        except (MiniGPTError, OSError) as err:
-            self.app.call_from_thread(self._failed, serial, str(err))
-            return
-        except BaseException as err:  # noqa: BLE001 - any failure is one line, and the panel says so
-            if passes_on(err):
-                raise
-            self.app.call_from_thread(self._failed, serial, failure_line(err))
+        result = compare_for_view(first, other)
+        if isinstance(result, WorkFailed):
+            self.app.call_from_thread(self._failed, serial, result.line)
             return
         self.post_message(ComparisonReady(serial, other, result))
 

@@ -11,8 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label, Select
 
-from minigpt_tui.engine.analysis.generation_rule import DEFAULT_BUDGET, DEFAULT_SEED
-from minigpt_tui.engine.session.generation import GenerationSettings, parse_settings
+from minigpt_tui.engine.session.generation import DEFAULT_BUDGET, DEFAULT_SEED, GenerationSettings, parse_settings
 
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
 

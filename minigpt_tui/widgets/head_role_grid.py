@@ -15,17 +15,18 @@ from typing import Any
 
 from rich.color import Color
 from rich.color_triplet import ColorTriplet
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.widgets import Static
 
-from minigpt_tui.engine.analysis.roles import HEAD_ROLES
-from minigpt_tui.engine.analysis.site_names import head_name
 from minigpt_tui.engine.session.head_role_view import HeadRolesView, ModelKey
+from minigpt_tui.widgets.painted_lines import BOLD, DIM, Line, PaintedLines, lines_text, message_line
+from minigpt_tui.engine.session.view_names import HEAD_ROLES, head_name
 
 ROLE_LABELS = {role: role.replace("_", "-") for role in HEAD_ROLES}  # as `minigpt-tui heads` names them
 TOP_HEADS = 3
 LABEL_CELLS = 4  # "b12 " before the cells
+HIGHLIGHT = Style(bold=True, underline=True)
 # dark blue, teal, yellow: the colour of a score from 0 through 1
 RAMP = (ColorTriplet(28, 36, 82), ColorTriplet(18, 132, 138), ColorTriplet(250, 214, 64))
 
@@ -44,37 +45,41 @@ def score_style(score: float) -> Style:
     return Style(color="black" if scale >= 0.6 else "white", bgcolor=Color.from_triplet(background))
 
 
-def grid_text(view: HeadRolesView, role: str, highlight: tuple[int, int]) -> Text:
-    out = Text(no_wrap=True)
-    out.append(f"head roles · {ROLE_LABELS[role]}", style="bold")
-    out.append("  (o: next role)\n", style="dim")
-    out.append(" " * LABEL_CELLS + "".join(f" h{head:<4}" for head in range(view.heads)).rstrip() + "\n",
-               style="dim")
-    for layer in range(view.layers):
-        out.append(f"b{layer:<{LABEL_CELLS - 1}}", style="dim")
-        for head in range(view.heads):
-            score = view.score(role, layer, head)
-            if (layer, head) == highlight:
-                out.append("[", style="bold")
-                out.append(score_cell(score), style=score_style(score) + Style(bold=True, underline=True))
-                out.append("]", style="bold")
-            else:
-                out.append(" ")
-                out.append(score_cell(score), style=score_style(score))
-                out.append(" ")
-        out.append("\n")
+HEADER_LINES = 2  # the title and the head axis, above a line per block
+
+
+def block_line(view: HeadRolesView, role: str, layer: int, highlight: tuple[int, int]) -> Line:
+    """Block ``layer``'s cells: each head's score on its colour, the highlighted one bracketed."""
+    line: Line = [Segment(f"b{layer:<{LABEL_CELLS - 1}}", DIM)]
+    for head in range(view.heads):
+        score = view.score(role, layer, head)
+        if (layer, head) == highlight:
+            line += [Segment("[", BOLD), Segment(score_cell(score), score_style(score) + HIGHLIGHT), Segment("]", BOLD)]
+        else:
+            line += [Segment(" "), Segment(score_cell(score), score_style(score)), Segment(" ")]
+    return line
+
+
+def grid_lines(view: HeadRolesView, role: str, highlight: tuple[int, int]) -> list[Line]:
+    axis = " " * LABEL_CELLS + "".join(f" h{head:<4}" for head in range(view.heads)).rstrip()
+    lines: list[Line] = [[Segment(f"head roles · {ROLE_LABELS[role]}", BOLD), Segment("  (o: next role)", DIM)],
+                         message_line(axis)]
+    lines += [block_line(view, role, layer, highlight) for layer in range(view.layers)]
     top = " · ".join(f"{head_name(r.layer, r.head)} {score_cell(getattr(r, role))}" for r in view.top(role, TOP_HEADS))
-    out.append(f"top: {top}\nrows: bN = block N · columns: hH = head H", style="dim")
-    return out
+    return [*lines, message_line(f"top: {top}"), message_line("rows: bN = block N · columns: hH = head H")]
 
 
-class HeadRoleGrid(Static):
+def grid_text(view: HeadRolesView, role: str, highlight: tuple[int, int]) -> Text:
+    return lines_text(grid_lines(view, role, highlight))
+
+
+class HeadRoleGrid(PaintedLines):
     DEFAULT_CSS = """
     HeadRoleGrid { width: auto; height: auto; padding: 0 1; margin-bottom: 1; }
     """
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(Text("head roles: shown for the loaded model", style="dim"), **kwargs)
+        super().__init__([message_line("head roles: shown for the loaded model")], **kwargs)
         self.view: HeadRolesView | None = None  # the scores shown
         self.role = HEAD_ROLES[0]
         self.highlight = (0, 0)  # the block and head whose pattern is shown
@@ -85,7 +90,7 @@ class HeadRoleGrid(Static):
         if key == self.asked:
             return False
         self.asked = key
-        self.update(Text("head roles: scoring every head on repeated random sequences…", style="dim"))
+        self.show_message("head roles: scoring every head on repeated random sequences…")
         return True
 
     def forget_pending(self) -> None:
@@ -105,8 +110,16 @@ class HeadRoleGrid(Static):
         return self.role
 
     def show_head(self, layer: int, head: int) -> None:
-        self.highlight = (layer, head)
-        self._show()
+        """Bracket another head: only the rows of the old and the new head are drawn again."""
+        before, self.highlight = self.highlight, (layer, head)
+        view = self.view
+        if view is None or view.model_key != self.asked or view.problem is not None:
+            return
+        if len(self.lines) != HEADER_LINES + view.layers + 2:  # not the grid yet
+            self._show()
+            return
+        self.replace_lines({HEADER_LINES + row: block_line(view, self.role, row, self.highlight)
+                            for row in {before[0], layer} if 0 <= row < view.layers})
 
     def scores(self) -> tuple[tuple[float, ...], ...]:
         """The shown role's score of every head, a row per block (empty before the scores come)."""
@@ -121,6 +134,6 @@ class HeadRoleGrid(Static):
         if view is None or view.model_key != self.asked:
             return
         if view.problem is not None:
-            self.update(Text(f"head roles: {view.problem}", style="dim"))
+            self.show_message(f"head roles: {view.problem}")
             return
-        self.update(grid_text(view, self.role, self.highlight))
+        self.show_lines(grid_lines(view, self.role, self.highlight))

@@ -39,6 +39,7 @@ class InsightPanel(ContentSwitcher):
         self.lookup: PatternLookup | None = None
         self.shape = (0, 0)
         self._looked: tuple[int, PatternView] | None = None  # the decision and pattern read from the records
+        self._last_read: tuple[tuple[Any, ...], PatternView | None] | None = None
 
     def follow(self, view: StepperView) -> None:
         self.lookup = view.patterns
@@ -77,7 +78,7 @@ class InsightPanel(ContentSwitcher):
     def look_up(self, step: int) -> bool:
         """Show decision ``step``'s pattern of the chosen head, read from the records; False
         when they do not hold it (then the worker computes it)."""
-        pattern = self._recorded(step)
+        pattern = self.recorded(step)
         if pattern is None:
             return False
         if self.inspected is not None and self.inspected.step == step:
@@ -87,8 +88,15 @@ class InsightPanel(ContentSwitcher):
         self._show_title()
         return True
 
-    def _recorded(self, step: int) -> PatternView | None:
-        return None if self.lookup is None else self.lookup.pattern(step, self.pattern_layer, self.pattern_head)
+    def recorded(self, step: int) -> PatternView | None:
+        """Decision ``step``'s pattern of the chosen head, read from the records (None: they
+        do not hold it); the last one read is kept, so the head view and the attention
+        picture read it once."""
+        key = (step, self.pattern_layer, self.pattern_head, self.lookup)
+        if self._last_read is None or self._last_read[0] != key:
+            found = None if self.lookup is None else self.lookup.pattern(*key[:3])
+            self._last_read = (key, found)
+        return self._last_read[1]
 
     def ask(self, decision: DecisionView, candidate_id: int | None, *, head: bool = True) -> bool:
         """Mark the panel working for ``decision`` (and the candidate, and the block and head
@@ -133,7 +141,7 @@ class InsightPanel(ContentSwitcher):
         """Fill every view from ``view`` and name the decision (and, for the head view, the
         block and head) in the border. The chosen head's pattern is read from the records when
         they hold it (the head may have changed since the view was asked for)."""
-        recorded = self._recorded(view.step)
+        recorded = self.recorded(view.step)
         self._looked = None if recorded is None else (view.step, recorded)
         if recorded is not None:
             view = replace(view, pattern=recorded)

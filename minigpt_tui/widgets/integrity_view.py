@@ -12,9 +12,7 @@ from textual import on, work
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from minigpt_tui.engine.formats.checkpoint_folder import verify_checkpoint
-from minigpt_tui.engine.formats.integrity import FileIntegrity, Integrity, IntegrityScope
-from minigpt_tui.engine.session.worker_failures import failure_line, passes_on
+from minigpt_tui.engine.session.checkpoint_views import FileIntegrity, Integrity, IntegrityScope, verify_for_view
 from minigpt_tui.messages import IntegrityReady
 from minigpt_tui.widgets.checkpoint_summary import kind_label
 from minigpt_tui.widgets.state_view import short_value
@@ -109,17 +107,7 @@ class IntegrityView(VerticalScroll):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-verify")
     def _verify(self, serial: int, folder: Path) -> None:
-        try:
-            result = verify_checkpoint(folder, hashes=True)
-        except OSError as err:
-            result = Integrity(IntegrityScope.MANIFEST, "manifest sizes and SHA-256",
-                               (f"cannot read {folder}: {err.strerror or err}",), complete=False)
-        except BaseException as err:  # noqa: BLE001 - any failure is shown as the check's one problem
-            if passes_on(err):
-                raise
-            result = Integrity(IntegrityScope.MANIFEST, "manifest sizes and SHA-256",
-                               (failure_line(err, str(folder)),), complete=False)
-        self.post_message(IntegrityReady(serial, result))
+        self.post_message(IntegrityReady(serial, verify_for_view(folder)))
 
     @on(IntegrityReady)
     def _verified(self, message: IntegrityReady) -> None:

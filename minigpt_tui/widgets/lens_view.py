@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.containers import ScrollableContainer
 from textual.widgets import Static
 
-from minigpt_tui.engine.analysis.site_names import LENS_LEGEND, resid_name
+from minigpt_tui.engine.session.view_names import LENS_LEGEND, resid_name
 from minigpt_tui.widgets.numbers import short_probability
 from minigpt_tui.widgets.pieces import fitted_piece
 

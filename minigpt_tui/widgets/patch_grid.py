@@ -11,7 +11,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from minigpt_tui.engine.analysis.site_names import patch_site_name
+from minigpt_tui.engine.session.view_names import patch_site_name
 from minigpt_tui.widgets.pieces import fitted_piece
 
 # (lowest restored, style, legend label); a value takes the last level it reaches

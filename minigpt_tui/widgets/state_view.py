@@ -12,11 +12,7 @@ from textual.widgets import Tree
 
 from minigpt_tui.engine.core.config import settings_in_use
 from minigpt_tui.engine.core.printable import escape_controls
-from minigpt_tui.engine.formats.state_groups import (
-    InspectionState,
-    StateGroup,
-    StateRecords,
-)
+from minigpt_tui.engine.session.checkpoint_views import InspectionState, StateGroup, StateRecords
 from minigpt_tui.engine.session.display import shorten
 
 # In reading order: what the model is, then everything that decides the next update.

@@ -17,10 +17,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
-from minigpt_tui.engine.formats.inspect import tensor_statistics
-from minigpt_tui.engine.formats.streamed_statistics import StatisticsStopped
+from minigpt_tui.engine.session.checkpoint_views import statistics_for_view
 from minigpt_tui.engine.session.display import counted, human_bytes
-from minigpt_tui.engine.session.worker_failures import failure_line, passes_on
+from minigpt_tui.engine.session.worker_failures import WorkFailed
 from minigpt_tui.messages import StatisticsProgress, StatisticsReady
 from minigpt_tui.widgets.pieces import bar, plain_cell
 from minigpt_tui.widgets.tensor_table import shape_text
@@ -121,9 +120,7 @@ class TensorDetail(VerticalScroll):
         self._reading = entry
         self.refresh_bindings()
         self.show_pending(entry, where)
-        # In a folder (checkpoint, transformers model) the entry's file says which one holds it.
-        name = f"{entry.file}:{entry.name}" if source.is_dir() else entry.name
-        self._statistics(self._serial, source, name, entry)
+        self._statistics(self._serial, source, entry)
 
     @property
     def reading(self) -> bool:
@@ -131,15 +128,12 @@ class TensorDetail(VerticalScroll):
         return self._reading is not None
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="checkpoints-statistics")
-    def _statistics(self, serial: int, path: Path, name: str, entry: Any) -> None:
-        try:
-            stats = tensor_statistics(path, name, HISTOGRAM_BINS, self._going(serial))
-        except StatisticsStopped:
+    def _statistics(self, serial: int, source: Path, entry: Any) -> None:
+        stats = statistics_for_view(source, entry, HISTOGRAM_BINS, self._going(serial))
+        if stats is None:
             return  # another tensor was chosen, or escape: nothing to show
-        except BaseException as err:  # noqa: BLE001 - any failure is one line in the panel
-            if passes_on(err):
-                raise
-            self.post_message(StatisticsReady(serial, entry, None, failure_line(err, str(path))))
+        if isinstance(stats, WorkFailed):
+            self.post_message(StatisticsReady(serial, entry, None, stats.line))
             return
         self.post_message(StatisticsReady(serial, entry, stats, None))
 

@@ -30,7 +30,11 @@ from minigpt_tui.engine.session.tour import (
     checkpoint_seen,
     decision_seen,
     finding,
+    heads_seen,
     insight_seen,
+    model_seen,
+    patch_seen,
+    scores_seen,
     tokens_seen,
     training_seen,
 )
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
 TICKS_PER_SECOND = 2.0
 NARROW_BELOW = 110  # columns: below, the panel sits under the screen instead of beside it
 TOUR_KEYS = "> skip · < back · T close"
+DONE_STATES = (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED)
 
 
 # -- what the screens show, taken on the UI thread ---------------------------------------------------
@@ -50,17 +55,48 @@ class Snapshot:
 
     screen: str
     run: tuple[str, Path | None, str, int, int] | None = None  # name, folder, state, update, updates
-    generation: tuple[Any, Any, Any, str | None, Any] | None = None  # view, selected, rule, insight kind, insight
+    generation: tuple[Any, Any, Any, str | None, Any, str] | None = None  # view, selected, rule, insight kind,
+    # insight, prompt
     tokenizer: tuple[Any, str] | None = None  # the tokenizer panel's tokenizer and typed text
     run_more: dict[str, Any] | None = None  # the run's resume, save, digest and precision
     checkpoint: tuple[Any, str] | None = None  # the open checkpoint's inspection and the panel shown
     generating_from: Path | None = None  # the model file the Generation screen loaded
+    model: tuple[Any, Any, str] | None = None  # the Generation screen's opened model, how to name it, its path
+    roles: tuple[Any, int, bool] | None = None  # the head view's grid, the model's context, whether it has a BOS
+    patching: Any = None  # the patch view's sweep, while it shows
+    scores: Any = None  # the Text view's scores, while it shows
+
+
+# Screens pushed over the main ones that the panel sits beside too (by name: the tour reads
+# them without importing them before the app does).
+TOUR_SCREENS = ("PatchViewScreen", "TextViewScreen")
 
 
 def take_snapshot(app: MiniGPTApp) -> Snapshot:
+    generation = app.main_screens.get("generation")
+    session = getattr(generation, "session", None)
+    shown = type(app.screen).__name__
     return Snapshot(app.current_mode, _run_refs(app), _generation_refs(app), _tokenizer_refs(app),
-                    _run_more(app), _checkpoint_refs(app),
-                    getattr(getattr(app.main_screens.get("generation"), "session", None), "model_path", None))
+                    _run_more(app), _checkpoint_refs(app), getattr(session, "model_path", None),
+                    _model_refs(session), _roles_refs(generation, session),
+                    getattr(app.screen, "result", None) if shown == "PatchViewScreen" else None,
+                    getattr(app.screen, "view", None) if shown == "TextViewScreen" else None)
+
+
+def _model_refs(session: Any) -> tuple[Any, Any, str] | None:
+    portable = getattr(session, "portable", None)
+    if portable is None:
+        return None
+    return portable, session.short_name, str(session.model_path or session.spec or "")  # named on the worker
+
+
+def _roles_refs(screen: Any, session: Any) -> tuple[Any, int, bool] | None:
+    portable = getattr(session, "portable", None)
+    grids = screen.query("HeadRoleGrid") if screen is not None and portable is not None else ()
+    view = getattr(grids.first(), "view", None) if grids else None
+    if view is None or view.model_key[1] != getattr(portable, "identity", None):
+        return None  # none yet, or the previous model's
+    return view, int(portable.model.config.context), getattr(portable.tokenizer, "bos_id", None) is not None
 
 
 def _run_refs(app: MiniGPTApp) -> tuple[str, Path | None, str, int, int] | None:
@@ -77,7 +113,8 @@ def _run_more(app: MiniGPTApp) -> dict[str, Any] | None:
     resumed = run.summary.resumed_from
     return {"start_step": run.summary.start_step, "resumed_from": Path(resumed).name if resumed else None,
             "saved_step": run.saved_step, "digest": run.final_digest or "",
-            "precision": str(getattr(getattr(run.config, "train", None), "precision", ""))}
+            "precision": str(getattr(getattr(run.config, "train", None), "precision", "")),
+            "preset": run.summary.preset}
 
 
 def _checkpoint_refs(app: MiniGPTApp) -> tuple[Any, str] | None:
@@ -89,18 +126,19 @@ def _checkpoint_refs(app: MiniGPTApp) -> tuple[Any, str] | None:
     return opened.inspection, (tabs.first().active or "") if tabs else ""
 
 
-def _generation_refs(app: MiniGPTApp) -> tuple[Any, Any, Any, str | None, Any] | None:
+def _generation_refs(app: MiniGPTApp) -> tuple[Any, Any, Any, str | None, Any, str] | None:
     screen = app.main_screens.get("generation")
     view = getattr(screen, "view", None)
-    if screen is None or view is None:
+    decisions = screen.query("#decisions") if screen is not None else None
+    if view is None or not decisions:  # not composed yet, or being taken down
         return None
-    selected = screen.query_one("#decisions").selected
+    selected = decisions.first().selected
     settings = getattr(screen.session, "settings", None)
     rule = settings.rule if settings is not None and settings.rule.label == view.rule_label else None
     insight = screen.insight
     if insight is not None and (selected is None or insight.step != selected.step):
         insight = None
-    return view, selected, rule, screen.insight_kind, insight
+    return view, selected, rule, screen.insight_kind, insight, settings.prompt if settings is not None else ""
 
 
 def _tokenizer_refs(app: MiniGPTApp) -> tuple[Any, str] | None:
@@ -121,14 +159,24 @@ def observe(snapshot: Snapshot) -> Observation:
     training = training_seen(*snapshot.run, **(snapshot.run_more or {})) if snapshot.run is not None else None
     decision = insight = tokens = None
     if snapshot.generation is not None:
-        view, selected, rule, kind, inspected = snapshot.generation
-        decision = decision_seen(view, selected, rule)
+        view, selected, rule, kind, inspected, prompt = snapshot.generation
+        decision = decision_seen(view, selected, rule, prompt)
         insight = insight_seen(kind, inspected)
     if snapshot.tokenizer is not None:
         tokens = tokens_seen(*snapshot.tokenizer)
     checkpoint = checkpoint_seen(*snapshot.checkpoint) if snapshot.checkpoint is not None else None
     loaded = str(Path(snapshot.generating_from).resolve()) if snapshot.generating_from is not None else None
-    return Observation(snapshot.screen, training, decision, insight, tokens, checkpoint, loaded)
+    return Observation(snapshot.screen, training, decision, insight, tokens, checkpoint, loaded,
+                       _model_seen(snapshot.model),
+                       heads_seen(*snapshot.roles) if snapshot.roles is not None else None,
+                       patch_seen(snapshot.patching), scores_seen(snapshot.scores))
+
+
+def _model_seen(refs: tuple[Any, Any, str] | None) -> Any:
+    if refs is None:
+        return None
+    portable, name, path = refs
+    return model_seen(portable, name(path))
 
 
 # -- the panel -----------------------------------------------------------------------------------------
@@ -147,6 +195,8 @@ class TourPanel(VerticalScroll):
         self.guide = guide
         self._said = Static("", id="tour-text")  # updated before the panel is mounted too
         self._shown = ""
+        self._observing = False  # a worker observes a snapshot now
+        self._waiting: Snapshot | None = None  # the newest snapshot taken meanwhile
 
     def compose(self) -> Any:
         yield self._said
@@ -175,11 +225,23 @@ class TourPanel(VerticalScroll):
         return self._shown
 
     def look(self, snapshot: Snapshot) -> None:
-        self.run_worker(partial(observe, snapshot), thread=True, exclusive=True, group="tour", exit_on_error=False)
+        """Observe ``snapshot`` on a worker; while one observes, the newest snapshot waits for it
+        (one at a time: none is cancelled, and none is older than the one before it)."""
+        if self._observing:
+            self._waiting = snapshot
+            return
+        self._observing = True
+        self.run_worker(partial(observe, snapshot), thread=True, group="tour", exit_on_error=False)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.group == "tour" and event.state == WorkerState.SUCCESS:
+        if event.worker.group != "tour" or event.state not in DONE_STATES:
+            return
+        if event.state == WorkerState.SUCCESS:
             self.guide.observed(event.worker.result)
+        self._observing = False
+        if self._waiting is not None:
+            snapshot, self._waiting = self._waiting, None
+            self.look(snapshot)
 
 
 # -- where the learner is ----------------------------------------------------------------------------
@@ -257,7 +319,7 @@ class TourGuide:
     def panel(self) -> TourPanel | None:
         """The panel in the screen in front, mounted there on first use (None under a dialog)."""
         screen = self.app.screen
-        if screen not in self.app.main_screens.values():
+        if screen not in self.app.main_screens.values() and type(screen).__name__ not in TOUR_SCREENS:
             return None
         found = screen.query(TourPanel)
         if found:

@@ -10,7 +10,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from minigpt_tui.engine.analysis.roles import HEAD_ROLES
+from minigpt_tui.engine.session.view_names import HEAD_ROLES
 from minigpt_tui.widgets.probes_table import LEVELS, SeriesHighlighted
 
 ROLE_NAMES = {"induction": "induction", "previous_token": "previous token", "duplicate_token": "duplicate token",
@@ -78,7 +78,7 @@ class WatchPanel(DataTable):
         self.border_subtitle = f"update {max(steps)}" if steps else ""
         if self.row_count:
             self.move_cursor(row=min(max(row, 0), self.row_count - 1), animate=False)
-            self._announce()
+            self.announce()
 
     @property
     def highlighted_role(self) -> str | None:
@@ -87,9 +87,10 @@ class WatchPanel(DataTable):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
-        self._announce()
+        self.announce()
 
-    def _announce(self) -> None:
+    def announce(self) -> None:
+        """Post the highlighted role's scores (RoleHighlighted), for the plot's right axis."""
         role = self.highlighted_role
         points = tuple((p[0], p[1]) for p in self.roles.get(role, ())) if role else ()
         name = f"{ROLE_NAMES[role]} head" if role else None

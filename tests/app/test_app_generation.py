@@ -18,26 +18,19 @@ from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
 from minigpt_tui.engine.core.tokenizer import BOS
 from minigpt_tui.engine.session.generation import parse_settings
-from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.screens.path_prompt import PathPromptScreen
 from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.decision_list import DecisionList
 from minigpt_tui.widgets.numbers import short_probability
-from tests.app_support import record_notifications, run_async, make_app, settle, static_text, tree_snapshot, saved_model_file as model_file, press_settled as keys, open_generation
+from tests.app_support import chosen_ids, record_notifications, run_async, make_app, settle, static_text, tree_snapshot, saved_model_file as model_file, press_settled as keys, open_generation
 
 SIZE = (80, 24)  # the smallest supported terminal; rendering more cells only costs test time
 PROMPT = "ab"
 
 
-
-
 def engine_stepper(runs: Path, rule: GenerationRule, prompt: str = PROMPT) -> DecisionStepper:
     return DecisionStepper.from_portable(load_portable_model(model_file(runs)), prompt, rule)
-
-
-def chosen_ids(screen: GenerationScreen) -> list[int]:
-    return [d.chosen.id for d in screen.view.decisions]
 
 
 @run_async

@@ -24,6 +24,7 @@ from minigpt_tui.widgets.decision_list import DecisionList
 from minigpt_tui.widgets.insight_panel import InsightPanel
 from minigpt_tui.widgets.numbers import short_probability, table_probability
 from tests.app_support import (
+    chosen_ids,
     make_app,
     open_generation,
     plain,
@@ -37,10 +38,6 @@ from tests.app_support import press_settled as keys
 
 SIZE = (80, 24)
 
-
-
-def chosen_ids(screen: GenerationScreen) -> list[int]:
-    return [d.chosen.id for d in screen.view.decisions]
 
 
 async def force_typed(pilot, typed: str) -> None:

@@ -77,7 +77,7 @@ async def test_a_model_that_fails_in_any_way_is_one_line_and_the_next_model_load
 # -- every other worker: a failure of any type is one line ----------------------------------------
 @run_async
 async def test_a_file_that_fails_inspection_in_any_way_is_one_line_and_the_next_opens(runs, monkeypatch):
-    from minigpt_tui.screens import checkpoints as checkpoints_screen
+    from minigpt_tui.engine.session import checkpoint_views as checkpoints_screen
 
     real = checkpoints_screen.inspect_path
     calls: list[Path] = []

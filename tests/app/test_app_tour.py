@@ -3,38 +3,13 @@ the panel explains the step with the learner's own numbers; > skips, < goes back
 
 from __future__ import annotations
 
-import time
-
 from textual.widgets import Input
 
-from minigpt_tui.app import LaunchSettings, MiniGPTApp
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.tour_panel import TourPanel
-from tests.app_support import FROZEN_SAVED_AT, open_generation, run_async, settle
+from tests.app_support import open_generation, run_async, settle
 from tests.app_support import press_settled as keys
-
-WIDE, NARROW = (120, 40), (80, 24)
-
-
-def tour_app(runs, lesson: int | None = None) -> MiniGPTApp:
-    return MiniGPTApp(LaunchSettings(runs_dir=runs, preset="tiny", tour=lesson), preload_engine=False,
-                      clock=lambda: 1000.0, wall_clock=lambda: FROZEN_SAVED_AT)
-
-
-async def look(pilot, until: str | None = None, timeout: float = 30.0) -> str:
-    """Let the tour observe the screens (as its timer does) and read its panel; with ``until``,
-    again while a worker of a screen (the tokenizer's, say) has not yet shown what it read
-    (for up to ``timeout`` seconds: a loaded machine runs workers late)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pilot.app.tour.tick()
-        await settle(pilot)
-        panels = pilot.app.screen.query(TourPanel)
-        assert panels, "no tour panel on the screen in front"
-        text = panels.first().text()
-        if until is None or until in text or time.monotonic() > deadline:
-            return text
-        await pilot.pause(0.1)
+from tests.tour_support import NARROW, WIDE, look, tour_app
 
 
 @run_async

@@ -26,7 +26,7 @@ from minigpt_tui.screens.training import TrainingScreen
 from minigpt_tui.screens.training_plot import PLOT_KEYS_HINT
 from minigpt_tui.widgets.loss_plot import LossPlot, bucket_means, whole_ticks
 from minigpt_tui.widgets.loss_table import BEST_MARK, EXTRA_MARK, LossTable
-from tests.app_support import run_async
+from tests.app_support import record_notifications, run_async
 from tests.training_support import (
     QUICK,
     SIZE,
@@ -36,7 +36,6 @@ from tests.training_support import (
     key,
     make_app,
     press_button,
-    record_notifications,
     reference_run,
     start_then_pause,
     training,

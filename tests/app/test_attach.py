@@ -151,11 +151,6 @@ async def test_the_app_follows_and_steers_a_headless_run_in_another_process(tmp_
             trainer.wait()
 
 
-def _last_update(run_dir: Path) -> int:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return max(json.loads(line)["step"] for line in lines if '"update"' in line)
-
-
 @run_async
 async def test_quitting_an_attached_app_leaves_the_run_training(tmp_path):
     """q, and the app ending however it ends (its unmount), only detach from a followed run."""
@@ -172,10 +167,11 @@ async def test_quitting_an_attached_app_leaves_the_run_training(tmp_path):
                     await wait_until(pilot, lambda: not app.is_running)
                 else:
                     app.exit()
-            at_quit = _last_update(run_dir)
+            at_quit = polling.last_update_step(run_dir / "metrics.jsonl")
             time.sleep(1.0)
             live = read_live(run_dir)
-            assert live is not None and live.state == "running" and _last_update(run_dir) > at_quit
+            assert live is not None and live.state == "running"
+            assert polling.last_update_step(run_dir / "metrics.jsonl") > at_quit
             assert trainer.poll() is None
         assert not (run_dir / "control.jsonl").exists() or "stop" not in (run_dir / "control.jsonl").read_text()
     finally:

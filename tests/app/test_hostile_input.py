@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt_tui.cli import main
 from minigpt_tui.engine.training.checkpoints import Checkpointer, load_checkpoint, restore_trainer
 from minigpt_tui.engine.formats.checkpoint_folder import MANIFEST, read_manifest
 from minigpt_tui.engine.formats.inspect import inspect_path
@@ -43,21 +42,10 @@ from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.plans import ResumeRun, prepare
 from minigpt_tui.engine.session.runs import RunDirectory, lock_run
 from tests.checkpoint_support import data_offset, flip_bit, make_trainer, refresh_manifest, snapshot
-from tests.conftest import ROOT, cli_command, cli_env
+from tests.cli_support import one_error_line
+from tests.conftest import ROOT, cli_command, cli_env, run_cli
 
 ESCAPES = "\x1b[2J\x1b[H\x1b]0;owned\x07"
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("minigpt-tui: error: "), err
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -108,20 +96,20 @@ def test_output_writer_refuses_existing_paths_and_anything_not_a_regular_file(tm
 def test_generate_and_probes_never_replace_an_existing_file(runs, checkpoint, capsys):
     before = snapshot(runs)
     target = checkpoint / MODEL_FILE
-    code, _, err = cli(capsys, "--runs-dir", str(runs), "generate", "--model", "good:latest", "--prompt", "a",
+    code, _, err = run_cli(capsys, "--runs-dir", str(runs), "generate", "--model", "good:latest", "--prompt", "a",
                        "--trace-out", str(target))
-    assert code == 1 and "already exists" in one_line_error(err)
-    code, _, err = cli(capsys, "--runs-dir", str(runs), "probes", "--model", "good:latest", "--out", str(target))
-    assert code == 1 and "already exists" in one_line_error(err)
+    assert code == 1 and "already exists" in one_error_line(err)
+    code, _, err = run_cli(capsys, "--runs-dir", str(runs), "probes", "--model", "good:latest", "--out", str(target))
+    assert code == 1 and "already exists" in one_error_line(err)
     assert snapshot(runs) == before
     out = runs.parent / "trace.json"
-    assert cli(capsys, "--runs-dir", str(runs), "generate", "--model", "good:latest", "--prompt", "a",
+    assert run_cli(capsys, "--runs-dir", str(runs), "generate", "--model", "good:latest", "--prompt", "a",
                "--max-new-tokens", "1", "--trace-out", str(out))[0] == 0
     first = out.read_bytes()
-    code, _, err = cli(capsys, "--runs-dir", str(runs), "generate", "--model", "good:latest", "--prompt", "b",
+    code, _, err = run_cli(capsys, "--runs-dir", str(runs), "generate", "--model", "good:latest", "--prompt", "b",
                        "--max-new-tokens", "1", "--trace-out", str(out))
     assert code == 1 and out.read_bytes() == first
-    assert cli(capsys, "--runs-dir", str(runs), "generate", "--model", "good:latest", "--prompt", "b",
+    assert run_cli(capsys, "--runs-dir", str(runs), "generate", "--model", "good:latest", "--prompt", "b",
                "--max-new-tokens", "1", "--trace-out", str(out), "--force")[0] == 0
     assert out.read_bytes() != first
 
@@ -284,12 +272,12 @@ def test_inspect_prints_hostile_names_escaped(tmp_path, capsys):
 
     path = tmp_path / f"weights{ESCAPES}.safetensors"
     safetensors.torch.save_file({f"w{ESCAPES}": torch.zeros(2)}, str(path), metadata={f"k{ESCAPES}": f"[bold]{ESCAPES}"})
-    code, out, err = cli(capsys, "inspect", str(path))
+    code, out, err = run_cli(capsys, "inspect", str(path))
     assert code == 0 and "\x1b" not in out and "\x07" not in out
     assert "w\\x1b[2J" in out and "[bold]" in out
-    code, _, err = cli(capsys, "inspect", str(path), "--tensor", f"missing{ESCAPES}")
-    assert code == 1 and "\x1b" not in err and "missing\\x1b[2J" in one_line_error(err)
-    code, out, _ = cli(capsys, "inspect", str(path), "--json")
+    code, _, err = run_cli(capsys, "inspect", str(path), "--tensor", f"missing{ESCAPES}")
+    assert code == 1 and "\x1b" not in err and "missing\\x1b[2J" in one_error_line(err)
+    code, out, _ = run_cli(capsys, "inspect", str(path), "--json")
     assert json.loads(out)["entries"][0]["name"] == f"w{ESCAPES}"  # JSON keeps the exact name
 
 
@@ -354,8 +342,8 @@ def test_a_second_writer_is_refused_naming_the_holder(runs, capsys):
         lock.announce()
         with pytest.raises(RunLocked, match=f"process {os.getpid()}"):
             lock_run(run.path)
-        code, _, err = cli(capsys, "--runs-dir", str(runs), "resume", "--checkpoint", "good:latest", "--until", "3")
-        assert code == 1 and f"in use by process {os.getpid()}" in one_line_error(err)
+        code, _, err = run_cli(capsys, "--runs-dir", str(runs), "resume", "--checkpoint", "good:latest", "--until", "3")
+        assert code == 1 and f"in use by process {os.getpid()}" in one_error_line(err)
     assert (run.metrics_path.read_bytes() if run.metrics_path.exists() else b"") == metrics
     with lock_run(run.path):  # released: taken again at once
         pass
@@ -378,7 +366,7 @@ def test_two_resumes_at_once_one_is_refused(runs, tmp_path):
     second = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in (first, second)]
     assert sorted(code for code, _, _ in results) == [0, 1], results
-    refusal = one_line_error(next(err for code, _, err in results if code == 1))
+    refusal = one_error_line(next(err for code, _, err in results if code == 1))
     # Overlapping, the second is refused naming the first; after it, nothing is left to resume.
     assert "is in use by process" in refusal or "completed its schedule" in refusal
     records = RunDirectory(runs / "good").metrics()
@@ -420,8 +408,8 @@ def test_a_hidden_work_folder_never_loads(checkpoint, capsys, runs):
     before = snapshot(runs)
     with pytest.raises(CheckpointError, match="hidden work folder"):
         load_checkpoint(hidden)
-    code, _, err = cli(capsys, "infer", "--model", str(hidden / MODEL_FILE), "--prompt", "a")
-    assert code == 1 and "hidden work folder" in one_line_error(err)
+    code, _, err = run_cli(capsys, "infer", "--model", str(hidden / MODEL_FILE), "--prompt", "a")
+    assert code == 1 and "hidden work folder" in one_error_line(err)
     assert snapshot(runs) == before
 
 
@@ -480,7 +468,7 @@ def test_a_file_size_limit_gives_one_line_and_no_run_folder(tmp_path):
     done = subprocess.run(cli_command("train", "--preset", "tiny", "--run", "big"), env=cli_env(tmp_path),
                           capture_output=True, text=True, preexec_fn=limit, timeout=300)
     assert done.returncode == 1
-    assert "File too large" in one_line_error(done.stderr)
+    assert "File too large" in one_error_line(done.stderr)
     runs = tmp_path / "runs"
     assert not runs.exists() or list(runs.iterdir()) == []  # no run folder, not even a hidden one
 
@@ -509,14 +497,14 @@ def test_bad_values_give_one_line_and_leave_no_run_folder(runs, tmp_path, capsys
              "{a_file}": str(tmp_path / "a_file")}
     args = [names.get(a, a) for a in args]
     before = snapshot(runs)
-    code, _, err = cli(capsys, "--runs-dir", str(runs), *args)
-    assert code == 1 and message in one_line_error(err)
+    code, _, err = run_cli(capsys, "--runs-dir", str(runs), *args)
+    assert code == 1 and message in one_error_line(err)
     assert snapshot(runs) == before
 
 
 # -- 11. a run folder inspects and verifies as its latest checkpoint ----------------------------------
 def test_inspect_a_run_folder_with_verify(runs, capsys):
-    code, out, err = cli(capsys, "inspect", str(runs / "good"), "--verify", "--json")
+    code, out, err = run_cli(capsys, "inspect", str(runs / "good"), "--verify", "--json")
     assert code == 0, err
     result = json.loads(out)
     assert result["verified"]["ok"] and result["verified"]["step"] == 2

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.polling import wait_until
+from tests.polling import last_update_step, wait_until
 
 SCRIPT = Path(sys.executable).with_name("minigpt-tui")
 
@@ -171,18 +171,6 @@ def test_the_real_app_pauses_resumes_and_stops_a_run_in_a_terminal(tmp_path):
         pane.close()
 
 
-def _last_update(metrics: Path) -> int:
-    steps = [0]
-    for line in metrics.read_text().splitlines() if metrics.exists() else []:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record.get("kind") == "update":
-            steps.append(record["step"])
-    return max(steps)
-
-
 @pytest.mark.parametrize("leave", ["q", "SIGINT"])
 def test_an_attached_app_that_quits_leaves_the_headless_run_training(tmp_path, leave):
     """A headless run, the real app attached to it in a terminal, then q (or SIGINT to the app):
@@ -196,7 +184,7 @@ def test_an_attached_app_that_quits_leaves_the_headless_run_training(tmp_path, l
     metrics = runs / "headless" / "metrics.jsonl"
     pane = None
     try:
-        wait_until(lambda: _last_update(metrics) >= 1, timeout=60, what="the headless run's first update", interval=0.1)
+        wait_until(lambda: last_update_step(metrics) >= 1, timeout=60, what="the headless run's first update", interval=0.1)
         pane = TmuxPane([str(SCRIPT), "attach", str(runs / "headless")], env)
         pane.wait_for(lambda t: "following" in t or "attached" in t, "the attached run")
         pane.keys("x")
@@ -214,10 +202,10 @@ def test_an_attached_app_that_quits_leaves_the_headless_run_training(tmp_path, l
             for pid in found:
                 __import__("os").kill(int(pid), __import__("signal").SIGINT)
         pane.wait_for(lambda t: "APP-EXITED-" in t, "the app to exit")
-        at_exit = _last_update(metrics)
+        at_exit = last_update_step(metrics)
         time.sleep(1.5)
         assert trainer.poll() is None, "the run stopped with the app"
-        assert _last_update(metrics) > at_exit, "the run no longer trains"
+        assert last_update_step(metrics) > at_exit, "the run no longer trains"
         control = runs / "headless" / "control.jsonl"
         assert not control.exists() or "stop" not in control.read_text()
     finally:

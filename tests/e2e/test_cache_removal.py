@@ -17,7 +17,8 @@ import pytest
 from minigpt_tui.engine.core.errors import CacheError
 from minigpt_tui.engine.training.stream import TokenStream
 from minigpt_tui.engine.training.token_cache import TAG_FILE, TokenCache, entry_key
-from tests.conftest import cli_command, cli_env
+from tests.cli_support import run_cli_subprocess
+from tests.conftest import cli_env
 
 
 def stream(seed: int = 0) -> TokenStream:
@@ -25,14 +26,9 @@ def stream(seed: int = 0) -> TokenStream:
     return TokenStream(rng.integers(0, 258, 5000, dtype=np.uint16), rng.integers(0, 258, 700, dtype=np.uint16))
 
 
-def snapshot(root: Path) -> dict[str, bytes | None]:
+def tree_bytes(root: Path) -> dict[str, bytes | None]:
     """Every path under ``root`` with its bytes (None for a folder)."""
     return {str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes()) for p in sorted(root.rglob("*"))}
-
-
-def run(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(cli_command(*args), capture_output=True, text=True, timeout=120,
-                          env=env or cli_env(tmp_path))
 
 
 def test_cache_clear_on_a_folder_of_other_things_refuses_and_removes_nothing(tmp_path):
@@ -41,24 +37,24 @@ def test_cache_clear_on_a_folder_of_other_things_refuses_and_removes_nothing(tmp
     (home / "projects" / "thesis.tex").write_text("chapter one")
     (home / "photos").mkdir()
     (home / "photos" / "cat.jpg").write_bytes(b"\xff\xd8 not really")
-    before = snapshot(home)
-    done = run(tmp_path, "cache", "--cache-dir", str(home), "clear")
+    before = tree_bytes(home)
+    done = run_cli_subprocess(tmp_path, "cache", "--cache-dir", str(home), "clear")
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr
     assert "photos/" in lines[0] and "projects/" in lines[0] and "nothing was removed" in lines[0]
-    assert snapshot(home) == before
+    assert tree_bytes(home) == before
 
 
 def test_cache_clear_pointed_at_the_runs_folder_keeps_every_run(tmp_path):
-    trained = run(tmp_path, "train", "--preset", "tiny", "--run", "precious", "--json")
+    trained = run_cli_subprocess(tmp_path, "train", "--preset", "tiny", "--run", "precious", "--json")
     assert trained.returncode == 0, trained.stderr
     runs = tmp_path / "runs"
-    before = snapshot(runs)
+    before = tree_bytes(runs)
     env = {**cli_env(tmp_path), "MINIGPT_TUI_CACHE_DIR": str(runs)}
-    done = run(tmp_path, "cache", "clear", env=env)
+    done = run_cli_subprocess(tmp_path, "cache", "clear", env=env)
     assert done.returncode == 1 and "precious/" in done.stderr and "Traceback" not in done.stderr
-    assert snapshot(runs) == before
+    assert tree_bytes(runs) == before
 
 
 def test_a_real_entry_beside_a_foreign_folder_is_kept_too(tmp_path):
@@ -66,10 +62,10 @@ def test_a_real_entry_beside_a_foreign_folder_is_kept_too(tmp_path):
     cache = TokenCache(root)
     cache.store("c" * 64, "t" * 64, "text.txt", stream())
     (root / "mine").mkdir()
-    before = snapshot(root)
+    before = tree_bytes(root)
     with pytest.raises(CacheError, match="mine/"):
         cache.clear()
-    assert snapshot(root) == before
+    assert tree_bytes(root) == before
 
 
 def test_a_folder_named_like_an_entry_with_a_file_of_someone_elses_is_not_an_entry(tmp_path):
@@ -94,10 +90,10 @@ def test_clear_removes_entries_the_index_and_dead_partials_and_lists_them(tmp_pa
     partial = root / f".partial-{entry_key('d' * 64, 't' * 64)}-{dead.pid}"
     partial.mkdir()
     (partial / "train.npy").write_bytes(b"x" * 1000)
-    listed = json.loads(run(tmp_path, "cache", "--cache-dir", str(root), "list", "--json").stdout)
+    listed = json.loads(run_cli_subprocess(tmp_path, "cache", "--cache-dir", str(root), "list", "--json").stdout)
     assert listed["partials"] == [{"path": str(partial), "writer_alive": False, "bytes": 1000}]
     assert listed["bytes"] == sum(e["bytes"] for e in listed["entries"]) + 1000
-    done = run(tmp_path, "cache", "--cache-dir", str(root), "clear")
+    done = run_cli_subprocess(tmp_path, "cache", "--cache-dir", str(root), "clear")
     assert done.returncode == 0, done.stderr
     assert f"removed {entry_key('c' * 64, 't' * 64)}" in done.stdout and "text.txt" in done.stdout
     assert "an interrupted write" in done.stdout and "removed 1 entry," in done.stdout
@@ -167,7 +163,7 @@ def test_two_writers_of_one_key_give_one_entry_and_no_error(tmp_path):
 
 
 def _train_text(tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return run(tmp_path, "train", "--preset", "text", "--steps", "200", "--until", "1", "--json", env=env)
+    return run_cli_subprocess(tmp_path, "train", "--preset", "text", "--steps", "200", "--until", "1", "--json", env=env)
 
 
 def test_an_unwritable_cache_means_training_without_one_and_one_warning(tmp_path):

@@ -19,20 +19,15 @@ from minigpt_tui.engine.formats.safetensors_read import load_file
 from minigpt_tui.engine.formats.checkpoint_folder import TRAINING_FILE
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 from tests.checkpoint_support import data_offset, flip_bit, make_trainer, refresh_manifest, snapshot
+from tests.cli_support import run_cli_json
 from tests.conftest import cli_command, cli_env
-
-
-def run_json(tmp_path, *args):
-    done = subprocess.run(cli_command(*args, "--json"), capture_output=True, text=True, env=cli_env(tmp_path), timeout=300)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 @pytest.mark.slow  # four whole processes; the in-process resume tests run in make test
 def test_tiny_resume_in_a_new_process_equals_the_run_that_never_stopped(tmp_path):
-    saved = run_json(tmp_path, "train", "--preset", "tiny", "--until", "2", "--run", "a")
-    resumed = run_json(tmp_path, "resume", "--checkpoint", "a:latest", "--until", "4")
-    straight = run_json(tmp_path, "train", "--preset", "tiny", "--run", "c")
+    saved = run_cli_json(tmp_path, "train", "--preset", "tiny", "--until", "2", "--run", "a")
+    resumed = run_cli_json(tmp_path, "resume", "--checkpoint", "a:latest", "--until", "4")
+    straight = run_cli_json(tmp_path, "train", "--preset", "tiny", "--run", "c")
     assert [u["step"] for u in saved["updates"]] == [1, 2] and saved["checkpoints"][-1].endswith("step-000002")
     assert [u["step"] for u in resumed["updates"]] == [3, 4]
     assert resumed["updates"] == straight["updates"][2:]  # step, lr, loss, batch, scale, cursor, counters
@@ -48,7 +43,7 @@ def test_tiny_resume_in_a_new_process_equals_the_run_that_never_stopped(tmp_path
     assert (fourth["data_progress"]["cursor"], fourth["data_progress"]["epoch"]) == (2, 2)
     assert (fourth["loss_scale"], fourth["next_loss_scale"]) == (16.0, 16.0)
     # A weights-only warm start from the same saved weights is a new history, and says so.
-    warm = run_json(tmp_path, "train", "--preset", "tiny", "--init-from", "a:step-2", "--until", "2", "--run", "w")
+    warm = run_cli_json(tmp_path, "train", "--preset", "tiny", "--init-from", "a:step-2", "--until", "2", "--run", "w")
     assert "weights-only warm start" in warm["warm_start"]["note"]
     assert warm["updates"][0]["lr"] == 0.001 and warm["updates"][0]["batch"] == [[2], [0]]
     assert warm["weights_digest"] != resumed["weights_digest"]
@@ -226,7 +221,7 @@ def test_help_names_the_runs_directory_plainly(capsys):
 
 
 def test_train_summary_lists_only_checkpoints_on_disk(tmp_path):
-    done = run_json(tmp_path, "train", "--preset", "tiny", "--save-every", "1", "--keep-last", "1", "--run", "k")
+    done = run_cli_json(tmp_path, "train", "--preset", "tiny", "--save-every", "1", "--keep-last", "1", "--run", "k")
     assert done["checkpoints"], done
     from pathlib import Path
 

@@ -12,15 +12,10 @@ from pathlib import Path
 import pytest
 
 from minigpt_tui.cli import build_parser, main
+from tests.conftest import run_cli
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "tiny-format1" / "step-000002"
 PYTHON_REPR = re.compile(r"(?<![=\w])(None|True|False)\b|\{'|\(\)")
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_inspect_verify_says_what_was_verified_in_words(capsys):

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from conftest import cli_command, cli_env
+from cli_support import run_cli_wide
 from lens_support import BYTES_ONLY, FAMILY_SHAPES, varied_model
 from minigpt_tui.engine.analysis.contrast import contrast_models
 from minigpt_tui.engine.core.errors import GenerationError
@@ -21,13 +20,13 @@ from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 PROMPT = "Compare"
 
 
-def portable(model, tokenizer=BYTES_ONLY, name="m"):
+def as_portable(model, tokenizer=BYTES_ONLY, name="m"):
     return SimpleNamespace(model=model, tokenizer=tokenizer, identity=name, path=None)
 
 
 def test_a_model_contrasted_with_itself_agrees_everywhere_with_kl_exactly_zero():
     model = varied_model("llama")
-    result = contrast_models(portable(model), portable(model), PROMPT, rule=GenerationRule.greedy(6))
+    result = contrast_models(as_portable(model), as_portable(model), PROMPT, rule=GenerationRule.greedy(6))
     assert len(result.positions) == 6
     assert all(p.kl == 0.0 for p in result.positions)
     assert all(p.top1_agree and p.rank_a == p.rank_b and p.probability_a == p.probability_b
@@ -38,7 +37,7 @@ def test_a_model_contrasted_with_itself_agrees_everywhere_with_kl_exactly_zero()
 def test_path_follows_as_choices_and_reports_each_position():
     a, b = varied_model("gpt2", seed=3), varied_model("gpt2", seed=8)
     rule = GenerationRule.greedy(5)
-    result = contrast_models(portable(a, name="a"), portable(b, name="b"), PROMPT, rule=rule)
+    result = contrast_models(as_portable(a, name="a"), as_portable(b, name="b"), PROMPT, rule=rule)
     stepper = DecisionStepper(a, BYTES_ONLY, PROMPT, rule)
     stepper.run()
     assert list(result.path_ids) == stepper.generated_ids and result.path_source == "a"
@@ -59,7 +58,7 @@ def test_path_follows_as_choices_and_reports_each_position():
 
 def test_a_given_continuation_is_the_path():
     a, b = varied_model("llama", seed=3), varied_model("llama", seed=4)
-    result = contrast_models(portable(a), portable(b), PROMPT, continuation=" it")
+    result = contrast_models(as_portable(a), as_portable(b), PROMPT, continuation=" it")
     assert result.path_source == "continuation" and result.rule is None
     assert [p.piece for p in result.positions] == [" ", "i", "t"]
 
@@ -69,13 +68,13 @@ def test_models_with_different_tokenizers_are_refused():
     other = MiniGPT(FAMILY_SHAPES["llama"], merged.vocab_size, torch.float64)
     other.initialize(1)
     with pytest.raises(GenerationError, match="different tokenizers .* their ids cannot be compared"):
-        contrast_models(portable(varied_model("llama")), portable(other, merged), PROMPT)
+        contrast_models(as_portable(varied_model("llama")), as_portable(other, merged), PROMPT)
 
 
 def test_a_path_longer_than_a_context_is_refused():
     model = varied_model("llama")
     with pytest.raises(GenerationError, match="does not fit model A's context of 32"):
-        contrast_models(portable(model), portable(model), PROMPT, continuation="x" * 40)
+        contrast_models(as_portable(model), as_portable(model), PROMPT, continuation="x" * 40)
 
 
 # -- the command ----------------------------------------------------------------------
@@ -94,15 +93,9 @@ def model_files(tmp_path_factory) -> dict[str, Path]:
     return files
 
 
-def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = cli_env(tmp_path)
-    env["COLUMNS"] = "200"
-    return subprocess.run(cli_command(*args), capture_output=True, text=True, env=env, timeout=120)
-
-
 def test_contrast_json_and_out_file(model_files, tmp_path):
     out = tmp_path / "contrast.json"
-    done = run_cli(tmp_path, "contrast", "--model", str(model_files["a"]), "--model", str(model_files["b"]),
+    done = run_cli_wide(tmp_path, "contrast", "--model", str(model_files["a"]), "--model", str(model_files["b"]),
                    "--prompt", PROMPT, "--max-new-tokens", "4", "--json", "--out", str(out))
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
@@ -111,7 +104,7 @@ def test_contrast_json_and_out_file(model_files, tmp_path):
     assert len(data["positions"]) == 4 and data["rule"]["label"] == "greedy"
     assert set(data["positions"][0]) >= {"kl", "top1_agree", "rank_a", "rank_b", "probability_a", "probability_b"}
     assert data["most_changed"] in range(1, 5)
-    same = run_cli(tmp_path, "contrast", "--model", str(model_files["a"]), "--model", str(model_files["a"]),
+    same = run_cli_wide(tmp_path, "contrast", "--model", str(model_files["a"]), "--model", str(model_files["a"]),
                    "--prompt", PROMPT, "--continuation", " abc")
     assert same.returncode == 0, same.stderr
     assert "top-1 agreement 100.0% · mean KL 0 nats" in same.stdout
@@ -125,7 +118,7 @@ def test_contrast_json_and_out_file(model_files, tmp_path):
 ])
 def test_contrast_refusals_are_one_line(model_files, tmp_path, models, extra, message):
     options = [item for key in models for item in ("--model", str(model_files[key]))]
-    done = run_cli(tmp_path, "contrast", *options, "--prompt", PROMPT, *extra)
+    done = run_cli_wide(tmp_path, "contrast", *options, "--prompt", PROMPT, *extra)
     assert done.returncode == 1 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
@@ -137,16 +130,16 @@ def test_a_second_opinion_on_each_decision_of_a_stepper():
     a, b = varied_model("gpt2", seed=3), varied_model("gpt2", seed=5)
     stepper = DecisionStepper(a, BYTES_ONLY, PROMPT, GenerationRule.greedy(4))
     stepper.run()
-    path = contrast_models(portable(a), portable(b), PROMPT, rule=GenerationRule.greedy(4))
+    path = contrast_models(as_portable(a), as_portable(b), PROMPT, rule=GenerationRule.greedy(4))
     for decision, position in zip(stepper.decisions, path.positions):
-        same = second_opinion(portable(a), decision)
+        same = second_opinion(as_portable(a), decision)
         assert same.kl == 0.0 and same.top1_agree and same.rank_b == decision.chosen.rank
-        other = second_opinion(portable(b), decision)
+        other = second_opinion(as_portable(b), decision)
         assert other.kl == pytest.approx(position.kl, rel=1e-9, abs=1e-12)
         assert (other.rank_b, other.top1_b) == (position.rank_b, position.top1_b)
     merged = ByteBPETokenizer.train(["abababab cdcdcd"], 3)
     with pytest.raises(GenerationError, match="different tokenizers"):
-        check_same_tokenizer(portable(a), portable(b, merged))
+        check_same_tokenizer(as_portable(a), as_portable(b, merged))
 
 
 def test_the_contrast_table_at_80_columns_cuts_no_number(model_files, capsys, monkeypatch):

@@ -20,6 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.cli_support import run_cli_json, run_cli_subprocess
 from tests.conftest import cli_command, cli_env
 from tests.polling import wait_until
 
@@ -41,16 +42,6 @@ def end_process_group(launcher: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     launcher.wait()
-
-
-def run(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(cli_command(*args), capture_output=True, text=True, env=cli_env(tmp_path), timeout=timeout)
-
-
-def run_json(tmp_path: Path, *args: str) -> dict:
-    done = run(tmp_path, *args, "--json")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 @contextmanager
@@ -78,7 +69,7 @@ def test_verify_in_two_processes_resumes_bit_for_bit(tmp_path):
     """Saved at update 2 by two processes, ended, resumed in two new processes to update 4:
     every record and every digest equals the uninterrupted two-process run (tiny: dropout,
     recomputation, loss scaling and accumulation all on)."""
-    result = run_json(tmp_path, "verify", "--preset", "tiny", "--nproc", "2", "--keep", str(tmp_path / "verify"))
+    result = run_cli_json(tmp_path, "verify", "--preset", "tiny", "--nproc", "2", "--keep", str(tmp_path / "verify"))
     assert result["processes"] == 2
     assert result["all_equal"], [c for c in result["comparisons"] if not c["equal"]]
     checkpoint = tmp_path / "verify" / "saved" / "checkpoints" / "step-000002" / "training.safetensors"
@@ -98,8 +89,8 @@ def test_two_processes_agree_with_one_process_over_the_same_global_batch(tmp_pat
     one_config.write_text(MINI_DOCUMENT_ORDER.format(microbatches=2))
     two_config = tmp_path / "two.toml"
     two_config.write_text(MINI_DOCUMENT_ORDER.format(microbatches=1))
-    one = run_json(tmp_path, "train", "--preset", "mini", "--config", str(one_config), "--run", "one")
-    two = run_json(tmp_path, "train", "--preset", "mini", "--config", str(two_config), "--run", "two", "--nproc", "2")
+    one = run_cli_json(tmp_path, "train", "--preset", "mini", "--config", str(one_config), "--run", "one")
+    two = run_cli_json(tmp_path, "train", "--preset", "mini", "--config", str(two_config), "--run", "two", "--nproc", "2")
     assert two["world_size"] == 2 and two["global_batch"] == one["global_batch"] == 16
     assert [u["batch"] for u in two["updates"]] == [u["batch"] for u in one["updates"]]
     for a, b in zip(one["updates"], two["updates"], strict=True):
@@ -116,15 +107,15 @@ def test_two_processes_agree_with_one_process_over_the_same_global_batch(tmp_pat
 
 @pytest.mark.slow
 def test_world_size_change_is_refused_unless_allowed(tmp_path):
-    saved = run_json(tmp_path, "train", "--preset", "tiny", "--until", "2", "--run", "saved", "--nproc", "2")
+    saved = run_cli_json(tmp_path, "train", "--preset", "tiny", "--until", "2", "--run", "saved", "--nproc", "2")
     checkpoint = saved["checkpoints"][-1]
     before = {p.name: p.read_bytes() for p in Path(checkpoint).iterdir()}
-    refused = run(tmp_path, "resume", "--checkpoint", checkpoint, "--json")
+    refused = run_cli_subprocess(tmp_path, "resume", "--checkpoint", checkpoint, "--json")
     assert refused.returncode == 1
     assert error_lines(refused.stderr) == [refused.stderr.strip()]
     assert "saved by 2 processes, this run has 1" in refused.stderr and "--allow-world-size-change" in refused.stderr
     assert {p.name: p.read_bytes() for p in Path(checkpoint).iterdir()} == before
-    resumed = run_json(tmp_path, "resume", "--checkpoint", checkpoint, "--allow-world-size-change")
+    resumed = run_cli_json(tmp_path, "resume", "--checkpoint", checkpoint, "--allow-world-size-change")
     assert resumed["step"] == 4 and resumed["world_size"] == 1
     assert not resumed["continuation"]["bitwise_promised"]
     assert any("world size changed at step 2: 2 -> 1" in note for note in resumed["continuation"]["notes"])
@@ -165,9 +156,9 @@ def test_a_rank_that_dies_ends_the_run_and_the_last_checkpoint_resumes(tmp_path)
     assert len(error_lines(stderr)) == 1, stderr
     assert "Traceback" not in stderr
     latest = sorted(p for p in checkpoints.iterdir() if p.name.startswith("step-"))[-1]
-    assert run(tmp_path, "inspect", str(latest), "--verify", "--json").returncode == 0
+    assert run_cli_subprocess(tmp_path, "inspect", str(latest), "--verify", "--json").returncode == 0
     step = int(latest.name.removeprefix("step-"))
-    resumed = run_json(tmp_path, "resume", "--checkpoint", str(latest), "--nproc", "2", "--until", str(step + 1))
+    resumed = run_cli_json(tmp_path, "resume", "--checkpoint", str(latest), "--nproc", "2", "--until", str(step + 1))
     assert resumed["step"] == step + 1 and resumed["continuation"]["bitwise_promised"]
 
 
@@ -175,7 +166,7 @@ def test_a_rank_that_dies_ends_the_run_and_the_last_checkpoint_resumes(tmp_path)
 def test_two_nodes_on_localhost_train_as_two_processes(tmp_path):
     """Two single-process nodes meeting at a c10d rendezvous on localhost give the records
     of ``--nproc 2`` bit for bit."""
-    reference = run_json(tmp_path, "train", "--preset", "tiny", "--run", "reference", "--nproc", "2")
+    reference = run_cli_json(tmp_path, "train", "--preset", "tiny", "--run", "reference", "--nproc", "2")
     with rendezvous_store() as port:
         node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes",
@@ -194,13 +185,13 @@ def test_two_nodes_on_localhost_train_as_two_processes(tmp_path):
 
 
 def test_bad_launch_settings_are_refused_in_one_line(tmp_path):
-    zero = run(tmp_path, "train", "--preset", "tiny", "--nproc", "0")
+    zero = run_cli_subprocess(tmp_path, "train", "--preset", "tiny", "--nproc", "0")
     assert zero.returncode == 1 and zero.stderr.strip() == "minigpt-tui: error: --nproc must be at least 1, got 0"
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        taken = run(tmp_path, "train", "--preset", "tiny", "--nproc", "2", "--port", str(port))
+        taken = run_cli_subprocess(tmp_path, "train", "--preset", "tiny", "--nproc", "2", "--port", str(port))
     assert taken.returncode == 1
     assert taken.stderr.strip() == f"minigpt-tui: error: port {port} is in use: choose another --port or leave it out"
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
@@ -208,7 +199,7 @@ def test_bad_launch_settings_are_refused_in_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_more_processes_than_training_examples_is_refused(tmp_path):
-    done = run(tmp_path, "train", "--preset", "tiny", "--nproc", "4")
+    done = run_cli_subprocess(tmp_path, "train", "--preset", "tiny", "--nproc", "4")
     assert done.returncode == 1
     assert error_lines(done.stderr) == [
         "minigpt-tui: error: 4 processes but the training split has only 3 examples: each process needs at least one"
@@ -334,7 +325,7 @@ def test_a_launcher_killed_with_sigkill_takes_its_processes_with_it_and_they_sav
         time.sleep(1.0)
         assert last_update(run_dir / "metrics.jsonl") == ended_at  # nothing goes on writing
         assert saved[-1].name == f"step-{ended_at:06d}"
-        resumed = run_json(tmp_path, "resume", "--checkpoint", str(saved[-1]), "--nproc", "2", "--until",
+        resumed = run_cli_json(tmp_path, "resume", "--checkpoint", str(saved[-1]), "--nproc", "2", "--until",
                            str(ended_at + 1))
         assert resumed["step"] == ended_at + 1
     finally:

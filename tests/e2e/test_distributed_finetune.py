@@ -3,22 +3,10 @@ saved and resumed by two new processes, equals the two-process run that never st
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
-
 import pytest
 
-from tests.conftest import cli_command, cli_env
+from tests.cli_support import run_cli_json
 from tests.family_support import make_family_folder, training_text
-
-
-def _train(tmp_path: Path, *args: str) -> dict:
-    done = subprocess.run(cli_command(*args, "--json"), check=False, capture_output=True, text=True,
-                          env=cli_env(tmp_path),
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 @pytest.mark.slow
@@ -28,10 +16,10 @@ def test_a_two_process_fine_tune_resumes_bit_for_bit(tmp_path):
     corpus.write_text("\n\n".join(training_text() * 3), encoding="utf-8")
     common = ("--preset", "finetune", "--precision", "exact", "--init-from", str(folder), "--corpus", str(corpus),
               "--steps", "4", "--nproc", "2")
-    straight = _train(tmp_path, "train", *common, "--run", "straight")
+    straight = run_cli_json(tmp_path, "train", *common, "--run", "straight")
     assert straight["world_size"] == 2
-    first = _train(tmp_path, "train", *common, "--until", "2", "--save-every", "2", "--run", "stopped")
-    resumed = _train(tmp_path, "resume", "--checkpoint", first["checkpoints"][-1], "--nproc", "2")
+    first = run_cli_json(tmp_path, "train", *common, "--until", "2", "--save-every", "2", "--run", "stopped")
+    resumed = run_cli_json(tmp_path, "resume", "--checkpoint", first["checkpoints"][-1], "--nproc", "2")
     assert resumed["world_size"] == 2
     assert resumed["state_digest"] == straight["state_digest"]
     assert [u["loss"] for u in resumed["updates"]] == [u["loss"] for u in straight["updates"][2:]]

@@ -28,7 +28,8 @@ from tests.conftest import cli_command, cli_env
 from tests.polling import wait_until
 
 
-def make_trainer(preset: str = "mini", **train: object) -> Trainer:
+def trainer_from_preset(preset: str = "mini", **train: object) -> Trainer:
+    """A trainer from ``preset`` with its train settings changed by ``train``."""
     config = load_config(preset)
     if train:
         config = config.replace(train=train)
@@ -51,7 +52,7 @@ def test_loss_is_weighted_per_valid_target_not_per_record():
 
 
 def test_accumulated_update_loss_is_the_mean_over_all_targets_of_the_update():
-    trainer = make_trainer("mini", microbatches=2, batch_size=3)
+    trainer = trainer_from_preset("mini", microbatches=2, batch_size=3)
     batch = trainer.next_batch()
     examples = [trainer.train_examples[i] for mb in batch for i in mb]
     assert len({len(e.ids) for e in examples}) > 1  # rows and microbatches of different sizes
@@ -90,7 +91,7 @@ def test_loss_scaler_grows_after_interval_and_stays_within_bounds():
 
 
 def test_tiny_run_follows_seed_000_update_state():
-    trainer = make_trainer("tiny")
+    trainer = trainer_from_preset("tiny")
     records = list(scheduled_work(trainer))
     assert [r.step for r in records] == [1, 2, 3, 4]
     assert [r.batch for r in records] == [[[2], [0]], [[1], [2]], [[0], [1]], [[2], [0]]]
@@ -103,7 +104,7 @@ def test_tiny_run_follows_seed_000_update_state():
 
 
 def test_capture_is_refused_with_pending_gradients_and_leaves_them():
-    trainer = make_trainer("tiny")
+    trainer = trainer_from_preset("tiny")
     trainer.update()
     trainer.require_update_boundary()  # a complete boundary: no error
     param = trainer.model.token_embedding.weight
@@ -114,7 +115,7 @@ def test_capture_is_refused_with_pending_gradients_and_leaves_them():
 
 
 def test_mini_evaluates_complete_splits_at_scheduled_steps_and_picks_the_first_minimum():
-    trainer = make_trainer("mini", steps=100)
+    trainer = trainer_from_preset("mini", steps=100)
     evaluations = [r for r in scheduled_work(trainer) if not hasattr(r, "batch")]
     assert [e.step for e in evaluations] == [0, 50, 100]
     assert all(e.validation_targets > 0 for e in evaluations)
@@ -143,7 +144,7 @@ def run_session(trainer_factory, script, hold=lambda event: None) -> tuple[list,
 
 
 def test_pause_evaluate_and_resume_in_process_equal_never_pausing():
-    plain_events, plain = run_session(lambda: make_trainer("mini", steps=60), lambda c, e: None)
+    plain_events, plain = run_session(lambda: trainer_from_preset("mini", steps=60), lambda c, e: None)
 
     pause_sent = threading.Event()
 
@@ -163,7 +164,7 @@ def test_pause_evaluate_and_resume_in_process_equal_never_pausing():
         controller.send(Command.EVALUATE)
         controller.send(Command.RESUME)
 
-    paused_events, paused = run_session(lambda: make_trainer("mini", steps=60), script, hold_after_update_7)
+    paused_events, paused = run_session(lambda: trainer_from_preset("mini", steps=60), script, hold_after_update_7)
     plain_updates = [x.record.exact_fields() for x in plain_events if isinstance(x, UpdateDone)]
     paused_updates = [x.record.exact_fields() for x in paused_events if isinstance(x, UpdateDone)]
     assert len(plain_updates) == 60

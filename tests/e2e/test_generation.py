@@ -27,13 +27,10 @@ from minigpt_tui.engine.analysis.generation import (
 )
 from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.core.tokenizer import BOS, BYTE_OFFSET, EOS, ByteBPETokenizer
+from tests.lens_support import byte_id, random_model
 
 BYTES_ONLY = ByteBPETokenizer()  # 258 ids: BOS, EOS, 256 bytes
 SMALL_CONTEXT = ModelConfig(family="gpt2", width=4, heads=1, kv_heads=1, ffn=8, layers=1, context=8)
-
-
-def byte_id(char: str) -> int:
-    return ord(char) + BYTE_OFFSET
 
 
 def constant_logits_model(logits: dict[int, float], context: int = 8) -> MiniGPT:
@@ -375,16 +372,6 @@ def test_forcing_eos_stops_with_eos(trained_mini):
     assert stepper.finished and stepper.stop_reason == "eos"
 
 
-def random_model(config: ModelConfig, vocab: int, seed: int, scale: float) -> MiniGPT:
-    model = MiniGPT(config, vocab, torch.float64)
-    model.initialize(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if not name.endswith("norm.weight") and not name.endswith(".bias"):
-                param.mul_(scale)
-    return model
-
-
 KV_CONFIGS = {
     "llama-grouped": ModelConfig(family="llama", width=16, heads=4, kv_heads=2, ffn=32, layers=2, context=24),
     "gpt2": dataclasses.replace(load_config("mini").model, context=24),
@@ -394,7 +381,7 @@ KV_CONFIGS = {
 @pytest.mark.parametrize("name", sorted(KV_CONFIGS))
 @pytest.mark.parametrize("kind", ["greedy", "sample"])
 def test_kv_cache_matches_recompute(name, kind):
-    model = random_model(KV_CONFIGS[name], BYTES_ONLY.vocab_size, 3, 10.0)
+    model = random_model(KV_CONFIGS[name], seed=3, scale=10.0)
     rule = GenerationRule(kind=kind, temperature=1.3, seed=99, max_new_tokens=40)
     plain = DecisionStepper(model, BYTES_ONLY, "Old limit", rule, attention=True, stop_at_context=True)
     cached = DecisionStepper(model, BYTES_ONLY, "Old limit", rule, attention=True, use_kv_cache=True,
@@ -418,7 +405,7 @@ def test_kv_cache_matches_recompute(name, kind):
 
 
 def test_attention_rows_are_distributions_over_the_prefix():
-    model = random_model(KV_CONFIGS["llama-grouped"], BYTES_ONLY.vocab_size, 4, 5.0)
+    model = random_model(KV_CONFIGS["llama-grouped"], seed=4, scale=5.0)
     decision = DecisionStepper(model, BYTES_ONLY, "abc", GenerationRule(), attention=True).step()
     assert len(decision.attention) == 2
     for layer in decision.attention:
@@ -427,7 +414,7 @@ def test_attention_rows_are_distributions_over_the_prefix():
 
 
 def test_stepper_leaves_the_models_mode_and_grad_state_alone():
-    model = random_model(KV_CONFIGS["gpt2"], BYTES_ONLY.vocab_size, 4, 1.0)
+    model = random_model(KV_CONFIGS["gpt2"], seed=4, scale=1.0)
     model.train()
     decision = DecisionStepper(model, BYTES_ONLY, "abc", GenerationRule()).step()
     assert model.training and not decision.logits.requires_grad

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import cli_command, cli_env
+from cli_support import run_cli_wide
 from minigpt_tui.engine.core.config import load_config
 
 PROMPT = "The key is red. Answer: "
@@ -31,14 +30,8 @@ def model_file(tmp_path_factory) -> Path:
     return path
 
 
-def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = cli_env(tmp_path)
-    env["COLUMNS"] = "200"  # rich tables: no wrapping inside the checked phrases
-    return subprocess.run(cli_command(*args), capture_output=True, text=True, env=env, timeout=120)
-
-
 def test_generate_prints_one_row_per_decision_and_the_stop(model_file, tmp_path):
-    done = run_cli(tmp_path, "generate", "--model", str(model_file), "--prompt", PROMPT)
+    done = run_cli_wide(tmp_path, "generate", "--model", str(model_file), "--prompt", PROMPT)
     assert done.returncode == 0, done.stderr
     assert "stop: eos" in done.stdout
     assert 'output: "red."' in done.stdout
@@ -49,7 +42,7 @@ def test_generate_prints_one_row_per_decision_and_the_stop(model_file, tmp_path)
 
 def test_generate_json_is_the_trace_and_trace_out_writes_it(model_file, tmp_path):
     out = tmp_path / "trace.json"
-    done = run_cli(tmp_path, "generate", "--model", str(model_file), "--prompt", PROMPT, "--temperature", "0.7",
+    done = run_cli_wide(tmp_path, "generate", "--model", str(model_file), "--prompt", PROMPT, "--temperature", "0.7",
                    "--top-k", "5", "--top-p", "0.9", "--seed", "7", "--top", "4", "--kv-cache",
                    "--json", "--trace-out", str(out))
     assert done.returncode == 0, done.stderr
@@ -69,7 +62,7 @@ def test_generate_json_is_the_trace_and_trace_out_writes_it(model_file, tmp_path
 def test_generate_full_logits_keeps_the_vectors_beside_the_same_record(model_file, tmp_path):
     args = ("generate", "--model", str(model_file), "--prompt", PROMPT, "--temperature", "0.7", "--top-p", "0.9",
             "--max-new-tokens", "2", "--json")
-    compact, full = (json.loads(run_cli(tmp_path, *args, *extra).stdout) for extra in ((), ("--full-logits",)))
+    compact, full = (json.loads(run_cli_wide(tmp_path, *args, *extra).stdout) for extra in ((), ("--full-logits",)))
     assert (compact["version"], compact["full_logits"], full["full_logits"]) == (2, False, True)
     for small, large in zip(compact["decisions"], full["decisions"], strict=True):
         assert {k: v for k, v in large.items() if k in small} == small
@@ -81,7 +74,7 @@ def test_generate_full_logits_keeps_the_vectors_beside_the_same_record(model_fil
 
 def test_probes_json_and_out_file(model_file, tmp_path):
     out = tmp_path / "probes-result.json"
-    done = run_cli(tmp_path, "probes", "--model", str(model_file), "--greedy", "--temperature", "0.7", "1.2",
+    done = run_cli_wide(tmp_path, "probes", "--model", str(model_file), "--greedy", "--temperature", "0.7", "1.2",
                    "--top-k", "5", "--max-new-tokens", "12", "--json", "--out", str(out))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -94,7 +87,7 @@ def test_probes_json_and_out_file(model_file, tmp_path):
 
 
 def test_probes_table_shows_the_prompts_last_token(model_file, tmp_path):
-    done = run_cli(tmp_path, "probes", "--model", str(model_file), "--max-new-tokens", "8")
+    done = run_cli_wide(tmp_path, "probes", "--model", str(model_file), "--max-new-tokens", "8")
     assert done.returncode == 0, done.stderr
     assert "probes · greedy · bundled:probes.json" in done.stdout
     assert '":"' in done.stdout and "last token" in done.stdout
@@ -102,7 +95,7 @@ def test_probes_table_shows_the_prompts_last_token(model_file, tmp_path):
 
 
 def test_infer_json_record(model_file, tmp_path):
-    done = run_cli(tmp_path, "infer", "--model", str(model_file), "--prompt", PROMPT, "--tokens", "8", "--json")
+    done = run_cli_wide(tmp_path, "infer", "--model", str(model_file), "--prompt", PROMPT, "--tokens", "8", "--json")
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stdout)
     assert record["tied_alias"] is True and record["device"] == "cpu" and record["precision"] == "float64"
@@ -113,10 +106,10 @@ def test_infer_json_record(model_file, tmp_path):
 
 
 def test_run_specs_resolve_latest_and_best(tmp_path):
-    trained = run_cli(tmp_path, "train", "--preset", "tiny", "--run", "t", "--until", "2", "--json")
+    trained = run_cli_wide(tmp_path, "train", "--preset", "tiny", "--run", "t", "--until", "2", "--json")
     assert trained.returncode == 0, trained.stderr
     for spec in ("t:latest",):
-        done = run_cli(tmp_path, "infer", "--model", spec, "--prompt", "ab", "--json")
+        done = run_cli_wide(tmp_path, "infer", "--model", spec, "--prompt", "ab", "--json")
         assert done.returncode == 0, done.stderr
         record = json.loads(done.stdout)
         assert record["model_path"].endswith("step-000002/model.safetensors")

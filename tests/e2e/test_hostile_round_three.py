@@ -3,25 +3,11 @@ too long for the system, error lines that would echo unbounded values."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli_command, cli_env
-
-
-def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(cli_command(*args), capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
-
-
-def one_error_line(done: subprocess.CompletedProcess) -> str:
-    assert done.returncode == 1, done.stderr
-    assert "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("minigpt-tui: error: ")
-    return lines[0]
+from tests.cli_support import refused_in_one_line, run_cli_subprocess
 
 
 def _text_folder(tmp_path: Path) -> Path:
@@ -37,18 +23,20 @@ def test_a_corpus_folder_link_that_leaves_the_folder_is_refused_unless_asked(tmp
     outside = tmp_path / "secret.txt"
     outside.write_text("the password is swordfish\n" * 10)
     (folder / "secret.txt").symlink_to(outside)
-    line = one_error_line(run(tmp_path, "train", "--preset", "mini", "--steps", "2", "--corpus", str(folder), "--val-every", "0"))
+    line = refused_in_one_line(run_cli_subprocess(tmp_path, "train", "--preset", "mini", "--steps", "2",
+                                                  "--corpus", str(folder), "--val-every", "0"))
     assert "secret.txt is a link to" in line and "outside the folder" in line and "--follow-links" in line
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
-    followed = run(tmp_path, "train", "--preset", "mini", "--steps", "2", "--corpus", str(folder), "--val-every", "0",
-                   "--follow-links", "--until", "1", "--json")
+    followed = run_cli_subprocess(tmp_path, "train", "--preset", "mini", "--steps", "2", "--corpus", str(folder),
+                                  "--val-every", "0", "--follow-links", "--until", "1", "--json")
     assert followed.returncode == 0, followed.stderr
 
 
 def test_a_link_that_stays_inside_the_folder_is_read(tmp_path):
     folder = _text_folder(tmp_path)
     (folder / "again.txt").symlink_to(folder / "0.txt")
-    done = run(tmp_path, "train", "--preset", "mini", "--steps", "2", "--corpus", str(folder), "--val-every", "0", "--until", "1")
+    done = run_cli_subprocess(tmp_path, "train", "--preset", "mini", "--steps", "2", "--corpus", str(folder),
+                              "--val-every", "0", "--until", "1")
     assert done.returncode == 0, done.stderr
 
 
@@ -65,18 +53,18 @@ LONG = "a" * 300
 ])
 def test_a_path_name_too_long_is_one_line_naming_it_shortened(tmp_path, args):
     args = tuple(str(tmp_path / "out") if a == "OUT" else a for a in args)
-    line = one_error_line(run(tmp_path, *args))
+    line = refused_in_one_line(run_cli_subprocess(tmp_path, *args))
     assert len(line) <= 650 and "aaa" in line
 
 
 def test_an_error_never_echoes_an_unbounded_value(tmp_path):
     config = tmp_path / "big.toml"
     config.write_text('[model]\nfamily = "' + "x" * 10_000_000 + '"\n')
-    line = one_error_line(run(tmp_path, "train", "--preset", "tiny", "--config", str(config)))
+    line = refused_in_one_line(run_cli_subprocess(tmp_path, "train", "--preset", "tiny", "--config", str(config)))
     assert len(line) <= 700 and "model.family" in line and "…" in line
 
 
-def _hf_folder(tmp_path: Path) -> Path:
+def _weights_only_folder(tmp_path: Path) -> Path:
     folder = tmp_path / "hf"
     folder.mkdir()
     from safetensors.numpy import save_file
@@ -91,7 +79,7 @@ def _hf_folder(tmp_path: Path) -> Path:
 def test_other_tools_json_is_read_bounded_and_never_blocks(tmp_path, config, command):
     import os
 
-    folder = _hf_folder(tmp_path)
+    folder = _weights_only_folder(tmp_path)
     target = folder / "config.json"
     if config == "deep":
         target.write_text("[" * 100_000 + "]" * 100_000)
@@ -104,12 +92,12 @@ def test_other_tools_json_is_read_bounded_and_never_blocks(tmp_path, config, com
     before = sorted(p.name for p in tmp_path.rglob("*"))
     args = (("convert", "--hf", str(folder), "--out", str(tmp_path / "out.safetensors")) if command == "convert"
             else ("inspect", str(folder)))
-    done = run(tmp_path, *args)
+    done = run_cli_subprocess(tmp_path, *args)
     assert "Traceback" not in done.stderr
     if done.returncode == 0:  # inspect shows the folder with its unreadable config named
         assert command == "inspect"
     else:
-        line = one_error_line(done)
+        line = refused_in_one_line(done)
         assert "config.json" in line
     assert sorted(p.name for p in tmp_path.rglob("*") if p.name != "runs") == [n for n in before if n != "runs"]
 
@@ -117,7 +105,7 @@ def test_other_tools_json_is_read_bounded_and_never_blocks(tmp_path, config, com
 def test_a_run_too_large_for_memory_is_refused_before_anything_is_allocated(tmp_path):
     config = tmp_path / "big-batch.toml"
     config.write_text("[train]\nbatch_size = 65536\n")
-    line = one_error_line(run(tmp_path, "train", "--preset", "mini", "--config", str(config)))
+    line = refused_in_one_line(run_cli_subprocess(tmp_path, "train", "--preset", "mini", "--config", str(config)))
     assert "this run needs about" in line and "GB available" in line and "batch_size = " in line
     assert not (tmp_path / "runs").exists()
 
@@ -126,7 +114,7 @@ def test_too_many_processes_for_memory_are_refused_before_any_starts(tmp_path):
     import time
 
     started = time.monotonic()
-    line = one_error_line(run(tmp_path, "train", "--preset", "tiny", "--nproc", "4096"))
+    line = refused_in_one_line(run_cli_subprocess(tmp_path, "train", "--preset", "tiny", "--nproc", "4096"))
     assert time.monotonic() - started < 20  # no process was started
     assert "(4096 processes)" in line and "try --nproc" in line
 
@@ -151,13 +139,13 @@ def test_inspect_of_an_index_with_a_million_entries_is_bounded_and_linear(tmp_pa
     import json
     import time
 
-    folder = _hf_folder(tmp_path)
+    folder = _weights_only_folder(tmp_path)
     (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
     weight_map = {f"layer.{i}.weight": f"model-{i % 50_000:05d}.safetensors" for i in range(1_000_000)}
     weight_map["transformer.wte.weight"] = "model.safetensors"
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     started = time.monotonic()
-    done = run(tmp_path, "inspect", str(folder))
+    done = run_cli_subprocess(tmp_path, "inspect", str(folder))
     seconds = time.monotonic() - started
     assert "Traceback" not in done.stderr and seconds < 100, (seconds, done.stderr[-400:])
     assert len(done.stdout.splitlines()) < 20_000  # a declared number of rows, not a million

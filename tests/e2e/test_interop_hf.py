@@ -444,14 +444,13 @@ def test_unsupported_folders_are_refused_naming_what_is_unsupported(exported, sa
     doc["pre_tokenizer"]["use_regex"] = True
     (regex / "tokenizer.json").write_text(json.dumps(doc))
     cases = {
-        _variant(folder, tmp_path / "untied", {"tie_word_embeddings": False}): "untied output head",
         sentencepiece: "SentencePiece",
         unigram: "SentencePiece (Unigram)",
         regex: "use_regex=true",
-        _variant(folder, tmp_path / "neox", {"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"]}):
-            "unsupported architecture 'GPTNeoXForCausalLM'",
-        _variant(folder, tmp_path / "scaled", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}):
-            "RoPE scaling 'linear'",
+        _variant(folder, tmp_path / "mistral", {"model_type": "mistral", "architectures": ["MistralForCausalLM"]}):
+            "unsupported architecture 'MistralForCausalLM'",
+        _variant(folder, tmp_path / "scaled", {"rope_scaling": {"rope_type": "yarn", "factor": 2.0}}):
+            "rope scaling 'yarn'",
         _variant(folder, tmp_path / "bos", {"bos_token_id": 5}): "bos_token_id 5",
         saved["root"] / "llama": "no tokenizer.json",
     }
@@ -464,22 +463,25 @@ def test_unsupported_folders_are_refused_naming_what_is_unsupported(exported, sa
         assert not out.exists()
 
 
-def test_untied_head_saved_by_transformers_is_refused_by_the_cli(tmp_path, saved_by_transformers):
+def test_untied_head_saved_by_transformers_converts_by_the_cli(tmp_path, saved_by_transformers):
     tokenizer = saved_by_transformers["tokenizer"]
+    torch.manual_seed(5)
     untied = LlamaForCausalLM(LlamaConfig(
         vocab_size=tokenizer.vocab_size, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
         num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
-        tie_word_embeddings=False))
+        tie_word_embeddings=False)).eval()
     untied.save_pretrained(tmp_path / "untied")
     _write_our_tokenizer(tmp_path / "untied", tokenizer)
-    before = sorted(p.name for p in tmp_path.iterdir())
-    result = subprocess.run(
-        cli_command("convert", "--hf", str(tmp_path / "untied"), "--out", str(tmp_path / "m.safetensors")),
-        capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
-    assert result.returncode == 1
-    assert result.stderr.startswith("minigpt-tui: error: ") and result.stderr.count("\n") == 1
-    assert "untied output head" in result.stderr and "Traceback" not in result.stderr
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "runs") == [n for n in before if n != "runs"]
+    out = tmp_path / "m.safetensors"
+    result = subprocess.run(cli_command("convert", "--hf", str(tmp_path / "untied"), "--out", str(out), "--json"),
+                            capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tied_alias"] is False
+    ours = load_portable_model(out)
+    assert not ours.config.tied_head and ours.model.head_weight is not ours.model.token_embedding.weight
+    ids = torch.tensor([[0, 5, 9, 3]])
+    with torch.no_grad():
+        torch.testing.assert_close(ours.model(ids).logits, untied(ids).logits, atol=1e-5, rtol=1e-5)
 
 
 def test_cli_export_convert_and_generate_on_the_converted_model(exported, tmp_path):

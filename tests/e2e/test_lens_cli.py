@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import cli_command, cli_env
+from cli_support import run_cli_wide
 from lens_support import BYTES_ONLY, varied_model
 
 PROMPT = "Lens"
@@ -26,15 +25,9 @@ def model_files(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = cli_env(tmp_path)
-    env["COLUMNS"] = "200"
-    return subprocess.run(cli_command(*args), capture_output=True, text=True, env=env, timeout=120)
-
-
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_generate_json_carries_lens_contributions_and_pattern(model_files, tmp_path, family):
-    done = run_cli(tmp_path, "generate", "--model", str(model_files[family]), "--prompt", PROMPT,
+    done = run_cli_wide(tmp_path, "generate", "--model", str(model_files[family]), "--prompt", PROMPT,
                    "--max-new-tokens", "3", "--top", "4", "--lens", "--contributions", "--candidate", "70",
                    "--layer", "1", "--head", "2", "--full-logits", "--json")
     assert done.returncode == 0, done.stderr
@@ -61,7 +54,7 @@ def test_generate_json_carries_lens_contributions_and_pattern(model_files, tmp_p
 
 
 def test_generate_prints_lens_contributions_and_pattern_tables(model_files, tmp_path):
-    done = run_cli(tmp_path, "generate", "--model", str(model_files["gpt2"]), "--prompt", PROMPT,
+    done = run_cli_wide(tmp_path, "generate", "--model", str(model_files["gpt2"]), "--prompt", PROMPT,
                    "--max-new-tokens", "1", "--lens", "--contributions", "--layer", "0", "--head", "0")
     assert done.returncode == 0, done.stderr
     for phrase in ("lens · step 1", "block 2 resid", "embed: the embeddings", "contributions · step 1",
@@ -78,7 +71,7 @@ def test_generate_prints_lens_contributions_and_pattern_tables(model_files, tmp_
     (["--candidate", "300"], "candidate id 300 is outside the vocabulary of 258"),
 ])
 def test_bad_views_are_refused_with_one_line(model_files, tmp_path, extra, message):
-    done = run_cli(tmp_path, "generate", "--model", str(model_files["llama"]), "--prompt", PROMPT, "--json", *extra)
+    done = run_cli_wide(tmp_path, "generate", "--model", str(model_files["llama"]), "--prompt", PROMPT, "--json", *extra)
     assert done.returncode == 1
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()

@@ -11,7 +11,7 @@ import torch
 from minigpt_tui.engine.training.optimizer import AdamW
 
 
-def _train(optimizer_class: type, kernel: dict, steps: int = 5) -> tuple[list[torch.Tensor], dict]:
+def _optimizer_steps(optimizer_class: type, kernel: dict, steps: int = 5) -> tuple[list[torch.Tensor], dict]:
     torch.manual_seed(7)
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.GELU(), torch.nn.Linear(5, 3)).double()
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -30,8 +30,8 @@ def _train(optimizer_class: type, kernel: dict, steps: int = 5) -> tuple[list[to
 
 @pytest.mark.parametrize("kernel", [{"foreach": False}, {"fused": True}], ids=["per-parameter", "fused"])
 def test_the_update_and_the_state_equal_torchs_adamw_bit_for_bit(kernel):
-    ours, our_state = _train(AdamW, kernel)
-    theirs, their_state = _train(torch.optim.AdamW, kernel)
+    ours, our_state = _optimizer_steps(AdamW, kernel)
+    theirs, their_state = _optimizer_steps(torch.optim.AdamW, kernel)
     assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
     assert our_state["param_groups"] == their_state["param_groups"]
     for index, moments in their_state["state"].items():
@@ -40,7 +40,7 @@ def test_the_update_and_the_state_equal_torchs_adamw_bit_for_bit(kernel):
 
 
 def test_a_state_dict_loads_back_and_the_next_update_matches():
-    weights, state = _train(AdamW, {"foreach": False}, steps=3)
+    weights, state = _optimizer_steps(AdamW, {"foreach": False}, steps=3)
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.GELU(), torch.nn.Linear(5, 3)).double()
     with torch.no_grad():
         for p, w in zip(model.parameters(), weights, strict=True):

@@ -4,14 +4,13 @@ experiment, the cache commands, and every bad input (one line, exit 1, nothing w
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from minigpt_tui.engine.training.training_state import config_identity
 from minigpt_tui.engine.core.config import load_config
 from tests.checkpoint_support import snapshot
-from tests.conftest import cli_command, cli_env
+from tests.cli_support import run_cli_json, run_cli_subprocess
 
 STREAM_TOML = """
 [corpus]
@@ -25,23 +24,13 @@ save_every = 0
 """
 
 
-def run(tmp_path, *args):
-    return subprocess.run(cli_command(*args), capture_output=True, text=True, env=cli_env(tmp_path), timeout=300)
-
-
-def run_json(tmp_path, *args):
-    done = run(tmp_path, *args, "--json")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
 @pytest.mark.slow  # four whole processes; the in-process resume tests run in make test
 def test_stream_resume_in_a_new_process_equals_the_run_that_never_stopped(tmp_path):
     config = tmp_path / "stream.toml"
     config.write_text(STREAM_TOML, "utf-8")
-    straight = run_json(tmp_path, "train", "--preset", "mini", "--config", str(config), "--run", "straight")
-    saved = run_json(tmp_path, "train", "--preset", "mini", "--config", str(config), "--until", "15", "--run", "a")
-    resumed = run_json(tmp_path, "resume", "--checkpoint", "a:latest")
+    straight = run_cli_json(tmp_path, "train", "--preset", "mini", "--config", str(config), "--run", "straight")
+    saved = run_cli_json(tmp_path, "train", "--preset", "mini", "--config", str(config), "--until", "15", "--run", "a")
+    resumed = run_cli_json(tmp_path, "resume", "--checkpoint", "a:latest")
     assert saved["updates"] == straight["updates"][:15]
     assert resumed["updates"] == straight["updates"][15:]
     assert [e for e in resumed["evaluations"] if e["step"] > 15] == [e for e in straight["evaluations"] if e["step"] > 15]
@@ -50,13 +39,13 @@ def test_stream_resume_in_a_new_process_equals_the_run_that_never_stopped(tmp_pa
     # Windows at drawn offsets, every one full; the next batch continues the same stream.
     assert all(u["valid_targets"] == 8 * 64 for u in straight["updates"])
     # The run's metadata and inspect show the mode.
-    inspected = run_json(tmp_path, "inspect", "a:latest")
+    inspected = run_cli_json(tmp_path, "inspect", "a:latest")
     assert '"mode": "stream"' in json.dumps(inspected)
 
 
 @pytest.mark.slow
 def test_verify_runs_the_stream_experiment(tmp_path):
-    done = run(tmp_path, "verify", "--preset", "stream", "--json")
+    done = run_cli_subprocess(tmp_path, "verify", "--preset", "stream", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["all_equal"] is True and result["saved_after"] == 30
@@ -105,7 +94,7 @@ def _write(path, data: bytes):
 def test_bad_input_is_one_line_exit_1_and_nothing_written(tmp_path, make, message):
     source = make(tmp_path)
     before = snapshot(tmp_path)
-    done = run(tmp_path, "train", "--preset", "text", "--corpus", str(source), "--val-every", "2")
+    done = run_cli_subprocess(tmp_path, "train", "--preset", "text", "--corpus", str(source), "--val-every", "2")
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("minigpt-tui: error: ")
     assert message in done.stderr and "Traceback" not in done.stderr

@@ -18,6 +18,7 @@ from rich.console import Console
 from minigpt_tui.commands.train import _announcing, _progress
 from minigpt_tui.engine.session.events import Preparing, RunStarted
 from minigpt_tui.engine.training.token_cache import TokenCache
+from tests.cli_support import run_cli_json
 from tests.conftest import cli_command, cli_env
 from tests.polling import wait_until
 
@@ -111,13 +112,6 @@ def test_ctrl_c_while_encoding_stops_at_once_with_nothing_written(tmp_path):
     assert not cache.exists() or [p.name for p in cache.iterdir()] == []  # no partial entry, no index
 
 
-def run_json(tmp_path, *args):
-    done = subprocess.run(cli_command(*args, "--json"), capture_output=True, text=True, env=cli_env(tmp_path),
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
 def test_runs_that_find_the_corpus_in_the_index_resume_exactly(tmp_path):
     text = tmp_path / "text.txt"
     text.write_text("".join(f"paragraph {i} about the weather and the sea, {i * 7 % 13} gulls\n\n"
@@ -126,11 +120,11 @@ def test_runs_that_find_the_corpus_in_the_index_resume_exactly(tmp_path):
     config.write_text(f'[corpus]\nsource = "{text}"\nmode = "stream"\nval_every = 8\n'
                       "[tokenizer]\nmerges = 0\n[train]\nsteps = 30\neval_every = 10\neval_batches = 2\n"
                       "save_every = 0\n", "utf-8")
-    straight = run_json(tmp_path, "train", "--preset", "mini", "--config", str(config), "--run", "straight")
+    straight = run_cli_json(tmp_path, "train", "--preset", "mini", "--config", str(config), "--run", "straight")
     index = tmp_path / "token-cache" / "sources"
     assert len(list(index.glob("*.json"))) == 1  # the next runs read no records
-    saved = run_json(tmp_path, "train", "--preset", "mini", "--config", str(config), "--until", "12", "--run", "a")
-    resumed = run_json(tmp_path, "resume", "--checkpoint", "a:latest")
+    saved = run_cli_json(tmp_path, "train", "--preset", "mini", "--config", str(config), "--until", "12", "--run", "a")
+    resumed = run_cli_json(tmp_path, "resume", "--checkpoint", "a:latest")
     assert saved["corpus_identity"] == straight["corpus_identity"] == resumed["corpus_identity"]
     assert saved["updates"] == straight["updates"][:12]
     assert resumed["updates"] == straight["updates"][12:]

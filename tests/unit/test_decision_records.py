@@ -113,7 +113,7 @@ def reference_rows(logits, eligible, rule, ids):
             for i in ids]
 
 
-def rows(candidates):
+def candidate_rows(candidates):
     return [(c.id, c.logit, c.raw_probability, c.selection_probability, c.rank, c.eligible) for c in candidates]
 
 
@@ -134,9 +134,9 @@ def test_stepper_records_equal_the_reference_forced_or_not(rule):
         assert (decision.rule_choice, decision.draw) == (expected, draw)
         assert decision.chosen.id == (expected if forced is None else forced)
         ranking = top_ranked(logits, 6)
-        assert rows(decision.alternatives) == reference_rows(logits, eligible, rule, ranking)
+        assert candidate_rows(decision.alternatives) == reference_rows(logits, eligible, rule, ranking)
         assert [c.rank for c in decision.alternatives] == list(range(1, 7))
-        assert rows([decision.chosen, decision.rule_candidate]) == reference_rows(
+        assert candidate_rows([decision.chosen, decision.rule_candidate]) == reference_rows(
             logits, eligible, rule, [decision.chosen.id, expected])
         raw = raw_probabilities(logits)
         assert decision.entropy == entropy_nats(raw)
@@ -147,7 +147,7 @@ def test_stepper_records_equal_the_reference_forced_or_not(rule):
         assert torch.equal(decision.raw_probabilities, raw)
         assert decision.retained_ids == torch.nonzero(reference > 0).flatten().tolist()
         asked = [0, 7, 70, decision.chosen.id, 255]
-        assert rows(decision.candidates_for(asked, BYTES_ONLY)) == reference_rows(logits, eligible, rule, asked)
+        assert candidate_rows(decision.candidates_for(asked, BYTES_ONLY)) == reference_rows(logits, eligible, rule, asked)
 
 
 def test_default_record_has_no_vocabulary_sized_part_and_full_adds_the_vectors():

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cli_support import run_cli_json_in_process
 from conftest import run_cli
 from family_support import FAMILIES, make_family_folder, training_text
 
@@ -25,18 +26,16 @@ def corpus(tmp_path: Path) -> Path:
     return path
 
 
-def _train(capsys, *args: str) -> dict:
-    code, out, err = run_cli(capsys, "train", "--preset", "finetune", "--precision", "exact", "--json", *args)
-    assert code == 0, err
-    return json.loads(out)
+def _train_finetune(capsys, *args: str) -> dict:
+    return run_cli_json_in_process(capsys, "train", "--preset", "finetune", "--precision", "exact", *args)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_fine_tune_stopped_and_resumed_equals_one_never_stopped(tmp_path, capsys, corpus, family):
     folder = make_family_folder(family, tmp_path / family)
     common = ("--init-from", str(folder), "--corpus", str(corpus), "--steps", "4")
-    straight = _train(capsys, *common, "--run", "straight")
-    first = _train(capsys, *common, "--until", "2", "--save-every", "2", "--run", "stopped")
+    straight = _train_finetune(capsys, *common, "--run", "straight")
+    first = _train_finetune(capsys, *common, "--until", "2", "--save-every", "2", "--run", "stopped")
     checkpoint = first["checkpoints"][-1]
     code, out, err = run_cli(capsys, "resume", "--checkpoint", checkpoint, "--json")
     assert code == 0, err
@@ -88,8 +87,8 @@ def test_a_gguf_file_fine_tunes_and_resumes_exactly(tmp_path, capsys, corpus):
 
     path = family_gguf_file(tmp_path, "llama", "Q8_0")
     common = ("--init-from", str(path), "--corpus", str(corpus), "--steps", "3")
-    straight = _train(capsys, *common, "--run", "straight")
-    first = _train(capsys, *common, "--until", "1", "--save-every", "1", "--run", "stopped")
+    straight = _train_finetune(capsys, *common, "--run", "straight")
+    first = _train_finetune(capsys, *common, "--until", "1", "--save-every", "1", "--run", "stopped")
     code, out, err = run_cli(capsys, "resume", "--checkpoint", first["checkpoints"][-1], "--json")
     assert code == 0, err
     assert json.loads(out)["state_digest"] == straight["state_digest"]
@@ -144,7 +143,7 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path, capsys, corpus):
 def test_a_fine_tune_exports_to_gguf_that_transformers_reads(tmp_path, capsys, corpus, family, quant):
     # transformers reads a GGUF GPT-2 as 1024 positions whatever the file says.
     folder = make_family_folder(family, tmp_path / family, **({"n_positions": 1024} if family == "gpt2" else {}))
-    straight = _train(capsys, "--init-from", str(folder), "--corpus", str(corpus), "--steps", "2")
+    straight = _train_finetune(capsys, "--init-from", str(folder), "--corpus", str(corpus), "--steps", "2")
     checkpoint = straight["checkpoints"][-1]
     out = tmp_path / "tuned.gguf"
     code, printed, err = run_cli(capsys, "export", "--model", checkpoint, "--format", "gguf", "--quant", quant,

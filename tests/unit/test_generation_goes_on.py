@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from family_support import make_family_folder
+from lens_support import random_model
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
 from minigpt_tui.engine.core.config import ModelConfig
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
@@ -25,16 +26,6 @@ PROMPT = "Old limits"  # 11 ids with BOS: decision 6 fills the context, decision
 FIRST_SLID = CONTEXT - 11 + 2
 GPT2 = ModelConfig(family="gpt2", width=16, heads=2, kv_heads=2, ffn=32, layers=2, context=CONTEXT)
 LLAMA = ModelConfig(family="llama", width=16, heads=4, kv_heads=2, ffn=32, layers=2, context=CONTEXT)
-
-
-def random_model(config: ModelConfig, dtype: torch.dtype = torch.float64, seed: int = 3) -> MiniGPT:
-    model = MiniGPT(config, BYTES_ONLY.vocab_size, dtype)
-    model.initialize(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if not name.endswith(("norm.weight", ".bias")):
-                param.mul_(10.0)  # a varied continuation rather than one id repeated
-    return model
 
 
 def fresh_forward(model: MiniGPT, ids: list[int]) -> torch.Tensor:

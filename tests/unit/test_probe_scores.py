@@ -13,13 +13,10 @@ from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule, Probe, ProbeSet, load_probes, run_probes
 from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.engine.analysis.probe_scores import score_probes
-from minigpt_tui.engine.core.tokenizer import BYTE_OFFSET, EOS, ByteBPETokenizer
+from minigpt_tui.engine.core.tokenizer import EOS, ByteBPETokenizer
+from tests.lens_support import byte_id
 
 BYTES_ONLY = ByteBPETokenizer()
-
-
-def byte_id(char: str) -> int:
-    return ord(char) + BYTE_OFFSET
 
 
 def test_scores_follow_the_probes_command_and_report_the_first_answer_token():

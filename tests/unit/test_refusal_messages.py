@@ -15,7 +15,8 @@ from safetensors.torch import save_file
 from minigpt_tui.engine.formats.checkpoint_folder import read_manifest
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.formats.hf_import import read_hf_folder
-from minigpt_tui.engine.formats.hf_layout import model_config_from_hf
+from minigpt_tui.engine.formats.hf_families import model_config
+from minigpt_tui.engine.models.hf_models import with_recorded_settings
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "tiny-format1" / "step-000002"
 SHA = "0" * 64
@@ -120,32 +121,36 @@ GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 8,
     [
         (LLAMA, {"head_dim": 3}, "unsupported LlamaForCausalLM setting: head_dim 3 × 2 heads is not hidden_size 8"),
         (LLAMA, {"hidden_act": "gelu", "mlp_bias": True}, "unsupported LlamaForCausalLM setting: hidden_act 'gelu' "
-                                                          "(only silu)"),
-        (LLAMA, {"attention_bias": True}, "unsupported LlamaForCausalLM setting: attention or MLP biases"),
-        (LLAMA, {"rope_parameters": {"rope_type": "yarn"}}, "unsupported LlamaForCausalLM setting: RoPE scaling 'yarn'"),
-        (LLAMA, {"intermediate_size": 1.5}, "config.json 'intermediate_size' is 1.5, not an integer"),
+                                                          "(supported: silu)"),
+        (LLAMA, {"rope_parameters": {"rope_type": "yarn"}},
+         "unsupported LlamaForCausalLM setting: rope scaling 'yarn' (supported: none, linear, llama3)"),
+        (LLAMA, {"intermediate_size": 1.5}, "intermediate_size must be a positive integer, got 1.5"),
         (GPT2, {"activation_function": "relu"}, "unsupported GPT2LMHeadModel setting: activation_function 'relu' "
-                                                "(only gelu_new, gelu_pytorch_tanh, gelu)"),
+                                                "(supported: gelu_new, gelu_pytorch_tanh, gelu)"),
         (GPT2, {"scale_attn_by_inverse_layer_idx": True},
-         "unsupported GPT2LMHeadModel setting: attention scaling other than 1/sqrt(head_dim)"),
-        (GPT2, {"add_cross_attention": True}, "unsupported GPT2LMHeadModel setting: cross-attention"),
-        (GPT2, {"n_embd": 9}, "the model's settings are not valid here: model.width must be a multiple of "
-                              "model.heads"),
+         "unsupported GPT2LMHeadModel setting: attention scaling other than 1/sqrt(head width)"),
+        (GPT2, {"add_cross_attention": True},
+         "unsupported GPT2LMHeadModel setting: reorder_and_upcast_attn or cross-attention"),
+        (GPT2, {"n_embd": 9}, "unsupported GPT2LMHeadModel setting: 2 heads over width 9 and 2 kv heads"),
     ],
 )
 def test_a_config_our_model_does_not_compute_is_refused_naming_the_setting(base, change, message):
     with pytest.raises(CheckpointError) as err:
-        model_config_from_hf({**base, **change}, "cfg")
+        model_config({**base, **change}, "cfg")
     assert str(err.value) == f"cfg: {message}"
 
 
 def test_configs_read_as_our_settings():
-    llama = model_config_from_hf({**LLAMA, "num_key_value_heads": 1, "rope_parameters": {"rope_theta": 500.0},
-                                  "rms_norm_eps": 1e-5}, "cfg")
+    llama = model_config({**LLAMA, "num_key_value_heads": 1, "rope_parameters": {"rope_theta": 500.0},
+                          "rms_norm_eps": 1e-5}, "cfg")
     assert (llama.family, llama.width, llama.heads, llama.kv_heads, llama.ffn, llama.layers, llama.context,
             llama.rope_base, llama.norm_eps) == ("llama", 8, 2, 1, 16, 1, 8, 500.0, 1e-5)
-    assert model_config_from_hf({**LLAMA, "rope_theta": 20.0}, "cfg").rope_base == 20.0
-    gpt2 = model_config_from_hf({**GPT2, "activation_function": "gelu", "minigpt_tui": {"model_config": {
-        "dropout": 0.25, "rope_base": 7.0}}}, "cfg")
+    assert model_config({**LLAMA, "rope_theta": 20.0}, "cfg").rope_base == 20.0
+    assert model_config({**LLAMA, "attention_bias": True}, "cfg").attention_bias == "all"  # biases are computed
+    data = {**GPT2, "activation_function": "gelu", "minigpt_tui": {"model_config": {"dropout": 0.25, "rope_base": 7.0,
+                                                                                     "norm_eps": 0.5}}}
+    gpt2 = with_recorded_settings(model_config(data, "cfg"), data, "cfg")
+    # Our export's record gives back what config.json has no field for (a gpt2's rope_base,
+    # the dropout), never a setting the config itself says (norm_eps).
     assert (gpt2.family, gpt2.width, gpt2.kv_heads, gpt2.ffn, gpt2.norm_eps, gpt2.gelu_approximation, gpt2.dropout,
             gpt2.rope_base) == ("gpt2", 8, 2, 32, 1e-5, "none", 0.25, 7.0)

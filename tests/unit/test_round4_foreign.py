@@ -18,7 +18,6 @@ from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.formats.foreign import inspect_foreign, read_foreign_tensor
 from minigpt_tui.engine.formats.hf_families import model_config
 from minigpt_tui.engine.formats.hf_import import conversion_refusal
-from minigpt_tui.engine.formats.hf_layout import model_config_from_hf
 from minigpt_tui.engine.formats.safetensors_read import read_header
 from minigpt_tui.engine.models.hf_models import open_hf_model
 from minigpt_tui.engine.models.nanogpt import open_nanogpt
@@ -101,12 +100,17 @@ def test_llama3_original_context_as_a_whole_float_is_read():
     lambda: llama_config(num_attention_heads=0),
     lambda: gpt2_config(layer_norm_epsilon=float("inf")),
 ])
-def test_config_values_of_the_wrong_type_are_refused_in_every_reader(make):
+def test_config_values_of_the_wrong_type_are_refused_by_the_reader_and_by_convert(make, tmp_path):
     config = make()
-    for read in (model_config, model_config_from_hf):
-        with pytest.raises(CheckpointError) as caught:
-            read(config, "config.json")
-        assert "\n" not in str(caught.value) and len(str(caught.value)) < 300
+    with pytest.raises(CheckpointError) as caught:
+        model_config(config, "config.json")
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 300
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file({"model.embed_tokens.weight": torch.zeros(16, 8)}, str(folder / "model.safetensors"))
+    refusal = conversion_refusal(folder)
+    assert refusal is not None and "\n" not in refusal and len(refusal) < 300
 
 
 def test_inspect_and_convert_of_a_list_activation_name_one_line(tmp_path):
@@ -237,7 +241,7 @@ class _no_warnings:
         return False
 
 
-def nanogpt_ckpt(folder: Path, state: dict[str, torch.Tensor], layers: int = 1) -> Path:
+def ckpt_from_state(folder: Path, state: dict[str, torch.Tensor], layers: int = 1) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     args = {"n_layer": layers, "n_head": 2, "n_embd": 8, "block_size": 16, "bias": True, "vocab_size": 16,
             "dropout": 0.0}
@@ -261,9 +265,9 @@ def nanogpt_state(layers: int) -> dict[str, torch.Tensor]:
 
 
 def test_nanogpt_checkpoint_with_a_layer_past_n_layer_is_refused(tmp_path):
-    assert open_nanogpt(nanogpt_ckpt(tmp_path / "good", nanogpt_state(1))).config.layers == 1
+    assert open_nanogpt(ckpt_from_state(tmp_path / "good", nanogpt_state(1))).config.layers == 1
     with pytest.raises(CheckpointError, match=r"unexpected tensor 'transformer\.h\.1\..*not part of the 1-layer model"):
-        open_nanogpt(nanogpt_ckpt(tmp_path / "extra", nanogpt_state(2)))
+        open_nanogpt(ckpt_from_state(tmp_path / "extra", nanogpt_state(2)))
 
 
 @pytest.mark.parametrize("tensor, reason", [
@@ -275,7 +279,7 @@ def test_nanogpt_checkpoint_with_unusable_weights_is_refused(tmp_path, tensor, r
     state = nanogpt_state(1)
     state["transformer.h.0.attn.c_proj.weight"] = tensor
     with pytest.raises(CheckpointError, match=f"tensor 'transformer.h.0.attn.c_proj.weight' {reason}"):
-        open_nanogpt(nanogpt_ckpt(tmp_path / "odd", state))
+        open_nanogpt(ckpt_from_state(tmp_path / "odd", state))
 
 
 def test_a_text_file_named_as_a_pickle_is_one_line(tmp_path):

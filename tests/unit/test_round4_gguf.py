@@ -35,7 +35,7 @@ def _metadata(width: int, ffn: int, layers: int) -> dict[str, tuple[object, obje
             "tokenizer.ggml.token_type": ([1] * len(TOKENS), V.ARRAY)}
 
 
-def _tensors(width: int, ffn: int, layers: int) -> dict[str, np.ndarray]:
+def _llama_arrays(width: int, ffn: int, layers: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
 
     def normal(*shape: int) -> np.ndarray:
@@ -62,7 +62,7 @@ def tiny_gguf(path: Path, meta: dict | None = None, tensors: dict | None = None,
     for key, (value, kind) in {**_metadata(width, ffn, layers), **(meta or {})}.items():
         if value is not None:
             writer.add_key_value(key, value, kind)
-    arrays = {**_tensors(width, ffn, layers), **(tensors or {})}
+    arrays = {**_llama_arrays(width, ffn, layers), **(tensors or {})}
     for name, array in arrays.items():
         if name not in drop and name not in (raw or {}):
             writer.add_tensor(name, np.ascontiguousarray(array))

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from cli_support import one_error_line
 from conftest import run_cli
 
 from minigpt_tui.engine.core.config import load_config
@@ -23,12 +24,6 @@ from minigpt_tui.engine.session.tensorboard import ScalarWriter
 from minigpt_tui.engine.training.training_state import compared_keys, envelope_differences
 
 TINY = ("train", "--preset", "tiny", "--steps", "4", "--set", "train.eval_every=2")
-
-
-def one_error_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("minigpt-tui: error: "), err
-    return lines[0]
 
 
 # -- --set and config files -----------------------------------------------------------------

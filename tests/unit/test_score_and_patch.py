@@ -104,9 +104,10 @@ def test_a_patched_run_from_its_block_equals_the_whole_forward(dtype):
     patches = [Patch("resid", layers, (last,)), Patch("resid", layers - 1, (first, last)), Patch("attn", 1, (first,)),
                Patch("mlp", layers - 1, (last,)), Patch("head", 1, (first + 1,), 1), Patch("mlp", 0, (first,))]
     for patch in patches:
-        with torch.no_grad(), patcher._hooked([(patch,)]):
-            x, _ = model.embed(torch.tensor([list(corrupt)] * patcher.rows), None, 0, None)
-            from_the_start = float(patcher._through(x, 0)[0])
+        with torch.no_grad():
+            out = model(torch.tensor([list(corrupt)] * patcher.rows), sites=patcher.sites([(patch,)]),
+                        skip_head=True, return_attention=True)
+            from_the_start = float(patcher._metric(out)[0])
         assert patcher.difference([patch]) == from_the_start, patch
         assert from_the_start != patcher.corrupt_difference, patch
 

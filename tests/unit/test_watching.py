@@ -6,16 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cli_support import run_cli_json_in_process
 from conftest import run_cli
 
 from minigpt_tui.engine.models.model_file import load_portable_model
 from minigpt_tui.engine.analysis.generation import DecisionStepper, GenerationRule
-
-
-def _train(capsys, *args: str) -> dict:
-    code, out, err = run_cli(capsys, "train", "--json", *args)
-    assert code == 0, err
-    return json.loads(out)
 
 
 def _records(run_dir: Path, kind: str) -> list[dict]:
@@ -25,8 +20,8 @@ def _records(run_dir: Path, kind: str) -> list[dict]:
 
 def test_watching_changes_nothing_and_records_every_evaluation(tmp_path, capsys):
     common = ("--preset", "mini", "--steps", "100", "--save-every", "50")
-    watched = _train(capsys, *common, "--run", "watched")
-    plain = _train(capsys, *common, "--run", "plain", "--no-watch")
+    watched = run_cli_json_in_process(capsys, "train", *common, "--run", "watched")
+    plain = run_cli_json_in_process(capsys, "train", *common, "--run", "plain", "--no-watch")
     assert watched["state_digest"] == plain["state_digest"]
     assert watched["updates"] == plain["updates"] and watched["evaluations"] == plain["evaluations"]
     assert plain["samples"] == [] and plain["heads"] == []
@@ -50,16 +45,16 @@ def test_watching_changes_nothing_and_records_every_evaluation(tmp_path, capsys)
     assert set(heads[-1]["top"]) == {"induction", "previous_token", "duplicate_token", "first_token"}
     assert watched["heads"][-1]["top"] == heads[-1]["top"]
     # The seeded samples are the same in a second run.
-    again = _train(capsys, *common, "--run", "again")
+    again = run_cli_json_in_process(capsys, "train", *common, "--run", "again")
     assert again["samples"] == watched["samples"]
 
 
 def test_own_text_prompts_are_the_first_words_of_validation_records(tmp_path, capsys):
     corpus = tmp_path / "notes.txt"
     corpus.write_text("\n".join(f"record {i} says the river runs north of town" for i in range(60)), encoding="utf-8")
-    result = _train(capsys, "--preset", "text", "--corpus", str(corpus), "--steps", "2", "--set", "train.eval_every=2",
-                    "--set", "model.layers=1", "--set", "model.width=32", "--set", "model.heads=2",
-                    "--set", "model.ffn=64")
+    result = run_cli_json_in_process(capsys, "train", "--preset", "text", "--corpus", str(corpus), "--steps", "2",
+                                     "--set", "train.eval_every=2", "--set", "model.layers=1", "--set", "model.width=32",
+                                     "--set", "model.heads=2", "--set", "model.ffn=64")
     prompts = [s["prompt"] for s in result["samples"][-1]["samples"]]
     assert prompts == ["record 9 says the", "record 19 says the", "record 29 says the"]  # every 10th is validation
 
@@ -83,7 +78,7 @@ def test_samples_fed_through_the_cache_equal_whole_windows_past_the_context(tmp_
     from minigpt_tui.engine.analysis.generation import eligibility_mask, greedy_choice
     from minigpt_tui.engine.session.watching import _continue
 
-    run = _train(capsys, "--preset", "tiny", "--run", "tiny")
+    run = run_cli_json_in_process(capsys, "train", "--preset", "tiny", "--run", "tiny")
     portable = load_portable_model(Path(run["checkpoints"][-1]))
     model, tokenizer = portable.model.eval(), portable.tokenizer
     context = model.config.context
@@ -120,7 +115,7 @@ def test_the_rows_of_one_batch_equal_each_continued_alone(tmp_path, capsys):
     from minigpt_tui.engine.analysis.generation import eligibility_mask
     from minigpt_tui.engine.session.watching import _continue, _continue_rows
 
-    run = _train(capsys, "--preset", "tiny", "--run", "tiny")
+    run = run_cli_json_in_process(capsys, "train", "--preset", "tiny", "--run", "tiny")
     portable = load_portable_model(Path(run["checkpoints"][-1]))
     model, tokenizer = portable.model.eval(), portable.tokenizer
     short, long = tokenizer.encode_prompt("The key"), tokenizer.encode_prompt("The key is red. Answer:")

@@ -16,7 +16,7 @@ seed=31415, max_new_tokens=24, forbidden_ids=())``
     form build the same record; this module re-exports it.
 
 ``DecisionStepper(model, tokenizer, prompt, rule, *, use_kv_cache=False, attention=False,
-top_n=10, model_identity=None, model_path=None, stop_at_context=False)``
+top_n=10, model_identity=None, model_path=None, stop_at_context=False, sites=None)``
     Encodes the prompt once (BOS prepended, no EOS) and refuses a prompt that leaves no
     room in the context. ``step()`` makes one decision, ``run()`` decides to the end,
     ``force(id)`` takes that id instead of the rule's choice, ``back()`` undoes the last
@@ -70,7 +70,9 @@ ids it did not see) and its ``prefix`` is the window the model saw; the stepper'
 the whole sequence. Decisions under the context are made exactly as without the window.
 
 Each decision recomputes the whole prefix unless ``use_kv_cache``: then the first decision
-fills a key/value cache and later ones feed only the newest id; the chosen ids are the same
+fills a key/value cache and later ones feed only the newest id (the forward and the cache
+are :class:`~minigpt_tui.engine.analysis.decoding.Decoder`'s, the loop the watched samples
+share; ``sites`` edits every decision's forward, as a steered generation does); the chosen ids are the same
 and the logits agree within rounding (1e-9 in float64), not bitwise. :func:`default_kv_cache`
 is what the Generation screen and ``generate`` use: the cache, except in exact precision
 (float64), whose decisions keep the bits of the whole-prefix pass.
@@ -103,7 +105,9 @@ from minigpt_tui.engine.analysis.selection import select
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.core.files import path_exists, require_regular_file
 from minigpt_tui.engine.core.tokenizer import BOS, EOS, ByteBPETokenizer
-from minigpt_tui.engine.models.model import KVCache, MiniGPT, evaluating
+from minigpt_tui.engine.analysis.decoding import Decoder
+from minigpt_tui.engine.models.model import MiniGPT, evaluating
+from minigpt_tui.engine.models.sites import Sites
 
 TRACE_FORMAT = "minigpt-tui-generation-trace"
 PROBES_FORMAT = "minigpt-tui-probes"
@@ -450,6 +454,7 @@ class DecisionStepper:
         model_path: str | Path | None = None,
         model_source: str = "minigpt-tui",
         stop_at_context: bool = False,
+        sites: Sites | None = None,
     ) -> None:
         if model.vocab_size != tokenizer.vocab_size:
             raise GenerationError(
@@ -484,8 +489,8 @@ class DecisionStepper:
         self._pieces = {i: TokenPiece.of(tokenizer, i) for i in set(self.prompt_ids)}
         self._generator = torch.Generator().manual_seed(rule.seed)
         self._steps: list[_Step] = []
-        self._cache: KVCache | None = None
-        self._cache_length = 0
+        # Every decision's forward, and the key/value cache (``sites``: edits in each forward).
+        self._decoder = Decoder(model, use_cache=use_kv_cache, attention=attention, sites=sites)
         self._prompt_attention: tuple[Tensor, ...] | None = None  # the prompt's pass, see head_patterns
 
     @staticmethod
@@ -582,26 +587,15 @@ class DecisionStepper:
         whole = self.ids
         window_start = max(0, len(whole) - self.context)
         prefix = whole[window_start:]
-        logits, attention = self._last_logits(prefix, True) if window_start else self._last_logits(prefix)
-        if not bool(torch.isfinite(logits).all()):  # a diverged model: nothing is drawn or chosen
-            self._drop_cache()
-            bad = int((~torch.isfinite(logits)).sum())
-            raise GenerationError(f"the model's logits are not finite ({bad} of {logits.numel()} are NaN or "
-                                  "infinite): its weights diverged; open an earlier checkpoint")
+        logits, attention = self._last_logits(whole)
+        self._refuse_diverged(logits)
         rule = self.rule
         try:
             selection = select(logits, self.eligible, rule, self._eligible_ids)
         except GenerationError:
             self._drop_cache()  # the cache already holds this prefix, but no decision was made
             raise
-        generator_state = None
-        draw = None
-        if rule.kind == "greedy":
-            rule_choice = greedy_choice(logits, self.eligible)
-        else:
-            generator_state = self._generator.get_state()
-            draw = float(torch.rand((), generator=self._generator, dtype=torch.float64))
-            rule_choice = selection.choose(draw)
+        rule_choice, draw, generator_state = self._rule_choice(logits, selection)
         chosen_id = rule_choice if forced_id is None else forced_id
         raw = raw_probabilities(logits)
         ranking = top_ranked(logits, self.top_n)
@@ -631,6 +625,23 @@ class DecisionStepper:
         self._steps.append(_Step(decision, generator_state))
         return decision
 
+    def _refuse_diverged(self, logits: Tensor) -> None:
+        """Refuse logits that are not all finite (a diverged model): nothing is drawn or chosen."""
+        if not bool(torch.isfinite(logits).all()):
+            self._drop_cache()
+            bad = int((~torch.isfinite(logits)).sum())
+            raise GenerationError(f"the model's logits are not finite ({bad} of {logits.numel()} are NaN or "
+                                  "infinite): its weights diverged; open an earlier checkpoint")
+
+    def _rule_choice(self, logits: Tensor, selection: Any) -> tuple[int, float | None, Tensor | None]:
+        """The rule's choice, its uniform draw (sampling: one a decision) and the sampling
+        generator's state before the draw (None under greedy)."""
+        if self.rule.kind == "greedy":
+            return greedy_choice(logits, self.eligible), None, None
+        generator_state = self._generator.get_state()
+        draw = float(torch.rand((), generator=self._generator, dtype=torch.float64))
+        return selection.choose(draw), draw, generator_state
+
     def _piece(self, token_id: int) -> TokenPiece:
         piece = self._pieces.get(token_id)
         if piece is None:
@@ -638,33 +649,20 @@ class DecisionStepper:
         return piece
 
     def _drop_cache(self) -> None:
-        self._cache = None
-        self._cache_length = 0
+        self._decoder.reset()
 
-    def _last_logits(self, prefix: list[int], sliding: bool = False) -> tuple[Tensor, tuple[Tensor, ...] | None]:
-        """The last real position's logits (float64) and, if asked, its attention rows.
-        ``sliding``: ``prefix`` is a window whose ids sit at new positions, so no cache holds
-        them; it is recomputed whole (the cache, if any, is dropped)."""
-        model = self.model
-        if sliding:
-            self._drop_cache()
-        with evaluating(model), torch.no_grad():
-            if sliding or not self.use_kv_cache:
-                ids = torch.tensor([prefix], dtype=torch.int64)
-                out = model(ids, return_attention=self.attention, last_only=True)
-            else:
-                if self._cache is None:
-                    self._cache, self._cache_length = [], 0
-                fresh = prefix[self._cache_length:]
-                ids = torch.tensor([fresh], dtype=torch.int64)
-                out = model(ids, cache=self._cache, return_attention=self.attention, last_only=True)
-                self._cache_length = len(prefix)
+    def _last_logits(self, ids: list[int]) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """The last position's logits (float64) and, if asked, its attention rows, after the
+        whole sequence ``ids``: past the context its last window, recomputed whole (see
+        :mod:`decoding`)."""
+        with evaluating(self.model), torch.no_grad():
+            fed = self._decoder.feed([ids])
+        out = fed.output
         logits = out.logits[0, -1].detach().to(torch.float64).clone()
         attention = None
         if self.attention:
             attention = tuple(layer[0, :, -1, :].detach().to(torch.float64).clone() for layer in out.attentions)
-            if not sliding:
-                self._keep_prompt_attention(out.attentions, len(prefix) - ids.shape[1])
+            self._keep_prompt_attention(out.attentions, fed.starts[0])
         return logits, attention
 
     def _keep_prompt_attention(self, attentions: Sequence[Tensor], start: int) -> None:

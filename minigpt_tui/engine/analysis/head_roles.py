@@ -27,6 +27,7 @@ from minigpt_tui.engine.analysis.roles import HEAD_ROLES as ROLES
 from minigpt_tui.engine.analysis.site_names import head_name
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.models.model import evaluating
+from minigpt_tui.engine.models.sites import Sites
 
 SEQUENCES = 4
 SEED = 20240521
@@ -91,12 +92,12 @@ def score_heads(model: Any, tokenizer: Any, length: int | None = None,
     """Every head's role scores, on ``sequences`` (made for the model when not given)."""
     config = model.config
     sequences = sequences or role_sequences(model, tokenizer, length)
-    record: dict[str, torch.Tensor] = {}
+    sites = Sites(config).read("blocks.*.attn.hook_pattern")  # the patterns are all it reads
     with evaluating(model), torch.no_grad():
-        model(sequences.ids, record=record, skip_head=True)  # the patterns are all it reads
+        model(sequences.ids, sites=sites, skip_head=True)
     roles = []
     for layer in range(config.layers):
-        scores = role_scores(record[f"blocks.{layer}.attn.hook_pattern"], sequences.start, sequences.k)
+        scores = role_scores(sites[f"blocks.{layer}.attn.hook_pattern"], sequences.start, sequences.k)
         for head in range(config.heads):
             roles.append(HeadRole(layer, head, *(float(scores[role][head]) for role in ROLES)))
     return tuple(roles)

@@ -1,7 +1,8 @@
 """Looking inside one decision: named activations, logit lens, direct contributions, head patterns.
 
-One forward pass over a prefix records every activation under a stable name (the naming
-follows TransformerLens, so a view is a loop over names, not code per view). Tensors are
+One forward pass over a prefix reads every site under its stable name (the model's own
+:class:`~minigpt_tui.engine.models.sites.Sites`; the naming follows TransformerLens, so a
+view is a loop over names, not code per view). Tensors are
 stored without the batch dimension; T is the prefix length, D the width, H the query
 heads, K the head width, V the vocabulary:
 
@@ -67,6 +68,7 @@ from minigpt_tui.engine.analysis.site_names import (
     resid_name,
 )
 from minigpt_tui.engine.models.model import MiniGPT, decision_logits, evaluating
+from minigpt_tui.engine.models.sites import Sites
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 DEFAULT_LENS_TOP = 5
@@ -96,17 +98,17 @@ class ActivationCache:
 
 
 def run_with_cache(model: MiniGPT, ids: Sequence[int]) -> ActivationCache:
-    """One evaluation-mode forward over ``ids`` recording every named activation."""
+    """One evaluation-mode forward over ``ids`` reading every site."""
     if not ids:
         raise GenerationError("an empty prefix has no activations")
     if len(ids) > model.config.context:
         raise GenerationError(f"{len(ids)} ids exceed the context of {model.config.context}")
-    recorded: dict[str, Tensor] = {}
+    sites = Sites(model.config).read("*")
     with evaluating(model), torch.no_grad():
-        out = model(torch.tensor([list(ids)], dtype=torch.int64), record=recorded, last_only=True)
+        out = model(torch.tensor([list(ids)], dtype=torch.int64), sites=sites, last_only=True)
     config = model.config
     activations: dict[str, Tensor] = {}
-    for name, value in recorded.items():
+    for name, value in sites.values.items():
         value = value[0].detach()
         activations[name] = value.view(len(ids), config.heads, config.head_dim) if name.endswith("hook_z") else value
     activations["logits"] = out.logits[0].detach()
@@ -292,11 +294,12 @@ def _norm_parts(model: MiniGPT, cache: ActivationCache) -> tuple[list[Tensor], l
     if config.positions == "learned":
         embedding = embedding + cache["hook_pos_embed"][-1].to(wide)
     rows = [embedding[None]]
-    for index, block in enumerate(model.blocks):
+    for index in range(config.layers):
         z = cache[f"blocks.{index}.attn.hook_z"][-1].to(wide)  # [H, K]
-        out_map = block.attn.o_proj.weight.to(wide).reshape(config.width, config.heads, config.head_dim)
+        output_map = model.get_submodule(f"blocks.{index}.attn.o_proj")  # the block's weights, read by name
+        out_map = output_map.weight.to(wide).reshape(config.width, config.heads, config.head_dim)
         rows.append(torch.einsum("hk,dhk->hd", z, out_map))  # [H, D]
-        bias = block.attn.o_proj.bias
+        bias = output_map.bias
         rows.append((bias.to(wide) if bias is not None else torch.zeros_like(embedding))[None])
         rows.append(cache[f"blocks.{index}.hook_mlp_out"][-1].to(wide)[None])
     return rows, [len(r) for r in rows]

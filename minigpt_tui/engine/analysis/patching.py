@@ -26,16 +26,18 @@ patched run gives the same bits whichever runs share its batch and whichever row
 The figures differ from a one-row forward of the same prompt (``rows`` 1) in their last
 bits only.
 
-A patch at layer l leaves the blocks before l as they were in the corrupt run, so a batch
-starts from the corrupt run's residual entering its first patched block (kept from that
-run) instead of recomputing them: the same operations on the same values, so the same
-bits. Only the last position's two answer logits are computed, in every run.
+A patch is a ``replace`` at the model's own named site (:func:`site_of`, through
+:class:`~minigpt_tui.engine.models.sites.Sites`): each run's clean values put into its row
+of the batch, a head's into its columns of ``attn.hook_z``. A patch at layer l leaves the
+blocks before l as they were in the corrupt run, so a batch's forward enters at its first
+patched block with the corrupt run's residual there (kept from that run) instead of
+recomputing them: the same operations on the same values, so the same bits. Only the last
+position's two answer logits are computed, in every run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +45,8 @@ import torch
 from torch import Tensor
 
 from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.models.model import evaluating
+from minigpt_tui.engine.models.model import ForwardOutput, evaluating
+from minigpt_tui.engine.models.sites import Sites
 
 SITES = ("resid", "attn", "mlp", "head")
 # Positions (runs × prompt length) a batch of patched runs aims at: past about this many the
@@ -52,6 +55,11 @@ BATCH_POSITIONS = 128
 # A batch's positions are a multiple of this: at other counts this CPU's products gave a
 # row different bits depending on its place (float64 at counts not a multiple of 4).
 POSITION_MULTIPLE = 8
+
+# The model's site each kind of patch replaces at layer l (``resid`` at l = layers: the
+# residual leaving the last block, what the final norm reads).
+SITE_NAMES = {"resid": "blocks.{l}.hook_resid_pre", "attn": "blocks.{l}.hook_attn_out",
+              "mlp": "blocks.{l}.hook_mlp_out", "head": "blocks.{l}.attn.hook_z"}
 
 Progress = Callable[[int, int], None]
 
@@ -96,6 +104,13 @@ class PatchingResult:
                 "against": {"id": self.against[0], "piece": self.against[1]},
                 "clean_difference": self.clean_difference, "corrupt_difference": self.corrupt_difference,
                 "effects": [e.to_json() for e in self.effects]}
+
+
+def site_of(site: str, layer: int, layers: int) -> str:
+    """The model's site that ``site`` at ``layer`` names (see :data:`SITE_NAMES`)."""
+    if site == "resid" and layer == layers:
+        return f"blocks.{layers - 1}.hook_resid_post"
+    return SITE_NAMES[site].format(l=layer)
 
 
 def batch_rows(length: int) -> tuple[int, ...]:
@@ -161,30 +176,24 @@ class Patcher:
         return True
 
     def _base(self, ids: Sequence[int], rows: int, record: dict[str, Tensor]) -> Tensor:
-        """The differences [rows] of ``rows`` copies of a run over ``ids``, recorded."""
+        """The differences [rows] of ``rows`` copies of a run over ``ids``; every site's
+        values go into ``record``."""
         model = self.model
+        sites = Sites(model.config).read("*")
         with evaluating(model), torch.no_grad():
-            x, self._rope = model.embed(torch.tensor([list(ids)] * rows), None, 0, record)
-            return self._through(x, 0, record)
-
-    def _through(self, x: Tensor, start: int, record: dict[str, Tensor] | None = None) -> Tensor:
-        """The metric [rows] of batch ``x`` entering block ``start``, in float64."""
-        model = self.model
-        for block in model.blocks[start:]:
             # Attention weights asked for: every run takes the same (explicit) path.
-            x = block(x, self._rope, None, 0, None, True, record)[0]
-        hidden = model.final_norm(x)
-        if record is not None:
-            record["ln_final.hook_normalized"] = hidden
-        pair = (hidden[:, -1] @ self._pair.t()).to(torch.float64)
+            out = model(torch.tensor([list(ids)] * rows), sites=sites, skip_head=True, return_attention=True)
+        record.update(sites.values)
+        return self._metric(out)
+
+    def _metric(self, out: ForwardOutput) -> Tensor:
+        """The metric [rows] of a forward's final norm output (``skip_head``), in float64."""
+        pair = (out.logits[:, -1] @ self._pair.t()).to(torch.float64)
         return pair[:, 0] - pair[:, 1]
 
     def _entering(self, layer: int) -> Tensor:
         """The corrupt run's residual stream entering block ``layer`` (L: after the last)."""
-        layers = self.model.config.layers
-        if layer < layers:
-            return self.corrupt[f"blocks.{layer}.hook_resid_pre"]
-        return self.corrupt[f"blocks.{layers - 1}.hook_resid_post"]
+        return self.corrupt[site_of("resid", layer, self.model.config.layers)]
 
     def restored(self, difference: float) -> float | None:
         gap = self.clean_difference - self.corrupt_difference
@@ -232,66 +241,22 @@ class Patcher:
         """The metric of up to ``rows`` runs, one a row; the rows left over carry the corrupt run."""
         start = min(self._start(patches) for patches in runs)
         x = self._entering(start).expand(self.rows, -1, -1).contiguous()
-        with evaluating(self.model), torch.no_grad(), self._hooked(runs):
-            return self._through(x, start)[:len(runs)]
+        with evaluating(self.model), torch.no_grad():
+            out = self.model(None, entering=(start, x), sites=self.sites(runs), skip_head=True,
+                             return_attention=True)
+        return self._metric(out)[:len(runs)]
 
-    @contextmanager
-    def _hooked(self, runs: Sequence[Sequence[Patch]]) -> Iterator[None]:
-        """Hooks putting each run's clean values into its row, one hook per patched module."""
-        edits: dict[tuple[str, int], list[tuple[int, Patch]]] = {}
+    def sites(self, runs: Sequence[Sequence[Patch]]) -> Sites:
+        """The edits of a batch: each run's clean values at its patches' sites, positions and
+        heads, in its row (the rows after the last run are left as the corrupt run)."""
+        layers = self.model.config.layers
+        sites = Sites(self.model.config)
         for row, patches in enumerate(runs):
             for patch in patches:
-                edits.setdefault((patch.site, patch.layer), []).append((row, patch))
-        handles = []
-        try:
-            for (site, layer), rows in edits.items():
-                module, hook, pre = self._hook(site, layer, rows)
-                handles.append(module.register_forward_pre_hook(hook) if pre else module.register_forward_hook(hook))
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
-
-    def _hook(self, site: str, layer: int, rows: list[tuple[int, Patch]]) -> tuple[Any, Callable[..., Any], bool]:
-        """(module, hook, is a pre-hook) putting the clean values of ``site`` at ``layer`` into
-        each (row, patch)'s row at the patch's positions."""
-        model, clean = self.model, self.clean
-        layers = model.config.layers
-        if site == "resid":
-            name = f"blocks.{layer}.hook_resid_pre" if layer < layers else f"blocks.{layers - 1}.hook_resid_post"
-            module = model.blocks[layer] if layer < layers else model.final_norm
-
-            def pre(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-                return (_patched(args[0], clean[name], rows), *args[1:])
-            return module, pre, True
-        if site == "head":
-            name, hd = f"blocks.{layer}.attn.hook_z", model.config.head_dim
-
-            def pre_z(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-                return (_patched(args[0], clean[name], rows, hd), *args[1:])
-            return model.blocks[layer].attn.o_proj, pre_z, True
-        name = f"blocks.{layer}.hook_{'attn_out' if site == 'attn' else 'mlp_out'}"
-        module = model.blocks[layer].attn if site == "attn" else model.blocks[layer].ffn
-
-        def post(_module: Any, _args: Any, output: Any) -> Any:
-            if isinstance(output, tuple):
-                return (_patched(output[0], clean[name], rows), *output[1:])
-            return _patched(output, clean[name], rows)
-        return module, post, False
-
-
-def _patched(value: Tensor, clean: Tensor, rows: list[tuple[int, Patch]], head_dim: int = 0) -> Tensor:
-    """A copy of ``value`` [B, T, ...] with each (row, patch)'s positions (and head's columns,
-    for a head patch) taken from ``clean`` [1, T, ...]."""
-    value = value.clone()
-    for row, patch in rows:
-        at = list(patch.positions)
-        if patch.head is None:
-            value[row, at] = clean[0, at]
-        else:
-            columns = slice(patch.head * head_dim, (patch.head + 1) * head_dim)
-            value[row, at, columns] = clean[0, at, columns]
-    return value
+                name = site_of(patch.site, patch.layer, layers)
+                sites.replace(name, self.clean[name], positions=patch.positions,
+                              heads=None if patch.head is None else (patch.head,), rows=(row,))
+        return sites
 
 
 def _rows_agree(value: Tensor) -> bool:

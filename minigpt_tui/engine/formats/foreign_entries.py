@@ -6,6 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from minigpt_tui.engine.families.transformers_config import shown
+
+__all__ = ["candidate_names", "dtype_totals", "layer_group", "shown"]
+
 LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
 
 
@@ -39,8 +43,3 @@ def candidate_names(name: str) -> list[str]:
     return [name, bare] if separator and bare else [name]
 
 
-def shown(value: Any, width: int = 60) -> str:
-    """``repr(value)`` cut to ``width`` characters: a value from someone else's file, echoed
-    in a one-line refusal whatever its size."""
-    text = repr(value)
-    return text if len(text) <= width else text[: width - 1] + "…"

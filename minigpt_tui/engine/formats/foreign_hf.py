@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from minigpt_tui.engine.core.errors import CheckpointError, MiniGPTError
-from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
+from minigpt_tui.engine.families import REGISTRY
+from minigpt_tui.engine.formats import hf_tokenizer
 from minigpt_tui.engine.formats.bounded_json import read_json_input
 from minigpt_tui.engine.formats.foreign_entries import candidate_names, dtype_totals, layer_group
 from minigpt_tui.engine.formats.foreign_pickle import inspect_torch_file, read_pickle_tensor
@@ -27,8 +28,7 @@ from minigpt_tui.engine.formats.hf_export import (
 )
 from minigpt_tui.engine.formats.hf_import import (
     PICKLED_WEIGHTS,
-    folder_tokenizer,
-    plan_conversion,
+    conversion_refusal,
     read_hf_folder,
     read_json_file,
     shard_name,
@@ -40,6 +40,7 @@ from minigpt_tui.engine.formats.safetensors_read import Header, read_header, rea
 from minigpt_tui.engine.formats.state_groups import InspectionState, StateGroup
 
 HF_MODEL = InspectionKind.HF_MODEL
+HEAD_NAME = "lm_head.weight"  # the causal-LM classes' output head
 # Tables a config's tie_word_embeddings points the head at, by common architecture.
 TABLE_CANDIDATES = (
     "model.embed_tokens.weight",
@@ -100,12 +101,8 @@ def _minigpt_layout(data: Any, json_file: Path) -> dict[str, Any]:
 
 
 def _convertible(folder: Any) -> dict[str, Any]:
-    try:
-        plan_conversion(folder)
-        folder_tokenizer(folder.path)
-    except CheckpointError as err:
-        return {"convertible": False, "unsupported": str(err).removeprefix(f"{folder.path}: ")}
-    return {"convertible": True, "unsupported": None}
+    refusal = conversion_refusal(folder.path)
+    return {"convertible": refusal is None, "unsupported": refusal}
 
 
 def _hf_aliases(folder: Any) -> list[dict[str, Any]]:
@@ -133,12 +130,13 @@ def _dropped_aliases(folder: Any) -> list[dict[str, Any]]:
 def _tied_head_alias(folder: Any, named: set[str]) -> dict[str, Any] | None:
     """The output head the config ties to the token table, when no file holds or names it."""
     config = folder.config
-    tied = config.get("tie_word_embeddings", config.get("model_type") != "llama")
+    declared = next((f for f in REGISTRY if f.model_type == config.get("model_type")), None)
+    tied = config.get("tie_word_embeddings", declared.tied_by_default if declared else True)
     table = next((n for n in TABLE_CANDIDATES if n in folder.locations), None)
-    if not (tied and table) or hf_layout.HEAD_NAME in folder.locations or hf_layout.HEAD_NAME in named:
+    if not (tied and table) or HEAD_NAME in folder.locations or HEAD_NAME in named:
         return None
     return {
-        "name": hf_layout.HEAD_NAME,
+        "name": HEAD_NAME,
         "target": table,
         "transform": "none",
         "use": "output head: logits = hidden @ lm_head.weight^T, the token table itself",

@@ -343,6 +343,16 @@ def require_readable(header: GGUFHeader, tensor: GGUFTensor) -> None:
                               "a GGML type that cannot be read here (it has no dequantizer)")
 
 
+def q8_0_values(raw: "np.ndarray") -> "np.ndarray":
+    """Q8_0 blocks (a float16 scale, then 32 int8 quants) as float32, all blocks in one
+    product: bit for bit what gguf's dequantizer gives (the same float32 multiply), without
+    its split into thousands of row groups (2.9 s of a 135M model's 5 s open)."""
+    blocks = raw.reshape(-1, 34)
+    scales = blocks[:, :2].view(np.float16).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # a file's inf or NaN scale: its values, said nowhere else
+        return blocks[:, 2:].view(np.int8).astype(np.float32) * scales
+
+
 class GGUFData:
     """A GGUF file mapped for reading its tensors (see the module doc for the types)."""
 
@@ -368,14 +378,18 @@ class GGUFData:
                                       "which no float type holds exactly")
         elif tensor.elements == 0:
             values, exact = np.zeros(0, dtype=np.float32), "float32"
+        elif tensor.type_name == "Q8_0":
+            values, exact = q8_0_values(raw), "float32"
         else:
             from gguf import GGMLQuantizationType, quants  # deferred: imports gguf
 
             exact = "float32"
             rows = raw.reshape(-1, tensor.nbytes // max(tensor.elements // tensor.shape[-1], 1))
             values = quants.dequantize(rows, GGMLQuantizationType(tensor.ggml_type))
-        # A copy: the map is read-only, and the weights outlive it.
-        return np.array(values, dtype=exact).reshape(tensor.shape)
+        # A copy of what the map holds: the map is read-only, and the weights outlive it
+        # (dequantized values are a new array already).
+        values = np.array(values, dtype=exact) if tensor.type_name in PLAIN else np.asarray(values, dtype=exact)
+        return values.reshape(tensor.shape)
 
     def float32(self, name: str) -> "np.ndarray":
         """The tensor as float32, in torch order (F64, I32 and I64 values rounded)."""

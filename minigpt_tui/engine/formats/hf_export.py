@@ -3,9 +3,9 @@
 
 The folder holds ``config.json`` (the family's class, tied embeddings, BOS/EOS ids, dtype,
 and our own record of the settings transformers has no field for), ``generation_config.json``,
-``model.safetensors`` (the learned tensors, head left out because it is the token table;
-the dropped alias is recorded in the metadata the way ``safetensors.torch.save_model``
-does), ``tokenizer.json`` with exactly our ids and merges, ``tokenizer_config.json`` and
+``model.safetensors`` (the learned tensors under the family's names, a tied head left out
+because it is the token table, the dropped alias recorded in the metadata the way
+``safetensors.torch.save_model`` does), ``tokenizer.json`` with exactly our ids and merges, ``tokenizer_config.json`` and
 ``special_tokens_map.json``. The dtype is kept: a float64 model exports as float64.
 
 The folder is written under a temporary name beside the target, each file flushed and
@@ -19,16 +19,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui import __version__
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.core.files import built_then_installed, check_new_output, work_path
-from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
+from minigpt_tui.engine.core.tokenizer import BOS, EOS
+from minigpt_tui.engine.formats import hf_tokenizer
 from minigpt_tui.engine.formats.hf_families import model_config
 from minigpt_tui.engine.formats.hf_family_export import (
     dropped_head,
     family_config,
     family_tensors,
+    unexpressed_setting,
 )
-from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS, without_tokenizer
+from minigpt_tui.engine.formats.portable import without_tokenizer
 from minigpt_tui.engine.formats.safetensors_format import dtype_name
 from minigpt_tui.engine.formats.safetensors_write import (
     atomic_write_bytes,
@@ -43,6 +46,9 @@ GENERATION_CONFIG_FILE = "generation_config.json"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 FORMATS = ("hf",)
+# Our own record inside config.json: the settings transformers has no field for.
+RECORD_KEY = "minigpt_tui"
+TORCH_DTYPE_NAMES = {"F64": "float64", "F32": "float32"}
 
 
 @dataclass(frozen=True)
@@ -80,25 +86,47 @@ def prepare_output_folder(out: Path) -> None:
     check_new_output(out)
 
 
+def export_record(config: Any, identity: str, tokenizer_identity: str) -> dict[str, Any]:
+    """What our export records beside transformers' fields: every setting, both identities."""
+    return {
+        "format_version": 1,
+        "producer": f"minigpt-tui {__version__}",
+        "model_config": config.declared(),
+        "model_identity": identity,
+        "tokenizer_identity": tokenizer_identity,
+    }
+
+
+def _checked_config(portable: "PortableModel", bos: int | None, eos: list[int]) -> dict[str, Any]:
+    """config.json of the family's class for the model, refused in one line when the model
+    sets a part that class has no setting for (the file would read back as another model)."""
+    model, tokenizer = portable.model, portable.tokenizer
+    config = model.config
+    dtype = dtype_name(model.dtype)
+    if dtype not in TORCH_DTYPE_NAMES:
+        raise CheckpointError(f"{portable.path}: learned tensors of dtype {dtype} cannot be exported")
+    hf_config = family_config(config, tokenizer.vocab_size, TORCH_DTYPE_NAMES[dtype], bos, eos)
+    field = unexpressed_setting(config, model_config(hf_config, str(portable.path)))
+    if field is not None:
+        raise CheckpointError(f"{portable.path}: this model's {field} ({getattr(config, field)!r}) has no "
+                              f"{hf_config['architectures'][0]} form; it cannot be exported to transformers")
+    return hf_config
+
+
 def hf_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[tuple[str, Any]], dict[str, bytes]]:
     """(config, tensors, other files by name) of the transformers folder for a model."""
-    model, tokenizer = portable.model, portable.tokenizer
+    tokenizer = portable.tokenizer
     if tokenizer is None:
         raise without_tokenizer(portable.path, "be exported to transformers")
     if getattr(tokenizer, "kind", "") == "tokenizers":  # a model from elsewhere, with its own tokenizer.json
         return _family_folder_contents(portable)
     if getattr(tokenizer, "kind", None) is not None:
         raise CheckpointError(f"{portable.path}: its tokenizer ({tokenizer.kind}) cannot be written as a tokenizer.json")
-    if model.head_weight is not model.token_embedding.weight:
-        raise CheckpointError(f"{portable.path}: the head is not the token table; only tied models export")
-    config = model.config
-    dtype = dtype_name(model.dtype)
-    if dtype not in hf_layout.TORCH_DTYPE_NAMES:
-        raise CheckpointError(f"{portable.path}: learned tensors of dtype {dtype} cannot be exported")
-    named = {name: p.detach() for name, p in model.named_parameters()}
-    record = hf_layout.export_record(config, portable.identity, tokenizer.identity)
-    hf_config = hf_layout.hf_config(config, tokenizer.vocab_size, dtype, record)
-    tensors = hf_layout.to_hf(named, config)
+    config = portable.model.config
+    hf_config = _checked_config(portable, BOS, [EOS])
+    hf_config.update(pad_token_id=None, initializer_range=config.init_std, torch_dtype=hf_config["dtype"])
+    hf_config[RECORD_KEY] = export_record(config, portable.identity, tokenizer.identity)
+    tensors = family_tensors({name: p.detach() for name, p in portable.model.named_parameters()}, config)
     files = {
         hf_tokenizer.TOKENIZER_FILE: _json_bytes(hf_tokenizer.tokenizer_json(tokenizer)),
         hf_tokenizer.TOKENIZER_CONFIG_FILE: _json_bytes(hf_tokenizer.tokenizer_config(config.context)),
@@ -117,26 +145,16 @@ def hf_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[
 
 
 def _family_folder_contents(portable: "PortableModel") -> tuple[dict[str, Any], list[tuple[str, Any]], dict[str, bytes]]:
-    """The folder of the family's own class, with the model's own tokenizer.json; refused in
-    one line when the model sets a part that class has no setting for."""
+    """The folder of the family's own class, with the model's own tokenizer.json."""
     model, tokenizer = portable.model, portable.tokenizer
     config = model.config
-    dtype = dtype_name(model.dtype)
-    if dtype not in hf_layout.TORCH_DTYPE_NAMES:
-        raise CheckpointError(f"{portable.path}: learned tensors of dtype {dtype} cannot be exported")
-    hf_config = family_config(config, tokenizer.vocab_size, hf_layout.TORCH_DTYPE_NAMES[dtype], tokenizer.bos_id,
-                              list(tokenizer.eos_ids))
-    read_back = model_config(hf_config, str(portable.path))
-    for field in config.__dataclass_fields__:
-        if field not in TRAINING_ONLY_SETTINGS and getattr(read_back, field) != getattr(config, field):
-            raise CheckpointError(f"{portable.path}: {hf_config['architectures'][0]} has no setting for this model's "
-                                  f"{field} ({getattr(config, field)!r}); it cannot be exported to transformers")
+    eos = list(tokenizer.eos_ids)
+    hf_config = _checked_config(portable, tokenizer.bos_id, eos)
     tensors = family_tensors({name: p.detach() for name, p in model.named_parameters()}, config)
 
     def token(token_id: int | None) -> str | None:
         return None if token_id is None else tokenizer.piece_text(token_id)
 
-    eos = list(tokenizer.eos_ids)
     files = {
         hf_tokenizer.TOKENIZER_FILE: tokenizer.text.encode("utf-8"),
         hf_tokenizer.TOKENIZER_CONFIG_FILE: _json_bytes({
@@ -155,13 +173,8 @@ def export_hf(portable: "PortableModel", out: Path | str) -> HFExport:
     out = Path(out).expanduser()
     prepare_output_folder(out)
     hf_config, tensors, files = hf_folder_contents(portable)
-    family = portable.model.config.family
     # The dropped head, recorded as safetensors.torch.save_model records a dropped alias.
-    metadata = {"format": "pt"}
-    if getattr(portable.tokenizer, "kind", "") == "tokenizers":
-        metadata.update(dropped_head(portable.model.config))
-    else:
-        metadata[hf_layout.HEAD_NAME] = hf_layout.table_name(family)
+    metadata = {"format": "pt", **dropped_head(portable.model.config)}
     with built_then_installed(work_path(out), out, f"cannot write {out}", error=CheckpointError) as work:
         write_safetensors(work / WEIGHTS_FILE, tensors, metadata, atomic=False)
         for name, data in files.items():

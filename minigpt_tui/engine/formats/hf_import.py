@@ -1,12 +1,11 @@
-"""A transformers llama or gpt2 folder (one ``model.safetensors`` or shards listed by
-``model.safetensors.index.json``) back into our portable model file.
+"""A transformers folder as files: config.json, the shards' headers (one
+``model.safetensors`` or shards listed by ``model.safetensors.index.json``), its tokenizer,
+and what ``convert`` reports (:class:`Conversion`).
 
-Supported: tied-embedding ``LlamaForCausalLM`` / ``GPT2LMHeadModel`` models whose settings
-our model computes, in float32 or float64, with a byte-level tokenizer of the layout
-:mod:`hf_tokenizer` writes (or none, given a tokenizer from elsewhere). Everything else is
-refused with one line naming what is unsupported, before anything is written. The model is
-built through its constructor, so lookup and head are one Parameter; an export followed
-by a conversion gives back the same model identity.
+The folder is read for a model of any family the registry declares by
+:mod:`minigpt_tui.engine.models.hf_models` (``generate`` and ``convert`` alike);
+:func:`conversion_refusal` says from the headers and small files alone why ``convert``
+would refuse a folder.
 """
 
 from __future__ import annotations
@@ -23,28 +22,28 @@ from minigpt_tui.engine.core.errors import (
     MiniGPTError,
     TokenizerError,
 )
+from minigpt_tui.engine.core.library_tokenizer import read_library_tokenizer
 from minigpt_tui.engine.core.memory import require_memory
-from minigpt_tui.engine.core.tokenizer import BOS, EOS
-from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
-from minigpt_tui.engine.formats.hf_export import CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
-from minigpt_tui.engine.formats.portable import read_portable, without_tokenizer
+from minigpt_tui.engine.formats import hf_tokenizer
 from minigpt_tui.engine.formats.bounded_json import (
     JSONRefused,
     read_json_input,
 )
+from minigpt_tui.engine.formats.hf_export import CONFIG_FILE, INDEX_FILE, RECORD_KEY, WEIGHTS_FILE
+from minigpt_tui.engine.formats.hf_families import model_config, our_tensors
+from minigpt_tui.engine.formats.portable import read_portable, without_tokenizer
 from minigpt_tui.engine.formats.safetensors_read import (
     Header,
     read_header,
 )
 
 if TYPE_CHECKING:
+    import torch
 
-    from minigpt_tui.engine.core.config import ModelConfig
     from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
 PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
-# transformers' defaults when config.json does not say whether the head is tied.
-TIED_BY_DEFAULT = {"llama": False, "gpt2": True}
+GENERATION_CONFIG = "generation_config.json"
 
 
 @dataclass(frozen=True)
@@ -174,6 +173,7 @@ class Conversion:
     tokenizer_identity: str
     tokenizer_source: str
     exported_identity: str | None  # the identity our export recorded in config.json, if any
+    tied_head: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -185,7 +185,7 @@ class Conversion:
             "tensors": self.tensors,
             "scalars": self.scalars,
             "shards": self.shards,
-            "tied_alias": True,
+            "tied_alias": self.tied_head,
             "model_identity": self.model_identity,
             "tokenizer_identity": self.tokenizer_identity,
             "tokenizer_source": self.tokenizer_source,
@@ -195,16 +195,47 @@ class Conversion:
         }
 
 
-def folder_tokenizer(folder: Path) -> "ByteBPETokenizer":
-    json_file = folder / hf_tokenizer.TOKENIZER_FILE
-    if json_file.is_file():
-        return _as_checkpoint_error(lambda: hf_tokenizer.read_tokenizer_json(json_file))
-    if (folder / hf_tokenizer.SENTENCEPIECE_FILE).is_file():
-        raise CheckpointError(
-            f"{folder}: SentencePiece tokenizers ({hf_tokenizer.SENTENCEPIECE_FILE}) are not supported; "
-            "only byte-level BPE (or pass --tokenizer-from)"
-        )
-    raise CheckpointError(f"{folder}: no {hf_tokenizer.TOKENIZER_FILE}; pass --tokenizer-from FILE")
+def _token_ids(value: Any, where: str, key: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise CheckpointError(f"{where}: {key} must be a token id or a list of them, got {value!r}")
+    return tuple(values)
+
+
+def special_ids(folder: Path, config: dict[str, Any]) -> tuple[int | None, tuple[int, ...]]:
+    """(BOS, EOS ids): generation_config.json first, then config.json."""
+    where = str(folder / CONFIG_FILE)
+    bos = _token_ids(config.get("bos_token_id"), where, "bos_token_id")
+    eos = _token_ids(config.get("eos_token_id"), where, "eos_token_id")
+    if (folder / GENERATION_CONFIG).is_file():
+        generation = read_json_file(folder / GENERATION_CONFIG, GENERATION_CONFIG)
+        if isinstance(generation, dict):
+            where = str(folder / GENERATION_CONFIG)
+            bos = _token_ids(generation.get("bos_token_id"), where, "bos_token_id") or bos
+            eos = _token_ids(generation.get("eos_token_id"), where, "eos_token_id") or eos
+    return (bos[0] if bos else None), eos
+
+
+def folder_tokenizer(folder: Path, config: dict[str, Any], vocab_size: int) -> Any:
+    """The folder's tokenizer.json: ours exactly where our export wrote the folder or it is
+    of our layout, else through the ``tokenizers`` library with BOS and EOS from the configs."""
+    path = folder / hf_tokenizer.TOKENIZER_FILE
+    if not path.is_file():
+        if (folder / hf_tokenizer.SENTENCEPIECE_FILE).is_file():
+            raise CheckpointError(f"{folder}: SentencePiece tokenizers ({hf_tokenizer.SENTENCEPIECE_FILE}) are not "
+                                  f"supported, only a {hf_tokenizer.TOKENIZER_FILE} (or pass --tokenizer-from)")
+        raise CheckpointError(f"{folder}: no {hf_tokenizer.TOKENIZER_FILE}: a model without its tokenizer "
+                              "cannot encode a prompt (pass --tokenizer-from to convert)")
+    if isinstance(config.get(RECORD_KEY), dict):  # our own export: our tokenizer, exactly
+        return _as_checkpoint_error(lambda: hf_tokenizer.read_tokenizer_json(path))
+    try:  # a tokenizer.json of our own layout stays our byte-level tokenizer
+        return hf_tokenizer.read_tokenizer_json(path)
+    except TokenizerError:
+        pass
+    bos, eos = special_ids(folder, config)
+    return _as_checkpoint_error(lambda: read_library_tokenizer(path, vocab_size, bos_id=bos, eos_ids=eos))
 
 
 def _as_checkpoint_error(read: Any) -> Any:
@@ -215,11 +246,11 @@ def _as_checkpoint_error(read: Any) -> Any:
 
 
 def tokenizer_from(path: Path | str) -> tuple["ByteBPETokenizer", str]:
-    """A tokenizer from our model file or checkpoint folder, a tokenizer.json, or a
-    transformers folder holding one; returns it with a description of its source."""
+    """A tokenizer from our model file or checkpoint folder, a tokenizer.json of our layout,
+    or a transformers folder holding one; returns it with a description of its source."""
     path = Path(path).expanduser()
     if path.is_dir() and (path / hf_tokenizer.TOKENIZER_FILE).is_file():
-        return folder_tokenizer(path), str(path / hf_tokenizer.TOKENIZER_FILE)
+        path = path / hf_tokenizer.TOKENIZER_FILE
     if path.is_file() and path.suffix == ".json":
         return _as_checkpoint_error(lambda: hf_tokenizer.read_tokenizer_json(path)), str(path)
     portable = read_portable(path)
@@ -228,91 +259,63 @@ def tokenizer_from(path: Path | str) -> tuple["ByteBPETokenizer", str]:
     return portable.tokenizer, str(portable.path)
 
 
-def _require_tied(folder: HFFolder, family: str, where: str) -> None:
-    """Refuses a config that declares an untied head."""
-    tied = folder.config.get("tie_word_embeddings", TIED_BY_DEFAULT[family])
-    if not tied:
-        raise CheckpointError(
-            f"{where}: unsupported untied output head (tie_word_embeddings is false); "
-            "minigpt-tui models use one token table for lookup and head"
-        )
-
-
-def _special_ids(config: dict[str, Any], where: str) -> None:
-    for key, expected in (("bos_token_id", BOS), ("eos_token_id", EOS)):
-        value = config.get(key)
-        if value is not None and value != expected and value != [expected]:
-            raise CheckpointError(f"{where}: unsupported {key} {value!r} (minigpt-tui's is {expected})")
-
-
-def _resolve_names(folder: HFFolder, family: str) -> dict[str, str]:
-    """Canonical transformers name -> the name stored (hub GPT-2 files omit 'transformer.')."""
-    out = {_canonical(name, family): name for name in folder.locations}
-    # A tensor safetensors' save_model dropped as a duplicate is read from the copy it kept.
-    for header in folder.headers.values():
+def with_dropped_aliases(tensors: dict[str, Any], headers: Any) -> dict[str, Any]:
+    """A tensor safetensors' save_model dropped as a duplicate (recorded in the metadata as
+    ``dropped name -> kept name``) read as the copy it kept."""
+    for header in headers:
         for dropped, kept in header.metadata.items():
-            if dropped != "format" and kept in folder.locations and dropped not in folder.locations:
-                out.setdefault(_canonical(dropped, family), kept)
-    return out
-
-
-def _canonical(name: str, family: str) -> str:
-    """The transformers name of a stored one: GPT-2's with 'transformer.' put back."""
-    if family == "gpt2" and not name.startswith("transformer.") and name != hf_layout.HEAD_NAME:
-        return "transformer." + name
-    return name
+            if dropped != "format" and kept in tensors and dropped not in tensors:
+                tensors[dropped] = tensors[kept]
+    return tensors
 
 
 def conversion_refusal(path: Path | str) -> str | None:
     """Why ``convert`` would refuse the transformers folder at ``path`` (its one-line reason
     without the path), or None when it converts. Headers and small files only."""
     try:
-        folder = read_hf_folder(path)
-        plan_conversion(folder)
-        folder_tokenizer(folder.path)
+        _check_convertible(Path(path).expanduser())
     except MiniGPTError as err:
         return str(err).removeprefix(f"{Path(path)}: ").removeprefix(f"{Path(path)} ")
     return None
 
 
-def plan_conversion(folder: HFFolder) -> tuple["ModelConfig", dict[str, str], str, bool]:
-    """Check everything the headers and config say: (our config, name map, dtype, head stored)."""
-    where = str(folder.path)
-    family = hf_layout.family_of(folder.config, where)
-    config = hf_layout.model_config_from_hf(folder.config, where)
-    _special_ids(folder.config, where)
-    names = _resolve_names(folder, family)
-    table = hf_layout.table_name(family)
-    _require_tied(folder, family, where)
-    # A head stored as its own tensor (not a recorded alias of the table) must equal it.
-    head_stored = hf_layout.HEAD_NAME in names and names[hf_layout.HEAD_NAME] != names.get(table)
-    expected = hf_layout.hf_names(config)
-    _check_tensor_names(names, expected, family, where)
-    return config, names, _single_dtype(folder, names, expected, where), head_stored
+def _check_convertible(folder: Path) -> None:
+    """The checks ``convert`` makes before it reads a tensor: the config, the tensors' names
+    and shapes (from the headers; not for pickled weights), the tokenizer."""
+    if _pickled_only(folder):
+        data = _config_json(folder)
+        model_config(data, str(folder))
+        rows = data.get("vocab_size")
+        if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0:
+            folder_tokenizer(folder, data, rows)
+        return
+    read = read_hf_folder(folder)
+    config = model_config(read.config, str(read.path))
+    try:
+        named = our_tensors(with_dropped_aliases(_shapes(read), read.headers.values()), config)
+    except CheckpointError as err:
+        raise CheckpointError(f"{read.path}: {err}") from None
+    folder_tokenizer(read.path, read.config, int(named["token_embedding.weight"].shape[0]))
 
 
-def _check_tensor_names(names: dict[str, str], expected: Any, family: str, where: str) -> None:
-    """Every tensor the config needs is there, and nothing else but the head and ignorable buffers."""
-    missing = [n for n in expected if n not in names]
-    if missing:
-        raise CheckpointError(f"{where}: tensor '{missing[0]}' is missing ({len(missing)} missing)")
-    known = set(expected) | {hf_layout.HEAD_NAME}
-    extra = [n for n in names if n not in known and not hf_layout.ignorable(n)]
-    if extra:
-        raise CheckpointError(
-            f"{where}: unsupported tensor '{extra[0]}' (not part of a {hf_layout.ARCHITECTURES[family]} of this config)"
-        )
+def _pickled_only(folder: Path) -> bool:
+    return folder.is_dir() and not (folder / WEIGHTS_FILE).is_file() and not (folder / INDEX_FILE).is_file() \
+        and any((folder / name).is_file() for name in PICKLED_WEIGHTS)
 
 
-def _single_dtype(folder: HFFolder, names: dict[str, str], expected: Any, where: str) -> str:
-    """The one dtype all needed tensors share, and one this build converts."""
-    dtypes = {folder.headers[folder.locations[names[n]]].entry(names[n]).dtype for n in expected}
-    if len(dtypes) != 1:
-        raise CheckpointError(f"{where}: the tensors mix dtypes {sorted(dtypes)}; one of F32 or F64 is needed")
-    dtype = dtypes.pop()
-    if dtype not in hf_layout.TORCH_DTYPE_NAMES:
-        raise CheckpointError(f"{where}: unsupported dtype {dtype} (float32 and float64 models are supported)")
-    return dtype
+def _config_json(folder: Path) -> dict[str, Any]:
+    data = read_json_file(folder / CONFIG_FILE, "config.json: not a transformers model folder")
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{folder / CONFIG_FILE}: not a JSON object")
+    return data
+
+
+def _shapes(folder: HFFolder) -> dict[str, "torch.Tensor"]:
+    """Every tensor of the folder as an empty tensor of its shape (no data read)."""
+    import torch  # deferred: imports torch
+
+    return {name: torch.empty(folder.headers[shard].entry(name).shape, device="meta")
+            for name, shard in folder.locations.items()}
 
 
 def require_room_for(config: Any, vocab_size: int, element: int, where: str) -> None:

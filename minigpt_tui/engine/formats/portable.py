@@ -31,6 +31,7 @@ from minigpt_tui.engine.core.tokenizer import (
     FIRST_MERGE_ID,
     ByteBPETokenizer,
 )
+from minigpt_tui.engine.families import family as declared_family
 from minigpt_tui.engine.formats.checkpoint_folder import (
     TRAINING_STATE_FORMAT,
     expected_from_manifest,
@@ -83,7 +84,8 @@ HEAD_ALIAS = {
 
 
 def constant_layout(family: str) -> list[str]:
-    return ["rope_base", "norm_eps"] if family == "llama" else ["norm_eps"]
+    """The settings a model of ``family`` keeps in its F64 constants tensor, in order."""
+    return list(declared_family(family).constants)
 
 
 # -- identity -------------------------------------------------------------------------------

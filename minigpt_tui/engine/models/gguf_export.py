@@ -1,10 +1,11 @@
-"""A model as a GGUF file that llama.cpp, Ollama and transformers' GGUF loader read: the
-``llama``, ``qwen2`` and ``gpt2`` architectures, written with the ``gguf`` package's own
-writer and quantizers, each tensor in the type llama.cpp would give it (:func:`tensor_type`).
+"""A model as a GGUF file that llama.cpp, Ollama and transformers' GGUF loader read, for
+each family the registry gives a GGUF architecture (``llama``, ``qwen2``, ``gpt2``), written
+with the ``gguf`` package's own writer and quantizers, each tensor in the type llama.cpp
+would give it (:func:`tensor_type`).
 
-The tensors are the inverse of :mod:`gguf_models`' reading: llama's q and k rows permuted
-into llama.cpp's interleaved rotary order, GPT-2's q, k and v side by side in ``attn_qkv``,
-the head left out when it is the token table. The metadata is what llama.cpp reads: the
+The tensors are the family's declaration applied, the inverse of :mod:`gguf_models`'
+reading (llama's q and k rows permuted into llama.cpp's interleaved rotary order, GPT-2's
+q, k and v side by side in ``attn_qkv``), the head left out when it is the token table. The metadata is what llama.cpp reads: the
 architecture's keys, and the tokenizer: ``gpt2`` BPE (tokens, merges, token types and the
 pre-tokenizer's name) or a ``llama`` SentencePiece vocabulary (tokens, scores from the merge
 ranks, token types), the special ids and the chat template when the model has one. The
@@ -27,22 +28,16 @@ import numpy as np
 
 from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.core.files import check_new_output, work_path
+from minigpt_tui.engine.families import family, gguf_architectures
 from minigpt_tui.engine.formats.gguf_file import read_gguf_header
-from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS
-from minigpt_tui.engine.models.gguf_models import (
-    BLOCK_NAMES,
-    GLOBAL_NAMES,
-    GPT2_GLOBAL_NAMES,
-    SPLITS,
-    gguf_config,
-)
+from minigpt_tui.engine.formats.hf_family_export import unexpressed_setting
+from minigpt_tui.engine.models.gguf_models import SPLITS, gguf_config
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.core.config import ModelConfig
     from minigpt_tui.engine.models.model_file import PortableModel
 
 QUANTS = ("f32", "f16", "q8_0")
-ARCHITECTURES = ("llama", "qwen2", "gpt2")
 F32, F16, Q8_0 = gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q8_0
 # Each --quant: the type of the weight matrices and general.file_type (llama_ftype) as llama.cpp numbers them.
 QUANT_TYPES = {"f32": (F32, 0), "f16": (F16, 1), "q8_0": (Q8_0, 7)}
@@ -90,65 +85,29 @@ def tensor_bytes(shape: tuple[int, ...], kind: gguf.GGMLQuantizationType) -> int
     return int(np.prod(shape, dtype=np.int64)) // block * size
 
 
-def _permute(rows: "np.ndarray", heads: int) -> "np.ndarray":
-    """Rotate-half q/k rows into llama.cpp's order (each head's pairs interleaved)."""
-    return rows.reshape(heads, 2, rows.shape[0] // heads // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
-
-
 def gguf_tensor_list(named: dict[str, Any], config: "ModelConfig") -> list[tuple[str, "np.ndarray"]]:
-    """Our parameters under llama.cpp's names, as float32 arrays."""
-    def get(name: str) -> np.ndarray:
-        return np.ascontiguousarray(named[name].detach().cpu().float().numpy())
-
-
-    arch = config.family
-    out = {theirs: get(ours) for ours, theirs in GLOBAL_NAMES}
-    if not config.tied_head:
-        out["output.weight"] = get("lm_head.weight")
-    if arch == "gpt2":
-        out.update({theirs: get(ours) for ours, theirs in GPT2_GLOBAL_NAMES})
-    for i in range(config.layers):
-        _add_block(out, get, config, f"blocks.{i}.", f"blk.{i}.")
-    return list(out.items())
-
-
-def _add_block(out: dict[str, np.ndarray], get: Callable[[str], np.ndarray], config: "ModelConfig", ours: str,
-               theirs: str) -> None:
-    """One block's tensors (our prefix ``ours``) into ``out`` under llama.cpp's (``theirs``)."""
-    arch = config.family
-    for mine, file in BLOCK_NAMES:
-        out[f"{theirs}{file}.weight"] = get(f"{ours}{mine}.weight")
-        if arch == "gpt2":
-            out[f"{theirs}{file}.bias"] = get(f"{ours}{mine}.bias")
-    if arch == "gpt2":
-        out[theirs + "attn_qkv.weight"] = np.concatenate([get(f"{ours}attn.{p}_proj.weight") for p in "qkv"])
-        out[theirs + "attn_qkv.bias"] = np.concatenate([get(f"{ours}attn.{p}_proj.bias") for p in "qkv"])
-        return
-    out[theirs + "ffn_gate.weight"] = get(ours + "ffn.gate_proj.weight")
-    q, k = get(ours + "attn.q_proj.weight"), get(ours + "attn.k_proj.weight")
-    if arch == "llama":
-        q, k = _permute(q, config.heads), _permute(k, config.kv_heads)
-    out.update({theirs + "attn_q.weight": np.ascontiguousarray(q), theirs + "attn_k.weight": np.ascontiguousarray(k),
-                theirs + "attn_v.weight": get(ours + "attn.v_proj.weight")})
-    if arch == "qwen2":
-        for proj in "qkv":
-            out[f"{theirs}attn_{proj}.bias"] = get(f"{ours}attn.{proj}_proj.bias")
+    """Our parameters under llama.cpp's names (the family's declaration), as float32 arrays."""
+    layout = family(config.family).gguf
+    assert layout is not None  # _check_exportable refused a family without one
+    moved = layout.tensors_to({name: tensor.detach() for name, tensor in named.items()}, config)
+    return [(name, np.ascontiguousarray(tensor.cpu().float().numpy())) for name, tensor in moved.items()]
 
 
 def architecture_metadata(config: "ModelConfig") -> dict[str, Any]:
-    arch = config.family
+    """The architecture's keys llama.cpp reads, from the family's GGUF layout."""
+    declared = family(config.family)
+    layout = declared.gguf
+    assert layout is not None
+    arch = layout.architecture
     meta: dict[str, Any] = {
         "general.architecture": arch, f"{arch}.block_count": config.layers, f"{arch}.context_length": config.context,
         f"{arch}.embedding_length": config.width, f"{arch}.feed_forward_length": config.ffn,
-        f"{arch}.attention.head_count": config.heads,
+        f"{arch}.attention.head_count": config.heads, f"{arch}.{layout.norm_eps_key}": float(config.norm_eps),
     }
-    if arch == "gpt2":
-        meta["gpt2.attention.layer_norm_epsilon"] = float(config.norm_eps)
-    else:
-        meta.update({f"{arch}.attention.head_count_kv": config.kv_heads,
-                     f"{arch}.attention.layer_norm_rms_epsilon": float(config.norm_eps),
-                     f"{arch}.rope.freq_base": float(config.rope_base),
-                     f"{arch}.rope.dimension_count": config.head_dim})
+    if layout.grouped_kv:
+        meta[f"{arch}.attention.head_count_kv"] = config.kv_heads
+    if declared.rotary:
+        meta.update({f"{arch}.rope.freq_base": float(config.rope_base), f"{arch}.rope.dimension_count": config.head_dim})
         if config.rope_scaling == "linear":
             meta.update({f"{arch}.rope.scaling.type": "linear", f"{arch}.rope.scaling.factor": float(config.rope_factor)})
     return meta
@@ -253,11 +212,10 @@ def tokenizer_metadata(tokenizer: Any, vocab_size: int, where: str) -> dict[str,
 def _check_described(meta: dict[str, Any], tensors: list[tuple[str, Any]], config: "ModelConfig", where: str) -> None:
     """The file would describe this model: our reader's config from the metadata equals it."""
     header = SimpleNamespace(metadata=meta, path=Path(where), tensors=[SimpleNamespace(name=n) for n, _ in tensors])
-    read_back = gguf_config(header)
-    for field in config.__dataclass_fields__:
-        if field not in TRAINING_ONLY_SETTINGS and getattr(read_back, field) != getattr(config, field):
-            raise CheckpointError(f"{where}: GGUF's {config.family} architecture has no setting for this model's "
-                                  f"{field} ({getattr(config, field)!r}); it cannot be written as GGUF")
+    field = unexpressed_setting(config, gguf_config(header))
+    if field is not None:
+        raise CheckpointError(f"{where}: GGUF's {config.family} architecture has no setting for this model's "
+                              f"{field} ({getattr(config, field)!r}); it cannot be written as GGUF")
 
 
 def export_gguf(portable: "PortableModel", out: Path | str, quant: str = "f16",
@@ -277,7 +235,7 @@ def export_gguf(portable: "PortableModel", out: Path | str, quant: str = "f16",
     kinds = [tensor_type(name, array.shape, quant) for name, array in tensors]
     work = work_path(out)
     try:
-        writer = gguf.GGUFWriter(str(work), config.family)
+        writer = gguf.GGUFWriter(str(work), meta["general.architecture"])
         for key, value in meta.items():
             if key != "general.architecture":
                 writer.add_key_value(key, value, _value_type(value))
@@ -309,9 +267,9 @@ def _check_exportable(portable: "PortableModel", quant: str, where: str) -> None
     config = portable.model.config
     if quant not in QUANTS:
         raise CheckpointError(f"--quant {quant!r} is not supported (choose from {', '.join(QUANTS)})")
-    if config.family not in ARCHITECTURES:
+    if family(config.family).gguf is None:
         raise CheckpointError(f"{where}: the {config.family} family has no GGUF architecture here "
-                              f"(supported: {', '.join(ARCHITECTURES)})")
+                              f"(supported: {', '.join(gguf_architectures())})")
     if config.rope_scaling == "llama3":
         raise CheckpointError(f"{where}: GGUF export of llama3 rope scaling is not supported (llama.cpp keeps it as "
                               "a per-frequency tensor); export --format hf keeps it")

@@ -1,12 +1,12 @@
-"""A GGUF file as a ready model: the ``llama``, ``qwen2`` and ``gpt2`` architectures.
+"""A GGUF file as a ready model, for each family the registry gives a GGUF architecture
+(llama.cpp's ``llama``, ``qwen2`` and ``gpt2``; :mod:`minigpt_tui.engine.families`).
 
 The architecture's metadata (``{arch}.block_count``, ``embedding_length``,
 ``feed_forward_length``, ``attention.head_count`` / ``head_count_kv``, ``rope.freq_base``,
 the norm epsilon, ``context_length``) sets the model's parts; each tensor is dequantized to
-float32 (or float64) by the ``gguf`` package. llama.cpp stores a llama's q and k rows
-permuted for its interleaved rotary; they are permuted back to the rotate-half order (as
-transformers' GGUF loader does). Qwen2 files are not permuted. GPT-2 files hold linear
-weights with q, k and v side by side.
+float32 (or float64) by the ``gguf`` package, and the family's declaration moves it to our
+name (llama's q and k rows permuted back to rotate-half order, as transformers' GGUF
+loader does; GPT-2's side-by-side q, k and v split).
 
 The tokenizer is built from ``tokenizer.ggml.*``: a ``gpt2`` BPE vocabulary and merges,
 with the split regex that ``tokenizer.ggml.pre`` names (as transformers' GGUF loader
@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,9 @@ import numpy as np
 from minigpt_tui.engine.core.config import GIGA, ModelConfig, setting_of
 from minigpt_tui.engine.core.errors import CheckpointError, TokenizerError
 from minigpt_tui.engine.core.library_tokenizer import LibraryTokenizer
+from minigpt_tui.engine.core.reading import weights_read
 from minigpt_tui.engine.core.tokenizer_limits import MAX_VOCABULARY
+from minigpt_tui.engine.families import Family, GGUFLayout, family, gguf_architectures, gguf_family
 from minigpt_tui.engine.formats.gguf_file import GGUFData, GGUFHeader, read_gguf_header, require_readable
 from minigpt_tui.engine.models.hf_models import built_model, compute_dtype
 
@@ -39,7 +41,6 @@ if TYPE_CHECKING:
 
     from minigpt_tui.engine.models.model_file import PortableModel
 
-ARCHITECTURES = ("llama", "qwen2", "gpt2")
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
            r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
@@ -93,13 +94,14 @@ def _limit(field: str) -> int:
     return int(setting_of(f"model.{field}").limit)
 
 
-def _shape_settings(header: GGUFHeader, arch: str) -> dict[str, int]:
+def _shape_settings(header: GGUFHeader, arch: str, declared: Family) -> dict[str, int]:
     """width, heads, kv_heads, layers, ffn and context, each checked (type, range), then
     against each other: heads divide the width, kv heads divide the heads, and a rotary
     head's size is even and is what ``rope.dimension_count`` says."""
     width = _count(header, f"{arch}.embedding_length", _limit("width"))
     heads = _count(header, f"{arch}.attention.head_count", _limit("heads"))
-    kv_heads = heads if arch == "gpt2" else _count(header, f"{arch}.attention.head_count_kv", heads, heads)
+    grouped = declared.gguf is not None and declared.gguf.grouped_kv
+    kv_heads = _count(header, f"{arch}.attention.head_count_kv", heads, heads) if grouped else heads
     values = {"width": width, "heads": heads, "kv_heads": kv_heads,
               "layers": _count(header, f"{arch}.block_count", _limit("layers")),
               "ffn": _count(header, f"{arch}.feed_forward_length", _limit("ffn")),
@@ -107,7 +109,7 @@ def _shape_settings(header: GGUFHeader, arch: str) -> dict[str, int]:
     if width % heads or heads % kv_heads:
         raise CheckpointError(f"{header.path}: {heads} heads and {kv_heads} kv heads do not divide width {width}")
     head_size = width // heads
-    if arch != "gpt2":
+    if declared.rotary:
         if head_size % 2:
             raise CheckpointError(f"{header.path}: a head size of {head_size} ({arch}.embedding_length {width} / "
                                   f"head_count {heads}) is odd; rotary positions turn pairs")
@@ -118,13 +120,9 @@ def _shape_settings(header: GGUFHeader, arch: str) -> dict[str, int]:
     return values
 
 
-def gguf_config(header: GGUFHeader) -> Any:
-    """Our model config from the file's metadata; each key's type and range is checked
-    before anything is built from it, and a refusal names the key."""
-    arch = header.metadata.get("general.architecture")
-    if not isinstance(arch, str) or arch not in ARCHITECTURES:
-        raise CheckpointError(f"{header.path}: unsupported GGUF architecture {_shown(arch)} "
-                              "(general.architecture; supported: llama, qwen2, gpt2)")
+def _rope_scaling(header: GGUFHeader, arch: str) -> Any:
+    """The file's rope scaling type (none or linear); experts and per-frequency factors are
+    refused here too, before any setting is read."""
     if header.metadata.get(f"{arch}.expert_count"):
         raise CheckpointError(f"{header.path}: unsupported: a mixture of experts ({arch}.expert_count)")
     scaling = header.metadata.get(f"{arch}.rope.scaling.type")
@@ -133,111 +131,68 @@ def gguf_config(header: GGUFHeader) -> Any:
     if any(t.name == "rope_freqs.weight" for t in header.tensors):
         raise CheckpointError(f"{header.path}: unsupported: per-frequency rope factors (rope_freqs.weight, "
                               "Llama 3's rope scaling)")
+    return scaling
+
+
+def gguf_config(header: GGUFHeader) -> Any:
+    """Our model config from the file's metadata; each key's type and range is checked
+    before anything is built from it, and a refusal names the key."""
+    arch = header.metadata.get("general.architecture")
+    declared = gguf_family(arch) if isinstance(arch, str) else None
+    if declared is None or declared.gguf is None:
+        raise CheckpointError(f"{header.path}: unsupported GGUF architecture {_shown(arch)} "
+                              f"(general.architecture; supported: {', '.join(gguf_architectures())})")
+    layout = declared.gguf
+    scaling = _rope_scaling(header, arch)
     values: dict[str, Any] = {
-        **_shape_settings(header, arch),
+        **_shape_settings(header, arch, declared), **layout.implied,
         "dropout": 0.0, "tied_head": not any(t.name == "output.weight" for t in header.tensors),
+        "norm_eps": _positive(header, f"{arch}.{layout.norm_eps_key}", layout.norm_eps_default),
     }
-    if arch == "gpt2":
-        values.update(norm_eps=_positive(header, "gpt2.attention.layer_norm_epsilon", 1e-5), gelu_approximation="tanh")
-    else:
-        values.update(norm_eps=_positive(header, f"{arch}.attention.layer_norm_rms_epsilon", 1e-6),
-                      rope_base=_positive(header, f"{arch}.rope.freq_base", 10000.0))
+    if declared.rotary:
+        values["rope_base"] = _positive(header, f"{arch}.rope.freq_base", 10000.0)
         if scaling == "linear":
             values.update(rope_scaling="linear", rope_factor=_positive(header, f"{arch}.rope.scaling.factor", 1.0))
-    return ModelConfig(family=arch, **values)
+    return ModelConfig(family=declared.name, **values)
 
 
-# Our parameter names and llama.cpp's, where a tensor moves unchanged (the reader and the
-# GGUF writer both read this table).
-GLOBAL_NAMES = (("token_embedding.weight", "token_embd.weight"), ("final_norm.weight", "output_norm.weight"))
-GPT2_GLOBAL_NAMES = (("position_embedding.weight", "position_embd.weight"), ("final_norm.bias", "output_norm.bias"))
-BLOCK_NAMES = (("attn_norm", "attn_norm"), ("ffn_norm", "ffn_norm"), ("attn.o_proj", "attn_output"),
-               ("ffn.up_proj", "ffn_up"), ("ffn.down_proj", "ffn_down"))  # weight (and, in gpt2, bias)
-
-
-def _unpermute(rows: "torch.Tensor", heads: int) -> "torch.Tensor":
-    """llama.cpp's q/k row order (pairs interleaved per head) back to rotate-half order."""
-    half = rows.shape[0] // heads // 2
-    return rows.reshape(heads, half, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+def _layout(config: Any) -> GGUFLayout:
+    """The GGUF layout of the config's family (a config read from GGUF metadata has one)."""
+    layout = family(config.family).gguf
+    if layout is None:
+        raise CheckpointError(f"the {config.family} family has no GGUF architecture")
+    return layout
 
 
 def gguf_tensors(data: GGUFData, config: Any, dtype: "torch.dtype") -> dict[str, "torch.Tensor"]:
+    """Our named tensors from the file's, each dequantized to ``dtype``."""
     import torch  # deferred: imports torch
 
     names = set(data.header.names())
+    advance = weights_read(sum(t.nbytes for t in data.header.tensors))  # the opener's progress
 
     def get(name: str) -> torch.Tensor:
         if name not in names:
             raise CheckpointError(f"{data.header.path}: no tensor '{name}'")
-        return torch.from_numpy(data.values(name)).to(dtype)
+        values = torch.from_numpy(data.values(name)).to(dtype)
+        advance(data.header.tensor(name).nbytes)
+        return values
 
-    arch = config.family
-    out = {ours: get(theirs) for ours, theirs in GLOBAL_NAMES}
-    if not config.tied_head:
-        out["lm_head.weight"] = get("output.weight")
-    if arch == "gpt2":
-        out.update({ours: get(theirs) for ours, theirs in GPT2_GLOBAL_NAMES})
-    for i in range(config.layers):
-        _add_block(out, get, config, f"blocks.{i}.", f"blk.{i}.")
-    return out
-
-
-def _add_block(out: dict[str, torch.Tensor], get: Callable[[str], torch.Tensor], config: Any, ours: str,
-               theirs: str) -> None:
-    """One block's tensors (llama.cpp's prefix ``theirs``) into ``out`` under our names (``ours``)."""
-    arch = config.family
-    for mine, file in BLOCK_NAMES:
-        out[f"{ours}{mine}.weight"] = get(f"{theirs}{file}.weight")
-    if arch == "gpt2":
-        _add_gpt2_attention(out, get, config, ours, theirs)
-        return
-    out[ours + "ffn.gate_proj.weight"] = get(theirs + "ffn_gate.weight")
-    q, k = get(theirs + "attn_q.weight"), get(theirs + "attn_k.weight")
-    if arch == "llama":
-        q, k = _unpermute(q, config.heads), _unpermute(k, config.kv_heads)
-    out.update({ours + "attn.q_proj.weight": q, ours + "attn.k_proj.weight": k,
-                ours + "attn.v_proj.weight": get(theirs + "attn_v.weight")})
-    if arch == "qwen2":
-        for proj in "qkv":
-            out[f"{ours}attn.{proj}_proj.bias"] = get(f"{theirs}attn_{proj}.bias")
-
-
-def _add_gpt2_attention(out: dict[str, torch.Tensor], get: Callable[[str], torch.Tensor], config: Any,
-                        ours: str, theirs: str) -> None:
-    """GPT-2's side-by-side q, k, v (``attn_qkv``) split into our projections, then the
-    block's biases."""
-    for proj, rows in zip("qkv", get(theirs + "attn_qkv.weight").split(config.width, dim=0)):
-        out[f"{ours}attn.{proj}_proj.weight"] = rows
-    for proj, rows in zip("qkv", get(theirs + "attn_qkv.bias").split(config.width, dim=0)):
-        out[f"{ours}attn.{proj}_proj.bias"] = rows
-    for mine, file in BLOCK_NAMES:
-        out[f"{ours}{mine}.bias"] = get(f"{theirs}{file}.bias")
+    return _layout(config).tensors_from(get, config)
 
 
 def expected_tensors(config: Any, rows: int) -> dict[str, tuple[int, ...]]:
     """Every tensor a file of ``config`` holds, by llama.cpp's name, with its shape in torch
-    order; ``rows``: the vocabulary's (the token table's) rows."""
-    width, ffn = config.width, config.ffn
-    kv = config.kv_heads * config.head_dim
-    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (rows, width), "output_norm.weight": (width,)}
-    if not config.tied_head:
-        shapes["output.weight"] = (rows, width)
-    if config.family == "gpt2":
-        shapes.update({"position_embd.weight": (config.context, width), "output_norm.bias": (width,)})
-    block = {"attn_norm.weight": (width,), "ffn_norm.weight": (width,), "attn_output.weight": (width, width),
-             "ffn_up.weight": (ffn, width), "ffn_down.weight": (width, ffn)}
-    if config.family == "gpt2":
-        block.update({"attn_qkv.weight": (3 * width, width), "attn_qkv.bias": (3 * width,), "attn_norm.bias": (width,),
-                      "ffn_norm.bias": (width,), "attn_output.bias": (width,), "ffn_up.bias": (ffn,),
-                      "ffn_down.bias": (width,)})
-    else:
-        block.update({"ffn_gate.weight": (ffn, width), "attn_q.weight": (width, width), "attn_k.weight": (kv, width),
-                      "attn_v.weight": (kv, width)})
-    if config.family == "qwen2":
-        block.update({"attn_q.bias": (width,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)})
-    for i in range(config.layers):
-        shapes.update({f"blk.{i}.{name}": shape for name, shape in block.items()})
-    return shapes
+    order; ``rows``: the vocabulary's (the token table's) rows. The family's writer applied
+    to our model's parameters on the meta device (no memory) gives both."""
+    import torch  # deferred: imports torch
+
+    from minigpt_tui.engine.models.model import MiniGPT  # deferred: imports torch
+
+    with torch.device("meta"):
+        model = MiniGPT(config, rows, torch.float32)
+    named = dict(model.named_parameters())
+    return {name: tuple(tensor.shape) for name, tensor in _layout(config).tensors_to(named, config).items()}
 
 
 def check_gguf_file(header: GGUFHeader, config: Any) -> None:
@@ -250,6 +205,18 @@ def check_gguf_file(header: GGUFHeader, config: Any) -> None:
         raise CheckpointError(f"{header.path}: tensor 'token_embd.weight' is {shape}; the metadata makes it "
                               f"[vocabulary rows, {config.width}]")
     expected = expected_tensors(config, table.shape[0])
+    _check_expected_present(header, config, expected)
+    for tensor in header.tensors:
+        if tensor.name not in expected:
+            raise CheckpointError(f"{header.path}: unexpected tensor '{tensor.name}': the metadata describes a "
+                                  f"{config.layers}-block {config.family} model without it "
+                                  f"({config.family}.block_count {config.layers}); llama.cpp refuses it too")
+        require_readable(header, tensor)
+    _check_tokenizer_types(header)
+
+
+def _check_expected_present(header: GGUFHeader, config: Any, expected: dict[str, tuple[int, ...]]) -> None:
+    """Every tensor the metadata describes is in the file, of the shape it makes it."""
     present = {t.name: t for t in header.tensors}
     for name, shape in expected.items():
         tensor = present.get(name)
@@ -259,13 +226,6 @@ def check_gguf_file(header: GGUFHeader, config: Any) -> None:
         if tensor.shape != shape:
             raise CheckpointError(f"{header.path}: tensor '{name}' has shape {list(tensor.shape)}; the metadata "
                                   f"makes it {list(shape)}")
-    for tensor in header.tensors:
-        if tensor.name not in expected:
-            raise CheckpointError(f"{header.path}: unexpected tensor '{tensor.name}': the metadata describes a "
-                                  f"{config.layers}-block {config.family} model without it "
-                                  f"({config.family}.block_count {config.layers}); llama.cpp refuses it too")
-        require_readable(header, tensor)
-    _check_tokenizer_types(header)
 
 
 _INTEGERS = ("u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64")
@@ -307,23 +267,31 @@ def recovered_merges(tokens: list[str], scores: list[float]) -> list[list[str]]:
     present = frozenset(lengths)
     found, work = [], 0
     for token, score in zip(tokens, scores):
-        size = len(token)
-        if size <= _SHORT_TOKEN:  # nearly every token: each cut looked at
-            cuts: Any = range(1, size)
-            work += size * size
-        else:
-            cuts = [cut for cut in lengths[:bisect.bisect_left(lengths, size)] if size - cut in present]
-            work += len(lengths) + size * len(cuts)
+        cuts, cost = _cuts(len(token), lengths, present)
+        work += cost
         if work > MERGE_WORK:
             raise TokenizerError("recovering the merges of this SentencePiece vocabulary would take too long "
                                  "(its tokens are too long and too many share their parts)")
-        pairs = [(token[:cut], token[cut:]) for cut in cuts if token[:cut] in index and token[cut:] in index]
-        pairs.sort(key=lambda pair: (index[pair[0]], index[pair[1]]))
-        found += [(left, right, score) for left, right in pairs]
+        found += [(left, right, score) for left, right in _split_pairs(token, cuts, index)]
         if len(found) > MAX_RECOVERED:
             raise TokenizerError(f"this SentencePiece vocabulary splits into more than {MAX_RECOVERED:,} merges")
     found.sort(key=lambda item: (item[2], len(item[0]), len(item[1])), reverse=True)
     return [[left, right] for left, right, _ in found]
+
+
+def _split_pairs(token: str, cuts: Any, index: dict[str, int]) -> list[tuple[str, str]]:
+    """The token's splits into two tokens of the vocabulary, in the vocabulary's order."""
+    pairs = [(token[:cut], token[cut:]) for cut in cuts if token[:cut] in index and token[cut:] in index]
+    pairs.sort(key=lambda pair: (index[pair[0]], index[pair[1]]))
+    return pairs
+
+
+def _cuts(size: int, lengths: list[int], present: frozenset[int]) -> tuple[Any, int]:
+    """Where a token of ``size`` characters may split into two tokens, and the slicing work."""
+    if size <= _SHORT_TOKEN:  # nearly every token: each cut looked at
+        return range(1, size), size * size
+    cuts = [cut for cut in lengths[:bisect.bisect_left(lengths, size)] if size - cut in present]
+    return cuts, len(lengths) + size * len(cuts)
 
 
 def _sentencepiece_parts(meta: dict[str, Any], tokens: list[str], where: Path) -> dict[str, Any]:
@@ -346,15 +314,49 @@ def _sentencepiece_parts(meta: dict[str, Any], tokens: list[str], where: Path) -
             "merges": merges, "byte_fallback": True, "fuse_unk": True, "add_bos": True}
 
 
-def _tokenizer_json(header: GGUFHeader, rows: int) -> tuple[str, int | None, tuple[int, ...]]:
-    """A tokenizer.json for the file's vocabulary (see the module doc); a vocabulary of more
-    tokens than the model's ``rows``, or with a token over :data:`MAX_TOKEN_CHARS`, is
-    refused before anything is built from it."""
-    meta, where = header.metadata, header.path
-    model = meta.get("tokenizer.ggml.model")
+def check_gguf_vocabulary(header: GGUFHeader, rows: int) -> list[str]:
+    """The file's tokenizer kind and vocabulary, checked from the header alone: a kind not
+    read here, a vocabulary of more tokens than the model's ``rows``, or a token over
+    :data:`MAX_TOKEN_CHARS`, is refused before anything is built from it."""
+    model = header.metadata.get("tokenizer.ggml.model")
     if not isinstance(model, str) or model not in ("gpt2", "llama"):
-        raise CheckpointError(f"{where}: tokenizer.ggml.model {_shown(model)} is not read (supported: gpt2 BPE, "
+        raise CheckpointError(f"{header.path}: tokenizer.ggml.model {_shown(model)} is not read (supported: gpt2 BPE, "
                               "llama SentencePiece)")
+    return _checked_tokens(header.metadata, header.path, rows)
+
+
+def _tokenizer_json(header: GGUFHeader, rows: int) -> tuple[str, int | None, tuple[int, ...]]:
+    """A tokenizer.json for the file's vocabulary (see the module doc), refused as
+    :func:`check_gguf_vocabulary` says before anything is built from it."""
+    meta, where = header.metadata, header.path
+    tokens = check_gguf_vocabulary(header, rows)
+    model = meta["tokenizer.ggml.model"]
+    if model == "llama":
+        return _assembled(meta, tokens, _sentencepiece_parts(meta, tokens, where))
+    return _assembled(meta, tokens, _bpe_parts(meta, where))
+
+
+def _bpe_parts(meta: dict[str, Any], where: Path) -> dict[str, Any]:
+    """tokenizer.json parts of a gpt2-style byte-level BPE vocabulary, its split by
+    ``tokenizer.ggml.pre``."""
+    merges = meta.get("tokenizer.ggml.merges")
+    if not isinstance(merges, list):
+        raise CheckpointError(f"{where}: tokenizer.ggml.merges must be a list of strings")
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    if not isinstance(pre, str) or pre not in SPLITS:
+        raise CheckpointError(f"{where}: tokenizer.ggml.pre {_shown(pre)} is not known (known: {', '.join(SPLITS)})")
+    split = SPLITS[pre]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": split is None}
+    pre_tokenizer = byte_level if split is None else {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": split}, "behavior": "Isolated", "invert": False}, byte_level]}
+    return {
+        "pre_tokenizer": pre_tokenizer, "merges": merges, "byte_fallback": False, "fuse_unk": False, "add_bos": False,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}}
+
+
+def _checked_tokens(meta: dict[str, Any], where: Path, rows: int) -> list[str]:
+    """The file's vocabulary, refused before anything is built from it when it has more
+    tokens than the model's ``rows`` or than we accept, a token too long, or bad types."""
     tokens = meta.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise CheckpointError(f"{where}: tokenizer.ggml.tokens must be a list of strings")
@@ -368,24 +370,14 @@ def _tokenizer_json(header: GGUFHeader, rows: int) -> tuple[str, int | None, tup
     if longest > MAX_TOKEN_CHARS:
         raise CheckpointError(f"{where}: a vocabulary token of {longest:,} characters (at most "
                               f"{MAX_TOKEN_CHARS:,} are accepted)")
+    _check_token_types(meta, where)
+    return tokens
+
+
+def _check_token_types(meta: dict[str, Any], where: Path) -> None:
     types = meta.get("tokenizer.ggml.token_type", [])
     if not isinstance(types, list) or not all(isinstance(kind, int) and not isinstance(kind, bool) for kind in types):
         raise CheckpointError(f"{where}: tokenizer.ggml.token_type must be a list of whole numbers, one per token")
-    if model == "llama":
-        return _assembled(meta, tokens, _sentencepiece_parts(meta, tokens, where))
-    merges = meta.get("tokenizer.ggml.merges")
-    if not isinstance(merges, list):
-        raise CheckpointError(f"{where}: tokenizer.ggml.merges must be a list of strings")
-    pre = meta.get("tokenizer.ggml.pre", "default")
-    if not isinstance(pre, str) or pre not in SPLITS:
-        raise CheckpointError(f"{where}: tokenizer.ggml.pre {_shown(pre)} is not known (known: {', '.join(SPLITS)})")
-    split = SPLITS[pre]
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": split is None}
-    pre_tokenizer = byte_level if split is None else {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": split}, "behavior": "Isolated", "invert": False}, byte_level]}
-    return _assembled(meta, tokens, {
-        "pre_tokenizer": pre_tokenizer, "merges": merges, "byte_fallback": False, "fuse_unk": False, "add_bos": False,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}})
 
 
 def _assembled(meta: dict[str, Any], tokens: list[str], parts: dict[str, Any]) -> tuple[str, int | None, tuple[int, ...]]:
@@ -442,14 +434,29 @@ def open_gguf_model(path: Path | str, *, dtype: str = "float32") -> "PortableMod
     header = read_gguf_header(Path(path).expanduser())
     config = gguf_config(header)
     check_gguf_file(header, config)
-    tokenizer = gguf_tokenizer(header, embedding_rows(header))  # before any tensor is dequantized
+    check_gguf_vocabulary(header, embedding_rows(header))  # before any tensor or merge is read
     data = GGUFData(header)
-    named = gguf_tensors(data, config, torch_dtype)
-    model = built_model(config, named, torch_dtype, header.path)
+    # The tokenizer and the file's digest are built on two other threads while the tensors are
+    # read (hashlib and the tokenizer library leave the interpreter free for numpy and torch):
+    # about a second of a 135M model's open. A tokenizer the file cannot give still refuses
+    # the file in its own words, whatever the tensors did meanwhile.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="gguf-open") as pool:
+        tokenizer_job = pool.submit(gguf_tokenizer, header, embedding_rows(header))
+        digest_job = pool.submit(gguf_digest, header, data)
+        try:
+            model = built_model(config, gguf_tensors(data, config, torch_dtype), torch_dtype, header.path)
+        finally:
+            tokenizer = tokenizer_job.result()
+        identity = digest_job.result()
+    metadata = {"source": "gguf", "family": config.family, "dtype": dtype,
+                "quantization": sorted({t.type_name for t in header.tensors})}
+    return PortableModel(model, tokenizer, config, identity, header.path, metadata)
+
+
+def gguf_digest(header: GGUFHeader, data: GGUFData) -> str:
+    """The model's identity: each tensor's name, type, shape and stored bytes, in name order."""
     digest = hashlib.sha256(b"gguf\0")
     for t in sorted(header.tensors, key=lambda t: t.name):
         digest.update(f"{t.name}|{t.type_name}|{list(t.shape)}".encode())
         digest.update(hashlib.sha256(data.raw(t)).digest())
-    metadata = {"source": "gguf", "family": config.family, "dtype": dtype,
-                "quantization": sorted({t.type_name for t in header.tensors})}
-    return PortableModel(model, tokenizer, config, digest.hexdigest(), header.path, metadata)
+    return digest.hexdigest()

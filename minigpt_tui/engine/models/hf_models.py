@@ -1,6 +1,6 @@
 """Open a transformers model folder for generation and every view, without converting it.
 
-The folder's ``config.json`` sets the model's parts (:mod:`hf_families`); its weights come
+The folder's ``config.json`` sets the model's parts (:mod:`..formats.hf_families`); its weights come
 from one ``model.safetensors``, shards through ``model.safetensors.index.json``, or a
 ``pytorch_model.bin`` read weights-only. float16 and bfloat16 weights are widened to the
 compute dtype (float32, or float64 when asked). Its ``tokenizer.json`` runs through the
@@ -18,29 +18,32 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minigpt_tui.engine.core.errors import CheckpointError, TokenizerError
+from minigpt_tui.engine.core.config import RunConfig, settings_in_use
+from minigpt_tui.engine.core.errors import CheckpointError, ConfigError
 from minigpt_tui.engine.core.files import check_new_output
-from minigpt_tui.engine.core.library_tokenizer import read_library_tokenizer
-from minigpt_tui.engine.formats import hf_layout, hf_tokenizer
+from minigpt_tui.engine.core.reading import weights_read
+from minigpt_tui.engine.core.tokenizer import BOS, EOS
+from minigpt_tui.engine.families import family
+from minigpt_tui.engine.formats import hf_tokenizer
 from minigpt_tui.engine.formats.foreign_pickle import pickle_tensors, require_weights
+from minigpt_tui.engine.formats.hf_export import CONFIG_FILE, RECORD_KEY
 from minigpt_tui.engine.formats.hf_families import architecture_names, model_config, our_tensors
 from minigpt_tui.engine.formats.hf_import import (
     PICKLED_WEIGHTS,
     Conversion,
     folder_tokenizer,
-    plan_conversion,
     read_hf_folder,
     read_json_file,
     require_room_for,
     tokenizer_from,
+    with_dropped_aliases,
 )
-from minigpt_tui.engine.formats.portable import write_portable_model
+from minigpt_tui.engine.formats.portable import TRAINING_ONLY_SETTINGS, write_portable_model
 from minigpt_tui.engine.formats.safetensors_read import (
-    LoadedFile,
-    load_file,
     opening_errors,
     tensor_from_bytes,
 )
@@ -51,31 +54,24 @@ if TYPE_CHECKING:
     from minigpt_tui.engine.models.model_file import PortableModel
 
 DTYPES = ("float32", "float64")
-GENERATION_CONFIG = "generation_config.json"
 WIDENED = ("F16", "BF16", "F32", "F64")
 
 
-def _token_ids(value: Any, where: str, key: str) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    values = value if isinstance(value, list) else [value]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-        raise CheckpointError(f"{where}: {key} must be a token id or a list of them, got {value!r}")
-    return tuple(values)
+@dataclass(frozen=True)
+class FolderModel:
+    """What a transformers folder holds, read: its config.json, our config, our named
+    tensors (over the mapped files) and its weights files with what identifies each."""
 
+    folder: Path
+    data: dict[str, Any]
+    config: Any
+    named: dict[str, "torch.Tensor"]
+    files: tuple[str, ...]
+    digests: tuple[str, ...]
 
-def special_ids(folder: Path, config: dict[str, Any]) -> tuple[int | None, tuple[int, ...]]:
-    """(BOS, EOS ids): generation_config.json first, then config.json."""
-    where = str(folder / "config.json")
-    bos = _token_ids(config.get("bos_token_id"), where, "bos_token_id")
-    eos = _token_ids(config.get("eos_token_id"), where, "eos_token_id")
-    if (folder / GENERATION_CONFIG).is_file():
-        generation = read_json_file(folder / GENERATION_CONFIG, GENERATION_CONFIG)
-        if isinstance(generation, dict):
-            where = str(folder / GENERATION_CONFIG)
-            bos = _token_ids(generation.get("bos_token_id"), where, "bos_token_id") or bos
-            eos = _token_ids(generation.get("eos_token_id"), where, "eos_token_id") or eos
-    return (bos[0] if bos else None), eos
+    @property
+    def rows(self) -> int:
+        return int(self.named["token_embedding.weight"].shape[0])
 
 
 def _mapped(path: Path) -> memoryview:
@@ -85,9 +81,9 @@ def _mapped(path: Path) -> memoryview:
         return memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY))
 
 
-def _weights(folder: Path) -> tuple[dict[str, "torch.Tensor"], list[str]]:
-    """Every tensor in the folder's weights by name (over the mapped files), and what
-    identifies each file: its name, size and validated header."""
+def _weights(folder: Path) -> tuple[dict[str, "torch.Tensor"], list[str], list[str]]:
+    """Every tensor in the folder's weights by name (over the mapped files), the files, and
+    what identifies each file: its name, size and validated header."""
 
     pickled = next((folder / n for n in PICKLED_WEIGHTS if (folder / n).is_file()), None)
     safetensors = (folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()
@@ -96,13 +92,13 @@ def _weights(folder: Path) -> tuple[dict[str, "torch.Tensor"], list[str]]:
             raise CheckpointError(f"{folder}: sharded pickled weights are not supported; save the model as safetensors")
         tensors = pickle_tensors(pickled)
         require_weights(pickled, tensors)
-        return tensors, [f"{pickled.name}:{pickled.stat().st_size}"]
+        return tensors, [pickled.name], [f"{pickled.name}:{pickled.stat().st_size}"]
     read = read_hf_folder(folder)
     tensors: dict[str, torch.Tensor] = {}
     parts = []
     for shard in read.shards:
         parts.append(_shard_tensors(shard, read.headers[shard.name], tensors))
-    return tensors, parts
+    return with_dropped_aliases(tensors, read.headers.values()), [p.name for p in read.shards], parts
 
 
 def _shard_tensors(shard: Path, header: Any, tensors: dict[str, torch.Tensor]) -> str:
@@ -146,6 +142,7 @@ def assign_weights(model: Any, named: dict[str, "torch.Tensor"], dtype: "torch.d
     """Copy-free where the dtype already matches; shapes checked name by name."""
     expected = dict(model.named_parameters())
     state = {}
+    advance = weights_read(sum(int(named[n].nbytes) for n in expected if n in named))  # the opener's progress
     for name, param in expected.items():
         tensor = named.get(name)
         if tensor is None:
@@ -154,21 +151,28 @@ def assign_weights(model: Any, named: dict[str, "torch.Tensor"], dtype: "torch.d
             raise CheckpointError(f"{where}: tensor for {name} has shape {list(tensor.shape)}, "
                                   f"the config makes it {list(param.shape)}")
         state[name] = tensor.to(dtype)  # a transposed view stays a view: matmul reads it as it is
+        advance(int(tensor.nbytes))
     model.load_state_dict(state, assign=True, strict=True)
 
 
-def _tokenizer(folder: Path, config: dict[str, Any], vocab_size: int) -> Any:
-    path = folder / hf_tokenizer.TOKENIZER_FILE
-    if not path.is_file():
-        raise CheckpointError(f"{folder}: no {hf_tokenizer.TOKENIZER_FILE}: a model without its tokenizer "
-                              "cannot encode a prompt")
+def read_folder(path: Path | str) -> FolderModel:
+    """A transformers folder's config and tensors as ours (nothing built, no data read)."""
+    folder = Path(path).expanduser()
+    if folder.is_file() and folder.name.endswith(".index.json"):
+        folder = folder.parent
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder} is not a transformers model folder")
+    config_path = folder / CONFIG_FILE
+    data = read_json_file(config_path, "config.json: not a transformers model folder")
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{config_path}: not a JSON object")
+    config = model_config(data, str(config_path))
+    tensors, files, digests = _weights(folder)
     try:
-        if isinstance(config.get("minigpt_tui"), dict):  # our own export: our tokenizer, exactly
-            return hf_tokenizer.read_tokenizer_json(path)
-        bos, eos = special_ids(folder, config)
-        return read_library_tokenizer(path, vocab_size, bos_id=bos, eos_ids=eos)
-    except TokenizerError as err:
-        raise CheckpointError(str(err)) from None
+        named = our_tensors(tensors, config)
+    except CheckpointError as err:
+        raise CheckpointError(f"{folder}: {err}") from None
+    return FolderModel(folder, data, config, named, tuple(files), tuple(digests))
 
 
 def open_hf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel":
@@ -178,130 +182,94 @@ def open_hf_model(path: Path | str, *, dtype: str = "float32") -> "PortableModel
     )
 
     torch_dtype = compute_dtype(dtype)
-    folder = Path(path).expanduser()
-    config_path = folder / "config.json"
-    data = read_json_file(config_path, "config.json: not a transformers model folder")
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{config_path}: not a JSON object")
-    config = model_config(data, str(config_path))
-    tensors, digests = _weights(folder)
-    try:
-        named = our_tensors(tensors, config)
-    except CheckpointError as err:
-        raise CheckpointError(f"{folder}: {err}") from None
-    vocab_size = int(named["token_embedding.weight"].shape[0])
-    tokenizer = _tokenizer(folder, data, vocab_size)
-    model = built_model(config, named, torch_dtype, folder)
-    if tokenizer.vocab_size != vocab_size:
-        raise CheckpointError(f"{folder}: the tokenizer has {tokenizer.vocab_size} ids, the model {vocab_size} rows")
-    # The identity of a folder: its config and every weights file's name, size and header
-    # (tensor names, dtypes, shapes, offsets). Hashing the bytes too would read every page
-    # of the weights before the first decision.
-    digest = hashlib.sha256(b"transformers-folder\0" + config_path.read_bytes())
-    for part in digests:
+    read = read_folder(path)
+    tokenizer = folder_tokenizer(read.folder, read.data, read.rows)
+    model = built_model(read.config, read.named, torch_dtype, read.folder)
+    if tokenizer.vocab_size != read.rows:
+        raise CheckpointError(f"{read.folder}: the tokenizer has {tokenizer.vocab_size} ids, the model {read.rows} rows")
+    metadata = {"source": "transformers", "architecture": (architecture_names(read.data) or [None])[0],
+                "family": read.config.family, "dtype": dtype}
+    return PortableModel(model, tokenizer, read.config, _identity(read), read.folder, metadata)
+
+
+def _identity(read: FolderModel) -> str:
+    """The identity of a folder: its config and every weights file's name, size and header
+    (tensor names, dtypes, shapes, offsets). Hashing the bytes too would read every page of
+    the weights before the first decision."""
+    digest = hashlib.sha256(b"transformers-folder\0" + (read.folder / CONFIG_FILE).read_bytes())
+    for part in read.digests:
         digest.update(len(part).to_bytes(8, "little") + part.encode())
-    metadata = {"source": "transformers", "architecture": (architecture_names(data) or [None])[0],
-                "family": config.family, "dtype": dtype}
-    return PortableModel(model, tokenizer, config, digest.hexdigest(), folder, metadata)
+    return digest.hexdigest()
 
 
 def convert_hf(source: Path | str, out: Path | str, *, tokenizer_path: Path | str | None = None) -> Conversion:
-    """Convert a transformers folder into our portable model file at ``out`` (new file)."""
+    """Convert a transformers folder of any declared family into our model file at ``out``
+    (a new file): read as ``generate`` reads it, widened to float32 (float64 where a weight
+    is float64: nothing is narrowed), with its own tokenizer or the one given."""
     import torch  # deferred: imports torch
-
-    from minigpt_tui.engine.models.model import MiniGPT  # deferred: imports torch
 
     out = check_new_output(out)
-    folder = read_hf_folder(source)
-    where = str(folder.path)
-    config, names, dtype, head_stored = plan_conversion(folder)
-    tokenizer, tokenizer_source = _conversion_tokenizer(folder, tokenizer_path)
-    family = config.family
-    _check_vocabulary(folder, names, family, tokenizer, tokenizer_source)
-    torch_dtype = torch.float64 if dtype == "F64" else torch.float32
-    require_room_for(config, tokenizer.vocab_size, 8 if dtype == "F64" else 4, where)
-    model = MiniGPT(config, tokenizer.vocab_size, torch_dtype)
-    loaded: dict[str, LoadedFile] = {}
-
-    def tensor(name: str) -> "torch.Tensor":
-        stored = names[name]
-        shard = folder.locations[stored]
-        if shard not in loaded:
-            loaded[shard] = load_file(folder.path / shard)
-        return loaded[shard].tensor(stored)
-
-    ours = hf_layout.from_hf(tensor, config)
-    if head_stored:
-        _check_tied_head(tensor(hf_layout.HEAD_NAME), ours["token_embedding.weight"], where)
-    _copy_weights(model, ours, where)
-    model.eval()
-    record = folder.config.get(hf_layout.RECORD_KEY)
+    read = read_folder(source)
+    where = str(read.folder)
+    config = with_recorded_settings(read.config, read.data, where)
+    tokenizer, tokenizer_source = _conversion_tokenizer(read, tokenizer_path)
+    _check_vocabulary(read, tokenizer, tokenizer_source)
+    wide = any(t.dtype == torch.float64 for t in read.named.values())
+    require_room_for(config, tokenizer.vocab_size, 8 if wide else 4, where)
+    model = built_model(config, read.named, torch.float64 if wide else torch.float32, read.folder)
+    declared = family(config.family)
+    record = read.data.get(RECORD_KEY)
     exported = record.get("model_identity") if isinstance(record, dict) else None
-    provenance = {
-        "converted_from": "transformers",
-        "architecture": hf_layout.ARCHITECTURES[family],
-        "source": str(folder.path),
-        "shards": [p.name for p in folder.shards],
-        "tokenizer_source": tokenizer_source,
-    }
+    provenance = {"converted_from": "transformers", "architecture": declared.architecture, "source": where,
+                  "shards": list(read.files), "tokenizer_source": tokenizer_source}
     identity, _ = write_portable_model(model, tokenizer, out, provenance=provenance)
     return Conversion(
-        path=out,
-        source=folder.path,
-        architecture=hf_layout.ARCHITECTURES[family],
-        family=family,
-        dtype=hf_layout.TORCH_DTYPE_NAMES[dtype],
-        tensors=len(list(model.parameters())),
-        scalars=sum(p.numel() for p in model.parameters()),
-        shards=len(folder.shards),
-        model_identity=identity,
-        tokenizer_identity=tokenizer.identity,
-        tokenizer_source=tokenizer_source,
-        exported_identity=exported if isinstance(exported, str) else None,
-    )
+        path=out, source=read.folder, architecture=declared.architecture, family=config.family,
+        dtype="float64" if wide else "float32", tensors=len(list(model.parameters())),
+        scalars=sum(p.numel() for p in model.parameters()), shards=len(read.files), model_identity=identity,
+        tokenizer_identity=tokenizer.identity, tokenizer_source=tokenizer_source,
+        exported_identity=exported if isinstance(exported, str) else None, tied_head=config.tied_head)
 
 
-def _conversion_tokenizer(folder: Any, tokenizer_path: Path | str | None) -> tuple[Any, str]:
+def with_recorded_settings(config: Any, data: dict[str, Any], where: str) -> Any:
+    """Our export's record gives back the settings config.json has no field for: those the
+    model's parts never read (a gpt2 model's rope_base) and the training-only ones, so that
+    an export followed by a conversion keeps the model's identity and settings."""
+    record = data.get(RECORD_KEY)
+    saved = record.get("model_config") if isinstance(record, dict) else None
+    if not isinstance(saved, dict):
+        return config
+    fields = config.__dataclass_fields__
+    read = settings_in_use(saved)
+    unread = {k: v for k, v in saved.items() if k in fields and (k in TRAINING_ONLY_SETTINGS or k not in read)}
+    try:
+        return RunConfig.from_dict({"preset": "converted", "model": {**config.declared(), **unread}}).model
+    except ConfigError as err:
+        raise CheckpointError(f"{where}: the model's settings are not valid here: {err}") from None
+
+
+def _conversion_tokenizer(read: FolderModel, tokenizer_path: Path | str | None) -> tuple[Any, str]:
     """The tokenizer a conversion writes and where it came from: the one given, else the
-    folder's own."""
+    folder's own. Our byte-level tokenizer's BOS and EOS are fixed: the config must agree."""
     if tokenizer_path is not None:
-        return tokenizer_from(tokenizer_path)
-    return folder_tokenizer(folder.path), str(folder.path / hf_tokenizer.TOKENIZER_FILE)
+        tokenizer, source = tokenizer_from(tokenizer_path)
+    else:
+        tokenizer = folder_tokenizer(read.folder, read.data, read.rows)
+        source = str(read.folder / hf_tokenizer.TOKENIZER_FILE)
+    if getattr(tokenizer, "kind", None) is None:
+        for key, expected in (("bos_token_id", BOS), ("eos_token_id", EOS)):
+            value = read.data.get(key)
+            if value is not None and value != expected and value != [expected]:
+                raise CheckpointError(f"{read.folder}: unsupported {key} {value!r} (minigpt-tui's is {expected})")
+    return tokenizer, source
 
 
-def _check_vocabulary(folder: Any, names: dict[str, str], family: str, tokenizer: Any,
-                      tokenizer_source: str) -> None:
-    """The config's vocabulary and the token table's rows both equal the tokenizer's ids."""
-    vocab = folder.config.get("vocab_size")
-    table_entry = folder.headers[folder.locations[names[hf_layout.table_name(family)]]].entry(
-        names[hf_layout.table_name(family)])
-    rows = table_entry.shape[0] if table_entry.shape else None
-    if vocab != tokenizer.vocab_size or rows != tokenizer.vocab_size:
+def _check_vocabulary(read: FolderModel, tokenizer: Any, tokenizer_source: str) -> None:
+    """The config's vocabulary (where it says one) and the token table's rows both equal
+    the tokenizer's ids."""
+    vocab = read.data.get("vocab_size", read.rows)
+    if vocab != tokenizer.vocab_size or read.rows != tokenizer.vocab_size:
         raise CheckpointError(
-            f"{folder.path}: the model's vocabulary ({vocab} ids, table of {rows} rows) differs from the "
+            f"{read.folder}: the model's vocabulary ({vocab} ids, table of {read.rows} rows) differs from the "
             f"tokenizer's ({tokenizer.vocab_size} ids from {tokenizer_source})"
         )
-
-
-def _check_tied_head(head: torch.Tensor, table: torch.Tensor, where: str) -> None:
-    """A stored output head must be the token table itself (we convert tied heads only)."""
-    import torch  # deferred: imports torch
-
-    if head.shape != table.shape or head.dtype != table.dtype or not torch.equal(head, table):
-        raise CheckpointError(
-            f"{where}: unsupported untied output head (lm_head.weight differs from the token table)"
-        )
-
-
-def _copy_weights(model: Any, ours: dict[str, torch.Tensor], where: str) -> None:
-    """Copy each converted tensor into the model's parameter, shapes checked name by name."""
-    import torch  # deferred: imports torch
-
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            value = ours[name]
-            if tuple(value.shape) != tuple(param.shape):
-                raise CheckpointError(
-                    f"{where}: tensor for '{name}' has shape {list(value.shape)}, the config needs {list(param.shape)}"
-                )
-            param.copy_(value)

@@ -25,8 +25,10 @@ the model is built with ``fused_attention`` (fast precision): then a forward tha
 no attention weights and no attention dropout calls ``scaled_dot_product_attention``.
 The explicit path is the definition; the fused one agrees with it to rounding.
 
-A forward given ``record`` (a dict) fills it with every activation a view reads, under the
-names in :data:`ACTIVATIONS`, each with its batch dimension.
+A forward given ``sites`` (:class:`~minigpt_tui.engine.models.sites.Sites`) reads, replaces
+or adds to the activations named in :data:`ACTIVATIONS`, each with its batch dimension, at
+the one call per site (:func:`_site`); every method that looks inside (lens, contributions,
+head patterns, patching, steering) goes through it, and nothing else runs the blocks.
 
 Dropout masks come from a counter-based stream keyed by (seed, counter). A forward call
 is given the base counter and returns how many random values it consumed, so the caller
@@ -48,22 +50,9 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from minigpt_tui.engine.core.config import ModelConfig
-
-# The activations a forward records (``{l}`` is a block's index). T positions, D width,
-# H query heads, K head width, V vocabulary; every one has a leading batch dimension.
-ACTIVATIONS: dict[str, str] = {
-    "hook_embed": "[T, D] token table rows of the input",
-    "hook_pos_embed": "[T, D] position table rows (learned positions only)",
-    "blocks.{l}.hook_resid_pre": "[T, D] residual stream entering block l",
-    "blocks.{l}.attn.hook_pattern": "[H, T, S] attention weights, query x key",
-    "blocks.{l}.attn.hook_z": "[T, H * K] each head's weighted values, before the output map",
-    "blocks.{l}.hook_attn_out": "[T, D] the attention block's output (all heads + bias)",
-    "blocks.{l}.hook_resid_mid": "[T, D] residual after the attention add (sequential only)",
-    "blocks.{l}.hook_mlp_out": "[T, D] the feed-forward block's output",
-    "blocks.{l}.hook_resid_post": "[T, D] residual leaving block l",
-    "ln_final.hook_normalized": "[T, D] the final norm's output",
-}
-Record = dict[str, Tensor]
+# The site names (ACTIVATIONS, re-exported) and the one way to read and edit them.
+from minigpt_tui.engine.models.sites import ACTIVATIONS as ACTIVATIONS
+from minigpt_tui.engine.models.sites import Sites, SiteVisit
 
 
 @dataclass(frozen=True)
@@ -187,10 +176,10 @@ def visible(t: int, s: int, window: int, device: torch.device) -> Tensor:
     return mask
 
 
-def _note(record: Record | None, key: str, value: Tensor) -> None:
-    """Keep ``value`` under ``key`` when a forward records its activations."""
-    if record is not None:
-        record[key] = value
+def _site(visit: SiteVisit | None, prefix: str, key: str, value: Tensor) -> Tensor:
+    """``value`` at the site ``prefix + key``, after the edits there (kept when read); the
+    value itself when the forward has no sites, without building the name."""
+    return value if visit is None else visit.at(prefix + key, value)
 
 
 class Attention(nn.Module):
@@ -234,29 +223,27 @@ class Attention(nn.Module):
         offset: int,
         cache: tuple[Tensor, Tensor] | None,
         need_weights: bool = True,
-        record: Record | None = None,
+        visit: SiteVisit | None = None,
         name: str = "",
     ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
         """Output, attention weights [B, H, T, S] (None when the fused path ran) and the
         new key/value cache."""
         c = self.config
         b, t, _ = x.shape
-        if self._one_new_query(need_weights, record, dropout, t, cache, x.dtype):
+        if self._one_new_query(need_weights, visit, dropout, t, cache, x.dtype):
             # A decision with the cache: one query over every cached key, no weights kept.
             # The kernel reads the shared key/value heads in place of repeated copies.
             q, k, v, new_cache = self._heads(x, False, rope, cache, repeat=False)
             return self._kernel(q, k, v, causal=False), None, new_cache
-        q, k, v, new_cache = self._heads(x, need_weights or record is not None, rope, cache)
+        q, k, v, new_cache = self._heads(x, need_weights or visit is not None, rope, cache)
         s = k.shape[2]
         past = s - t
         attention_dropout = dropout is not None and c.dropout > 0
-        if self._fusable(need_weights, record, attention_dropout, past, t):
+        if self._fusable(need_weights, visit, attention_dropout, past, t):
             # Causal from the start, or one new position that sees every cached one.
             return self._kernel(q, k, v, causal=past == 0), None, new_cache
-        weights, out = self._explicit(q, k, v, dropout if attention_dropout else None, offset, x.device)
-        _note(record, f"{name}.attn.hook_pattern", weights)
-        _note(record, f"{name}.attn.hook_z", out)
-        return self.o_proj(out), weights, new_cache
+        weights, out = self._explicit(q, k, v, dropout if attention_dropout else None, offset, x.device, visit, name)
+        return self.o_proj(_site(visit, name, ".attn.hook_z", out)), weights, new_cache
 
     def _kernel(self, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
         """The output projection of ``scaled_dot_product_attention`` over q [B, H, T, K] and
@@ -293,26 +280,27 @@ class Attention(nn.Module):
             v = v.repeat_interleave(groups, dim=1)
         return q, k, v, new_cache
 
-    def _one_new_query(self, need_weights: bool, record: Record | None, dropout: DropoutKey | None, t: int,
+    def _one_new_query(self, need_weights: bool, visit: SiteVisit | None, dropout: DropoutKey | None, t: int,
                        cache: tuple[Tensor, Tensor] | None, dtype: torch.dtype) -> bool:
-        """Whether this is inference on one new position after cached ones, with nothing
-        to record: every cached key is visible, so no mask is needed. Training, every
-        recorded forward and exact precision (float64 without the fused kernel, whose bits
+        """Whether this is inference on one new position after cached ones, with no site to
+        read or edit: every cached key is visible, so no mask is needed. Training, every
+        forward with sites and exact precision (float64 without the fused kernel, whose bits
         the explicit path defines) keep the explicit path."""
         return (t == 1 and cache is not None and not self.training and not torch.is_grad_enabled()
-                and not need_weights and record is None and dropout is None and not self.window
+                and not need_weights and visit is None and dropout is None and not self.window
                 and (self.fused or dtype != torch.float64))
 
-    def _fusable(self, need_weights: bool, record: Record | None, attention_dropout: bool, past: int,
+    def _fusable(self, need_weights: bool, visit: SiteVisit | None, attention_dropout: bool, past: int,
                  t: int) -> bool:
         """Whether ``scaled_dot_product_attention`` may stand in for the explicit path."""
-        return (self.fused and not need_weights and record is None and not attention_dropout and not self.window
+        return (self.fused and not need_weights and visit is None and not attention_dropout and not self.window
                 and (past == 0 or t == 1))
 
     def _explicit(self, q: Tensor, k: Tensor, v: Tensor, dropout: DropoutKey | None, offset: int,
-                  device: torch.device) -> tuple[Tensor, Tensor]:
-        """Attention weights [B, H, T, S] and the heads' weighted values [B, T, H * K]:
-        scores, causal (and window) mask, softmax, dropout when given, weights @ values."""
+                  device: torch.device, visit: SiteVisit | None = None, name: str = "") -> tuple[Tensor, Tensor]:
+        """Attention weights [B, H, T, S] (after the ``attn.hook_pattern`` site) and the heads'
+        weighted values [B, T, H * K]: scores, causal (and window) mask, softmax, dropout when
+        given, weights @ values."""
         c = self.config
         b, _, t, _ = q.shape
         s = k.shape[2]
@@ -321,7 +309,7 @@ class Attention(nn.Module):
             scores = scores * self.scale
         if t > 1 or self.window:  # one query without a window sees every key: nothing to mask
             scores = scores.masked_fill(~visible(t, s, self.window, device), float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
+        weights = _site(visit, name, ".attn.hook_pattern", torch.softmax(scores, dim=-1))
         attended = weights
         if dropout is not None:
             attended = weights * dropout.mask(offset, tuple(weights.shape), c.dropout, weights.dtype, device)
@@ -376,29 +364,25 @@ class Block(nn.Module):
         offset: int,
         cache: tuple[Tensor, Tensor] | None = None,
         need_weights: bool = True,
-        record: Record | None = None,
+        visit: SiteVisit | None = None,
     ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
         name = self.name
-        _note(record, f"{name}.hook_resid_pre", x)
+        x = _site(visit, name, ".hook_resid_pre", x)
         attn_out, weights, new_cache = self.attn(self.attn_norm(x), rope, dropout, offset, cache, need_weights,
-                                                 record, name)
+                                                 visit, name)
         b, t, d = x.shape
         s = new_cache[0].shape[2]
         offset += b * self.config.heads * t * s
-        _note(record, f"{name}.hook_attn_out", attn_out)
-        attn_out = self._dropped(attn_out, dropout, offset, x)
+        attn_out = self._dropped(_site(visit, name, ".hook_attn_out", attn_out), dropout, offset, x)
         offset += b * t * d
         if self.parallel:
             ffn_out = self.ffn(self.ffn_norm(x))
         else:
-            x = x + attn_out
-            _note(record, f"{name}.hook_resid_mid", x)
+            x = _site(visit, name, ".hook_resid_mid", x + attn_out)
             ffn_out = self.ffn(self.ffn_norm(x))
-        _note(record, f"{name}.hook_mlp_out", ffn_out)
-        ffn_out = self._dropped(ffn_out, dropout, offset, x)
+        ffn_out = self._dropped(_site(visit, name, ".hook_mlp_out", ffn_out), dropout, offset, x)
         out = x + attn_out + ffn_out if self.parallel else x + ffn_out
-        _note(record, f"{name}.hook_resid_post", out)
-        return out, weights, new_cache
+        return _site(visit, name, ".hook_resid_post", out), weights, new_cache
 
     def _dropped(self, y: Tensor, dropout: DropoutKey | None, offset: int, x: Tensor) -> Tensor:
         """``y`` [B, T, D] times the dropout mask at ``offset`` (in ``x``'s dtype and device);
@@ -449,26 +433,32 @@ class MiniGPT(nn.Module):
                     param.copy_(values * std)
 
     def embed(self, ids: Tensor | None, inputs_embeds: Tensor | None, past: int,
-              record: Record | None) -> tuple[Tensor, tuple[Tensor, Tensor] | None]:
+              visit: SiteVisit | None = None) -> tuple[Tensor, tuple[Tensor, Tensor] | None]:
         """The residual stream's start and the rotary tables for the positions after ``past``."""
         c = self.config
         x = self.token_embedding(ids) if inputs_embeds is None else inputs_embeds
         t = x.shape[1]
         if past + t > c.context:
             raise ValueError(f"{past + t} positions exceed the context of {c.context}")
-        if record is not None:
-            record["hook_embed"] = x
+        x = _site(visit, "", "hook_embed", x)
         if c.positions == "learned":
-            rows = self.position_embedding.weight[past:past + t]  # the table's rows for these positions
-            if record is not None:
-                record["hook_pos_embed"] = rows[None]
-            return x + rows[None], None
-        positions = torch.arange(past, past + t, device=x.device)
-        return x, rope_tables(positions, c.rotary_dims, c.rope_base, self.dtype, c)
+            rows = self.position_embedding.weight[past:past + t][None]  # the table's rows for these positions
+            if visit is not None:  # the rows of every input, a view: the sum has the same bits
+                rows = visit.at("hook_pos_embed", rows.expand(x.shape[0], -1, -1))
+            return x + rows, None
+        return x, self.rotary(past, t, x.device)
+
+    def rotary(self, past: int, t: int, device: torch.device) -> tuple[Tensor, Tensor] | None:
+        """The rotary tables for ``t`` positions after ``past``; None with learned positions."""
+        c = self.config
+        if c.positions == "learned":
+            return None
+        positions = torch.arange(past, past + t, device=device)
+        return rope_tables(positions, c.rotary_dims, c.rope_base, self.dtype, c)
 
     def forward(
         self,
-        ids: Tensor,
+        ids: Tensor | None,
         *,
         dropout: DropoutKey | None = None,
         recompute: bool = False,
@@ -476,17 +466,26 @@ class MiniGPT(nn.Module):
         cache: KVCache | None = None,
         inputs_embeds: Tensor | None = None,
         skip_head: bool = False,
-        record: Record | None = None,
+        sites: Sites | None = None,
+        entering: tuple[int, Tensor] | None = None,
         last_only: bool = False,
     ) -> ForwardOutput:
         """Logits for ``ids`` [B, T]. With ``cache`` (a list, filled in place) the ids
         continue the cached positions. ``dropout`` None means no dropout (evaluation).
-        ``record`` (a dict) is filled with the named activations (:data:`ACTIVATIONS`).
-        ``last_only`` puts the last position alone through the head (logits [B, 1, V]), as
-        a decision does (:func:`decision_logits`)."""
+        ``sites`` reads, replaces or adds to the named activations (:data:`ACTIVATIONS`,
+        :mod:`~minigpt_tui.engine.models.sites`). ``entering`` (l, x) starts the forward
+        from x, the residual stream entering block l (l = layers: the final norm's input),
+        without the embeddings and the blocks before l: the sites between blocks l - 1 and
+        l are its first. ``last_only`` puts the last position alone through the head
+        (logits [B, 1, V]), as a decision does (:func:`decision_logits`)."""
         c = self.config
         past = cache[0][0].shape[2] if cache else 0
-        x, rope = self.embed(ids, inputs_embeds, past, record)
+        visit = self._visit(sites, past)
+        first = 0
+        if entering is None:
+            x, rope = self.embed(ids, inputs_embeds, past, visit)
+        else:
+            first, x, rope = self._entering(entering, dropout, cache, visit)
         b, t, _ = x.shape
         dropping = dropout is not None and c.dropout > 0
         offset = 0
@@ -494,14 +493,34 @@ class MiniGPT(nn.Module):
             x = x * dropout.mask(offset, (b, t, c.width), c.dropout, x.dtype, x.device)
             offset += b * t * c.width
         x, offset, attentions, new_cache = self._through_blocks(x, rope, dropout, offset, cache, recompute,
-                                                                return_attention, record)
+                                                                return_attention, visit, first)
         if cache is not None:
             cache[:] = new_cache
-        hidden = self.final_norm(x)
-        _note(record, "ln_final.hook_normalized", hidden)
+        hidden = _site(visit, "", "ln_final.hook_normalized", self.final_norm(x))
         logits = hidden if skip_head else (hidden[:, -1:] if last_only else hidden) @ self.head_weight.t()
         consumed = offset if dropping else 0
         return ForwardOutput(logits, consumed, attentions, hidden)
+
+    def _visit(self, sites: Sites | None, past: int) -> SiteVisit | None:
+        """What this forward does at its sites: None without sites or with nothing to do."""
+        if sites is None:
+            return None
+        if sites.config != self.config:
+            raise ValueError("these sites were made for a model of other settings")
+        return sites.visit(past)
+
+    def _entering(self, entering: tuple[int, Tensor], dropout: DropoutKey | None, cache: KVCache | None,
+                  visit: SiteVisit | None) -> tuple[int, Tensor, tuple[Tensor, Tensor] | None]:
+        """The first block, the residual entering it (after the site of the block before
+        leaving it) and the rotary tables of a forward started at a block."""
+        first, x = entering
+        if not 0 <= first <= self.config.layers:
+            raise ValueError(f"no block {first} to enter: the model has blocks 0 to {self.config.layers - 1}")
+        if dropout is not None or cache is not None:
+            raise ValueError("a forward entering at a block takes no dropout and no cache")
+        if first:
+            x = _site(visit, f"blocks.{first - 1}", ".hook_resid_post", x)
+        return first, x, self.rotary(0, x.shape[1], x.device)
 
     def _through_blocks(
         self,
@@ -512,17 +531,20 @@ class MiniGPT(nn.Module):
         cache: KVCache | None,
         recompute: bool,
         return_attention: bool,
-        record: Record | None,
+        visit: SiteVisit | None,
+        first: int = 0,
     ) -> tuple[Tensor, int, list[Tensor], KVCache]:
-        """The residual stream after every block, the dropout offset after them, the
-        detached attention weights (when asked for) and the new cache."""
+        """The residual stream after every block from ``first``, the dropout offset after
+        them, the detached attention weights (when asked for) and the new cache."""
         b, t, _ = x.shape
         attentions: list[Tensor] = []
         new_cache: KVCache = []
         for i, block in enumerate(self.blocks):
+            if i < first:
+                continue
             layer_cache = cache[i] if cache else None
             x, weights, kv = self._run_block(block, x, rope, dropout, offset, layer_cache, recompute,
-                                             return_attention, record)
+                                             return_attention, visit)
             offset += block.dropout_values(b, t, kv[0].shape[2])
             new_cache.append(kv)
             if return_attention and weights is not None:
@@ -539,12 +561,13 @@ class MiniGPT(nn.Module):
         layer_cache: tuple[Tensor, Tensor] | None,
         recompute: bool,
         return_attention: bool,
-        record: Record | None,
+        visit: SiteVisit | None,
     ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
-        """One block's forward; recomputed in the backward pass when training asks for it."""
+        """One block's forward; recomputed in the backward pass when training asks for it
+        (such a forward has no sites: training passes none)."""
         if recompute and self.training and torch.is_grad_enabled():
             return checkpoint(block, x, rope, dropout, offset, layer_cache, return_attention, use_reentrant=False)
-        return block(x, rope, dropout, offset, layer_cache, return_attention, record)
+        return block(x, rope, dropout, offset, layer_cache, return_attention, visit)
 
 
 def decision_logits(model: MiniGPT, normalized: Tensor) -> Tensor:

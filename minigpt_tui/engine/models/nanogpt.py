@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -156,13 +157,8 @@ def _our_tensors(state: dict[str, "torch.Tensor"], config: Any, path: Path) -> d
     kinds = ("weight", "bias") if config.ffn_bias else ("weight",)
     out = {"token_embedding.weight": get("wte.weight"), "position_embedding.weight": get("wpe.weight")}
     for i in range(config.layers):
-        ours, theirs = f"blocks.{i}.", f"h.{i}."
         for kind in kinds:
-            for proj, rows in zip("qkv", get(f"{theirs}attn.c_attn.{kind}").split(config.width, dim=0)):
-                out[f"{ours}attn.{proj}_proj.{kind}"] = rows
-            for mine, file in (("attn.o_proj", "attn.c_proj"), ("ffn.up_proj", "mlp.c_fc"),
-                               ("ffn.down_proj", "mlp.c_proj"), ("attn_norm", "ln_1"), ("ffn_norm", "ln_2")):
-                out[f"{ours}{mine}.{kind}"] = get(f"{theirs}{file}.{kind}")
+            out.update(_block_tensors(get, i, kind, config.width))
     for kind in kinds:
         out[f"final_norm.{kind}"] = get(f"ln_f.{kind}")
     # A tensor the model_args have no place for (a layer past n_layer) is refused, not dropped.
@@ -170,6 +166,20 @@ def _our_tensors(state: dict[str, "torch.Tensor"], config: Any, path: Path) -> d
     if extra:
         raise CheckpointError(f"{path}: unexpected tensor '{extra[0]}' ({len(extra)} in all): not part of the "
                               f"{config.layers}-layer model that model_args declare")
+    return out
+
+
+# Our names for a nanoGPT block's tensors (besides the fused q/k/v rows).
+_BLOCK_NAMES = (("attn.o_proj", "attn.c_proj"), ("ffn.up_proj", "mlp.c_fc"), ("ffn.down_proj", "mlp.c_proj"),
+                ("attn_norm", "ln_1"), ("ffn_norm", "ln_2"))
+
+
+def _block_tensors(get: Callable[[str], "torch.Tensor"], i: int, kind: str, width: int) -> dict[str, "torch.Tensor"]:
+    """Block ``i``'s ``kind`` (weight or bias) tensors under our names."""
+    ours, theirs = f"blocks.{i}.", f"h.{i}."
+    out = {f"{ours}attn.{proj}_proj.{kind}": rows
+           for proj, rows in zip("qkv", get(f"{theirs}attn.c_attn.{kind}").split(width, dim=0))}
+    out.update({f"{ours}{mine}.{kind}": get(f"{theirs}{file}.{kind}") for mine, file in _BLOCK_NAMES})
     return out
 
 

@@ -78,7 +78,7 @@ def file_uses(inspection: Any) -> FileUses | None:
         return None
     tensors = counted(len(inspection.entries), "tensor")
     state = inspection.state
-    no_convert = "it cannot be converted (minigpt-tui convert reads transformers llama and gpt2 folders)"
+    no_convert = "it cannot be converted (minigpt-tui convert reads transformers folders)"
     if kind == "nanogpt":
         optimizer = _optimizer_text(state)
         contents = tensors + (f" and {optimizer}, which this tool does not resume from" if optimizer else "")

@@ -50,19 +50,25 @@ def session_key(session: GenerationSession) -> ModelKey:
     return label, getattr(session.portable, "identity", None)
 
 
-def head_roles_view(session: GenerationSession) -> HeadRolesView:
-    """Score every head of the session's model (one forward pass over repeated sequences)."""
+def score_model_heads(portable: Any) -> tuple[HeadRole, ...]:
+    """Every head of an opened model scored for each role on repeated random sequences, in
+    layer-major order (``heads``, and the Generation screen's head view)."""
     from minigpt_tui.engine.analysis.head_roles import (  # deferred: imports torch
         score_heads,
     )
 
+    return score_heads(portable.model, portable.tokenizer)
+
+
+def head_roles_view(session: GenerationSession) -> HeadRolesView:
+    """Score every head of the session's model (one forward pass over repeated sequences)."""
     portable: Any = session.portable
     if portable is None:
         raise GenerationError("no model loaded: load one before scoring its heads")
     config = portable.model.config
     key = session_key(session)
     try:
-        roles = score_heads(portable.model, portable.tokenizer)
+        roles = score_model_heads(portable)
     except GenerationError as err:  # e.g. a context too short for repeated sequences
         return HeadRolesView(key, config.layers, config.heads, problem=str(err))
     return HeadRolesView(key, config.layers, config.heads, roles)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.core.reading import reading_progress
 from minigpt_tui.engine.session import patching
 from minigpt_tui.engine.session.generation import GenerationSession, GenerationSettings, StepperView
 from minigpt_tui.engine.session.head_role_view import HeadRolesView, head_roles_view
@@ -35,6 +36,8 @@ Updated = Callable[[StepperView | None, str | None, int | None], None]
 Failed = Callable[[str, str, int], None]  # failed(reason, what, dropped operations)
 Progress = Callable[[StepperView], None]  # progress(view): what a run still going has decided
 PROGRESS_INTERVAL_S = 0.25  # how often a run shows the decisions it has made so far
+# reading(spec, bytes read, bytes to read, finished): a load's progress, then once finished
+OpeningReport = Callable[[str, int, int, bool], None]
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class OperationQueue:
         self._stop = threading.Event()
         self.spec_applied: str | None = None
         self.settings_applied: GenerationSettings | None = None
+        self.reading: OpeningReport | None = None  # hears the weights a load reads, on the worker
 
     def push(self, operation: Operation) -> bool:
         """Queue ``operation``; True when no drain is running, so the caller must start one."""
@@ -163,11 +167,13 @@ class OperationQueue:
         return self.start(settings, force_reset=force_reset)
 
     def load(self, spec: str, settings: GenerationSettings) -> Operation:
-        """Load ``spec`` and start from the prompt with ``settings``."""
+        """Load ``spec`` and start from the prompt with ``settings``; :attr:`reading` hears
+        the weights read meanwhile."""
         self.spec_applied, self.settings_applied = spec, settings
+        reading = self.reading
 
         def load(session: GenerationSession) -> str:
-            session.load(spec)
+            opened_reading(session, spec, reading)
             loaded = f"loaded {session.display(str(session.model_path))}"
             if not session.portable.tokenizer.encode_prompt(settings.prompt):
                 # A model from elsewhere whose tokenizer adds no BOS needs a prompt to start from.
@@ -190,6 +196,19 @@ class OperationQueue:
             return "settings changed: started over from the prompt" if changed else None
 
         return Operation("start", start)
+
+
+def opened_reading(session: GenerationSession, spec: str, reading: OpeningReport | None) -> None:
+    """``session.load(spec)``, its weights read reported to ``reading`` (then finished, however
+    the load ends)."""
+    if reading is None:
+        session.load(spec)
+        return
+    try:
+        with reading_progress(lambda done, total: reading(spec, done, total, False)):
+            session.load(spec)
+    finally:
+        reading(spec, 0, 0, True)
 
 
 # -- operations on the current generation ----------------------------------------------------

@@ -8,15 +8,16 @@ shows exactly the engine's ``sweep``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from minigpt_tui.engine.analysis.site_names import patch_site_name
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.session.generation import NO_MODEL, GenerationSession
 
 if TYPE_CHECKING:
-    from minigpt_tui.engine.analysis.patching import Effect
+    from minigpt_tui.engine.analysis.patching import Effect, PatchingResult
 
 GRID_SITES = ("resid", "attn", "mlp")  # the kinds the layer x position grid cycles through
 Progress = Callable[[int, int], None]  # progress(done, total), on the worker thread
@@ -161,3 +162,22 @@ def run_layer_heads(session: GenerationSession, request: PatchRequest, layer: in
     plan = [Patch("head", layer, (position,), head) for head in range(patcher.model.config.heads)
             for position in range(length)]
     return effects_of(patcher, plan, _checked(progress, stop))
+
+
+def patch_prompts_of(portable: Any, clean: str, corrupt: str, answer: str, against: str, sites: Sequence[str],
+                     progress: Progress | None = None) -> PatchingResult:
+    """``patch``: the engine's sweep over ``sites`` of an opened model, as one record."""
+    from minigpt_tui.engine.analysis.patching import (  # deferred: imports torch
+        patch_prompts,
+    )
+
+    return patch_prompts(portable.model, portable.tokenizer, clean, corrupt, answer, against, sites,
+                         progress=progress)
+
+
+def named_patching_json(result: PatchingResult) -> dict[str, Any]:
+    """A sweep's record as JSON, each effect with its site's display name beside the stable keys."""
+    data = result.to_json()
+    for effect in data["effects"]:
+        effect["name"] = patch_site_name(effect["site"], effect["layer"], effect["head"])
+    return data

@@ -7,7 +7,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -43,9 +42,9 @@ from minigpt_tui.engine.formats.checkpoint_folder import (
     list_checkpoints,
     read_manifest,
 )
+from minigpt_tui.engine.session.model_spec import RUN_NAME, ModelSpec, SpecKind, as_spec
 
 ENV_RUNS_DIR = "MINIGPT_TUI_RUNS_DIR"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 RUN_FILE = "run.json"  # the run's identity: written once, when the folder is made
 LOCK_FILE = ".lock"  # held (flock) by the one process writing to the run
 
@@ -66,7 +65,7 @@ def resolve_runs_dir(runs_dir: str | Path | None) -> Path:
 
 
 def check_run_name(name: str) -> str:
-    if not _NAME.match(name):
+    if not RUN_NAME.match(name):
         raise ConfigError(
             f"invalid run name '{name}': use letters, digits, '.', '_' or '-' (at most 100)", field="name"
         )
@@ -385,29 +384,33 @@ def _steps_held(steps: list[int]) -> str:
     return f"its checkpoints: {shown}, …, {steps[-1]} ({len(steps)} in all)"
 
 
-def checkpoint_target(spec: str, runs_dir: Path) -> Path:
+def checkpoint_target(spec: ModelSpec | str, runs_dir: Path | None = None) -> Path:
     """What a typed path or ``RUN``/``RUN:latest|best|STEP`` names, for inspection: an
     existing path as it is (a file of any kind, a folder), else the run's checkpoint."""
-    path = Path(spec).expanduser()
-    if len(spec) <= 4096 and path_exists(path):
-        return path
-    return resolve_checkpoint(spec, runs_dir)
+    spec = as_spec(spec, runs_dir)
+    if spec.kind is not SpecKind.RUN:
+        return spec.path
+    return _checkpoint_of_run(spec)
 
 
-def resolve_checkpoint(spec: str, runs_dir: Path) -> Path:
+def resolve_checkpoint(spec: ModelSpec | str, runs_dir: Path | None = None) -> Path:
     """A checkpoint folder from ``RUN:latest``, ``RUN:best``, ``RUN:STEP``, a run name (its
-    latest), a run folder, a checkpoint folder, or a file inside one."""
-    if len(spec) > 4096:
-        raise CheckpointError(f"the checkpoint '{spec[:40]}…' is {len(spec)} characters long: not a path or RUN:WHICH")
-    path = Path(spec).expanduser()
-    if path_exists(path):
-        return _checkpoint_at_path(path)
-    return _checkpoint_of_run(spec, runs_dir)
+    latest), a run folder, a checkpoint folder, or a file inside one; a text spec is parsed
+    against ``runs_dir``."""
+    return _checkpoint(as_spec(spec, runs_dir))
 
 
-def _checkpoint_at_path(path: Path) -> Path:
+def _checkpoint(spec: ModelSpec) -> Path:
+    """The checkpoint a parsed spec names: a run's, or the one an existing path holds."""
+    if spec.kind is SpecKind.RUN:
+        return _checkpoint_of_run(spec)
+    return _checkpoint_at_path(spec)
+
+
+def _checkpoint_at_path(spec: ModelSpec) -> Path:
     """The checkpoint an existing path names: a checkpoint folder, the folder of a file in
     one, or a folder's latest checkpoint; refused in one line otherwise."""
+    path = spec.path
     require_file_or_folder(path, "a checkpoint")
     if path.is_file():
         if (path.parent / MANIFEST).exists() or STEP_DIR.match(path.parent.name):
@@ -420,10 +423,9 @@ def _checkpoint_at_path(path: Path) -> Path:
         return latest
     from minigpt_tui.engine.formats.hf_import import (  # deferred: off the first frame
         conversion_refusal,
-        is_hf_folder,
     )
 
-    if is_hf_folder(path):
+    if spec.kind is SpecKind.TRANSFORMERS:
         refusal = conversion_refusal(path)  # suggest convert only where it works
         way = (f"'minigpt-tui convert --hf {path} --out model.safetensors' makes a model file of it"
                if refusal is None else f"convert refuses it ({refusal})")
@@ -431,40 +433,33 @@ def _checkpoint_at_path(path: Path) -> Path:
     raise CheckpointError(f"{path} holds no complete checkpoint")
 
 
-def _checkpoint_of_run(spec: str, runs_dir: Path) -> Path:
-    """The checkpoint ``RUN[:latest|best|STEP]`` names in ``runs_dir``."""
-    run, _, which = spec.partition(":")
-    which = which or "latest"
-    run_path = Path(runs_dir) / run
-    if not _NAME.match(run) or not run_path.is_dir():
-        raise CheckpointError(f"no checkpoint '{spec}': no such path, and no run named '{run}' in {runs_dir}")
-    checkpoints = RunDirectory(run_path).checkpoints
-    if which == "latest":
+def _checkpoint_of_run(spec: ModelSpec) -> Path:
+    """The checkpoint ``RUN[:latest|best|STEP]`` names (the run exists: parsing checked it)."""
+    checkpoints = RunDirectory(spec.path).checkpoints
+    if spec.which == "latest":
         latest = latest_checkpoint(checkpoints)
         if latest is None:
-            raise CheckpointError(f"run '{run}' has no complete checkpoint")
+            raise CheckpointError(f"run '{spec.run}' has no complete checkpoint")
         return latest
-    if which == "best":
+    if spec.which == "best":
         return best_checkpoint(checkpoints)
-    return _checkpoint_at_step(spec, run, which, checkpoints)
+    return _checkpoint_at_step(spec, checkpoints)
 
 
-def _checkpoint_at_step(spec: str, run: str, which: str, checkpoints: Path) -> Path:
-    """The run's complete checkpoint at the step ``which`` names (``STEP`` or ``step-STEP``)."""
-    step_text = which.removeprefix("step-")
-    if not re.fullmatch(r"[0-9]{1,18}", step_text):
-        raise CheckpointError(f"'{which}' is not latest, best or a step number (in '{spec}')")
-    wanted = checkpoints / checkpoint_name(int(step_text))
+def _checkpoint_at_step(spec: ModelSpec, checkpoints: Path) -> Path:
+    """The run's complete checkpoint at the step ``spec`` names (``RUN:STEP``, ``RUN:step-STEP``)."""
+    wanted = checkpoints / checkpoint_name(spec.step)
     listed = list_checkpoints(checkpoints)
     if any(info.path == wanted for info in listed):
         return wanted
-    raise CheckpointError(f"run '{run}' has no complete checkpoint at step {int(step_text)} "
+    raise CheckpointError(f"run '{spec.run}' has no complete checkpoint at step {spec.step} "
                           f"({_steps_held([info.step for info in listed if info.complete])})")
 
 
-def resolve_model_file(spec: str, runs_dir: Path) -> Path:
-    """A ``model.safetensors`` path from a model file, a checkpoint folder or a run spec."""
-    path = Path(spec).expanduser()
-    if len(spec) <= 4096 and path_exists(path) and not path.is_dir():
-        return require_regular_file(path, "a model file")
-    return resolve_checkpoint(spec, runs_dir) / "model.safetensors"
+def resolve_model_file(spec: ModelSpec | str, runs_dir: Path | None = None) -> Path:
+    """A ``model.safetensors`` path from a model file, a checkpoint folder or a run spec; a
+    text spec is parsed against ``runs_dir``."""
+    spec = as_spec(spec, runs_dir)
+    if spec.kind is not SpecKind.RUN and not spec.path.is_dir():
+        return require_regular_file(spec.path, "a model file")
+    return _checkpoint(spec) / "model.safetensors"

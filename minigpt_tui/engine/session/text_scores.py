@@ -1,14 +1,16 @@
 """A text's per-token loss for the app's Text view: the model loaded on the Generation screen
-scores the text as ``minigpt-tui score`` does (:func:`score_text`), and, when a second model
-is loaded, its scores are set beside (:func:`compare_scores`) or the reason they cannot be.
-Torch-free at import; the screen's queue worker calls :func:`score_for_view`.
+scores the text as ``minigpt-tui score`` does (:func:`score_model_text`), and, when a second
+model is loaded, its scores are set beside (:func:`compare_model_text`) or the reason they
+cannot be. Torch-free at import; the screen's queue worker calls :func:`score_for_view`, the
+command line the two steps it shares.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.core.files import read_small_file
@@ -61,20 +63,62 @@ class TextScoresView:
         return bool(self.compared)
 
 
-def score_for_view(session: GenerationSession, text: str) -> TextScoresView:
-    """Score ``text`` with the session's model (and its second model); on the worker thread."""
+Progress = Callable[[int, int], None]  # progress(windows done, windows), as the scoring reports it
+
+
+@dataclass(frozen=True)
+class ComparedText:
+    """A second model's scores of a text set beside the first's: its mean loss and, per
+    scored token, both losses."""
+
+    mean_loss: float
+    tokens: tuple[ComparedToken, ...]
+
+    def most_changed(self) -> tuple[list[ComparedToken], list[ComparedToken]]:
+        """The tokens the second model predicts most better, and most worse."""
+        from minigpt_tui.engine.analysis.scoring import (  # deferred: imports torch
+            most_changed,
+        )
+
+        return most_changed(self.tokens)
+
+    def to_json(self, model: str) -> dict[str, Any]:
+        return {"model": model, "mean_loss": self.mean_loss, "tokens": [t.to_json() for t in self.tokens]}
+
+
+def score_model_text(portable: Any, text: str, *, stride: int | None = None,
+                     progress: Progress | None = None) -> TextScore:
+    """Every token's loss, probability, rank and alternatives over ``text`` under an opened
+    model (``score``, and the Text view)."""
+    from minigpt_tui.engine.analysis.scoring import (  # deferred: imports torch
+        score_text,
+    )
+
+    return score_text(portable.model, portable.tokenizer, text, stride=stride, progress=progress)
+
+
+def compare_model_text(first: Any, second: Any, scored: TextScore, text: str, *,
+                       progress: Progress | None = None) -> ComparedText:
+    """``second``'s scores of ``text`` (windows as ``scored``'s) beside ``first``'s; refused
+    in one line when the two do not share a tokenizer."""
     from minigpt_tui.engine.analysis.contrast import (  # deferred: imports torch
         check_same_tokenizer,
     )
     from minigpt_tui.engine.analysis.scoring import (  # deferred: imports torch
         compare_scores,
-        score_text,
     )
 
+    check_same_tokenizer(first, second)
+    other = score_model_text(second, text, stride=scored.stride, progress=progress)
+    return ComparedText(other.mean_loss, tuple(compare_scores(scored, other)))
+
+
+def score_for_view(session: GenerationSession, text: str) -> TextScoresView:
+    """Score ``text`` with the session's model (and its second model); on the worker thread."""
     portable = session.portable
     if portable is None:
         raise GenerationError(NO_MODEL)
-    scored = score_text(portable.model, portable.tokenizer, text)
+    scored = score_model_text(portable, text)
     pieces = tuple(portable.tokenizer.piece_text(i) for i in scored.ids)
     view = TextScoresView(session.display(str(session.model_path)), pieces, scored, int(portable.model.vocab_size))
     second = session.second
@@ -82,11 +126,9 @@ def score_for_view(session: GenerationSession, text: str) -> TextScoresView:
         return view
     second_label = session.display(str(session.second_path))
     try:
-        check_same_tokenizer(portable, second)
-        other = score_text(second.model, second.tokenizer, text, stride=scored.stride)
-        compared = tuple(compare_scores(scored, other))
+        compared = compare_model_text(portable, second, scored, text)
     except GenerationError as err:
         return TextScoresView(view.model_label, pieces, scored, view.vocab_size, second_label,
                               compare_refused=str(err))
-    return TextScoresView(view.model_label, pieces, scored, view.vocab_size, second_label, other.mean_loss,
-                          compared)
+    return TextScoresView(view.model_label, pieces, scored, view.vocab_size, second_label, compared.mean_loss,
+                          compared.tokens)

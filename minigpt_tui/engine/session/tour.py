@@ -1,283 +1,69 @@
-"""The tour: short lessons beside the live screens, as data. Each step says what to do (a
-key), where to look, and explains what happened with the learner's own numbers: a template
-filled with values read from an :class:`Observation` of the app (or of the headless check),
-and a predicate that says the step is done. A claim that does not hold on the learner's run
-is said in the step's ``otherwise`` template instead.
+"""The tour: short lessons beside the live screens, as data. Each step says what to do (a key),
+where to look, and explains what happened with the learner's own numbers: a template filled
+with values read from an :class:`Observation` of the app (or of the headless check), and a
+predicate that says the step is done. A claim that does not hold on the learner's run is said
+in the step's ``otherwise`` template instead.
 
 One source, three readers: the app's tour panel, ``minigpt-tui tour --check`` (the same
-observations made headless) and the guide's page (:func:`guide_markdown`). Torch-free.
+observations made headless) and the guide's page (:func:`guide_markdown`). Lessons 1-6 are
+here, 7-9 in :mod:`tour_lessons`; what the tour sees is in :mod:`tour_seen`. Torch-free.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from minigpt_tui.engine.core.errors import ConfigError
 from minigpt_tui.engine.core.precision import precision_named
-from minigpt_tui.engine.session.history import load_history
+from minigpt_tui.engine.session.tour_lessons import LESSON_ATTENTION, LESSON_ELSEWHERE, LESSON_FINETUNE
+from minigpt_tui.engine.session.tour_seen import (  # re-exported: the app, the check and tests read them here
+    AliasSeen,
+    CandidateSeen,
+    CheckpointSeen,
+    DecisionSeen,
+    EvaluationSeen,
+    FileSeen,
+    Finding,
+    HeadsSeen,
+    InsightSeen,
+    Lesson,
+    LensSeen,
+    ModelSeen,
+    Observation,
+    PatchSeen,
+    PatternSeen,
+    ScoresSeen,
+    Step,
+    TokensSeen,
+    TrainingSeen,
+    Values,
+    checkpoint_seen,
+    decision_seen,
+    finding,
+    heads_seen,
+    insight_seen,
+    lens_values,
+    model_seen,
+    patch_seen,
+    scores_seen,
+    shown_pieces,
+    tokens_seen,
+    training_seen,
+)
+from minigpt_tui.engine.session.tour_seen import quoted as _quoted
 
-Values = dict[str, Any]
 OVERFITTING_MARGIN = 0.05  # nats the validation loss must rise above its lowest to call it overfitting
 TRAILING_SPACE_PROMPT = "The key is"
 
-
-# -- what the tour sees ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class EvaluationSeen:
-    step: int
-    train: float
-    validation: float
-
-
-@dataclass(frozen=True)
-class TrainingSeen:
-    """The run on the Training screen: its state and its scheduled evaluations so far."""
-
-    run: str
-    state: str  # starting, running, paused, stopping, finished, stopped, failed
-    step: int
-    steps: int
-    evaluations: tuple[EvaluationSeen, ...] = ()
-    best_step: int | None = None
-    start_step: int = 0
-    resumed_from: str | None = None  # the checkpoint folder a resumed run left from
-    saved_step: int | None = None  # the update of its newest checkpoint
-    digest: str = ""  # the state digest it finished with
-    precision: str = ""
-    straight_digest: str = ""  # a run never stopped's digest, where one was trained (the headless check)
-
-
-@dataclass(frozen=True)
-class CandidateSeen:
-    piece: str
-    rank: int
-    logit: float
-    raw: float  # softmax of the logits
-    selection: float  # what the rule draws from
-
-
-@dataclass(frozen=True)
-class DecisionSeen:
-    """The selected decision on the Generation screen and the generation it belongs to."""
-
-    step: int
-    rule: str  # greedy or sample
-    temperature: float
-    top_k: int | None
-    top_p: float | None
-    chosen: CandidateSeen
-    candidates: tuple[CandidateSeen, ...]  # by rank, the first few
-    chosen_ranks: tuple[int, ...]  # of every decision made
-    output: str  # the generated text as the screen shows it
-
-
-@dataclass(frozen=True)
-class LensSeen:
-    site: str
-    rank: int
-    probability: float
-
-
-@dataclass(frozen=True)
-class InsightSeen:
-    """The lens or the contributions shown for a decision."""
-
-    kind: str  # lens or contributions
-    step: int
-    piece: str
-    lens: tuple[LensSeen, ...] = ()
-    logit: float = 0.0
-    total: float = 0.0
-    agrees: bool = False
-    parts: tuple[tuple[str, float], ...] = ()  # every part, in model order
-
-
-@dataclass(frozen=True)
-class TokensSeen:
-    """The tokenizer panel: its tokenizer and the pieces of the text typed in its field."""
-
-    vocab_size: int
-    merges: int
-    text: str = ""
-    pieces: tuple[str, ...] = ()
-    trimmed_pieces: tuple[str, ...] = ()  # of the text without its trailing spaces
-
-
-@dataclass(frozen=True)
-class FileSeen:
-    name: str
-    size: int
-    tensors: int
-
-
-@dataclass(frozen=True)
-class AliasSeen:
-    name: str
-    target: str
-    transform: str
-    target_shape: tuple[int, ...]
-    target_bytes: int
-
-
-@dataclass(frozen=True)
-class CheckpointSeen:
-    """The checkpoint open on the Checkpoints screen and the panel shown (tensors, aliases, state...)."""
-
-    path: str  # resolved
-    kind: str
-    tab: str
-    files: tuple[FileSeen, ...]
-    aliases: tuple[AliasSeen, ...]
-    learned_bytes: int  # the model file's learned weights
-    moments: int  # optimizer tensors that are moments (exp_avg, exp_avg_sq)
-    optimizer_tensors: int
-    optimizer_bytes: int
-    state_groups: tuple[str, ...]  # training.safetensors' other groups
-
-    def file(self, name: str) -> FileSeen | None:
-        return next((f for f in self.files if f.name == name), None)
-
-
-@dataclass(frozen=True)
-class Observation:
-    screen: str = ""  # training, checkpoints or generation
-    training: TrainingSeen | None = None
-    decision: DecisionSeen | None = None
-    insight: InsightSeen | None = None
-    tokens: TokensSeen | None = None
-    checkpoint: CheckpointSeen | None = None
-    generating_from: str | None = None  # the model file the Generation screen loaded (resolved)
-
-
-# -- building observations from the engine's own views ------------------------------------------
-def training_seen(run: str, run_dir: Path | None, state: str, step: int, steps: int, **more: Any) -> TrainingSeen:
-    """What the tour sees of a run: its scheduled evaluations read back from ``metrics.jsonl``;
-    ``more``: TrainingSeen's other fields (start_step, resumed_from, saved_step, digest...)."""
-    if run_dir is None:
-        return TrainingSeen(run, state, step, steps, **more)
-    try:
-        history = load_history(run_dir, until_step=2**62)
-    except ConfigError:  # no metrics written yet
-        return TrainingSeen(run, state, step, steps, **more)
-    evaluations = tuple(EvaluationSeen(e.step, e.train_loss, e.validation_loss) for e in history.evaluations
-                        if not e.extra and e.train_loss is not None and e.validation_loss is not None)
-    return TrainingSeen(run, state, step, steps, evaluations, history.best_step, **more)
-
-
-def checkpoint_seen(inspection: Any, tab: str) -> CheckpointSeen:
-    """An Inspection (header-only) as the tour reads it, with the panel the screen shows."""
-    entries = inspection.entries
-
-    def in_group(group: str) -> list[Any]:
-        return [e for e in entries if e.group == group]
-
-    by_name = {e.name: e for e in entries}
-    aliases = []
-    for alias in inspection.aliases:
-        target = by_name.get(str(alias.get("target", "")))
-        aliases.append(AliasSeen(str(alias.get("name", "")), str(alias.get("target", "")),
-                                 str(alias.get("transform", "none")), target.shape if target else (),
-                                 target.bytes if target else 0))
-    optimizer = in_group("optimizer")
-    training_groups = dict.fromkeys(e.group for e in entries if e.file == "training.safetensors")
-    return CheckpointSeen(
-        str(Path(inspection.path).resolve()), str(inspection.kind), tab,
-        tuple(FileSeen(f.name, f.size, f.tensors) for f in inspection.files), tuple(aliases),
-        sum(e.bytes for e in in_group("learned")),
-        sum(e.name.endswith((".exp_avg", ".exp_avg_sq")) for e in optimizer), len(optimizer),
-        sum(e.bytes for e in optimizer), tuple(g for g in training_groups if g != "optimizer"))
-
-
-def _candidate(view: Any) -> CandidateSeen:
-    return CandidateSeen(view.piece, view.rank, view.logit, view.raw_probability, view.selection_probability)
-
-
-def decision_seen(view: Any, selected: Any, rule: Any) -> DecisionSeen | None:
-    """A StepperView's selected DecisionView under its GenerationRule, as the tour reads it."""
-    if view is None or selected is None or rule is None:
-        return None
-    candidates = tuple(_candidate(c) for c in selected.candidates[:3])
-    return DecisionSeen(selected.step, rule.kind, float(rule.temperature), rule.top_k, rule.top_p,
-                        _candidate(selected.chosen), candidates,
-                        tuple(d.chosen.rank for d in view.decisions), view.output.display)
-
-
-def insight_seen(kind: str | None, insight: Any) -> InsightSeen | None:
-    """An InsightView shown as the lens or the contributions."""
-    if insight is None or kind not in ("lens", "contributions"):
-        return None
-    lens = tuple(LensSeen(row.site, row.chosen_rank, row.chosen_probability) for row in insight.lens)
-    if kind == "lens" or not insight.contributions:
-        return InsightSeen("lens", insight.step, insight.chosen_piece, lens)
-    parts = insight.contributions[0]
-    return InsightSeen("contributions", insight.step, insight.chosen_piece, lens, parts.logit, parts.total,
-                       parts.agrees, tuple((p.name, p.value) for p in parts.parts()))
-
-
-def tokens_seen(tokenizer: Any, text: str) -> TokensSeen:
-    """The pieces of ``text`` (and of it without trailing spaces) under ``tokenizer``."""
-
-    def pieces(of: str) -> tuple[str, ...]:
-        if not of:
-            return ()
-        return tuple(tokenizer.piece_text(i) for i in tokenizer.encode(of, bos=False, eos=False))
-
-    return TokensSeen(tokenizer.vocab_size, len(tokenizer.merges), text, pieces(text), pieces(text.rstrip(" ")))
-
-
-# -- lessons as data -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Step:
-    key: str  # what to press
-    do: str
-    look: str
-    explain: str  # a template of the values' names
-    values: Callable[[Observation], Values | None]
-    holds: Callable[[Values], bool] = lambda values: True
-    otherwise: str = ""  # said instead of ``explain`` when the claim does not hold on this run
-    seen: Callable[[Observation], bool] | None = None  # done sooner than its values show (None: when they do)
-
-    def done(self, observation: Observation) -> bool:
-        """Whether the app has seen the step done: its own test, else its values are there."""
-        return self.seen(observation) if self.seen is not None else self.values(observation) is not None
-
-
-@dataclass(frozen=True)
-class Lesson:
-    number: int
-    title: str
-    intro: str
-    steps: tuple[Step, ...]
-
-
-@dataclass(frozen=True)
-class Finding:
-    text: str
-    holds: bool
-
-
-def finding(step: Step, observation: Observation) -> Finding | None:
-    """The step's explanation filled with this observation's values (None: not there yet)."""
-    values = step.values(observation)
-    if values is None:
-        return None
-    holds = bool(step.holds(values))
-    template = step.explain if holds or not step.otherwise else step.otherwise
-    return Finding(template.format(**values), holds)
-
-
-def shown_pieces(pieces: Sequence[str]) -> str:
-    """Pieces as the screens draw them: a space as ·, pieces apart."""
-    return " ".join(piece.replace(" ", "·") for piece in pieces) or "nothing"
-
-
-def _quoted(piece: str) -> str:
-    return f"'{piece.replace(' ', '·')}'"
+__all__ = ["AliasSeen", "CandidateSeen", "CheckpointSeen", "DecisionSeen", "EvaluationSeen", "FileSeen", "Finding",
+           "HeadsSeen", "InsightSeen", "Lesson", "LensSeen", "ModelSeen", "Observation", "PatchSeen", "PatternSeen",
+           "ScoresSeen", "Step", "TokensSeen", "TrainingSeen", "Values", "checkpoint_seen", "decision_seen",
+           "finding", "heads_seen", "insight_seen", "model_seen", "patch_seen", "scores_seen", "shown_pieces",
+           "tokens_seen", "training_seen", "LESSONS", "MODEL_LESSONS", "lesson", "guide_markdown", "TRAILING_SPACE_PROMPT",
+           "OVERFITTING_MARGIN"]
 
 
 # lesson 1: a distribution over next tokens -------------------------------------------------------
@@ -640,18 +426,6 @@ LESSON_TOKENS = Lesson(5, "Tokens", (
 
 
 # lesson 6: where a decision comes from -------------------------------------------------------------
-def _lens_values(o: Observation) -> Values | None:
-    i, d = o.insight, o.decision
-    if i is None or i.kind != "lens" or not i.lens or d is None:
-        return None
-    first, last = i.lens[0], i.lens[-1]
-    top = next((row.site for row in i.lens if row.rank == 1), None)
-    return {"chosen_piece": _quoted(i.piece), "first_site": first.site, "first_rank": first.rank,
-            "first_p": first.probability, "top_site": top or "no layer", "last_site": last.site,
-            "last_rank": last.rank, "last_p": last.probability, "decision_rank": d.chosen.rank,
-            "decision_p": d.chosen.raw}
-
-
 def _contribution_values(o: Observation) -> Values | None:
     i = o.insight
     if i is None or i.kind != "contributions" or not i.parts:
@@ -673,7 +447,7 @@ LESSON_INSIDE = Lesson(6, "Where a decision comes from", (
          "chosen {chosen_piece} is rank {first_rank} at {first_site} (p {first_p:.4f}) and first ranks 1 at "
          "{top_site}. The last row, {last_site}, is what the model outputs: rank {last_rank}, p "
          "{last_p:.4f}, as the decision shows (rank {decision_rank}, p {decision_p:.4f}).",
-         values=_lens_values,
+         values=lens_values,
          holds=lambda v: v["last_rank"] == v["decision_rank"] and math.isclose(v["last_p"], v["decision_p"],
                                                                                 rel_tol=1e-6, abs_tol=1e-9),
          otherwise="The lens's last row (rank {last_rank}, p {last_p:.4f}) is not the decision's own "
@@ -688,7 +462,8 @@ LESSON_INSIDE = Lesson(6, "Where a decision comes from", (
 ))
 
 LESSONS: tuple[Lesson, ...] = (LESSON_DISTRIBUTION, LESSON_TRAINING, LESSON_RESUME, LESSON_CHECKPOINT,
-                               LESSON_TOKENS, LESSON_INSIDE)
+                               LESSON_TOKENS, LESSON_INSIDE, LESSON_ATTENTION, LESSON_ELSEWHERE, LESSON_FINETUNE)
+MODEL_LESSONS = (LESSON_ELSEWHERE.number, LESSON_FINETUNE.number)  # the check takes them on a --model only
 
 
 def lesson(number: int) -> Lesson:
@@ -716,7 +491,11 @@ def guide_markdown() -> str:
              "press and where to look; when the app sees it done, the panel explains it with your own "
              "numbers and moves on (`>` skips a step, `<` goes back). Where your run does not show what "
              "a lesson claims, it says so. `minigpt-tui tour --check` takes every step headless on a "
-             "`mini` run in a temporary folder and prints what it saw.", "",
+             "`mini` run (lesson 7 on a short `text` run) in a temporary folder and prints what it saw; "
+             "lessons 8 and 9 read a model from elsewhere, so `minigpt-tui tour --check --model PATH` takes "
+             "them on that GGUF file or transformers folder (without `--model` they are skipped). A step "
+             "whose claim needs a longer run than the check's (an induction head forming) prints what the "
+             "short run showed without failing the check.", "",
              "Below, each value the panel fills in from your run is in *italics*.", ""]
     for item in LESSONS:
         lines += [f"## {item.number}. {item.title}", "", item.intro, ""]

@@ -2,7 +2,7 @@
 
 After each scheduled evaluation a run continues a few prompts twice, greedily and by a
 seeded sample at temperature 1, and scores every attention head's role (induction,
-previous-token, duplicate-token, first-token; see :mod:`head_roles`). The prompts come from
+previous-token, duplicate-token, first-token; see :mod:`..analysis.head_roles`). The prompts come from
 ``--sample-prompts FILE`` (the probes format), else from the run's probes, else from the
 first words of the corpus's first validation records (training records without a
 validation split).
@@ -11,7 +11,8 @@ Both read the model in evaluation mode without gradients, and each prompt's samp
 from a generator of its own (seeded from ``seeds.sampling``, the step and the prompt's
 place, :func:`sample_seed`), never from a training stream: a run with them and one without
 have the same records and the same state digest. All the continuations are the rows of
-one batch (:func:`_continue_rows`), and what every evaluation reads the same way is
+one batch (:func:`_continue_rows`, through the decoding loop that the decision stepper
+uses too), and what every evaluation reads the same way is
 prepared once a run (:class:`Watcher`).
 """
 
@@ -57,61 +58,75 @@ def _continue_rows(model: Any, tokenizer: Any, starts: list[list[int]], steps: i
     whose cumulative probability passes the draw), stopping at an end id.
 
     Every row is fed in one forward call per step (a small model's time is mostly its
-    calls, not its arithmetic), and every row's key/value cache holds the same positions:
-    a call feeds each row up to the length of the shortest text, the rows whose text is
-    that long choose their next id, and the longer ones ride along feeding their own
-    known ids until the shorter ones have caught up. Past the context every row feeds its
+    calls, not its arithmetic) by the decoding loop's :class:`Decoder`: with the key/value
+    cache a call feeds each row up to the length of the shortest text, the rows whose text
+    is that long choose their next id, and the longer ones ride along feeding their own
+    known ids until the shorter ones have caught up; past the context every row feeds its
     last window, whole. Only a row's own logits and its own draws choose its ids, so they
     are those of continuing it alone (tested)."""
-    import torch  # deferred: imports torch
+    from minigpt_tui.engine.analysis.decoding import (  # deferred: imports torch
+        Decoder,
+    )
 
-    device = next(model.parameters()).device
-    context = model.config.context
-    eos = set(getattr(tokenizer, "eos_ids", ()) or ())
     outs: list[list[int]] = [[] for _ in starts]
     if steps <= 0:
         return outs
-    if not bool(eligible.any()):
-        raise GenerationError("no token id is eligible")
-    last_eligible = int(torch.nonzero(eligible).max())
-    ineligible = ~eligible
-    # A sampled row's uniform draws, all at once: its k-th id takes its k-th draw, however
-    # the rows are batched.
-    uniforms = {row: torch.rand(steps, generator=generator, dtype=torch.float64).tolist()
-                for row, generator in enumerate(generators) if generator is not None}
+    last_eligible, ineligible = _last_eligible(eligible), ~eligible
+    uniforms = _uniform_draws(generators, steps)
+    eos = set(getattr(tokenizer, "eos_ids", ()) or ())
+    decoder = Decoder(model, use_cache=True, last_only=False)
     rows = list(range(len(starts)))
-    cache: list[Any] = []
-    fed: int | None = 0  # positions every row's cache holds; None: past the context, no cache
     while rows:
-        texts = [starts[r] + outs[r] for r in rows]
-        shortest = min(len(text) for text in texts)
-        if fed is not None and shortest <= context:  # only the ids the cache does not hold yet
-            logits = model(torch.tensor([text[fed:shortest] for text in texts], device=device), cache=cache).logits
-            fed = shortest
-            deciding = [index for index, text in enumerate(texts) if len(text) == shortest]
-        else:  # past the context: each row's last window, whole
-            logits = model(torch.tensor([text[-context:] for text in texts], device=device)).logits
-            cache, fed = [], None
-            deciding = list(range(len(rows)))
-        every = len(deciding) == len(rows)
-        newest = logits[:, -1] if every else logits[deciding, -1]
-        picks = _choose(newest.to("cpu", torch.float64).masked_fill(ineligible, float("-inf")),
-                        rows if every else [rows[i] for i in deciding], outs, uniforms, last_eligible)
-        going = [] if every else sorted(set(range(len(rows))) - set(deciding))  # riding along
-        for index, choice in zip(deciding, picks):
-            if choice is None:
-                continue  # a diverged model samples nothing
-            row = rows[index]
-            outs[row].append(choice)
-            if choice not in eos and len(outs[row]) < steps:
-                going.append(index)
+        fed = decoder.feed([starts[r] + outs[r] for r in rows])
+        picks = _choose(_newest(fed, ineligible), [rows[i] for i in fed.deciding], outs, uniforms, last_eligible)
+        going = _going_on(fed.deciding, picks, rows, outs, steps, eos, fed.every_row_decides)
         if len(going) < len(rows):
-            going.sort()
-            if cache and going:
-                keep = torch.tensor(going, device=device)
-                cache[:] = [(k.index_select(0, keep), v.index_select(0, keep)) for k, v in cache]
+            decoder.keep(going)
             rows = [rows[i] for i in going]
     return outs
+
+
+def _last_eligible(eligible: "torch.Tensor") -> int:
+    """The highest id a row may take; refused in one line when none may be taken."""
+    import torch  # deferred: imports torch
+
+    if not bool(eligible.any()):
+        raise GenerationError("no token id is eligible")
+    return int(torch.nonzero(eligible).max())
+
+
+def _uniform_draws(generators: "list[torch.Generator | None]", steps: int) -> dict[int, list[float]]:
+    """A sampled row's uniform draws, all at once: its k-th id takes its k-th draw, however
+    the rows are batched."""
+    import torch  # deferred: imports torch
+
+    return {row: torch.rand(steps, generator=generator, dtype=torch.float64).tolist()
+            for row, generator in enumerate(generators) if generator is not None}
+
+
+def _newest(fed: Any, ineligible: "torch.Tensor") -> "torch.Tensor":
+    """The deciding rows' last logits [rows, V], float64 on the CPU, ineligible ids at -inf."""
+    import torch  # deferred: imports torch
+
+    logits = fed.output.logits
+    newest = logits[:, -1] if fed.every_row_decides else logits[list(fed.deciding), -1]
+    return newest.to("cpu", torch.float64).masked_fill(ineligible, float("-inf"))
+
+
+def _going_on(deciding: tuple[int, ...], picks: "list[int | None]", rows: list[int], outs: list[list[int]],
+              steps: int, eos: set[int], every: bool) -> list[int]:
+    """Each deciding row's pick appended to its ids; the places in ``rows`` (ascending) of
+    the rows that go on: those riding along, and the deciders that picked an id that is
+    not an end id and have room for more."""
+    going = [] if every else sorted(set(range(len(rows))) - set(deciding))  # riding along
+    for index, choice in zip(deciding, picks):
+        if choice is None:
+            continue  # a diverged model samples nothing
+        row = rows[index]
+        outs[row].append(choice)
+        if choice not in eos and len(outs[row]) < steps:
+            going.append(index)
+    return sorted(going)
 
 
 def _choose(last: "torch.Tensor", rows: list[int], outs: list[list[int]], uniforms: dict[int, list[float]],

@@ -306,9 +306,13 @@ class Trainer:
         self.model = MiniGPT(
             config.model, self.tokenizer.vocab_size, self.dtype, fused_attention=train.precision_kind.fused
         )
-        self.model.initialize(config.seeds.init)
+        if initial_weights is None:
+            self.model.initialize(config.seeds.init)
         self.model.to(self.device)
         if initial_weights is not None:
+            # Every parameter, or a refusal: a seeded initialization would only be overwritten
+            # (it draws from a generator of its own, so skipping it changes no other stream;
+            # 11 s of a 135M fine-tune's start).
             self.load_weights(initial_weights)
         self.param_names = {p: n for n, p in self.model.named_parameters()}
         self.optimizer = self._new_optimizer()
