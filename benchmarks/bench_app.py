@@ -9,6 +9,9 @@
    trains, the overlay dialog (``o``, closed with ``escape``, which adds Textual's
    ESCDELAY) and the help (``?`` opens and closes it) while it trains, then the switch and
    the help again with both cores kept busy by two other processes (``while True: pass``).
+   On the Generation screen (a SmolLM2-135M shape): a help toggle idle and while ``r``
+   runs, and the head view's ``]`` / ``[`` at decision 8 with every head's role in the grid
+   (``--only head-keys``; target 50 ms).
 3. Training speed: records per second of ``minigpt-tui train`` (headless, with its progress
    bar) against the app training the same run, both measured from the growth of the run's
    ``metrics.jsonl`` between 10% and 90% of the schedule.
@@ -267,6 +270,64 @@ def key_latency(repeats: int, work: Path) -> None:
 GENERATION_HELP = ("?", "Help: Generation", "?", "─ Decisions ─")
 
 
+def load_and_decide(pane: Pane, folder: Path, budget: str = "1500") -> None:
+    """In a fresh app's pane: the Generation screen, ``folder`` loaded with a prompt, and one decision."""
+    pane.wait_for(lambda t: "next run" in t)
+    time.sleep(2.0)  # torch has been imported in the background by now
+    pane.keys("g")
+    pane.wait_for(lambda t: "minigpt-tui — Generation" in t)
+    # The form: prompt, model, rule, then the budget (greedy leaves the sampling fields off).
+    pane.keys("Tab")
+    time.sleep(0.2)
+    pane.keys("-l", "The capital of France is")
+    pane.keys("Tab")
+    time.sleep(0.2)
+    pane.keys("-l", str(folder))
+    pane.keys("Tab", "Tab")
+    time.sleep(0.2)
+    pane.keys("BSpace", "BSpace")
+    pane.keys("-l", budget)
+    pane.keys("Escape")
+    time.sleep(0.3)
+    pane.keys("n")
+    pane.wait_for(lambda t: "No model loaded." not in t and "working…" not in t, timeout=300)
+    time.sleep(0.5)
+
+
+def head_key_times(repeats: int, work: Path, folder: Path, app: str = APP,
+                   decisions: int = 8) -> tuple[list[float], list[float]]:
+    """Key to screen in a real terminal for the head view's ``]`` (block 0 to 1) and ``[``
+    (back), at decision ``decisions`` of ``folder``'s model, once every head's role score is
+    in the grid: the seconds until the panel's border names the new block."""
+    pane = Pane(f"{app} --runs-dir {work / 'runs-head-keys'}", "bench-head-keys")
+    try:
+        load_and_decide(pane, folder)
+        for _ in range(decisions - 1):
+            pane.keys("n")
+            time.sleep(0.3)
+            pane.wait_for(lambda t: "working…" not in t, timeout=120)
+        pane.keys("h")
+        pane.wait_for(lambda t: "b0  [" in t and "working…" not in t, timeout=300)  # the grid's scores
+        time.sleep(0.5)
+        marker = f"decision {decisions} · block"
+        forward, back = toggle_times(pane, repeats, "]", f"{marker} 1 head 0", "[", f"{marker} 0 head 0")
+    finally:
+        pane.close()
+    return forward, back
+
+
+def head_keys(repeats: int, work: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_models import make_models
+
+    folder = make_models(work / "models", names=("smollm2-135M",))["smollm2-135M"]
+    forward, back = head_key_times(repeats, work, folder)
+    print(f"head view keys at decision 8, SmolLM2-135M shape (30 blocks x 9 heads), tmux 120x40 ({repeats} times "
+          f"each; target < 50 ms): ] median {statistics.median(forward) * 1000:.0f} ms (max {max(forward) * 1000:.0f}), "
+          f"[ median {statistics.median(back) * 1000:.0f} ms (max {max(back) * 1000:.0f})")
+
+
 def generation_keys(repeats: int, work: Path) -> None:
     """Key to screen on the Generation screen, idle and while ``r`` runs decisions of a
     SmolLM2-135M-shaped model (random weights, a transformers folder made here)."""
@@ -277,26 +338,7 @@ def generation_keys(repeats: int, work: Path) -> None:
     folder = make_models(work / "models", names=("smollm2-135M",))["smollm2-135M"]
     pane = Pane(f"{APP} --runs-dir {work / 'runs-generation'}", "bench-generation")
     try:
-        pane.wait_for(lambda t: "next run" in t)
-        time.sleep(2.0)  # torch has been imported in the background by now
-        pane.keys("g")
-        pane.wait_for(lambda t: "minigpt-tui — Generation" in t)
-        # The form: model, prompt, rule, then the budget (greedy leaves the sampling fields off).
-        pane.keys("Tab")
-        time.sleep(0.2)
-        pane.keys("-l", str(folder))
-        pane.keys("Tab")
-        time.sleep(0.2)
-        pane.keys("-l", "The capital of France is")
-        pane.keys("Tab", "Tab")
-        time.sleep(0.2)
-        pane.keys("BSpace", "BSpace")
-        pane.keys("-l", "1500")
-        pane.keys("Escape")
-        time.sleep(0.3)
-        pane.keys("n")
-        pane.wait_for(lambda t: "No model loaded." not in t and "working…" not in t, timeout=120)
-        time.sleep(0.5)
+        load_and_decide(pane, folder)
         results = [("help (opened and closed with ?), idle", toggle_times(pane, repeats, *GENERATION_HELP))]
         pane.keys("r")
         pane.wait_for(lambda t: "working…" in t)
@@ -317,7 +359,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=1500)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--only", choices=["first-frame", "keys", "speed", "generation-keys"])
+    parser.add_argument("--only", choices=["first-frame", "keys", "speed", "generation-keys", "head-keys"])
     args = parser.parse_args()
     if shutil.which("tmux") is None:
         print("bench_app: tmux is not installed; these figures need a real terminal")
@@ -333,6 +375,8 @@ def main() -> None:
             key_latency(10, work)
         if args.only in (None, "generation-keys"):
             generation_keys(10, work)
+        if args.only in (None, "head-keys"):
+            head_keys(10, work)
         if args.only in (None, "speed"):
             training_speed(args.updates, args.repeats, work)
     keeper.close()

@@ -193,10 +193,10 @@ MEASURES: dict[str, Callable[[Context, str], list[Figure]]] = {
 
 
 def table(figures: list[Figure]) -> str:
-    lines = [f"{'figure':<36} {'load':<5} {'ratio':>7}  {'rounds':<13} {'target':<13} detail"]
+    lines = [f"{'figure':<36} {'load':<5} {'ratio':>8}  {'rounds':<17} {'target':<13} detail"]
     for f in figures:
-        lines.append(f"{f.name:<36} {f.load:<5} {f.ratio:>6.3g}x  {f.low:.3g}-{f.high:.3g}x".ljust(65)
-                     + f" {f.target:<13} {f.detail}")
+        spread = f"{f.low:.3g}-{f.high:.3g}x"
+        lines.append(f"{f.name:<36} {f.load:<5} {f.ratio:>7.3g}x  {spread:<17} {f.target:<13} {f.detail}")
     return "\n".join(lines)
 
 

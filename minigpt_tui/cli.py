@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "minigpt_tui.commands.generate",
     "minigpt_tui.commands.cache",
     "minigpt_tui.commands.contrast",
+    "minigpt_tui.commands.sae",
     "minigpt_tui.commands.analysis",
     "minigpt_tui.commands.attach",
     "minigpt_tui.commands.tensorboard_export",

@@ -211,6 +211,13 @@ class PatchReady(Message):
 
 
 @dataclass
+class PatchAttributionReady(Message):
+    """The attribution grid (gradient estimates of every cell), before the exact sweep."""
+
+    view: PatchingView
+
+
+@dataclass
 class PatchHeadsReady(Message):
     """Every head of one block patched at every position."""
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from minigpt_tui.engine.families import REGISTRY, family
+from minigpt_tui.engine.families import family as declared_family
 
 FAMILIES = tuple(sorted(f.name for f in REGISTRY))
 # Text from files already on the machine: the docstrings of the standard library.
@@ -45,8 +46,9 @@ def byte_level_tokenizer(vocab: int = 400, split_regex: bool = False):
     return tokenizer
 
 
-def metaspace_tokenizer(vocab: int = 400):
-    """Llama 2 style: Metaspace, byte fallback, BOS added by the post-processor."""
+def metaspace_tokenizer(vocab: int = 400, bos: str = "<s>", eos: str = "</s>"):
+    """Llama 2 style (Gemma's with its token names): Metaspace, byte fallback, BOS added by
+    the post-processor."""
     from tokenizers import (
         Tokenizer,
         decoders,
@@ -60,10 +62,10 @@ def metaspace_tokenizer(vocab: int = 400):
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
     tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
                                            decoders.Strip(" ", 1, 0)])
-    specials = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    specials = ["<unk>", bos, eos] + [f"<0x{b:02X}>" for b in range(256)]
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials, show_progress=False)
     tokenizer.train_from_iterator(training_text(), trainer)
-    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tokenizer.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, 1)])
     return tokenizer
 
 
@@ -81,8 +83,10 @@ def family_tokenizer(family_name: str):
     import transformers as tr
 
     defaults = family(family_name).tokenizer
-    raw = metaspace_tokenizer() if defaults.kind == "metaspace" else byte_level_tokenizer(
-        split_regex=defaults.kind == "byte_level_split")
+    if defaults.kind == "metaspace":
+        raw = metaspace_tokenizer(bos=defaults.bos, eos=defaults.eos)
+    else:
+        raw = byte_level_tokenizer(split_regex=defaults.kind == "byte_level_split")
     names = {"bos_token": defaults.bos, "eos_token": defaults.eos}
     if defaults.kind == "metaspace":
         names["unk_token"] = "<unk>"
@@ -99,10 +103,11 @@ def make_family_folder(family: str, folder: Path, *, seed: int = 0, pad_rows: in
     vocab = raw.get_vocab_size() + pad_rows
     torch.manual_seed(seed)
     model = tr.AutoModelForCausalLM.from_config(family_config(family, vocab, bos, eos, **extra))
+    unit = 0.0 if declared_family(family).parts.get("norm_offset") else 1.0  # Gemma stores a norm's w as w - 1
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "norm" in name or name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
-                param.copy_(1.0 + 0.3 * torch.randn_like(param))
+                param.copy_(unit + 0.3 * torch.randn_like(param))
             else:
                 param.copy_(0.3 * torch.randn_like(param))
     model = model.to(dtype)

@@ -22,7 +22,8 @@ def _tensors(model, family: str) -> list[tuple[str, np.ndarray]]:
     import gguf
 
     config = model.config
-    arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "gpt2": gguf.MODEL_ARCH.GPT2}[family]
+    arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "gpt2": gguf.MODEL_ARCH.GPT2,
+            "qwen3": gguf.MODEL_ARCH.QWEN3, "phi3": gguf.MODEL_ARCH.PHI3}[family]
     names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
     out = []
     for name, tensor in model.state_dict().items():
@@ -50,7 +51,7 @@ def write_gguf(model, tokenizer, family: str, path: Path, quant: str = "F32", pr
 
     import gguf
 
-    arch = {"llama": "llama", "qwen2": "qwen2", "gpt2": "gpt2"}[family]
+    arch = {"llama": "llama", "qwen2": "qwen2", "gpt2": "gpt2", "qwen3": "qwen3", "phi3": "phi3"}[family]
     writer = gguf.GGUFWriter(str(path), arch)
     config = model.config
     writer.add_block_count(config.num_hidden_layers)
@@ -64,7 +65,13 @@ def write_gguf(model, tokenizer, family: str, path: Path, quant: str = "F32", pr
         writer.add_head_count_kv(config.num_key_value_heads)
         writer.add_layer_norm_rms_eps(config.rms_norm_eps)
         writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
-        writer.add_rope_dimension_count(config.hidden_size // config.num_attention_heads)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        writer.add_rope_dimension_count(int(head_dim * config.rope_parameters.get("partial_rotary_factor", 1.0)))
+        if family == "qwen3":  # llama.cpp's converter writes Qwen3's own head width
+            writer.add_key_length(head_dim)
+            writer.add_value_length(head_dim)
+        if getattr(config, "sliding_window", None) and family == "phi3":
+            writer.add_sliding_window(config.sliding_window)
     data = json.loads(tokenizer.to_str())
     vocab = sorted(data["model"]["vocab"].items(), key=lambda item: item[1])
     tokens = [t for t, _ in vocab]
@@ -105,13 +112,14 @@ def write_gguf(model, tokenizer, family: str, path: Path, quant: str = "F32", pr
 
 
 # -- random transformers models of three families, written as GGUF ------------------------------
-SHAPES = {"llama": {"hidden_size": 64}, "qwen2": {"hidden_size": 64}, "gpt2": {"n_embd": 64, "n_positions": 1024}}
+SHAPES = {"llama": {"hidden_size": 64}, "qwen2": {"hidden_size": 64}, "gpt2": {"n_embd": 64, "n_positions": 1024},
+          "qwen3": {"hidden_size": 64}, "phi3": {"hidden_size": 64}}
 
 
 def random_family_model(family: str, seed: int):
     import transformers as tr
 
-    raw = byte_level_tokenizer(split_regex=family == "qwen2")
+    raw = byte_level_tokenizer(split_regex=family in ("qwen2", "qwen3"))
     end = raw.token_to_id("<|endoftext|>")
     torch.manual_seed(seed)
     model = tr.AutoModelForCausalLM.from_config(family_config(family, raw.get_vocab_size(), end, end,
@@ -126,4 +134,4 @@ def random_family_model(family: str, seed: int):
 def family_gguf_file(tmp_path: Path, family: str, quant: str, seed: int = 0, chat_template: str | None = None) -> Path:
     model, raw = random_family_model(family, seed)
     return write_gguf(model, raw, family, tmp_path / f"{family}-{quant}.gguf", quant=quant,
-                      pre="qwen2" if family == "qwen2" else "gpt2", chat_template=chat_template)
+                      pre="qwen2" if family in ("qwen2", "qwen3") else "gpt2", chat_template=chat_template)

@@ -23,7 +23,13 @@ from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.core.printable import escape_controls
 from minigpt_tui.engine.session.head_role_view import score_model_heads
 from minigpt_tui.engine.session.view_names import HEAD_LEGEND, HEAD_ROLES, SITE_LEGEND, patch_site_name
-from minigpt_tui.engine.session.patching import named_patching_json, patch_prompts_of
+from minigpt_tui.engine.session.patching import (
+    agreement_of,
+    attribute_prompts_of,
+    cell_name,
+    patch_json,
+    patch_prompts_of,
+)
 from minigpt_tui.engine.session.text_scores import (
     ComparedText,
     compare_model_text,
@@ -74,9 +80,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     patch.add_argument("--sites", default="resid,attn,mlp", help="comma-separated: resid, attn, mlp, head "
                                                                  "(default: resid,attn,mlp)")
     patch.add_argument("--json", action="store_true", help="print the effects as JSON")
+    _add_attribution_flags(patch)
     patch.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     add_dtype_flag(patch)
     patch.set_defaults(handler=run_patch)
+
+
+def _add_attribution_flags(patch: argparse.ArgumentParser) -> None:
+    patch.add_argument("--attribution", action="store_true",
+                       help="also estimate every cell from gradients (attribution patching: one clean forward, "
+                            "one corrupt forward, one backward) and print how it agrees with the exact sweep; "
+                            "JSON adds 'attribution' {method, steps, clean_difference, corrupt_difference, "
+                            "estimates: [{site, layer, head, position, name, change, difference, restored}]} and "
+                            "'agreement' {cells, spearman, k, top_exact, top_attributed, shared}")
+    patch.add_argument("--attribution-only", action="store_true",
+                       help="the attribution grid alone, without the exact sweep (JSON: no 'effects', "
+                            "no 'agreement')")
+    patch.add_argument("--ig-steps", type=int, metavar="N",
+                       help="attribution by integrated gradients: the gradient averaged over N points from the "
+                            "corrupt to the clean activations at each site (implies --attribution)")
 
 
 def run_score(args: argparse.Namespace) -> int:
@@ -132,28 +154,68 @@ def _print_scores(scored: Any, compared: ComparedText | None) -> None:
 
 def run_patch(args: argparse.Namespace) -> int:
     sites = [s.strip() for s in args.sites.split(",") if s.strip()]
+    if args.ig_steps is not None and args.ig_steps < 1:
+        raise GenerationError(f"--ig-steps must be at least 1, got {args.ig_steps}")
+    prompts = (_prompt(args.clean), _prompt(args.corrupt), _prompt(args.answer), _prompt(args.against))
     portable = _opened(args.model, args)
-    with task_progress("patching", enabled=not args.json, unit="run") as advance:
-        result = patch_prompts_of(portable, _prompt(args.clean), _prompt(args.corrupt), _prompt(args.answer),
-                                  _prompt(args.against), sites, progress=advance)
+    attribution, result = _patching_runs(args, portable, prompts, sites)
     if args.json:
-        emit_json(named_patching_json(result))
+        emit_json(patch_json(result, attribution))
         return 0
-    _print_patching(result, portable.tokenizer)
+    _print_patching(result or attribution, portable.tokenizer, result is not None)
+    if attribution is not None:
+        _print_attribution(attribution, result, portable.tokenizer)
     return 0
 
 
-def _print_patching(result: Any, tokenizer: Any) -> None:
+def _patching_runs(args: argparse.Namespace, portable: Any, prompts: tuple[str, str, str, str],
+                   sites: list[str]) -> tuple[Any, Any]:
+    """The attribution grid (None unless asked for: it comes first, being quick) and the
+    exact sweep (None with --attribution-only)."""
+    attribution = result = None
+    if args.attribution or args.attribution_only or args.ig_steps is not None:
+        with task_progress("attribution", enabled=not args.json, unit="pass") as advance:
+            attribution = attribute_prompts_of(portable, *prompts, sites, args.ig_steps, progress=advance)
+    if not args.attribution_only:
+        with task_progress("patching", enabled=not args.json, unit="run") as advance:
+            result = patch_prompts_of(portable, *prompts, sites, progress=advance)
+    return attribution, result
+
+
+def _print_patching(result: Any, tokenizer: Any, effects: bool = True) -> None:
+    """The metric at both ends, and the sweep's grid when ``effects``."""
     console = output_console()
     answer, against = (escape_controls(piece) for piece in (result.answer[1], result.against[1]))
     console.print(Text(f"logit difference '{answer}' − '{against}': clean "
                        f"{result.clean_difference:.4f}, corrupt {result.corrupt_difference:.4f}"))
-    pieces = [escape_controls(tokenizer.piece_text(i)) for i in result.corrupt_ids]
-    for site in dict.fromkeys(e.site for e in result.effects):
-        console.print(_site_table(site, [e for e in result.effects if e.site == site], pieces))
+    if effects:
+        _print_grid(result.effects, tokenizer, result.corrupt_ids, "share of the clean difference restored")
 
 
-def _site_table(site: str, effects: list[Any], pieces: list[str]) -> Group:
+def _print_grid(cells: Sequence[Any], tokenizer: Any, ids: Sequence[int], what: str) -> None:
+    console = output_console()
+    pieces = [escape_controls(tokenizer.piece_text(i)) for i in ids]
+    for site in dict.fromkeys(e.site for e in cells):
+        console.print(_site_table(site, [e for e in cells if e.site == site], pieces, what))
+
+
+def _print_attribution(attribution: Any, result: Any, tokenizer: Any) -> None:
+    """The attribution grid, and its agreement with the sweep when the sweep ran."""
+    method = ("the gradient at the corrupt run" if attribution.steps is None
+              else f"integrated gradients over {attribution.steps} steps")
+    _print_grid(attribution.estimates, tokenizer, attribution.corrupt_ids,
+                f"attribution estimate ({method}) of the share restored")
+    if result is None:
+        return
+    agreement = agreement_of(result, attribution)
+    rho = "undefined (one side is constant)" if agreement.spearman is None else f"{agreement.spearman:.3f}"
+    output_console().print(Text(
+        f"agreement over {agreement.cells} cells: Spearman rank correlation {rho}; top {agreement.k} by |change|, "
+        f"exact: {', '.join(cell_name(k) for k in agreement.top_exact)}; attributed: "
+        f"{', '.join(cell_name(k) for k in agreement.top_attributed)}; {agreement.shared} shared"))
+
+
+def _site_table(site: str, effects: list[Any], pieces: list[str], what: str) -> Group:
     """One patched site: a row per block (per head, at the heads), a column per position,
     between its title and the legend of its row names."""
     table = Table()
@@ -162,7 +224,7 @@ def _site_table(site: str, effects: list[Any], pieces: list[str]) -> Group:
         table.add_column(f"{position} '{piece}'"[:12], justify="right")
     for layer, head in dict.fromkeys((e.layer, e.head) for e in effects):
         table.add_row(*_effect_row(effects, layer, head))
-    return Group(Text(f"{site}: share of the clean difference restored, site × position"), table,
+    return Group(Text(f"{site}: {what}, site × position"), table,
                  Text(SITE_LEGEND if site != "head" else HEAD_LEGEND, style="dim"))
 
 

@@ -37,6 +37,7 @@ from minigpt_tui.engine.session.generation_runs import (
     infer_record,
 )
 from minigpt_tui.engine.session.opening import open_model
+from minigpt_tui.engine.session.steering import SteeringRequest
 
 MODEL_HELP = ("a model file, a checkpoint folder, RUN:best / RUN:latest from the runs directory, "
               "a transformers model folder (gpt2, gpt_neo, gpt_neox, llama, qwen2), a GGUF file "
@@ -65,10 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="stop when the prefix fills the model's context (stop: context) instead of going on "
                                "over a sliding window of its last positions")
     add_insight_arguments(generate)
+    _add_steering_arguments(generate)
     generate.add_argument("--json", action="store_true", help="print the whole trace as JSON")
     generate.add_argument("--trace-out", metavar="FILE",
                           help="also write the trace as JSON to FILE (a new file unless --force)")
-    generate.add_argument("--force", action="store_true", help="replace an existing --trace-out file")
+    generate.add_argument("--force", action="store_true", help="replace an existing --trace-out or --save-steering file")
     generate.add_argument("--full-logits", action="store_true",
                           help="keep each decision's logits, both distributions over the whole vocabulary and the "
                                "retained and ineligible ids in the trace (megabytes a decision on a large vocabulary)")
@@ -94,6 +96,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     infer.add_argument("--json", action="store_true", help="print one JSON object")
     infer.add_argument("--runs-dir", dest="runs_dir_sub", metavar="DIR", help="runs directory")
     infer.set_defaults(handler=run_infer)
+
+
+def _add_steering_arguments(parser: argparse.ArgumentParser) -> None:
+    steer = parser.add_argument_group("steering (a direction added at a site in every decision's forward)")
+    steer.add_argument("--steer-from", nargs=2, metavar=("A", "B"),
+                       help="the direction: prompt A's values at --steer-site minus prompt B's (BOS prepended), "
+                            "at each prompt's last position unless --steer-reduce mean")
+    steer.add_argument("--steer-file", metavar="FILE", help="the direction saved in a steering file (--save-steering)")
+    steer.add_argument("--steer-site", metavar="SITE",
+                       help="where to read and add it, e.g. blocks.0.hook_resid_post (for a file: another site than "
+                            "the file's)")
+    steer.add_argument("--steer-coefficient", metavar="C",
+                       help="the direction's multiple added (default 1; 0 adds nothing: the unsteered bits)")
+    steer.add_argument("--steer-positions", metavar="WHICH",
+                       help="all (default), prompt (its positions, BOS included) or generated (the prompt's last "
+                            "position and every generated one: those whose output is a decision)")
+    steer.add_argument("--steer-reduce", metavar="HOW",
+                       help="how a contrast reads each prompt: last (its last position, the default) or mean "
+                            "(over its positions)")
+    steer.add_argument("--steer-unit", action="store_true", help="scale a contrast direction to norm 1")
+    steer.add_argument("--save-steering", metavar="FILE", help="also save the contrast direction as a steering file")
+    steer.add_argument("--steer-compare", action="store_true",
+                       help="also generate without the steering and print both decisions side by side")
 
 
 def _add_rule_arguments(parser: argparse.ArgumentParser, *, several_temperatures: bool) -> None:
@@ -143,6 +168,27 @@ def _check_rule_choice(args: argparse.Namespace, temperatures: list[float], top_
         raise GenerationError("--top-k and --top-p apply to sampling: give --temperature too")
 
 
+STEERING_OPTIONS = ("--steer-site", "--steer-coefficient", "--steer-positions", "--steer-reduce", "--steer-unit",
+                    "--save-steering", "--steer-compare")
+
+
+def steering_from_args(args: argparse.Namespace) -> SteeringRequest | None:
+    """The steering asked for, or None; a steering option without a direction is refused."""
+    if args.steer_from is None and args.steer_file is None:
+        given = [flag for flag in STEERING_OPTIONS if getattr(args, flag[2:].replace("-", "_")) not in (None, False)]
+        if given:
+            raise GenerationError(f"{given[0]} steers: give the direction with --steer-from A B or --steer-file FILE")
+        return None
+    coefficient = generation_number(args.steer_coefficient, "--steer-coefficient", float)
+    contrast = None if args.steer_from is None else (_prompt(args.steer_from[0], "--steer-from"),
+                                                     _prompt(args.steer_from[1], "--steer-from"))
+    return SteeringRequest(contrast=contrast, file=args.steer_file, site=args.steer_site,
+                           coefficient=1.0 if coefficient is None else coefficient,
+                           positions=args.steer_positions or "all", reduce=args.steer_reduce or "last",
+                           unit=args.steer_unit,
+                           save=args.save_steering, replace=args.force, compare=args.steer_compare)
+
+
 def load_model(spec: str, args: argparse.Namespace) -> Any:
     """Resolve FILE | checkpoint folder | RUN:best | RUN:latest | a transformers folder and
     open the model."""
@@ -160,13 +206,13 @@ def _check_output(path_text: str | None, force: bool) -> None:
         check_user_output(Path(path_text), replace=force)
 
 
-def _prompt(text: str) -> str:
+def _prompt(text: str, option: str = "--prompt") -> str:
     """The prompt as given; bytes that are not UTF-8 (kept by the command line as lone
     surrogates) are refused in one line."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
-        raise GenerationError(f"--prompt is not valid UTF-8 text (byte {err.start} of the argument)") from None
+        raise GenerationError(f"{option} is not valid UTF-8 text (byte {err.start} of the argument)") from None
     return text
 
 
@@ -176,9 +222,12 @@ def run_generate(args: argparse.Namespace) -> int:
     top = generation_number(args.top, "--top", int)
     if top < 1:
         raise GenerationError(f"--top must be at least 1, got {top}")
+    steering = steering_from_args(args)
     request = TraceRequest(_prompt(args.prompt), rule, top, args.kv_cache, args.attention, args.stop_at_context,
-                           args.full_logits, insight_request_from_args(args))
+                           args.full_logits, insight_request_from_args(args), steering)
     _check_output(args.trace_out, args.force)
+    if steering is not None:
+        steering.check_outputs()
     generated = generate_trace(load_model(args.model, args), request)
     if args.trace_out:
         _write_json(args.trace_out, generated.trace, args.force)
@@ -187,7 +236,43 @@ def run_generate(args: argparse.Namespace) -> int:
     else:
         print_decisions(generated.stepper)
         print_insights(generated.stepper.decisions, generated.insights, request.insight)
+        print_steering(generated.trace)
     return 0
+
+
+def print_steering(trace: dict[str, Any]) -> None:
+    """The steering a trace records and, when compared, each step without and with it."""
+    steering = trace.get("steering")
+    if steering is None:
+        return
+    console = output_console()
+    source = steering["source"]
+    origin = (f"contrast {_shown(source['a'])} - {_shown(source['b'])} ({source['reduce']}"
+              f"{', unit' if source['unit'] else ''})" if source.get("kind") == "contrast"
+              else f"file {source.get('path')}")
+    console.print(Text(escape_controls(
+        f"steering: {steering['coefficient']:g} x direction at {steering['site']} · positions {steering['positions']}"
+        f" · norm {steering['direction_norm']:.6g} · sha256 {steering['direction_sha256'][:16]} · {origin}")))
+    unsteered = trace.get("unsteered")
+    if unsteered is not None:
+        console.print(_compared_table(unsteered["compared"]))
+        console.print(Text(f"output without: {_shown(unsteered['output']['display'])}"))
+
+
+def _compared_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="decisions without and with the steering (each follows its own choices)")
+    for name in ("step", "without: id", "piece", "p", "", "with: id", "piece", "p"):
+        table.add_column(name, justify="left" if name in ("piece", "") else "right")
+    for row in rows:
+        cells: list[Any] = [str(row["step"])]
+        for side in ("without", "with"):
+            chosen = row[side]
+            cells += (["", "", ""] if chosen is None else
+                      [str(chosen["id"]), Text(_shown(chosen["piece"])), f"{chosen['probability']:.6f}"])
+            if side == "without":
+                cells.append("=" if row["same"] else "≠")
+        table.add_row(*cells)
+    return table
 
 
 def _shown(piece: str) -> str:

@@ -79,6 +79,8 @@ def print_insights(decisions: Sequence[Any], insights: Sequence[Any], request: I
             console.print(_lens_table(insight.lens, chosen))
         for parts in insight.contributions:
             console.print(_contributions_table(decision.step, parts, request.parts, request.model_order))
+        if getattr(insight, "contributions_refused", ""):  # a model whose logit is not a sum of parts
+            console.print(Text(insight.contributions_refused))
         if insight.pattern is not None:
             console.print(_pattern_table(insight.pattern, chosen))
 

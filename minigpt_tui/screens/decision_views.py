@@ -103,10 +103,11 @@ class DecisionViews(Screen):
 
     def _show_picture(self) -> None:
         """The attention view's picture: the chosen head's whole pattern of the selected
-        decision, read from the decisions' records (no forward pass)."""
+        decision, read from the decisions' records (no forward pass), else the one the head
+        view's worker computed."""
         decision = self.query_one(DecisionList).selected
         panel = self.query_one(InsightPanel)
-        pattern = None if decision is None else panel.recorded(decision.step)
+        pattern = None if decision is None else panel.pattern_of(decision.step)
         self.query_one(AttentionView).show_picture((panel.pattern_layer, panel.pattern_head), pattern)
 
     def _show_head(self) -> None:
@@ -169,6 +170,7 @@ class DecisionViews(Screen):
     @on(InsightReady)
     def _insight_ready(self, message: InsightReady) -> None:
         self.query_one(InsightPanel).show_inspected(message.view)
+        self._show_picture()  # a pattern the records did not hold may have come with it
 
     def _request_head_roles(self) -> None:
         """Queue every head's role scores once per loaded model, while the head view shows."""

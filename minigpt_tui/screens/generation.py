@@ -34,6 +34,7 @@ from minigpt_tui.messages import (
 from minigpt_tui.screens.decision_views import DecisionViews
 from minigpt_tui.screens.help_texts import GENERATION_HELP
 from minigpt_tui.screens.path_prompt import PathPromptScreen
+from minigpt_tui.screens.steering_view import SteeringKey
 from minigpt_tui.widgets.attention_view import AttentionView
 from minigpt_tui.widgets.candidate_table import CandidateTable
 from minigpt_tui.widgets.decision_info import DecisionInfo
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from minigpt_tui.app import MiniGPTApp
 
 
-class GenerationScreen(DecisionViews):
+class GenerationScreen(SteeringKey, DecisionViews):
     HELP = GENERATION_HELP
     HELP_TITLE = "Generation"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]

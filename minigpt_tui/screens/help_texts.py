@@ -190,6 +190,7 @@ bits it keeps); `k` switches and redoes the decisions made.
 | `m` | compare every decision with a second model (same tokenizer; `none` removes it) |
 | `p` | activation patching of the selected decision: a corrupt prompt of the same token length, answers A and B (the chosen id and the runner-up); the sweep runs on the worker, then a layer x position grid of *restored* (`c` cycles resid / attn / mlp, `h` or `enter` a layer's heads, `escape` closes) |
 | `s` | score a text (the prompt and continuation on screen, or a text file) in the Text view: each token coloured by its loss, the selected token's alternatives |
+| `e` | steering: a steering file (`generate --save-steering`) and a coefficient; the prompt is generated under the form's rule without and with it, each step's chosen id, piece and probability side by side |
 | `tab` / `shift+tab` | move through the form (model, prompt, rule, sampling settings, budget) and the tables; the prompt keeps its text when you tab into it |
 | `escape` | leave the form for the candidate table |
 

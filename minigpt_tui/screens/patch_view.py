@@ -3,6 +3,9 @@ clean and corrupt prompts, then a layer x position grid of ``restored`` for one 
 (``c`` cycles resid / attn / mlp), or one layer's heads x positions (``h`` or enter on a
 layer), with the selected cell's numbers. The sweep runs on the Generation screen's queue
 worker (progress below the prompts); escape closes the view and stops a sweep still running.
+The attribution grid (gradient estimates of every cell, heads included) comes first and is
+shown while the exact sweep runs; ``a`` switches between the two once both are there, and
+the summary gives their agreement.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, ProgressBar, Static
 
 from minigpt_tui.engine.session import operations
-from minigpt_tui.engine.session.patching import GRID_SITES, PatchingView, PatchRequest
+from minigpt_tui.engine.session.patching import GRID_SITES, PatchingView, PatchRequest, cell_name, view_agreement
 from minigpt_tui.engine.session.view_names import patch_site_name
 from minigpt_tui.messages import (
+    PatchAttributionReady,
     PatchHeadsReady,
     PatchProgress,
     PatchReady,
@@ -62,6 +66,7 @@ class PatchViewScreen(Screen):
     BINDINGS = [
         Binding("c", "cycle_site", "Site"),
         Binding("h", "heads", "Heads"),
+        Binding("a", "attribution", "Exact/attribution"),
         Binding("escape", "close", "Close"),
     ]
 
@@ -72,6 +77,8 @@ class PatchViewScreen(Screen):
         self.owner = owner  # the screen below, which asks for the dialog again after a refusal
         self.stop = threading.Event()
         self.result: PatchingView | None = None
+        self.attribution: PatchingView | None = None  # the gradient estimates, before the sweep
+        self.showing_attribution = False
         self.effects: list[Any] = []
         self.sites = tuple(s for s in GRID_SITES if s in request.sites)
         self.site = self.sites[0] if self.sites else None
@@ -94,7 +101,8 @@ class PatchViewScreen(Screen):
         self.sub_title = "Patching"
         self._start(operations.patch(self.request, self.stop, self._progress(),
                                      lambda view: self.post_message(PatchReady(view)),
-                                     lambda reason: self.post_message(PatchRefused(reason))))
+                                     lambda reason: self.post_message(PatchRefused(reason)),
+                                     attributed=lambda view: self.post_message(PatchAttributionReady(view))))
         self.query_one(PatchGrid).focus()
 
     # -- the worker -----------------------------------------------------------------------------
@@ -131,9 +139,22 @@ class PatchViewScreen(Screen):
         self.owner.call_next(open_patching, self.owner, self.enqueue, request.clean, request.answer, request.against,
                              corrupt=request.corrupt, sites=request.sites)
 
+    @on(PatchAttributionReady)
+    def _attribution_ready(self, message: PatchAttributionReady) -> None:
+        """The estimates at once, shown until the sweep's exact figures come."""
+        self.attribution = message.view
+        if self.result is not None:
+            return
+        self.showing_attribution = True
+        if self.site is None:
+            self.heads_layer = 0
+        self._show_summary()
+        self._show_grid()
+
     @on(PatchReady)
     def _ready(self, message: PatchReady) -> None:
         self.result = message.view
+        self.showing_attribution = False
         self.effects = list(message.view.effects)
         if "head" in self.request.sites:
             self.head_layers = set(range(message.view.layers))
@@ -156,8 +177,13 @@ class PatchViewScreen(Screen):
         self.query_one(ProgressBar).display = False
 
     # -- what is shown --------------------------------------------------------------------------
+    @property
+    def _view(self) -> PatchingView | None:
+        """The view on screen: the attribution grid until the sweep is done, or when chosen."""
+        return self.attribution if self.showing_attribution else self.result
+
     def _show_summary(self) -> None:
-        view = self.result
+        view = self._view
         assert view is not None
         a, b = visible_piece(view.answer_piece), visible_piece(view.against_piece)
         summary = Text()
@@ -166,6 +192,7 @@ class PatchViewScreen(Screen):
                        f"gap {view.clean_difference - view.corrupt_difference:+.4f}\n")
         summary.append("restored = (patched − corrupt) / (clean − corrupt): 1 brings the clean answer back, "
                        "0 changes nothing", style="dim")
+        summary.append_text(self._method_line())
         self.query_one("#patch-summary", Static).update(summary)
         prompts = Text()
         for name, pieces in (("clean  ", view.clean_pieces), ("corrupt", view.corrupt_pieces)):
@@ -175,9 +202,26 @@ class PatchViewScreen(Screen):
         prompts.rstrip()
         self.query_one("#patch-prompts", Static).update(prompts)
 
+    def _method_line(self) -> Text:
+        """Which grid is shown and, once both exist, how the two agree."""
+        line = Text("\n")
+        if self.showing_attribution:
+            line.append("attribution estimate: (clean − corrupt) · gradient at the corrupt run", style="bold")
+            line.append(" · the exact sweep is running" if self.result is None else " · a: the exact sweep")
+        else:
+            line.append("exact patching", style="bold")
+            line.append(" · a: the attribution estimate" if self.attribution is not None else "")
+        if self.result is not None and self.attribution is not None:
+            agreed = view_agreement(self.result, self.attribution)
+            rho = "—" if agreed.spearman is None else f"{agreed.spearman:+.3f}"
+            line.append(f"\nagreement: Spearman {rho} over {agreed.cells} cells · top {agreed.k} shared "
+                        f"{agreed.shared} · exact top {cell_name(agreed.top_exact[0])} · attributed top "
+                        f"{cell_name(agreed.top_attributed[0])}", style="dim")
+        return line
+
     def _rows(self) -> tuple[Sequence[tuple[str, int, int | None]], str]:
         """The rows shown and the grid's title."""
-        view = self.result
+        view = self._view
         assert view is not None
         if self.heads_layer is not None:
             layer = self.heads_layer
@@ -187,13 +231,14 @@ class PatchViewScreen(Screen):
         return [(self.site, layer, None) for layer in range(top)], f"{self.site}: block x position"
 
     def _show_grid(self) -> None:
-        view = self.result
+        view = self._view
         if view is None:
             return
         rows, title = self._rows()
         grid = self.query_one(PatchGrid)
-        grid.show_effects(self.effects, rows, view.corrupt_pieces, view.differing)
-        grid.border_title = title
+        grid.show_effects(view.effects if self.showing_attribution else self.effects, rows, view.corrupt_pieces,
+                          view.differing)
+        grid.border_title = f"attribution · {title}" if self.showing_attribution else title
         grid.border_subtitle = "c: resid / attn / mlp · h or enter: heads · escape: close" \
             if self.heads_layer is None else "h or enter: back to the layers · escape: close"
         self._show_cell()
@@ -203,7 +248,7 @@ class PatchViewScreen(Screen):
         self._show_cell()
 
     def _show_cell(self) -> None:
-        view, effect = self.result, self.query_one(PatchGrid).selected
+        view, effect = self._view, self.query_one(PatchGrid).selected
         target = self.query_one("#patch-cell", Static)
         if view is None or effect is None:
             target.update("")
@@ -216,12 +261,23 @@ class PatchViewScreen(Screen):
             text.append(f" (clean '{clean}')")
         restored = "— (clean and corrupt give the same difference)" if effect.restored is None \
             else f"{effect.restored:+.4f}"
-        text.append(f" · patched difference {effect.difference:+.4f} · restored {restored}")
+        estimated = "estimated " if self.showing_attribution else ""
+        text.append(f" · {estimated}patched difference {effect.difference:+.4f} · restored {restored}")
         target.update(text)
 
     # -- keys -----------------------------------------------------------------------------------
+    def action_attribution(self) -> None:
+        """Between the exact sweep and the attribution estimate, once both are there."""
+        if self.result is None or self.attribution is None:
+            return
+        self.showing_attribution = not self.showing_attribution
+        if not self.showing_attribution and self.heads_layer not in self.head_layers and self.site is not None:
+            self.heads_layer = None  # these heads have no exact sweep yet: back to the layers
+        self._show_summary()
+        self._show_grid()
+
     def action_cycle_site(self) -> None:
-        if self.result is None or not self.sites:
+        if self._view is None or not self.sites:
             return
         if self.heads_layer is None:
             self.site = self.sites[(self.sites.index(self.site) + 1) % len(self.sites)]
@@ -234,8 +290,8 @@ class PatchViewScreen(Screen):
         self.action_heads()
 
     def action_heads(self) -> None:
-        view = self.result
-        if view is None or self.working:
+        view = self._view
+        if view is None or (self.working and not self.showing_attribution):
             return
         if self.heads_layer is not None:
             if self.site is not None:  # back to the layers, on the layer whose heads were shown
@@ -249,7 +305,7 @@ class PatchViewScreen(Screen):
         if layer < 0:
             self.notify("embed is the embeddings: no head wrote it", title="heads", severity="warning")
             return
-        if layer in self.head_layers:
+        if layer in self.head_layers or self.showing_attribution:  # attribution has every head
             self.heads_layer = layer
             self._show_grid()
             return

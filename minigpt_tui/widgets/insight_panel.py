@@ -98,6 +98,18 @@ class InsightPanel(ContentSwitcher):
             self._last_read = (key, found)
         return self._last_read[1]
 
+    def pattern_of(self, step: int) -> PatternView | None:
+        """Decision ``step``'s pattern of the chosen head: from the records, else the one the
+        worker computed for the view shown (None when neither holds it)."""
+        recorded = self.recorded(step)
+        if recorded is not None:
+            return recorded
+        view = self.inspected
+        if view is not None and view.step == step and (view.pattern.layer, view.pattern.head) == (
+                self.pattern_layer, self.pattern_head) and view.pattern.weights:
+            return view.pattern
+        return None
+
     def ask(self, decision: DecisionView, candidate_id: int | None, *, head: bool = True) -> bool:
         """Mark the panel working for ``decision`` (and the candidate, and the block and head
         unless ``head`` is false: its pattern is read from the records); False when that one is

@@ -157,3 +157,22 @@ async def test_a_head_key_redraws_two_grid_rows_and_lays_nothing_out(model_file,
         panel = screen.query_one(InsightPanel)
         assert (panel.pattern_layer, panel.pattern_head) == (2, 1)
         assert plain(grid.content) == plain(lines_text(grid_lines(grid.view, grid.role, (2, 1))))
+
+
+@run_async
+async def test_past_the_context_the_picture_says_so_then_shows_what_the_head_view_computed(model_file):
+    app = make_app(model_file.parent / "runs")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_model(pilot, model_file, prompt="x" * (SHAPE.context - 4))
+        await keys(pilot, "n", "n", "n", "n", "n", "n")
+        view = screen.query_one(AttentionView)
+        assert screen.view.window_from is not None  # the last decision saw a sliding window
+        assert "do not hold its whole pattern (a slid window" in view.picture_plain
+        await keys(pilot, "h")  # the head view's worker computes the pattern over the window
+        await pause_until(pilot, lambda: screen.insight is not None and screen.insight.pattern.weights,
+                          timeout=30, what="the computed pattern", detail=lambda: view.picture_plain)
+        await settle(pilot)
+        computed = screen.insight.pattern
+        assert view.picture_plain.startswith("block 0 head 0 · query")
+        expected = expected_cells(torch.tensor(computed.weights, dtype=torch.float64))
+        assert drawn_cells(view.picture, len(computed.weights)) == expected

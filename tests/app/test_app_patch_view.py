@@ -239,3 +239,60 @@ async def test_the_dialog_has_the_keyboard_in_the_field_to_write_first():
             await pilot.pause()
             field = app.screen.query_one(first, Input)
             assert field.has_focus and field.value == clean + "x"
+
+
+@run_async
+async def test_the_attribution_grid_comes_first_and_a_switches_to_it(runs, monkeypatch):
+    """The estimates arrive before the sweep and show at once; once both are there ``a``
+    switches between them, the summary gives their agreement, and the attribution's heads
+    need no sweep."""
+    from minigpt_tui.engine.analysis.attribution import Attributor, agreement, attribute
+
+    shown: list[tuple[bool, bool]] = []  # each grid shown: (before the sweep, the attribution)
+    show = PatchViewScreen._show_grid
+
+    def spy(self):
+        shown.append((self.result is None, self.showing_attribution))
+        show(self)
+
+    monkeypatch.setattr(PatchViewScreen, "_show_grid", spy)
+    queued: list[str] = []
+    push = operations.OperationQueue.push
+    monkeypatch.setattr(operations.OperationQueue, "push", lambda self, op: (queued.append(op.what), push(self, op))[1])
+    reference = portable(runs)
+    tokenizer = reference.tokenizer
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        _, dialog = await open_dialog(pilot)
+        clean = dialog.query_one("#patch-clean", Input).value
+        answer = dialog.query_one("#patch-answer", Input).value
+        against = dialog.query_one("#patch-against", Input).value
+        corrupt = corrupt_of(tokenizer, clean)
+        await submit(pilot, dialog, corrupt=corrupt)
+        view = await wait_for_grid(pilot)
+        assert shown[:2] == [(True, True), (False, False)]  # the estimates at once, then the sweep
+        assert not view.showing_attribution  # the exact sweep replaced it when it came
+        attributor = Attributor(reference.model, tokenizer.encode_prompt(clean), tokenizer.encode_prompt(corrupt),
+                                one_token(tokenizer, answer, "A"), one_token(tokenizer, against, "B"))
+        expected = attribute(attributor, ("resid", "attn", "mlp", "head"))
+        assert [e.key for e in view.attribution.effects] == [e.key for e in expected]
+        assert [e.change for e in view.attribution.effects] == pytest.approx([e.change for e in expected], abs=1e-9)
+        agreed = agreement(view.result.effects, view.attribution.effects, view.result.corrupt_difference)
+        assert "agreement: Spearman" in static_text(view, "#patch-summary")
+        assert f"over {agreed.cells} cells" in static_text(view, "#patch-summary")
+        await pilot.press("a")
+        await settle(pilot)
+        grid = view.query_one(PatchGrid)
+        assert view.showing_attribution and "attribution estimate" in static_text(view, "#patch-summary")
+        assert grid.values() == {e.key: e.restored for e in view.attribution.effects if e.site == "resid"}
+        assert "estimated patched difference" in static_text(view, "#patch-cell")
+        await pilot.press("down", "h")  # block 0's heads: estimated already, no sweep queued
+        await settle(pilot)
+        assert view.heads_layer == 0 and queued.count("patch") == 2
+        assert grid.values() == {e.key: e.restored for e in view.attribution.effects
+                                 if e.site == "head" and e.layer == 0}
+        await pilot.press("a")  # the exact view has no sweep of these heads: back to the layers
+        await settle(pilot)
+        assert not view.showing_attribution and view.heads_layer is None
+        assert grid.values() == {(e.site, e.layer, e.head, e.position): e.restored for e in view.result.effects
+                                 if e.site == "resid"}

@@ -204,7 +204,7 @@ def test_the_usual_hyperparameters_are_flags_and_any_setting_is_a_set(capsys, tm
     for args, message in ((("--set", "train.stepz=3"), "unknown setting train.stepz (did you mean train.steps?)"),
                           (("--set", "model.width=abc"), "model.width must be an integer, got 'abc'"),
                           (("--set", "width"), "--set takes SECTION.FIELD=VALUE, got 'width'"),
-                          (("--heads", "3"), "model.width must be a multiple of model.heads")):
+                          (("--heads", "3"), "model.width must be a multiple of model.heads (or model.head_dim_override set)")):
         code, _, err = run_cli(capsys, "train", "--preset", "mini", *args, "--runs-dir", str(tmp_path / "refused"))
         assert code == 1 and err.strip() == f"minigpt-tui: error: {message}"
     assert not (tmp_path / "refused").exists()

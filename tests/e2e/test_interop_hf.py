@@ -447,8 +447,8 @@ def test_unsupported_folders_are_refused_naming_what_is_unsupported(exported, sa
         sentencepiece: "SentencePiece",
         unigram: "SentencePiece (Unigram)",
         regex: "use_regex=true",
-        _variant(folder, tmp_path / "mistral", {"model_type": "mistral", "architectures": ["MistralForCausalLM"]}):
-            "unsupported architecture 'MistralForCausalLM'",
+        _variant(folder, tmp_path / "falcon", {"model_type": "falcon", "architectures": ["FalconForCausalLM"]}):
+            "unsupported architecture 'FalconForCausalLM'",
         _variant(folder, tmp_path / "scaled", {"rope_scaling": {"rope_type": "yarn", "factor": 2.0}}):
             "rope scaling 'yarn'",
         _variant(folder, tmp_path / "bos", {"bos_token_id": 5}): "bos_token_id 5",

@@ -181,7 +181,8 @@ def test_a_setting_of_the_wrong_type_is_named_with_the_type_it_needs(tmp_path, t
         ({"model": {"rotary_fraction": 0.0}}, "model.rotary_fraction must be in (0, 1]", "model.rotary_fraction"),
         ({"seeds": {"data": -1}}, "seeds.data must be an unsigned 64-bit integer", "seeds.data"),
         ({"model": {"family": "x"}}, ("model.family must be one of ('llama', 'gpt2', 'qwen2', 'gpt_neo', "
-                                      "'gpt_neox'), got 'x'"), "model.family"),
+                                      "'gpt_neox', 'qwen3', 'mistral', 'phi3', 'gemma2', 'gemma3'), got 'x'"),
+         "model.family"),
         ({"train": {"warmup": 9, "steps": 3}}, ("train.warmup (9 updates) is longer than train.steps (3): train "
                                                 "at least 9 updates, or set a shorter warmup ([train] warmup = N "
                                                 "in a --config file)"), "train.warmup"),
@@ -197,7 +198,7 @@ def test_a_refusal_names_the_setting_it_refuses(overrides, message, field):
 def test_limits_and_help_come_from_each_settings_declaration():
     from minigpt_tui.engine.core.config import LIMITS, setting_of
 
-    assert LIMITS["model.width"] == 16_384 and LIMITS["train.keep_last"] == 1_000_000 and len(LIMITS) == 22
+    assert LIMITS["model.width"] == 16_384 and LIMITS["train.keep_last"] == 1_000_000 and len(LIMITS) == 23
     assert setting_of("train.steps").span == "1 to 1,000,000,000"
     assert setting_of("train.save_every").span == "0 to 1,000,000,000"
     assert setting_of("corpus.val_every").span == "0 (none) or 2 to 1,000,000,000"

@@ -34,7 +34,7 @@ def test_the_registry_declares_each_family_of_the_model_once():
         assert declared.parts == FAMILY_PARTS[declared.name]
         assert family(declared.name) is declared
     assert len({f.architecture for f in REGISTRY}) == len(REGISTRY)
-    assert gguf_architectures() == ("llama", "gpt2", "qwen2")
+    assert gguf_architectures() == ("llama", "gpt2", "qwen2", "qwen3", "phi3")
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_transformers_folder_to_ours_and_back_keeps_every_tensor_and_the_logits(
     for tensor_name, tensor in original.items():
         assert torch.equal(written[tensor_name], tensor), tensor_name
     config = json.loads((tmp_path / "back" / "config.json").read_text())
-    assert config["architectures"] == [family(name).architecture] and config["model_type"] == name
+    assert config["architectures"] == [family(name).architecture] and config["model_type"] == family(name).model_type
     torch.testing.assert_close(_transformers_logits(tmp_path / "back", ids), expected, atol=0, rtol=0)
 
 

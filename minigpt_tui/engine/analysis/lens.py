@@ -39,7 +39,13 @@ scale is fixed, so the scale is taken at the final residual and applied to every
   linear, so each part is centered by its own mean) and the norm's bias gives
   ``W[c] . b`` on its own (``norm_bias``).
 
-Here x is the final residual, g the norm's weight and W[c] the token table row of id c.
+Here x is the final residual, g the norm's weight ((1 + w) for Gemma's norms) and W[c] the
+token table row of id c. A model whose logit is not such a sum is refused in one line
+(:func:`contributions_refusal`): post-attention norms (Gemma's ``sandwich_norms``) rescale
+each block's sum of heads by that sum's own size, and a soft-capped logit (``logit_softcap``)
+is cap * tanh(sum / cap). :func:`inspect_decision` then leaves the contributions out and
+says why (``DecisionInsight.contributions_refused``); the lens still runs (each row through
+the final norm, the head and the cap).
 Every part is computed and summed in float64. The parts add up to the logit within
 rounding (1e-9 in float64 is checked); for a model that computes in float32 or less, its
 own logit carries that precision's rounding, so the float64 sum agrees with it to the
@@ -67,7 +73,7 @@ from minigpt_tui.engine.analysis.site_names import (
     head_name,
     resid_name,
 )
-from minigpt_tui.engine.models.model import MiniGPT, decision_logits, evaluating
+from minigpt_tui.engine.models.model import MiniGPT, decision_logits, evaluating, soft_capped
 from minigpt_tui.engine.models.sites import Sites
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
@@ -223,6 +229,7 @@ class DecisionInsight:
     lens: tuple[LensRow, ...] | None
     contributions: tuple[Contributions, ...]
     pattern: HeadPattern | None
+    contributions_refused: str = ""  # why contributions were asked for and left out (one line)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -234,6 +241,8 @@ class DecisionInsight:
                 data["candidate_contributions"] = [c.to_json() for c in self.contributions[1:]]
         if self.pattern is not None:
             data["pattern"] = self.pattern.to_json()
+        if self.contributions_refused:
+            data["contributions_refused"] = self.contributions_refused
         return data
 
 
@@ -245,6 +254,19 @@ def check_head(model: MiniGPT, layer: int, head: int) -> None:
         raise GenerationError(f"layer {layer} does not exist: the model has blocks 0 to {layers - 1}")
     if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < heads:
         raise GenerationError(f"head {head} does not exist: each block has heads 0 to {heads - 1}")
+
+
+def contributions_refusal(config: Any) -> str:
+    """Why the logits of a model of ``config`` are not a sum of direct contributions ("" when
+    they are)."""
+    if config.sandwich_norms:
+        return (f"direct contributions are not defined for {config.family}: its post-attention and "
+                "post-feed-forward norms (sandwich_norms) rescale each block's sum of heads, so the heads' parts "
+                "do not add up to a logit")
+    if config.logit_softcap:
+        return (f"direct contributions are not defined for this model: its logits are soft-capped "
+                f"(logit_softcap {config.logit_softcap:g}: cap * tanh(sum / cap) is not a sum of parts)")
+    return ""
 
 
 def check_token_id(model: MiniGPT, token_id: int) -> None:
@@ -269,7 +291,7 @@ def logit_lens(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: ActivationCac
         if not one_by_one:  # every earlier layer's last position in one product: the head is read once
             normed = torch.cat([model.final_norm(cache[lens_stream_name(layer)][None, -1:]) for layer in range(layers)],
                                dim=1)
-            earlier = (normed @ head.t())[0]
+            earlier = soft_capped(normed @ head.t(), model.config.logit_softcap)[0]
         for layer in range(layers + 1):
             stream = lens_stream_name(layer)
             if layer == layers:  # after the last block: the model's own logits, bit for bit
@@ -319,6 +341,8 @@ def direct_contributions(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: Act
     for token_id in token_ids:
         check_token_id(model, token_id)
     config = model.config
+    if refusal := contributions_refusal(config):
+        raise GenerationError(refusal)
     norm = model.final_norm
     with torch.no_grad():
         final = cache[f"blocks.{config.layers - 1}.hook_resid_post"][-1].to(torch.float64)
@@ -331,7 +355,8 @@ def direct_contributions(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: Act
         else:
             scale = torch.rsqrt(final.pow(2).mean() + norm.eps)
         table = model.head_weight[list(token_ids)].to(torch.float64)  # [N, D]
-        directions = table * norm.weight.to(torch.float64)
+        gain = norm.weight.to(torch.float64) + (1.0 if getattr(norm, "offset", False) else 0.0)
+        directions = table * gain
         values = (parts @ directions.t()) * scale  # [parts, N]
         if layer_norm and norm.bias is not None:
             norm_bias = (table @ norm.bias.to(torch.float64)).tolist()
@@ -400,6 +425,7 @@ def inspect_decision(
     cache = run_with_cache(model, prefix_ids)
     rows = logit_lens(model, tokenizer, cache, chosen_id, lens_top) if lens else None
     ids = _contribution_ids(chosen_id, candidate_ids) if contributions or candidate_ids else []
-    parts = direct_contributions(model, tokenizer, cache, ids) if ids else ()
+    refused = contributions_refusal(model.config) if ids else ""
+    parts = direct_contributions(model, tokenizer, cache, ids) if ids and not refused else ()
     view = head_pattern(model, tokenizer, cache, *pattern) if pattern is not None else None
-    return DecisionInsight(rows, parts, view)
+    return DecisionInsight(rows, parts, view, refused)

@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.models.model import ForwardOutput, evaluating
+from minigpt_tui.engine.models.model import ForwardOutput, evaluating, soft_capped
 from minigpt_tui.engine.models.sites import Sites
 
 SITES = ("resid", "attn", "mlp", "head")
@@ -188,7 +188,7 @@ class Patcher:
 
     def _metric(self, out: ForwardOutput) -> Tensor:
         """The metric [rows] of a forward's final norm output (``skip_head``), in float64."""
-        pair = (out.logits[:, -1] @ self._pair.t()).to(torch.float64)
+        pair = soft_capped(out.logits[:, -1] @ self._pair.t(), self.model.config.logit_softcap).to(torch.float64)
         return pair[:, 0] - pair[:, 1]
 
     def _entering(self, layer: int) -> Tensor:

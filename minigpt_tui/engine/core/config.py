@@ -26,7 +26,8 @@ from minigpt_tui.engine.core.setting import Setting, declared, setting
 from minigpt_tui.engine.core.threads import Threads
 from minigpt_tui.engine.core.tokenizer import FIRST_MERGE_ID
 
-FAMILIES = ("llama", "gpt2", "qwen2", "gpt_neo", "gpt_neox")  # each a setting of the parts (FAMILY_PARTS)
+# each a setting of the parts (FAMILY_PARTS)
+FAMILIES = ("llama", "gpt2", "qwen2", "gpt_neo", "gpt_neox", "qwen3", "mistral", "phi3", "gemma2", "gemma3")
 NORMS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("learned", "rotary")
 # How rotary frequencies are stretched for a longer context: not at all, every frequency
@@ -35,7 +36,7 @@ POSITION_KINDS = ("learned", "rotary")
 ROPE_SCALINGS = ("none", "linear", "llama3")
 ATTENTION_BIASES = ("none", "qkv", "out", "all")  # which projections carry a bias
 ATTENTION_SCALES = ("inverse_sqrt", "none")  # scores times 1/sqrt(head width), or as they are
-FFN_KINDS = ("gelu", "swiglu")
+FFN_KINDS = ("gelu", "swiglu", "geglu")
 RESIDUALS = ("sequential", "parallel")
 BATCH_POLICIES = ("replacement", "document_order")
 CORPUS_MODES = ("records", "stream")
@@ -94,6 +95,26 @@ class ModelConfig:
     # 0: every earlier position; W: the last W positions ...
     attention_window: int = setting(0, zero="every position", above=0)
     local_layers: tuple[int, ...] = ()  # ... in these blocks only
+    # Each head's width: 0 is width // heads; else the q and o projections are heads * this
+    # wide (Qwen3, Gemma), the k and v ones kv_heads * this.
+    head_dim_override: int = setting(0, zero="width // heads", above=0, limit=4_096)
+    # An RMSNorm (weight per head dimension, norm_eps) on each query and key head, before
+    # rotary positions (Qwen3, Gemma 3).
+    qk_norm: bool | None = None
+    # Gemma's parts. An RMSNorm whose weight is stored as w - 1: it scales by (1 + w),
+    # computed in float32 at least, then cast back.
+    norm_offset: bool | None = None
+    # A norm on the attention's and the feed-forward's outputs too, before each residual add.
+    sandwich_norms: bool | None = None
+    # The token rows times sqrt(width), the factor in the model's dtype.
+    scaled_embedding: bool | None = None
+    # Scores times attention_scalar^-0.5 in place of 1/sqrt(head width) (query_pre_attn_scalar).
+    attention_scalar: float = setting(0.0, zero="the head width", above=0)
+    # Soft-capping: scores (before the mask) and the head's logits become cap * tanh(x / cap).
+    attention_softcap: float = setting(0.0, zero="none", above=0)
+    logit_softcap: float = setting(0.0, zero="none", above=0)
+    # The local_layers' own rotary base, without rope_scaling (Gemma 3's 10k); 0: rope_base.
+    local_rope_base: float = setting(0.0, zero="rope_base", above=0)
     # gelu (up, activation, down) | swiglu (silu(gate) * up, down)
     ffn_kind: str | None = setting(None, choices=FFN_KINDS, echo=True)
     ffn_bias: bool | None = None
@@ -102,13 +123,13 @@ class ModelConfig:
     tied_head: bool = True  # the head is the token table transposed, or a table of its own
 
     def __post_init__(self) -> None:
-        for name, value in FAMILY_PARTS.get(self.family, {}).items():
+        for name, value in {**PART_DEFAULTS, **FAMILY_PARTS.get(self.family, {})}.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
 
     @property
     def head_dim(self) -> int:
-        return self.width // self.heads
+        return self.head_dim_override or self.width // self.heads
 
     @property
     def rotary_dims(self) -> int:
@@ -149,18 +170,41 @@ FAMILY_PARTS: dict[str, dict[str, Any]] = {
                 "attention_scale": "none", "ffn_kind": "gelu", "ffn_bias": True},
     "gpt_neox": {"norm": "layernorm", "positions": "rotary", "attention_bias": "all",
                  "attention_scale": "inverse_sqrt", "ffn_kind": "gelu", "ffn_bias": True},
+    # Qwen3: llama's parts with a query/key norm per head (its head width set apart).
+    "qwen3": {"norm": "rmsnorm", "positions": "rotary", "attention_bias": "none",
+              "attention_scale": "inverse_sqrt", "ffn_kind": "swiglu", "ffn_bias": False, "qk_norm": True},
+    # Mistral: llama's parts, every block attending over a sliding window.
+    "mistral": {"norm": "rmsnorm", "positions": "rotary", "attention_bias": "none",
+                "attention_scale": "inverse_sqrt", "ffn_kind": "swiglu", "ffn_bias": False},
+    # Phi-3: llama's parts (fused projections in its files), a share of each head rotated.
+    "phi3": {"norm": "rmsnorm", "positions": "rotary", "attention_bias": "none",
+             "attention_scale": "inverse_sqrt", "ffn_kind": "swiglu", "ffn_bias": False},
+    # Gemma 2: (1 + w) RMSNorms before and after attention and the feed-forward, GELU-tanh
+    # gating, embeddings times sqrt(width) (its soft-caps and windows are settings).
+    "gemma2": {"norm": "rmsnorm", "positions": "rotary", "attention_bias": "none",
+               "attention_scale": "inverse_sqrt", "ffn_kind": "geglu", "ffn_bias": False, "norm_offset": True,
+               "sandwich_norms": True, "scaled_embedding": True},
+    # Gemma 3 (text): Gemma 2's parts with a (1 + w) norm on each query and key head.
+    "gemma3": {"norm": "rmsnorm", "positions": "rotary", "attention_bias": "none",
+               "attention_scale": "inverse_sqrt", "ffn_kind": "geglu", "ffn_bias": False, "norm_offset": True,
+               "sandwich_norms": True, "scaled_embedding": True, "qk_norm": True},
 }
 # Parts whose value does not come from the family, at the value every model had before.
 PART_DEFAULTS: dict[str, Any] = {"norm_bias": True, "rotary_fraction": 1.0, "rope_scaling": "none", "rope_factor": 1.0,
                                  "rope_low_freq_factor": 1.0, "rope_high_freq_factor": 4.0,
                                  "rope_original_context": 8192, "attention_window": 0, "local_layers": (),
-                                 "residual": "sequential", "tied_head": True}
+                                 "residual": "sequential", "tied_head": True,
+                                 "head_dim_override": 0, "qk_norm": False, "norm_offset": False,
+                                 "sandwich_norms": False, "scaled_embedding": False, "attention_scalar": 0.0,
+                                 "attention_softcap": 0.0, "logit_softcap": 0.0, "local_rope_base": 0.0}
 # Settings that only one kind of part reads: (the part, the value that reads the setting).
 READ_ONLY_BY: dict[str, tuple[str, str]] = {
     "rope_base": ("positions", "rotary"), "rotary_fraction": ("positions", "rotary"),
     "rope_scaling": ("positions", "rotary"), "rope_low_freq_factor": ("rope_scaling", "llama3"),
     "rope_high_freq_factor": ("rope_scaling", "llama3"), "rope_original_context": ("rope_scaling", "llama3"),
     "gelu_approximation": ("ffn_kind", "gelu"), "norm_bias": ("norm", "layernorm"),
+    "attention_scalar": ("attention_scale", "inverse_sqrt"), "local_rope_base": ("positions", "rotary"),
+    "norm_offset": ("norm", "rmsnorm"),
 }
 
 
@@ -534,7 +578,8 @@ def validate(config: RunConfig) -> None:
 
 def _model_between(config: RunConfig) -> None:
     m = config.model
-    _need(m.width % m.heads == 0, "model.width must be a multiple of model.heads", "model.width")
+    _need(m.head_dim_override or m.width % m.heads == 0,
+          "model.width must be a multiple of model.heads (or model.head_dim_override set)", "model.width")
     _need(m.heads % m.kv_heads == 0, "model.heads must be a multiple of model.kv_heads", "model.heads")
     _need(m.positions != "rotary" or m.head_dim % 2 == 0, "rotary positions need an even head width",
           "model.positions")
@@ -606,8 +651,9 @@ MAX_PARAMETERS = 1_000_000_000
 def estimated_parameters(m: ModelConfig, vocab_size: int) -> int:
     """Scalars of a model of this config (the tied table once), from the config alone."""
     attention = m.width * m.heads * m.head_dim * 2 + m.width * m.kv_heads * m.head_dim * 2
-    feed_forward = m.width * m.ffn * (3 if m.ffn_kind == "swiglu" else 2)
-    per_block = attention + feed_forward + 4 * m.width + 2 * m.ffn
+    feed_forward = m.width * m.ffn * (3 if m.ffn_kind in ("swiglu", "geglu") else 2)
+    per_block = (attention + feed_forward + (6 if m.sandwich_norms else 4) * m.width + 2 * m.ffn
+                 + (2 * m.head_dim if m.qk_norm else 0))
     positions = m.context * m.width if m.positions == "learned" else 0
     head = 0 if m.tied_head else vocab_size * m.width
     return vocab_size * m.width + head + positions + m.layers * per_block + 2 * m.width

@@ -1,5 +1,5 @@
 """Model families, each declared once: one module per family (``gpt2``, ``gpt_neo``,
-``gpt_neox``, ``llama``, ``qwen2``) makes one :class:`Family` record, and every reader and
+``gpt_neox``, ``llama``, ``qwen2``, ``qwen3``, ``mistral``, ``phi3``) makes one :class:`Family` record, and every reader and
 writer of other tools' files (transformers folders, GGUF files), ``convert``, ``export``,
 our model file's constants and the tests read it from here.
 
@@ -16,14 +16,15 @@ This layer imports core only (torch inside functions).
 from __future__ import annotations
 
 from minigpt_tui.engine.core.errors import CheckpointError
-from minigpt_tui.engine.families import gpt2, gpt_neo, gpt_neox, llama, qwen2
+from minigpt_tui.engine.families import gemma2, gemma3, gpt2, gpt_neo, gpt_neox, llama, mistral, phi3, qwen2, qwen3
 from minigpt_tui.engine.families.declaration import ACTIVATION_NAMES, GELU_NAMES, Family, GGUFLayout
 
 __all__ = ["ACTIVATION_NAMES", "GELU_NAMES", "REGISTRY", "Family", "GGUFLayout", "family", "gguf_architectures",
            "gguf_family"]
 
 # In core.config.FAMILIES' order.
-REGISTRY: tuple[Family, ...] = (llama.FAMILY, gpt2.FAMILY, qwen2.FAMILY, gpt_neo.FAMILY, gpt_neox.FAMILY)
+REGISTRY: tuple[Family, ...] = (llama.FAMILY, gpt2.FAMILY, qwen2.FAMILY, gpt_neo.FAMILY, gpt_neox.FAMILY,
+                                qwen3.FAMILY, mistral.FAMILY, phi3.FAMILY, gemma2.FAMILY, gemma3.FAMILY)
 
 
 def family(name: str) -> Family:

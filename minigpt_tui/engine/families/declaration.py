@@ -43,6 +43,10 @@ class GGUFLayout:
     implied: Mapping[str, Any]  # our settings the architecture fixes (GPT-2: tanh GELU)
     tensors_from: TensorsFrom  # llama.cpp's names -> ours
     tensors_to: TensorsTo  # ours -> llama.cpp's names (every tensor the file holds)
+    # The optional settings its metadata carries: "head_dim" (attention.key_length, a head
+    # width apart from the width / heads), "rotary_share" (rope.dimension_count under the
+    # head's width), "sliding_window" (attention.sliding_window, over every block).
+    metadata: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,10 +79,11 @@ class Family:
     gguf: GGUFLayout | None  # None: llama.cpp has no such architecture
     tokenizer: TokenizerDefaults
     example: Mapping[str, Any]  # config.json fields of a tiny model that sets each quirk (tests)
+    transformers_type: str = ""  # transformers' model_type where it is not our name (gemma3: gemma3_text)
 
     @property
     def model_type(self) -> str:
-        return self.name
+        return self.transformers_type or self.name
 
     @property
     def rotary(self) -> bool:

@@ -21,16 +21,18 @@ if TYPE_CHECKING:
     from minigpt_tui.engine.families.transformers_config import ConfigReader
 
 
-def shaped_like_llama(c: "ConfigReader", attention_bias: str) -> dict[str, Any]:
-    """The settings of llama and the families shaped like it (SiLU, RMS norm, RoPE)."""
+def shaped_like_llama(c: "ConfigReader", attention_bias: str, *, free_head_dim: bool = False) -> dict[str, Any]:
+    """The settings of llama and the families shaped like it (SiLU, RMS norm, RoPE); with
+    ``free_head_dim`` a head_dim other than hidden_size / heads is the model's own."""
     width, heads = c.int("hidden_size"), c.int("num_attention_heads")
     head_dim = c.int("head_dim") if c.data.get("head_dim") else width // heads
-    if head_dim * heads != width:
+    free = {"head_dim_override": head_dim} if free_head_dim and head_dim * heads != width else {}
+    if head_dim * heads != width and not free:
         raise c.refuse(f"head_dim {head_dim} × {heads} heads is not hidden_size {width}")
     if c.text("hidden_act", "silu") != "silu":
         raise c.refuse(f"hidden_act {shown(c.data.get('hidden_act'))} (supported: silu)")
     theta, _ = c.rope()
-    return {"width": width, "heads": heads, "kv_heads": c.int("num_key_value_heads", heads),
+    return {**free, "width": width, "heads": heads, "kv_heads": c.int("num_key_value_heads", heads),
             "ffn": c.int("intermediate_size"), "layers": c.int("num_hidden_layers"),
             "context": c.int("max_position_embeddings", 2048), "norm_eps": c.float("rms_norm_eps", 1e-6),
             "rope_base": theta, "attention_bias": attention_bias, "ffn_bias": c.flag("mlp_bias", False),

@@ -134,3 +134,20 @@ def rope_parameters(config: Any) -> dict[str, Any]:
         out.update(low_freq_factor=config.rope_low_freq_factor, high_freq_factor=config.rope_high_freq_factor,
                    original_max_position_embeddings=config.rope_original_context)
     return out
+
+
+def sliding_window(c: ConfigReader, sliding: tuple[int, ...], context: int) -> dict[str, Any]:
+    """Our window settings for config.json's ``sliding_window`` over the blocks ``sliding``
+    (each attends over its last W positions, itself included, as transformers' mask does);
+    {} for none, or for a window no shorter than the context (it hides nothing)."""
+    value = c.data.get("sliding_window")
+    if value is None or not sliding:
+        return {}
+    window = c.int("sliding_window")
+    return {"attention_window": window, "local_layers": sliding} if window < context else {}
+
+
+def window_config(config: Any) -> int | None:
+    """config.json's ``sliding_window`` for a model whose windowed blocks are all of them
+    (None: no window)."""
+    return config.attention_window or None

@@ -59,7 +59,8 @@ def model_config(data: dict[str, Any], where: str) -> ModelConfig:
     c = ConfigReader(data, where, declared.architecture)
     _refuse_experts(c)
     values = declared.settings_from(c)
-    if values["width"] % values["heads"] or values["heads"] % values["kv_heads"]:
+    if (values["width"] % values["heads"] and not values.get("head_dim_override")) or \
+            values["heads"] % values["kv_heads"]:
         raise c.refuse(f"{values['heads']} heads over width {values['width']} and {values['kv_heads']} kv heads")
     values["tied_head"] = c.flag("tie_word_embeddings", declared.tied_by_default)
     return ModelConfig(family=declared.name, dropout=0.0, **values)

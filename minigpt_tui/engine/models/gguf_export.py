@@ -106,8 +106,13 @@ def architecture_metadata(config: "ModelConfig") -> dict[str, Any]:
     }
     if layout.grouped_kv:
         meta[f"{arch}.attention.head_count_kv"] = config.kv_heads
+    if "head_dim" in layout.metadata:
+        meta.update({f"{arch}.attention.key_length": config.head_dim, f"{arch}.attention.value_length": config.head_dim})
+    if "sliding_window" in layout.metadata and config.attention_window:
+        meta[f"{arch}.attention.sliding_window"] = config.attention_window
     if declared.rotary:
-        meta.update({f"{arch}.rope.freq_base": float(config.rope_base), f"{arch}.rope.dimension_count": config.head_dim})
+        meta.update({f"{arch}.rope.freq_base": float(config.rope_base),
+                     f"{arch}.rope.dimension_count": config.rotary_dims})
         if config.rope_scaling == "linear":
             meta.update({f"{arch}.rope.scaling.type": "linear", f"{arch}.rope.scaling.factor": float(config.rope_factor)})
     return meta

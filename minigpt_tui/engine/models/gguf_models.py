@@ -106,18 +106,45 @@ def _shape_settings(header: GGUFHeader, arch: str, declared: Family) -> dict[str
               "layers": _count(header, f"{arch}.block_count", _limit("layers")),
               "ffn": _count(header, f"{arch}.feed_forward_length", _limit("ffn")),
               "context": _count(header, f"{arch}.context_length", GIGA)}
-    if width % heads or heads % kv_heads:
-        raise CheckpointError(f"{header.path}: {heads} heads and {kv_heads} kv heads do not divide width {width}")
-    head_size = width // heads
+    layout_reads = declared.gguf.metadata if declared.gguf is not None else ()
+    head_size = _head_size(header, arch, values, "head_dim" in layout_reads)
     if declared.rotary:
         if head_size % 2:
             raise CheckpointError(f"{header.path}: a head size of {head_size} ({arch}.embedding_length {width} / "
                                   f"head_count {heads}) is odd; rotary positions turn pairs")
-        rotated = _count(header, f"{arch}.rope.dimension_count", head_size, head_size)
-        if rotated != head_size:
-            raise CheckpointError(f"{header.path}: unsupported: rotary positions on {rotated} of each head's "
-                                  f"{head_size} dimensions ({arch}.rope.dimension_count)")
+        values.update(_rotary_share(header, arch, head_size, "rotary_share" in layout_reads))
     return values
+
+
+def _head_size(header: GGUFHeader, arch: str, values: dict[str, int], free: bool) -> int:
+    """Each head's width: width / heads, or where the architecture has a free one
+    (``attention.key_length``) that, set in ``values`` when it is not width / heads."""
+    width, heads, kv_heads = values["width"], values["heads"], values["kv_heads"]
+    if heads % kv_heads:
+        raise CheckpointError(f"{header.path}: {heads} heads and {kv_heads} kv heads do not divide width {width}")
+    if free and f"{arch}.attention.key_length" in header.metadata:
+        size = _count(header, f"{arch}.attention.key_length", _limit("head_dim_override"))
+        if _count(header, f"{arch}.attention.value_length", _limit("head_dim_override"), size) != size:
+            raise CheckpointError(f"{header.path}: unsupported: {arch}.attention.value_length apart from key_length")
+        if size * heads != width:
+            values["head_dim_override"] = size
+        return size
+    if width % heads:
+        raise CheckpointError(f"{header.path}: {heads} heads and {kv_heads} kv heads do not divide width {width}")
+    return width // heads
+
+
+def _rotary_share(header: GGUFHeader, arch: str, head_size: int, partial: bool) -> dict[str, float]:
+    """``rotary_fraction`` where the architecture rotates a leading share of each head
+    (``rope.dimension_count`` under the head's width); {} for the whole head."""
+    rotated = _count(header, f"{arch}.rope.dimension_count", head_size, head_size)
+    if rotated == head_size:
+        return {}
+    fraction = rotated / head_size
+    if not partial or rotated % 2 or int(head_size * fraction) // 2 * 2 != rotated:
+        raise CheckpointError(f"{header.path}: unsupported: rotary positions on {rotated} of each head's "
+                              f"{head_size} dimensions ({arch}.rope.dimension_count)")
+    return {"rotary_fraction": fraction}
 
 
 def _rope_scaling(header: GGUFHeader, arch: str) -> Any:
@@ -149,6 +176,10 @@ def gguf_config(header: GGUFHeader) -> Any:
         "dropout": 0.0, "tied_head": not any(t.name == "output.weight" for t in header.tensors),
         "norm_eps": _positive(header, f"{arch}.{layout.norm_eps_key}", layout.norm_eps_default),
     }
+    if "sliding_window" in layout.metadata and f"{arch}.attention.sliding_window" in header.metadata:
+        window = _count(header, f"{arch}.attention.sliding_window", GIGA)
+        if window < values["context"]:
+            values.update(attention_window=window, local_layers=tuple(range(values["layers"])))
     if declared.rotary:
         values["rope_base"] = _positive(header, f"{arch}.rope.freq_base", 10000.0)
         if scaling == "linear":

@@ -9,9 +9,16 @@ A family is a setting of the parts in :class:`ModelConfig` (see ``FAMILY_PARTS``
 - attention: query heads and grouped kv heads (query head h reads kv head
   h // (heads / kv_heads)), a bias on none / the q, k, v projections / the output / all,
   scores scaled by 1/sqrt(head width) or not, and a window over the last
-  ``attention_window`` positions in the ``local_layers``;
-- feed-forward: ``gelu`` (the declared approximation) or ``swiglu`` (silu(gate) * up), with
-  or without biases;
+  ``attention_window`` positions in the ``local_layers``; each head ``head_dim`` wide
+  (``head_dim_override``, else width / heads), with an RMSNorm on every query and key head
+  before rotary where ``qk_norm``;
+- feed-forward: ``gelu`` (the declared approximation), ``swiglu`` (silu(gate) * up) or
+  ``geglu`` (gelu_tanh(gate) * up), with or without biases;
+- Gemma's parts: RMSNorms scaling by (1 + w) (``norm_offset``), a norm on each sublayer's
+  output before its residual add (``sandwich_norms``), token rows times sqrt(width)
+  (``scaled_embedding``), scores scaled by ``attention_scalar`` ** -0.5, soft-capped scores
+  and logits (``attention_softcap``, ``logit_softcap``: cap * tanh(x / cap)) and the local
+  blocks' own rotary base (``local_rope_base``);
 - residual: ``sequential`` (x + attn(norm(x)), then + ffn(norm(x))) or ``parallel``
   (x + attn(norm1(x)) + ffn(norm2(x)), both read the block's input);
 - head: the token table transposed (tied: one Parameter, two uses) or a table of its own.
@@ -107,18 +114,27 @@ class LayerNorm(_FilledLater, nn.LayerNorm):
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, width: int, eps: float, dtype: torch.dtype) -> None:
+    """x / rms(x) times the weight; with ``offset`` (Gemma) the weight is stored as w - 1
+    and the norm scales by (1 + w), computed in float32 at least and cast back, as Gemma's."""
+
+    def __init__(self, width: int, eps: float, dtype: torch.dtype, offset: bool = False) -> None:
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(width, dtype=dtype))
+        self.offset = offset
+        self.weight = nn.Parameter(torch.zeros(width, dtype=dtype) if offset else torch.ones(width, dtype=dtype))
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.offset:
+            wide = torch.promote_types(x.dtype, torch.float32)
+            y = x.to(wide)
+            y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+            return (y * (1.0 + self.weight.to(wide))).to(x.dtype)
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
 def make_norm(config: ModelConfig, dtype: torch.dtype) -> nn.Module:
     if config.norm == "rmsnorm":
-        return RMSNorm(config.width, config.norm_eps, dtype)
+        return RMSNorm(config.width, config.norm_eps, dtype, bool(config.norm_offset))
     return LayerNorm(config.width, eps=config.norm_eps, bias=config.norm_bias, dtype=dtype)
 
 
@@ -176,6 +192,12 @@ def visible(t: int, s: int, window: int, device: torch.device) -> Tensor:
     return mask
 
 
+def soft_capped(values: Tensor, cap: float) -> Tensor:
+    """``cap * tanh(values / cap)`` (Gemma 2's soft-capping, its order of operations); the
+    values themselves when ``cap`` is 0."""
+    return torch.tanh(values / cap) * cap if cap else values
+
+
 def _site(visit: SiteVisit | None, prefix: str, key: str, value: Tensor) -> Tensor:
     """``value`` at the site ``prefix + key``, after the edits there (kept when read); the
     value itself when the forward has no sites, without building the name."""
@@ -190,10 +212,20 @@ class Attention(nn.Module):
         self.window = window
         hd = config.head_dim
         self.scale = 1.0 / math.sqrt(hd) if config.attention_scale == "inverse_sqrt" else None
+        if self.scale is not None and config.attention_scalar:  # Gemma's query_pre_attn_scalar ** -0.5
+            self.scale = config.attention_scalar ** -0.5
+        # The fused kernel's scale: its own 1/sqrt(head width) unless another is set.
+        self.kernel_scale = 1.0 if self.scale is None else (self.scale if config.attention_scalar else None)
+        self.softcap = config.attention_softcap
+        # Whether the fused kernel computes this attention: no window to mask, no scores to cap.
+        self.kernel_fits = not window and not self.softcap
         self.q_proj = Linear(config.width, config.heads * hd, bias=config.biased("q"), dtype=dtype)
         self.k_proj = Linear(config.width, config.kv_heads * hd, bias=config.biased("k"), dtype=dtype)
         self.v_proj = Linear(config.width, config.kv_heads * hd, bias=config.biased("v"), dtype=dtype)
         self.o_proj = Linear(config.heads * hd, config.width, bias=config.biased("o"), dtype=dtype)
+        if config.qk_norm:  # an RMSNorm over each query and key head, before rotary
+            self.q_norm = RMSNorm(hd, config.norm_eps, dtype, bool(config.norm_offset))
+            self.k_norm = RMSNorm(hd, config.norm_eps, dtype, bool(config.norm_offset))
 
     def _project(self, x: Tensor, need_weights: bool) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values. Training in fast precision without attention weights
@@ -250,7 +282,7 @@ class Attention(nn.Module):
         k, v with H heads, or with the kv heads unrepeated (the kernel groups them)."""
         c = self.config
         b, _, t, _ = q.shape
-        fused = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=1.0 if self.scale is None else None,
+        fused = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.kernel_scale,
                                                enable_gqa=k.shape[1] != c.heads)
         return self.o_proj(fused.transpose(1, 2).reshape(b, t, c.heads * c.head_dim))
 
@@ -265,8 +297,10 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         hd = c.head_dim
         q, k, v = self._project(x, need_weights)
-        q = q.view(b, t, c.heads, hd).transpose(1, 2)
-        k = k.view(b, t, c.kv_heads, hd).transpose(1, 2)
+        q, k = q.view(b, t, c.heads, hd), k.view(b, t, c.kv_heads, hd)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(b, t, c.kv_heads, hd).transpose(1, 2)
         if rope is not None:
             q, k = apply_rotary(q, rope), apply_rotary(k, rope)
@@ -287,13 +321,13 @@ class Attention(nn.Module):
         forward with sites and exact precision (float64 without the fused kernel, whose bits
         the explicit path defines) keep the explicit path."""
         return (t == 1 and cache is not None and not self.training and not torch.is_grad_enabled()
-                and not need_weights and visit is None and dropout is None and not self.window
+                and not need_weights and visit is None and dropout is None and self.kernel_fits
                 and (self.fused or dtype != torch.float64))
 
     def _fusable(self, need_weights: bool, visit: SiteVisit | None, attention_dropout: bool, past: int,
                  t: int) -> bool:
         """Whether ``scaled_dot_product_attention`` may stand in for the explicit path."""
-        return (self.fused and not need_weights and visit is None and not attention_dropout and not self.window
+        return (self.fused and not need_weights and visit is None and not attention_dropout and self.kernel_fits
                 and (past == 0 or t == 1))
 
     def _explicit(self, q: Tensor, k: Tensor, v: Tensor, dropout: DropoutKey | None, offset: int,
@@ -307,6 +341,7 @@ class Attention(nn.Module):
         scores = q @ k.transpose(-2, -1)
         if self.scale is not None:
             scores = scores * self.scale
+        scores = soft_capped(scores, self.softcap)
         if t > 1 or self.window:  # one query without a window sees every key: nothing to mask
             scores = scores.masked_fill(~visible(t, s, self.window, device), float("-inf"))
         weights = _site(visit, name, ".attn.hook_pattern", torch.softmax(scores, dim=-1))
@@ -321,9 +356,10 @@ class FeedForward(nn.Module):
     def __init__(self, config: ModelConfig, dtype: torch.dtype) -> None:
         super().__init__()
         self.swiglu = config.ffn_kind == "swiglu"
+        self.gated = config.ffn_kind in ("swiglu", "geglu")  # act(gate) * up: SiLU, or GELU-tanh (Gemma)
         self.approximate = config.gelu_approximation
         bias = bool(config.ffn_bias)
-        if self.swiglu:
+        if self.gated:
             self.gate_proj = Linear(config.width, config.ffn, bias=bias, dtype=dtype)
         self.up_proj = Linear(config.width, config.ffn, bias=bias, dtype=dtype)
         self.down_proj = Linear(config.ffn, config.width, bias=bias, dtype=dtype)
@@ -334,6 +370,9 @@ class FeedForward(nn.Module):
         if self.swiglu:
             gate = self.gate_proj
             hidden = F.silu(F.linear(x, gate.weight, gate.bias)) * F.linear(x, up.weight, up.bias)
+        elif self.gated:
+            gate = self.gate_proj
+            hidden = F.gelu(F.linear(x, gate.weight, gate.bias), approximate="tanh") * F.linear(x, up.weight, up.bias)
         else:
             hidden = F.gelu(F.linear(x, up.weight, up.bias), approximate=self.approximate)
         return F.linear(hidden, down.weight, down.bias)
@@ -350,6 +389,12 @@ class Block(nn.Module):
         self.ffn_norm = make_norm(config, dtype)
         self.attn = Attention(config, dtype, fused_attention, config.window_of(layer))
         self.ffn = FeedForward(config, dtype)
+        self.sandwich = bool(config.sandwich_norms)
+        if self.sandwich:  # a norm on each sublayer's output too, before its residual add (Gemma)
+            self.post_attn_norm = make_norm(config, dtype)
+            self.post_ffn_norm = make_norm(config, dtype)
+        # Local blocks rotate with their own base where one is set (Gemma 3).
+        self.local_rope = bool(config.local_rope_base and config.window_of(layer) and config.positions == "rotary")
 
     def dropout_values(self, b: int, t: int, s: int) -> int:
         """Random values one block draws for a [b, t] input attending over s positions."""
@@ -370,6 +415,8 @@ class Block(nn.Module):
         x = _site(visit, name, ".hook_resid_pre", x)
         attn_out, weights, new_cache = self.attn(self.attn_norm(x), rope, dropout, offset, cache, need_weights,
                                                  visit, name)
+        if self.sandwich:
+            attn_out = self.post_attn_norm(attn_out)
         b, t, d = x.shape
         s = new_cache[0].shape[2]
         offset += b * self.config.heads * t * s
@@ -380,6 +427,8 @@ class Block(nn.Module):
         else:
             x = _site(visit, name, ".hook_resid_mid", x + attn_out)
             ffn_out = self.ffn(self.ffn_norm(x))
+        if self.sandwich:
+            ffn_out = self.post_ffn_norm(ffn_out)
         ffn_out = self._dropped(_site(visit, name, ".hook_mlp_out", ffn_out), dropout, offset, x)
         out = x + attn_out + ffn_out if self.parallel else x + ffn_out
         return _site(visit, name, ".hook_resid_post", out), weights, new_cache
@@ -419,13 +468,15 @@ class MiniGPT(nn.Module):
         return self.token_embedding.weight if self.config.tied_head else self.lm_head.weight
 
     def initialize(self, seed: int) -> None:
-        """Seeded initialization: weights N(0, init_std) in parameter order; biases 0; norms 1."""
+        """Seeded initialization: weights N(0, init_std) in parameter order; biases 0; norms 1
+        (a (1 + w) norm's stored w: 0)."""
         generator = torch.Generator().manual_seed(seed)
         std = self.config.init_std
+        unit = 0.0 if self.config.norm_offset and self.config.norm == "rmsnorm" else 1.0
         with torch.no_grad():
             for name, param in self.named_parameters():
                 if name.endswith("norm.weight"):
-                    param.fill_(1.0)
+                    param.fill_(unit)
                 elif name.endswith(".bias"):
                     param.zero_()
                 else:
@@ -437,6 +488,8 @@ class MiniGPT(nn.Module):
         """The residual stream's start and the rotary tables for the positions after ``past``."""
         c = self.config
         x = self.token_embedding(ids) if inputs_embeds is None else inputs_embeds
+        if c.scaled_embedding:  # token rows (or the rows given) times sqrt(width), in their dtype as Gemma
+            x = x * torch.tensor(c.width ** 0.5, dtype=x.dtype, device=x.device)
         t = x.shape[1]
         if past + t > c.context:
             raise ValueError(f"{past + t} positions exceed the context of {c.context}")
@@ -448,13 +501,23 @@ class MiniGPT(nn.Module):
             return x + rows, None
         return x, self.rotary(past, t, x.device)
 
-    def rotary(self, past: int, t: int, device: torch.device) -> tuple[Tensor, Tensor] | None:
-        """The rotary tables for ``t`` positions after ``past``; None with learned positions."""
+    def rotary(self, past: int, t: int, device: torch.device, local: bool = False) -> tuple[Tensor, Tensor] | None:
+        """The rotary tables for ``t`` positions after ``past``; None with learned positions.
+        ``local``: the local blocks' tables (``local_rope_base``, no scaling)."""
         c = self.config
         if c.positions == "learned":
             return None
         positions = torch.arange(past, past + t, device=device)
+        if local:
+            return rope_tables(positions, c.rotary_dims, c.local_rope_base, self.dtype)
         return rope_tables(positions, c.rotary_dims, c.rope_base, self.dtype, c)
+
+    def _local_rotary(self, rope: tuple[Tensor, Tensor] | None, past: int, t: int,
+                      device: torch.device) -> tuple[Tensor, Tensor] | None:
+        """The local blocks' rotary tables: ``rope`` itself unless a block rotates with its own base."""
+        if rope is None or not any(block.local_rope for block in self.blocks):
+            return rope
+        return self.rotary(past, t, device, local=True)
 
     def forward(
         self,
@@ -487,17 +550,19 @@ class MiniGPT(nn.Module):
         else:
             first, x, rope = self._entering(entering, dropout, cache, visit)
         b, t, _ = x.shape
+        ropes = (rope, self._local_rotary(rope, past, t, x.device))
         dropping = dropout is not None and c.dropout > 0
         offset = 0
         if dropping:
             x = x * dropout.mask(offset, (b, t, c.width), c.dropout, x.dtype, x.device)
             offset += b * t * c.width
-        x, offset, attentions, new_cache = self._through_blocks(x, rope, dropout, offset, cache, recompute,
+        x, offset, attentions, new_cache = self._through_blocks(x, ropes, dropout, offset, cache, recompute,
                                                                 return_attention, visit, first)
         if cache is not None:
             cache[:] = new_cache
         hidden = _site(visit, "", "ln_final.hook_normalized", self.final_norm(x))
-        logits = hidden if skip_head else (hidden[:, -1:] if last_only else hidden) @ self.head_weight.t()
+        rows = hidden[:, -1:] if last_only else hidden
+        logits = hidden if skip_head else soft_capped(rows @ self.head_weight.t(), c.logit_softcap)
         consumed = offset if dropping else 0
         return ForwardOutput(logits, consumed, attentions, hidden)
 
@@ -525,7 +590,7 @@ class MiniGPT(nn.Module):
     def _through_blocks(
         self,
         x: Tensor,
-        rope: tuple[Tensor, Tensor] | None,
+        ropes: tuple[tuple[Tensor, Tensor] | None, tuple[Tensor, Tensor] | None],
         dropout: DropoutKey | None,
         offset: int,
         cache: KVCache | None,
@@ -535,7 +600,8 @@ class MiniGPT(nn.Module):
         first: int = 0,
     ) -> tuple[Tensor, int, list[Tensor], KVCache]:
         """The residual stream after every block from ``first``, the dropout offset after
-        them, the detached attention weights (when asked for) and the new cache."""
+        them, the detached attention weights (when asked for) and the new cache. ``ropes``:
+        the global and the local blocks' rotary tables."""
         b, t, _ = x.shape
         attentions: list[Tensor] = []
         new_cache: KVCache = []
@@ -543,8 +609,8 @@ class MiniGPT(nn.Module):
             if i < first:
                 continue
             layer_cache = cache[i] if cache else None
-            x, weights, kv = self._run_block(block, x, rope, dropout, offset, layer_cache, recompute,
-                                             return_attention, visit)
+            x, weights, kv = self._run_block(block, x, ropes[block.local_rope], dropout, offset, layer_cache,
+                                             recompute, return_attention, visit)
             offset += block.dropout_values(b, t, kv[0].shape[2])
             new_cache.append(kv)
             if return_attention and weights is not None:
@@ -574,7 +640,8 @@ def decision_logits(model: MiniGPT, normalized: Tensor) -> Tensor:
     """A decision's logits [V]: the last row of the final norm's output ``normalized``
     [..., T, D] alone through the head, the one-row product every decision, lens row and
     patched run reads (a row inside a larger product can differ in its last bits)."""
-    return (normalized.reshape(-1, normalized.shape[-1])[-1:] @ model.head_weight.t())[0]
+    return soft_capped(normalized.reshape(-1, normalized.shape[-1])[-1:] @ model.head_weight.t(),
+                       model.config.logit_softcap)[0]
 
 
 @contextmanager

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.analysis.generation_rule import GenerationRule
 from minigpt_tui.engine.core.errors import GenerationError
+from minigpt_tui.engine.session.steering import SteeringRequest, compared_decisions
 
 if TYPE_CHECKING:
     from minigpt_tui.engine.analysis.contrast import Contrast
@@ -94,7 +95,8 @@ NO_INSIGHT = InsightRequest(False, False, (), None)
 class TraceRequest:
     """One traced generation: the prompt, its rule, ``top`` alternatives kept per decision,
     the key/value cache (None: the model's default), the last position's attention, whether
-    to stop at the context, the whole logits in the trace, and the insight views."""
+    to stop at the context, the whole logits in the trace, the insight views and a steering
+    (:mod:`.steering`)."""
 
     prompt: str
     rule: GenerationRule
@@ -104,36 +106,75 @@ class TraceRequest:
     stop_at_context: bool = False
     full_logits: bool = False
     insight: InsightRequest = NO_INSIGHT
+    steering: SteeringRequest | None = None
+
+    def __post_init__(self) -> None:
+        if self.steering is not None and self.insight.wanted:
+            raise GenerationError("the lens, contributions and patterns read the model without the steering: "
+                                  "ask for them without --steer-*")
 
 
 @dataclass(frozen=True)
 class GeneratedTrace:
     """The stepper that made the decisions, its trace as JSON (each decision with its insight
-    views merged in) and the insights themselves, one per decision when asked for."""
+    views merged in) and the insights themselves, one per decision when asked for; with a
+    steering compared, the unsteered stepper beside it."""
 
     stepper: DecisionStepper
     trace: dict[str, Any]
     insights: list[DecisionInsight] = field(default_factory=list)
+    unsteered: DecisionStepper | None = None
 
 
 def generate_trace(portable: Any, request: TraceRequest) -> GeneratedTrace:
-    """Step ``portable`` through the request's decisions (``generate``)."""
+    """Step ``portable`` through the request's decisions (``generate``); with a steering, its
+    sites edit every decision's forward, the trace records it and, when asked, the unsteered
+    decisions are made too and compared step by step."""
+    request.insight.check(portable.model)
+    steering = None if request.steering is None else request.steering.make(portable)
+    sites = None
+    if steering is not None:
+        prompt_length = len(portable.tokenizer.encode_prompt(request.prompt))
+        sites = steering.sites(portable.model.config, prompt_length, request.rule.max_new_tokens)
+    stepper = _stepped(portable, request, sites)
+    trace = stepper.trace(full_logits=request.full_logits)
+    insights = request.insight.inspect(stepper, request.top)
+    for decision_json, insight in zip(trace["decisions"], insights):
+        decision_json.update(insight.to_json())
+    if steering is None:
+        return GeneratedTrace(stepper, trace, insights)
+    trace["steering"] = steering.record()
+    unsteered = _stepped(portable, request, None) if request.steering and request.steering.compare else None
+    if unsteered is not None:
+        trace["unsteered"] = {"output": unsteered.output(), "stop_reason": unsteered.stop_reason,
+                              "compared": compared_decisions(unsteered, stepper)}
+    return GeneratedTrace(stepper, trace, insights, unsteered)
+
+
+def _stepped(portable: Any, request: TraceRequest, sites: Any) -> DecisionStepper:
+    """A stepper run to the end under the request (``sites``: edits in every forward)."""
     from minigpt_tui.engine.analysis.generation import (  # deferred: imports torch
         DecisionStepper,
         default_kv_cache,
     )
 
-    request.insight.check(portable.model)
     cached = default_kv_cache(portable.model) if request.kv_cache is None else request.kv_cache
     stepper = DecisionStepper.from_portable(portable, request.prompt, request.rule, use_kv_cache=cached,
                                             attention=request.attention, top_n=request.top,
-                                            stop_at_context=request.stop_at_context)
+                                            stop_at_context=request.stop_at_context, sites=sites)
     stepper.run()
-    trace = stepper.trace(full_logits=request.full_logits)
-    insights = request.insight.inspect(stepper, request.top)
-    for decision_json, insight in zip(trace["decisions"], insights):
-        decision_json.update(insight.to_json())
-    return GeneratedTrace(stepper, trace, insights)
+    return stepper
+
+
+def steering_beside(portable: Any, prompt: str, rule: GenerationRule, steering: SteeringRequest,
+                    kv_cache: bool | None = None) -> dict[str, Any]:
+    """The app's side-by-side view: ``prompt``'s decisions under ``rule`` without and with the
+    steering, each following its own choices (``compared`` rows), the steering's record and both
+    outputs."""
+    request = TraceRequest(prompt, rule, top=1, kv_cache=kv_cache, steering=replace(steering, compare=True))
+    generated = generate_trace(portable, request)
+    return {"steering": generated.trace["steering"], **generated.trace["unsteered"],
+            "steered_output": generated.trace["output"]}
 
 
 @dataclass(frozen=True)

@@ -274,9 +274,17 @@ def _patching(work: Callable[[GenerationSession], None], refused: Callable[[str]
 
 
 def patch(request: PatchRequest, stop: threading.Event, progress: patching.Progress,
-          deliver: Callable[[PatchingView], None], refused: Callable[[str], None]) -> Operation:
-    """The engine's sweep of ``request``; a set ``stop`` ends it at the next patched run."""
-    return _patching(lambda session: deliver(patching.run_patching(session, request, progress, stop)), refused)
+          deliver: Callable[[PatchingView], None], refused: Callable[[str], None],
+          attributed: Callable[[PatchingView], None] | None = None) -> Operation:
+    """The engine's sweep of ``request``; a set ``stop`` ends it at the next patched run.
+    With ``attributed``, the attribution grid first (quick), handed to it before the sweep."""
+
+    def work(session: GenerationSession) -> None:
+        if attributed is not None:
+            attributed(patching.run_attribution(session, request, stop))
+        deliver(patching.run_patching(session, request, progress, stop))
+
+    return _patching(work, refused)
 
 
 def patch_heads(request: PatchRequest, layer: int, stop: threading.Event, progress: patching.Progress,

@@ -17,6 +17,7 @@ from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.session.generation import NO_MODEL, GenerationSession
 
 if TYPE_CHECKING:
+    from minigpt_tui.engine.analysis.attribution import Agreement, AttributionResult, Estimate
     from minigpt_tui.engine.analysis.patching import Effect, PatchingResult
 
 GRID_SITES = ("resid", "attn", "mlp")  # the kinds the layer x position grid cycles through
@@ -50,7 +51,9 @@ class PatchRequest:
 @dataclass(frozen=True)
 class PatchingView:
     """A sweep's outcome: the two prompts' pieces, the metric at both ends, every effect
-    (``head`` effects only where asked for) and the model's shape."""
+    (``head`` effects only where asked for) and the model's shape. An attribution view
+    (:func:`run_attribution`) has the same shape, its effects the engine's estimates (each
+    with the same cell fields, ``difference`` and ``restored``)."""
 
     request: PatchRequest
     clean_pieces: tuple[str, ...]
@@ -61,7 +64,7 @@ class PatchingView:
     corrupt_difference: float
     layers: int
     heads: int
-    effects: tuple[Effect, ...]
+    effects: tuple[Effect, ...] | tuple[Estimate, ...]
 
     @property
     def differing(self) -> frozenset[int]:
@@ -144,6 +147,43 @@ def run_patching(session: GenerationSession, request: PatchRequest, progress: Pr
                         config.heads, effects)
 
 
+def run_attribution(session: GenerationSession, request: PatchRequest,
+                    stop: threading.Event | None = None) -> PatchingView:
+    """The attribution grid of ``request`` (every head's too: the gradients give them at no
+    cost) as a view whose effects are the engine's estimates (worker thread; quick: one
+    clean forward, one corrupt forward and one backward)."""
+    from minigpt_tui.engine.analysis.attribution import (  # deferred: imports torch
+        Attributor,
+        attribute,
+    )
+    from minigpt_tui.engine.analysis.patching import one_token  # deferred: imports torch
+
+    if stop is not None and stop.is_set():
+        raise PatchingStopped
+    portable = session.portable
+    if portable is None:
+        raise GenerationError(NO_MODEL)
+    tokenizer = portable.tokenizer
+    a, b = one_token(tokenizer, request.answer, "the answer"), one_token(tokenizer, request.against, "the other answer")
+    attributor = Attributor(portable.model, tokenizer.encode_prompt(request.clean),
+                            tokenizer.encode_prompt(request.corrupt), a, b)
+    estimates = attribute(attributor, tuple(dict.fromkeys((*request.sites, "head"))))
+    config = portable.model.config
+    return PatchingView(request, tuple(tokenizer.piece_text(i) for i in attributor.clean_ids),
+                        tuple(tokenizer.piece_text(i) for i in attributor.corrupt_ids), tokenizer.piece_text(a),
+                        tokenizer.piece_text(b), attributor.clean_difference, attributor.corrupt_difference,
+                        config.layers, config.heads, estimates)
+
+
+def view_agreement(exact: PatchingView, attributed: PatchingView) -> Agreement:
+    """The engine's ``agreement`` of a sweep's view and an attribution view (the cells both have)."""
+    from minigpt_tui.engine.analysis.attribution import (  # deferred: imports torch
+        agreement,
+    )
+
+    return agreement(exact.effects, attributed.effects, exact.corrupt_difference)
+
+
 def run_layer_heads(session: GenerationSession, request: PatchRequest, layer: int, progress: Progress | None = None,
                     stop: threading.Event | None = None) -> tuple[Effect, ...]:
     """Every head of block ``layer`` at every position, each patched alone, in the order (and
@@ -181,3 +221,67 @@ def named_patching_json(result: PatchingResult) -> dict[str, Any]:
     for effect in data["effects"]:
         effect["name"] = patch_site_name(effect["site"], effect["layer"], effect["head"])
     return data
+
+
+def attribute_prompts_of(portable: Any, clean: str, corrupt: str, answer: str, against: str, sites: Sequence[str],
+                         steps: int | None = None, progress: Progress | None = None) -> AttributionResult:
+    """``patch --attribution``: the engine's attribution grid over ``sites`` of an opened
+    model (integrated gradients over ``steps`` points when given), as one record."""
+    from minigpt_tui.engine.analysis.attribution import (  # deferred: imports torch
+        attribute_prompts,
+    )
+
+    if steps is not None and steps < 1:
+        raise GenerationError(f"--ig-steps must be at least 1, got {steps}")
+    return attribute_prompts(portable.model, portable.tokenizer, clean, corrupt, answer, against, sites, steps,
+                             progress=progress)
+
+
+def agreement_of(result: PatchingResult, attribution: AttributionResult) -> Agreement:
+    """How the attribution grid ranks the cells against the exact sweep (the engine's
+    ``agreement``: Spearman over the cells, the top five of each)."""
+    from minigpt_tui.engine.analysis.attribution import (  # deferred: imports torch
+        agreement,
+    )
+
+    return agreement(result.effects, attribution.estimates, result.corrupt_difference)
+
+
+def cell_name(key: tuple[str, int, int | None, int]) -> str:
+    """A grid cell (site, layer, head, position) as its site's display name and position."""
+    site, layer, head, position = key
+    return f"{patch_site_name(site, layer, head)} @ {position}"
+
+
+def patch_json(result: PatchingResult | None, attribution: AttributionResult | None) -> dict[str, Any]:
+    """``patch --json``: the sweep's record (``effects``) when it ran; with attribution its
+    grid under ``attribution`` and, beside a sweep, the two compared under ``agreement``."""
+    if result is not None:
+        data = named_patching_json(result)
+    elif attribution is not None:
+        data = {"clean_ids": list(attribution.clean_ids), "corrupt_ids": list(attribution.corrupt_ids),
+                "answer": {"id": attribution.answer[0], "piece": attribution.answer[1]},
+                "against": {"id": attribution.against[0], "piece": attribution.against[1]},
+                "clean_difference": attribution.clean_difference,
+                "corrupt_difference": attribution.corrupt_difference}
+    else:
+        raise ValueError("patch_json needs a sweep, an attribution grid or both")
+    if attribution is None:
+        return data
+    grid = attribution.to_json()
+    for estimate in grid["estimates"]:
+        estimate["name"] = patch_site_name(estimate["site"], estimate["layer"], estimate["head"])
+    data["attribution"] = grid
+    if result is not None:
+        data["agreement"] = agreement_json(agreement_of(result, attribution))
+    return data
+
+
+def agreement_json(agreement: Agreement) -> dict[str, Any]:
+    def cells(keys: Sequence[tuple[str, int, int | None, int]]) -> list[dict[str, Any]]:
+        return [{"site": s, "layer": l, "head": h, "position": p, "name": patch_site_name(s, l, h)}
+                for s, l, h, p in keys]
+
+    return {"cells": agreement.cells, "spearman": agreement.spearman, "k": agreement.k,
+            "top_exact": cells(agreement.top_exact), "top_attributed": cells(agreement.top_attributed),
+            "shared": agreement.shared}
