@@ -6,7 +6,7 @@ holds the operation queue and the widgets these read; every computation goes to 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from textual import on, work
 from textual.binding import Binding
@@ -36,6 +36,10 @@ from minigpt_tui.widgets.head_role_grid import HeadRoleGrid
 from minigpt_tui.widgets.insight_panel import InsightPanel
 from minigpt_tui.widgets.run_tree import checkpoint_choices
 
+if TYPE_CHECKING:
+    from minigpt_tui.app import MiniGPTApp
+
+
 class DecisionViews(Screen):
     """The Generation screen's views of a decision (see the module's docstring)."""
 
@@ -48,6 +52,9 @@ class DecisionViews(Screen):
 
     def _enqueue(self, operation: operations.Operation) -> None:
         raise NotImplementedError  # GenerationScreen queues it for its worker
+
+    def _update_view_hint(self) -> None:
+        raise NotImplementedError  # GenerationScreen says which view the narrow screen shows
 
     # -- looking inside a decision ------------------------------------------------------------
     def action_insight(self, kind: str) -> None:
@@ -76,7 +83,7 @@ class DecisionViews(Screen):
                         "v switches between them on a shorter one", title="attention", timeout=4)
             return
         self.toggle_class("-show-attention")
-        self._update_view_hint()  # type: ignore[attr-defined]
+        self._update_view_hint()
 
     def action_toggle_rule(self) -> None:
         """Greedy or sample (the form's rule field); the next decision starts over with it."""
@@ -199,7 +206,7 @@ class DecisionViews(Screen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="second-model-choices")
     def _list_second_models(self) -> None:
         """The runs' checkpoints, listed on a worker as the compare dialog lists them."""
-        listings = attempt(RunStore(self.app.settings.runs_dir).scan)  # type: ignore[attr-defined]
+        listings = attempt(RunStore(cast("MiniGPTApp", self.app).settings.runs_dir).scan)
         choices = checkpoint_choices(listings) if isinstance(listings, tuple) else []  # unreadable: type a path
         self.app.call_from_thread(self._ask_second_model, choices)
 

@@ -143,7 +143,7 @@ REFUSALS = [
      "rope scaling 'longrope'"),
     ("phi3", {"rope_parameters": {"rope_type": "su", "rope_theta": 1000.0}}, "rope scaling 'su'"),
     ("phi3", {"partial_rotary_factor": 0.375, "rope_parameters": None}, "partial_rotary_factor 0.375"),
-    ("qwen3", {"head_dim": None}, "head_dim None"),
+    ("qwen3", {"head_dim": None}, "head_dim null"),
     ("qwen3", {"attention_bias": True}, "attention_bias true"),
     ("qwen3", {"layer_types": ["full_attention", "chunked"]}, "layer_types"),
     ("mistral", {"sliding_window": 0}, "sliding_window must be a positive integer"),

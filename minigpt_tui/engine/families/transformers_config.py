@@ -10,9 +10,15 @@ from minigpt_tui.engine.core.errors import CheckpointError
 from minigpt_tui.engine.families.declaration import GELU_NAMES
 
 
+_JSON_WORDS = {None: "null", True: "true", False: "false"}
+
+
 def shown(value: Any, width: int = 60) -> str:
-    """``repr(value)`` cut to ``width`` characters: a value from someone else's file, echoed
-    in a one-line refusal whatever its size."""
+    """A value from someone else's file as that file spells it (``null``, ``true``,
+    ``false``; others as ``repr``), cut to ``width`` characters: echoed in a one-line
+    refusal whatever its size."""
+    if value is None or isinstance(value, bool):
+        return _JSON_WORDS[value]
     text = repr(value)
     return text if len(text) <= width else text[: width - 1] + "…"
 
