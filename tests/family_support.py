@@ -151,3 +151,21 @@ def make_chat_folder(folder: Path, template: str | None, *, seed: int = 0) -> Pa
     model.save_pretrained(folder)
     wrapped.save_pretrained(folder)
     return folder
+
+
+def cached_decisions_equal_recompute(portable, prompt: str, steps: int = 5) -> tuple[list, list[int]]:
+    """Greedy decisions with the key/value cache, each checked against the whole prefix run
+    again (float64, 1e-12); the decisions and the prefix they made."""
+    from minigpt_tui.engine.analysis.generation import DecisionStepper
+    from minigpt_tui.engine.analysis.generation_rule import GenerationRule
+
+    rule = GenerationRule("greedy", max_new_tokens=steps, forbidden_ids=())
+    stepper = DecisionStepper.from_portable(portable, prompt, rule, use_kv_cache=True)
+    decisions = list(stepper.run())
+    prefix = list(stepper.prompt_ids)
+    for decision in decisions:
+        with torch.no_grad():
+            whole = portable.model(torch.tensor([prefix])).logits[0, -1]
+        torch.testing.assert_close(decision.logits, whole, atol=1e-12, rtol=1e-12)
+        prefix.append(decision.chosen.id)
+    return decisions, prefix

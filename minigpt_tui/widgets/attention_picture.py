@@ -14,13 +14,12 @@ import math
 from collections.abc import Sequence
 
 from rich.color import Color
-from rich.color_triplet import ColorTriplet
 from rich.segment import Segment
 from rich.style import Style
 
-from minigpt_tui.widgets.head_role_grid import RAMP
+from minigpt_tui.widgets.head_role_grid import ramp_colour
 from minigpt_tui.widgets.painted_lines import BOLD, DIM, Line, message_line
-from minigpt_tui.widgets.pieces import SPECIAL_PIECES, visible_piece
+from minigpt_tui.widgets.pieces import axis_glyph
 
 UPPER, LOWER = "▀", "▄"
 SHADES = 24  # distinct shades: a weight is drawn at the nearest of them
@@ -35,10 +34,7 @@ def shade_level(weight: float) -> int:
 
 @functools.lru_cache(maxsize=SHADES + 1)
 def shade_colour(level: int) -> Color:
-    scale = level / SHADES
-    low, high = (RAMP[0], RAMP[1]) if scale < 0.5 else (RAMP[1], RAMP[2])
-    t = scale * 2 if scale < 0.5 else scale * 2 - 1
-    return Color.from_triplet(ColorTriplet(*(round(a + (b - a) * t) for a, b in zip(low, high))))
+    return ramp_colour(level / SHADES)
 
 
 @functools.lru_cache(maxsize=(SHADES + 2) ** 2)
@@ -56,10 +52,6 @@ def cell(upper: float | None, lower: float | None) -> Segment:
     down = None if lower is None else shade_level(lower)
     glyph = " " if up is None and down is None else (LOWER if up is None else UPPER)
     return Segment(glyph, cell_style(up, down))
-
-
-def axis_glyph(piece: str) -> str:
-    return "^" if piece in SPECIAL_PIECES else (visible_piece(piece)[:1] or "·")
 
 
 def picture_row(weights: Sequence[Sequence[float]], query: int, first: int, last: int) -> Line:

@@ -20,7 +20,7 @@ from minigpt_tui.engine.session.generation import DecisionView, PieceView
 from minigpt_tui.engine.session.insight import HEADS_ORDER, PatternView, heads_by_focus
 from minigpt_tui.widgets.attention_picture import picture_lines
 from minigpt_tui.widgets.painted_lines import Line, lines_text, message_line
-from minigpt_tui.widgets.pieces import SPECIAL_PIECES, visible_piece
+from minigpt_tui.widgets.pieces import axis_glyph, visible_piece
 
 LEVELS = "▁▂▃▄▅▆▇█"
 PLACEHOLDER = "Attention weights of the selected decision appear here."
@@ -66,8 +66,7 @@ def attention_rows(decision: DecisionView | None, prefix: tuple[PieceView, ...],
     prefix = prefix[decision.window_start:]  # past the context: the sliding window the model saw
     focus = heads_by_focus(decision.attention, largest_first=largest_first)
     cells = max((len(f.name) for f in focus), default=0) + 2
-    axis = "".join("^" if p.text in SPECIAL_PIECES else (visible_piece(p.text)[:1] or "·")
-                   for p in prefix[:length])
+    axis = "".join(axis_glyph(p.text) for p in prefix[:length])
     rows: list[list[Run]] = [[(f"{'':{cells}}{axis}", "dim")]]
     for head in focus:
         weights = decision.attention[head.layer][head.head]

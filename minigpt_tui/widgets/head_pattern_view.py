@@ -20,14 +20,10 @@ from textual.containers import ScrollableContainer
 from minigpt_tui.widgets.attention_view import STYLES, heat_runs
 from minigpt_tui.widgets.head_role_grid import HeadRoleGrid
 from minigpt_tui.widgets.painted_lines import BOLD, DIM, Line, PaintedLines, lines_text, message_line
-from minigpt_tui.widgets.pieces import SPECIAL_PIECES, fitted_piece, visible_piece
+from minigpt_tui.widgets.pieces import axis_glyph, fitted_piece
 
 LABEL_CELLS = 10  # "123 piece·" before the cells
 EMPTY = "Press h to show one head's whole pattern (layer and head: [ ] and { })."
-
-
-def axis_glyph(piece: str) -> str:
-    return "^" if piece in SPECIAL_PIECES else (visible_piece(piece)[:1] or "·")
 
 
 @functools.lru_cache(maxsize=1024)  # every head move draws the same pieces again

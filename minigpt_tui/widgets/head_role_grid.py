@@ -36,13 +36,17 @@ def score_cell(score: float) -> str:
     return f"{score:.2f}"
 
 
+def ramp_colour(scale: float) -> Color:
+    """The colour at ``scale`` (0 to 1) along the three-colour RAMP."""
+    low, high = (RAMP[0], RAMP[1]) if scale < 0.5 else (RAMP[1], RAMP[2])
+    t = scale * 2 if scale < 0.5 else scale * 2 - 1
+    return Color.from_triplet(ColorTriplet(*(round(a + (b - a) * t) for a, b in zip(low, high))))
+
+
 @functools.lru_cache(maxsize=4096)  # a head-view key redraws every cell: a style is made once per score
 def score_style(score: float) -> Style:
     scale = math.sqrt(min(max(score, 0.0), 1.0))
-    low, high = (RAMP[0], RAMP[1]) if scale < 0.5 else (RAMP[1], RAMP[2])
-    t = scale * 2 if scale < 0.5 else scale * 2 - 1
-    background = ColorTriplet(*(round(a + (b - a) * t) for a, b in zip(low, high)))
-    return Style(color="black" if scale >= 0.6 else "white", bgcolor=Color.from_triplet(background))
+    return Style(color="black" if scale >= 0.6 else "white", bgcolor=ramp_colour(scale))
 
 
 HEADER_LINES = 2  # the title and the head axis, above a line per block

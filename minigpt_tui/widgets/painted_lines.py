@@ -68,10 +68,14 @@ class PaintedLines(Static):
     def replace_lines(self, changed: dict[int, Line]) -> None:
         """Replace the lines at these indexes and repaint only them (a whole repaint when the
         width changes)."""
-        lines = list(self._lines)
+        lines, strips = list(self._lines), list(self._strips)
         for index, line in changed.items():
-            lines[index] = line
-        if self._set(lines):
+            lines[index], strips[index] = line, Strip(line)
+        self._lines, self._strips = lines, strips
+        width = max((strip.cell_length for strip in strips), default=0)
+        if width != self._width:
+            self._width = width
+            self.clear_cached_dimensions()
             self.refresh(layout=True)
             return
         width = max(self.size.width, self._width)

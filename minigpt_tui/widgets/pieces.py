@@ -90,3 +90,8 @@ def bar(fraction: float, width: int) -> str:
     full, part = divmod(eighths, 8)
     partial = " ▏▎▍▌▋▊▉"[part] if part else ""
     return ("█" * full + partial).ljust(width)
+
+
+def axis_glyph(piece: str) -> str:
+    """One character standing for a piece on an attention axis (``^`` for a special piece)."""
+    return "^" if piece in SPECIAL_PIECES else (visible_piece(piece)[:1] or "·")

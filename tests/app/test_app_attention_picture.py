@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 from lens_support import BYTES_ONLY, FAMILY_SHAPES, varied_model
-from textual.widgets import Input
 
 from minigpt_tui.engine.formats.portable import save_portable_model
-from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.widgets.attention_picture import (
     LOWER,
     PICTURE_POSITIONS,
@@ -27,7 +25,7 @@ from minigpt_tui.widgets.decision_list import DecisionList
 from minigpt_tui.widgets.head_role_grid import HEADER_LINES, HeadRoleGrid, grid_lines
 from minigpt_tui.widgets.insight_panel import InsightPanel
 from minigpt_tui.widgets.painted_lines import lines_text
-from tests.app_support import make_app, plain, run_async, settle
+from tests.app_support import make_app, open_generation, plain, run_async, settle
 from tests.app_support import press_settled as keys
 from tests.polling import pause_until
 
@@ -40,20 +38,6 @@ def model_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("attention-picture") / "f32.safetensors"
     save_portable_model(varied_model("llama", dtype=torch.float32), BYTES_ONLY, path)
     return path
-
-
-async def open_model(pilot, path: Path, prompt: str = "Old limit") -> GenerationScreen:
-    await pilot.press("g")
-    await settle(pilot)
-    screen = pilot.app.screen
-    assert isinstance(screen, GenerationScreen)
-    screen.query_one("#prompt", Input).value = prompt
-    field = screen.query_one("#model", Input)
-    field.value = str(path)
-    field.focus()
-    await pilot.press("enter")
-    await settle(pilot)
-    return screen
 
 
 def drawn_cells(picture, length: int) -> list[list[tuple[str, object, object]]]:
@@ -86,7 +70,7 @@ def expected_cells(weights: torch.Tensor) -> list[list[tuple[str, object, object
 async def test_the_attention_view_draws_the_chosen_heads_pattern_as_shaded_cells(model_file):
     app = make_app(model_file.parent / "runs")
     async with app.run_test(size=SIZE) as pilot:
-        screen = await open_model(pilot, model_file)
+        screen = await open_generation(pilot, model=str(model_file), prompt="Old limit")
         await keys(pilot, "n", "n", "n")
         view = screen.query_one(AttentionView)
         for pressed, (layer, head) in ((None, (0, 0)), ("right_square_bracket", (1, 0)),
@@ -126,7 +110,7 @@ def test_a_long_prefix_shows_its_last_positions():
 async def test_a_head_key_redraws_two_grid_rows_and_lays_nothing_out(model_file, monkeypatch):
     app = make_app(model_file.parent / "runs")
     async with app.run_test(size=SIZE) as pilot:
-        screen = await open_model(pilot, model_file)
+        screen = await open_generation(pilot, model=str(model_file), prompt="Old limit")
         await keys(pilot, "n", "n", "h")
         grid = screen.query_one(HeadRoleGrid)
         await pause_until(pilot, lambda: grid.view is not None, timeout=30, what="the head-role grid",
@@ -163,7 +147,7 @@ async def test_a_head_key_redraws_two_grid_rows_and_lays_nothing_out(model_file,
 async def test_past_the_context_the_picture_says_so_then_shows_what_the_head_view_computed(model_file):
     app = make_app(model_file.parent / "runs")
     async with app.run_test(size=SIZE) as pilot:
-        screen = await open_model(pilot, model_file, prompt="x" * (SHAPE.context - 4))
+        screen = await open_generation(pilot, model=str(model_file), prompt="x" * (SHAPE.context - 4))
         await keys(pilot, "n", "n", "n", "n", "n", "n")
         view = screen.query_one(AttentionView)
         assert screen.view.window_from is not None  # the last decision saw a sliding window

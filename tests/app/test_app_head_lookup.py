@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 from lens_support import BYTES_ONLY, FAMILY_SHAPES, varied_model
-from textual.widgets import Input
 
 from minigpt_tui.engine.analysis.lens import inspect_decision
 from minigpt_tui.engine.formats.portable import save_portable_model
@@ -18,7 +17,7 @@ from minigpt_tui.engine.models.model import MiniGPT
 from minigpt_tui.screens.generation import GenerationScreen
 from minigpt_tui.widgets.insight_panel import InsightPanel
 from minigpt_tui.widgets.prefix_view import PrefixView
-from tests.app_support import make_app, record_notifications, run_async, settle, static_text
+from tests.app_support import make_app, open_generation, record_notifications, run_async, static_text
 from tests.app_support import press_settled as keys
 
 SIZE = (100, 32)
@@ -32,20 +31,6 @@ def models(tmp_path_factory) -> dict[str, Path]:
     save_portable_model(varied_model("llama", dtype=torch.float32), BYTES_ONLY, files["float32"])
     save_portable_model(varied_model("llama"), BYTES_ONLY, files["float64"])
     return files
-
-
-async def open_model(pilot, path: Path, prompt: str = "Old limit") -> GenerationScreen:
-    await pilot.press("g")
-    await settle(pilot)
-    screen = pilot.app.screen
-    assert isinstance(screen, GenerationScreen)
-    screen.query_one("#prompt", Input).value = prompt
-    field = screen.query_one("#model", Input)
-    field.value = str(path)
-    field.focus()
-    await pilot.press("enter")
-    await settle(pilot)
-    return screen
 
 
 def shown_pattern(screen: GenerationScreen) -> tuple[int, int, tuple[tuple[float, ...], ...]]:
@@ -64,7 +49,7 @@ def whole_pattern(screen: GenerationScreen, layer: int, head: int) -> torch.Tens
 async def test_moving_between_heads_is_a_lookup_without_a_forward_pass(models, monkeypatch):
     app = make_app(models["float32"].parent / "runs")
     async with app.run_test(size=SIZE) as pilot:
-        screen = await open_model(pilot, models["float32"])
+        screen = await open_generation(pilot, model=str(models["float32"]), prompt="Old limit")
         await keys(pilot, "n", "n", "n", "h")
         assert screen.view.cached and screen.insight.step == 3
         forwards: list[int] = []
@@ -105,7 +90,7 @@ async def test_a_typed_head_is_shown_and_one_that_is_not_there_is_refused(models
     app = make_app(models["float32"].parent / "runs")
     notes = record_notifications(app)
     async with app.run_test(size=SIZE) as pilot:
-        screen = await open_model(pilot, models["float32"])
+        screen = await open_generation(pilot, model=str(models["float32"]), prompt="Old limit")
         await keys(pilot, "n", "n")
         await keys(pilot, "j", *"2.3", "enter")  # from the candidates: opens the head view at that head
         assert screen.insight_kind == "pattern"
@@ -124,7 +109,7 @@ async def test_a_typed_head_is_shown_and_one_that_is_not_there_is_refused(models
 async def test_k_switches_between_the_cache_and_the_whole_prefix_and_the_prefix_says_which(models):
     app = make_app(models["float64"].parent / "runs")
     async with app.run_test(size=SIZE) as pilot:
-        screen = await open_model(pilot, models["float64"])
+        screen = await open_generation(pilot, model=str(models["float64"]), prompt="Old limit")
         await keys(pilot, "n", "n", "n")
         prefix = screen.query_one(PrefixView)
         assert not screen.view.cached and str(prefix.border_subtitle).endswith("· whole prefix")  # exact: float64

@@ -6,6 +6,8 @@ sentences apart, where a contrast direction turns one continuation into the othe
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 
@@ -190,11 +192,11 @@ def test_a_contrast_direction_steers_a_trained_model_toward_a_continuation(train
     # "cats" - "dogs" at block 0's output (mean over positions), added at every position: the
     # dogs' sentence leans further toward the cats' continuation with each step of the coefficient
     steering = contrast_steering(trained, BYTES_ONLY, "blocks.0.hook_resid_post", ("cats", "dogs"), reduce="mean")
-    leaning = [log_odds(trained, "dogs say ", steering.with_changes(coefficient=c), "m", "w") for c in (0, 1, 2, 4)]
+    leaning = [log_odds(trained, "dogs say ", dataclasses.replace(steering, coefficient=c), "m", "w") for c in (0, 1, 2, 4)]
     assert leaning == sorted(leaning) and leaning[-1] - leaning[0] > 2.0, leaning
     assert leaning[0] == log_odds(trained, "dogs say ", None, "m", "w")  # coefficient 0: the unsteered bits
     # against it, the cats' sentence leans toward the dogs'
-    against = [log_odds(trained, "cats say ", steering.with_changes(coefficient=-c), "w", "m") for c in (0, 1, 2, 4)]
+    against = [log_odds(trained, "cats say ", dataclasses.replace(steering, coefficient=-c), "w", "m") for c in (0, 1, 2, 4)]
     assert against == sorted(against) and against[-1] - against[0] > 2.0, against
     # at the embeddings the same contrast takes the dogs' "w" from first place to below "m"
     embedded = contrast_steering(trained, BYTES_ONLY, "hook_embed", ("cats", "dogs"), reduce="mean", coefficient=4.0)

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from minigpt_tui.engine.analysis.patching import SITES, Effect, one_token, site_of
+from minigpt_tui.engine.analysis.patching import Effect, grid, one_token, site_of
 from minigpt_tui.engine.core.errors import GenerationError
 from minigpt_tui.engine.models.model import evaluating, soft_capped
 from minigpt_tui.engine.models.sites import HEAD_VALUES, Sites
@@ -105,19 +105,6 @@ class Agreement:
     @property
     def shared(self) -> int:
         return len(set(self.top_exact) & set(self.top_attributed))
-
-
-def grid(config: Any, length: int, sites: Sequence[str]) -> list[tuple[str, int, int | None]]:
-    """The (site, layer, head) rows of the sweep's grid over ``sites``, in its order (each
-    row spans positions 0 to ``length`` - 1)."""
-    rows: list[tuple[str, int, int | None]] = []
-    for site in sites:
-        if site not in SITES:
-            raise GenerationError(f"unknown site '{site}' (sites: {', '.join(SITES)})")
-        layers = range(config.layers + 1) if site == "resid" else range(config.layers)
-        heads: Sequence[int | None] = range(config.heads) if site == "head" else (None,)
-        rows.extend((site, layer, head) for layer in layers for head in heads)
-    return rows
 
 
 class Attributor:
@@ -226,7 +213,7 @@ def attribute(attributor: Attributor, sites: Sequence[str], steps: int | None = 
     """Every cell of the grid over ``sites`` estimated: from the gradient at the corrupt run
     (``steps`` None), or from integrated gradients over ``steps`` points a kind."""
     config = attributor.model.config
-    rows = grid(config, len(attributor.clean_ids), sites)
+    rows = grid(config, sites)
     if steps is not None and steps < 1:
         raise GenerationError(f"integrated gradients take at least 1 step, not {steps}")
     if steps is None:

@@ -73,7 +73,7 @@ from minigpt_tui.engine.analysis.site_names import (
     head_name,
     resid_name,
 )
-from minigpt_tui.engine.models.model import MiniGPT, decision_logits, evaluating, soft_capped
+from minigpt_tui.engine.models.model import MiniGPT, decision_logits, evaluating, norm_gain, soft_capped
 from minigpt_tui.engine.models.sites import Sites
 from minigpt_tui.engine.core.tokenizer import ByteBPETokenizer
 
@@ -355,7 +355,7 @@ def direct_contributions(model: MiniGPT, tokenizer: ByteBPETokenizer, cache: Act
         else:
             scale = torch.rsqrt(final.pow(2).mean() + norm.eps)
         table = model.head_weight[list(token_ids)].to(torch.float64)  # [N, D]
-        gain = norm.weight.to(torch.float64) + (1.0 if getattr(norm, "offset", False) else 0.0)
+        gain = norm_gain(norm, torch.float64)
         directions = table * gain
         values = (parts @ directions.t()) * scale  # [parts, N]
         if layer_norm and norm.bias is not None:

@@ -272,20 +272,23 @@ def one_token(tokenizer: Any, text: str, what: str) -> int:
     return ids[0]
 
 
-def plan(patcher: Patcher, sites: Sequence[str]) -> list[Patch]:
-    """Every site of ``sites`` at every layer (and head) and position, in the sweep's order."""
-    config = patcher.model.config
-    patches: list[Patch] = []
+def grid(config: Any, sites: Sequence[str]) -> list[tuple[str, int, int | None]]:
+    """The (site, layer, head) rows of the sweep's grid over ``sites``, in its order."""
+    rows: list[tuple[str, int, int | None]] = []
     for site in sites:
         if site not in SITES:
             raise GenerationError(f"unknown site '{site}' (sites: {', '.join(SITES)})")
         layers = range(config.layers + 1) if site == "resid" else range(config.layers)
         heads: Sequence[int | None] = range(config.heads) if site == "head" else (None,)
-        for layer in layers:
-            for head in heads:
-                for position in range(len(patcher.clean_ids)):
-                    patches.append(Patch(site, layer, (position,), head))
-    return patches
+        rows.extend((site, layer, head) for layer in layers for head in heads)
+    return rows
+
+
+def plan(patcher: Patcher, sites: Sequence[str]) -> list[Patch]:
+    """Every site of ``sites`` at every layer (and head) and position, in the sweep's order."""
+    positions = range(len(patcher.clean_ids))
+    return [Patch(site, layer, (position,), head)
+            for site, layer, head in grid(patcher.model.config, sites) for position in positions]
 
 
 def effects_of(patcher: Patcher, patches: Sequence[Patch], progress: Progress | None = None) -> tuple[Effect, ...]:

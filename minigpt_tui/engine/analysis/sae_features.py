@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from minigpt_tui.engine.core.errors import GenerationError
-from minigpt_tui.engine.models.model import MiniGPT, decision_logits, evaluating
+from minigpt_tui.engine.models.model import MiniGPT, decision_logits, evaluating, norm_gain
 from minigpt_tui.engine.models.sae import SAEConfig, SAERefused, SparseAutoencoder, initialized
 from minigpt_tui.engine.models.sites import PATTERN, Sites, site_names
 
@@ -346,9 +346,9 @@ def _feature_lens(model: MiniGPT, site: str, rows: Tensor, head: Tensor) -> Tens
     has one) unless the site is the norm's output; None for a site of another width (hook_z)."""
     if rows.shape[-1] != head.shape[1]:
         return None
-    weight = getattr(model.final_norm, "weight", None)
+    weight = norm_gain(model.final_norm, torch.float64)
     if site != FINAL_SITE and weight is not None:
-        rows = rows * weight.detach().to(torch.float64)
+        rows = rows * weight
     return rows @ head.t()
 
 

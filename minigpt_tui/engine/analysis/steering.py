@@ -111,13 +111,6 @@ class Steering:
             return range(prompt_length)
         return range(max(prompt_length - 1, 0), prompt_length + budget)
 
-    def with_changes(self, *, site: str | None = None, coefficient: float | None = None,
-                     positions: str | None = None) -> "Steering":
-        """This steering at another site, coefficient or positions."""
-        return Steering(self.site if site is None else site, self.direction,
-                        self.coefficient if coefficient is None else coefficient,
-                        self.positions if positions is None else positions, self.source)
-
     def record(self) -> dict[str, Any]:
         """What a trace records: site, coefficient, positions, the direction's digest, norm,
         width and dtype, and its source."""

@@ -73,6 +73,10 @@ def tensors_from(get: "Getter", config: "ModelConfig") -> "Tensors":
             if config.ffn_bias:
                 out[f"{ours}ffn.{proj}_proj.bias"] = get(f"{theirs}mlp.{proj}_proj.bias")
     out["final_norm.weight"] = get("norm.weight")
+    if config.qk_norm:  # qwen3's per-head query and key norms
+        for i in range(config.layers):
+            for part in ("q_norm", "k_norm"):
+                out[f"blocks.{i}.attn.{part}.weight"] = get(f"layers.{i}.self_attn.{part}.weight")
     return out
 
 
@@ -91,6 +95,10 @@ def tensors_to(ours: Mapping[str, "torch.Tensor"], config: "ModelConfig") -> "Te
             if config.ffn_bias:
                 out[f"{theirs}mlp.{proj}_proj.bias"] = ours[f"{mine}ffn.{proj}_proj.bias"]
     out["norm.weight"] = ours["final_norm.weight"]
+    if config.qk_norm:
+        for i in range(config.layers):
+            for part in ("q_norm", "k_norm"):
+                out[f"layers.{i}.self_attn.{part}.weight"] = ours[f"blocks.{i}.attn.{part}.weight"]
     return out
 
 
@@ -109,6 +117,10 @@ def gguf_from(get: "Getter", config: "ModelConfig", *, permuted: bool, qkv_bias:
                     ours + "attn.v_proj.weight": get(theirs + "attn_v.weight")})
         if qkv_bias:
             out.update({f"{ours}attn.{p}_proj.bias": get(f"{theirs}attn_{p}.bias") for p in "qkv"})
+    if config.qk_norm:  # qwen3's per-head norms, as attn_q_norm and attn_k_norm
+        for i in range(config.layers):
+            out[f"blocks.{i}.attn.q_norm.weight"] = get(f"blk.{i}.attn_q_norm.weight")
+            out[f"blocks.{i}.attn.k_norm.weight"] = get(f"blk.{i}.attn_k_norm.weight")
     return out
 
 
@@ -127,15 +139,19 @@ def gguf_to(ours: Mapping[str, "torch.Tensor"], config: "ModelConfig", *, permut
                     theirs + "attn_v.weight": ours[mine + "attn.v_proj.weight"]})
         if qkv_bias:
             out.update({f"{theirs}attn_{p}.bias": ours[f"{mine}attn.{p}_proj.bias"] for p in "qkv"})
+    if config.qk_norm:
+        for i in range(config.layers):
+            out[f"blk.{i}.attn_q_norm.weight"] = ours[f"blocks.{i}.attn.q_norm.weight"]
+            out[f"blk.{i}.attn_k_norm.weight"] = ours[f"blocks.{i}.attn.k_norm.weight"]
     return out
 
 
-def gguf_layout(architecture: str, *, permuted: bool, qkv_bias: bool) -> GGUFLayout:
-    """A llama-shaped GGUF architecture (llama.cpp's ``llama`` and ``qwen2``)."""
+def gguf_layout(architecture: str, *, permuted: bool, qkv_bias: bool, metadata: tuple[str, ...] = ()) -> GGUFLayout:
+    """A llama-shaped GGUF architecture (llama.cpp's ``llama``, ``qwen2`` and ``qwen3``)."""
     return GGUFLayout(architecture=architecture, norm_eps_key="attention.layer_norm_rms_epsilon",
                       norm_eps_default=1e-6, grouped_kv=True, implied={},
                       tensors_from=partial(gguf_from, permuted=permuted, qkv_bias=qkv_bias),
-                      tensors_to=partial(gguf_to, permuted=permuted, qkv_bias=qkv_bias))
+                      tensors_to=partial(gguf_to, permuted=permuted, qkv_bias=qkv_bias), metadata=metadata)
 
 
 FAMILY = Family(

@@ -5,21 +5,15 @@ not hidden_size / heads), a head tied or not, and sliding windows on the blocks 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from minigpt_tui.engine.core.config import FAMILY_PARTS
-from minigpt_tui.engine.families.declaration import Family, GGUFLayout, TokenizerDefaults
-from minigpt_tui.engine.families.llama import config_like_llama, gguf_from, gguf_to, shaped_like_llama
-from minigpt_tui.engine.families.llama import tensors_from as llama_from
-from minigpt_tui.engine.families.llama import tensors_to as llama_to
-from minigpt_tui.engine.families.transformers_config import shown, sliding_window
+from minigpt_tui.engine.families.declaration import Family, TokenizerDefaults
+from minigpt_tui.engine.families.llama import config_like_llama, gguf_layout, shaped_like_llama, tensors_from, tensors_to
+from minigpt_tui.engine.families.transformers_config import shown, sliding_window, window_config
 
 if TYPE_CHECKING:
-    import torch
-
     from minigpt_tui.engine.core.config import ModelConfig
-    from minigpt_tui.engine.families.declaration import Getter, Tensors
     from minigpt_tui.engine.families.transformers_config import ConfigReader
 
 LAYER_KINDS = ("full_attention", "sliding_attention")
@@ -63,51 +57,17 @@ def config_to(config: "ModelConfig", activation: str) -> dict[str, Any]:
     kinds = ["sliding_attention" if windowed and i in config.local_layers else "full_attention"
              for i in range(config.layers)]
     return {**config_like_llama(config), "attention_bias": False, "use_sliding_window": windowed,
-            "sliding_window": config.attention_window or None, "max_window_layers": config.layers,
+            "sliding_window": window_config(config), "max_window_layers": config.layers,
             "layer_types": kinds}
-
-
-def tensors_from(get: "Getter", config: "ModelConfig") -> "Tensors":
-    out = llama_from(get, config)
-    for i in range(config.layers):
-        for part in ("q_norm", "k_norm"):
-            out[f"blocks.{i}.attn.{part}.weight"] = get(f"layers.{i}.self_attn.{part}.weight")
-    return out
-
-
-def tensors_to(ours: Mapping[str, "torch.Tensor"], config: "ModelConfig") -> "Tensors":
-    out = llama_to(ours, config)
-    for i in range(config.layers):
-        for part in ("q_norm", "k_norm"):
-            out[f"layers.{i}.self_attn.{part}.weight"] = ours[f"blocks.{i}.attn.{part}.weight"]
-    return out
-
-
-def _gguf_from(get: "Getter", config: "ModelConfig") -> "Tensors":
-    """llama.cpp's qwen3: qwen2's layout (rotate-half rows, unpermuted) without biases, and
-    the per-head norms as attn_q_norm and attn_k_norm."""
-    out = gguf_from(get, config, permuted=False, qkv_bias=False)
-    for i in range(config.layers):
-        out[f"blocks.{i}.attn.q_norm.weight"] = get(f"blk.{i}.attn_q_norm.weight")
-        out[f"blocks.{i}.attn.k_norm.weight"] = get(f"blk.{i}.attn_k_norm.weight")
-    return out
-
-
-def _gguf_to(ours: Mapping[str, "torch.Tensor"], config: "ModelConfig") -> "Tensors":
-    out = gguf_to(ours, config, permuted=False, qkv_bias=False)
-    for i in range(config.layers):
-        out[f"blk.{i}.attn_q_norm.weight"] = ours[f"blocks.{i}.attn.q_norm.weight"]
-        out[f"blk.{i}.attn_k_norm.weight"] = ours[f"blocks.{i}.attn.k_norm.weight"]
-    return out
 
 
 FAMILY = Family(
     name="qwen3", parts=FAMILY_PARTS["qwen3"], architecture="Qwen3ForCausalLM", tied_by_default=False,
     settings_from=settings_from, config_to=config_to, base_prefix="model.", table="embed_tokens.weight",
     head="lm_head.weight", tensors_from=tensors_from, tensors_to=tensors_to, constants=("rope_base", "norm_eps"),
-    gguf=GGUFLayout(architecture="qwen3", norm_eps_key="attention.layer_norm_rms_epsilon", norm_eps_default=1e-6,
-                    grouped_kv=True, implied={}, tensors_from=_gguf_from, tensors_to=_gguf_to,
-                    metadata=("head_dim",)),
+    # llama.cpp's qwen3: qwen2's layout (rotate-half rows, unpermuted) without biases, with the
+    # per-head norms (attn_q_norm, attn_k_norm) and the head width of its own
+    gguf=gguf_layout("qwen3", permuted=False, qkv_bias=False, metadata=("head_dim",)),
     tokenizer=TokenizerDefaults(kind="byte_level_split", bos="<|endoftext|>", eos="<|endoftext|>"),
     # A head width (12) apart from hidden_size / heads (8), grouped kv heads, a tied head.
     example={"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 12,

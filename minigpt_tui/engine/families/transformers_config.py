@@ -154,6 +154,5 @@ def sliding_window(c: ConfigReader, sliding: tuple[int, ...], context: int) -> d
 
 
 def window_config(config: Any) -> int | None:
-    """config.json's ``sliding_window`` for a model whose windowed blocks are all of them
-    (None: no window)."""
+    """config.json's ``sliding_window``: the windowed blocks' window (None: no window)."""
     return config.attention_window or None

@@ -132,6 +132,16 @@ class RMSNorm(nn.Module):
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
+def norm_gain(norm: nn.Module, dtype: torch.dtype) -> Tensor | None:
+    """What a norm multiplies its normalized input by, in ``dtype``: its weight, plus one
+    where it stores w - 1 (Gemma's ``offset``); None for a norm without a weight."""
+    weight = getattr(norm, "weight", None)
+    if weight is None:
+        return None
+    weight = weight.detach().to(dtype)
+    return weight + 1.0 if getattr(norm, "offset", False) else weight
+
+
 def make_norm(config: ModelConfig, dtype: torch.dtype) -> nn.Module:
     if config.norm == "rmsnorm":
         return RMSNorm(config.width, config.norm_eps, dtype, bool(config.norm_offset))

@@ -217,7 +217,7 @@ def infer_record(portable: Any, prompt: str, budget: int) -> InferRecord:
         "first_logits_sha256": hashlib.sha256(tensor_bytes(stepper.decisions[0].logits)).hexdigest(),
         "named_parameter_tensors": tensors,
         "parameter_scalars": scalars,
-        "tied_alias": model.head_weight is model.token_embedding.weight,
+        "tied_alias": portable.tied_alias,
     }
     return InferRecord(record, out["display"])
 

@@ -115,17 +115,34 @@ def _checked(progress: Progress | None, stop: threading.Event) -> Progress:
 def _patcher(session: GenerationSession, request: PatchRequest) -> tuple[Any, Any, tuple[int, int], tuple[int, int]]:
     from minigpt_tui.engine.analysis.patching import (  # deferred: imports torch
         Patcher,
-        one_token,
     )
+
+    portable, tokenizer, a, b = _answers(session, request)
+    patcher = Patcher(portable.model, tokenizer.encode_prompt(request.clean), tokenizer.encode_prompt(request.corrupt),
+                      a, b)
+    return patcher, tokenizer, (a, b), (len(patcher.clean_ids), portable.model.config.layers)
+
+
+def _answers(session: GenerationSession, request: PatchRequest) -> tuple[Any, Any, int, int]:
+    """The loaded model, its tokenizer and the answer's and the other answer's one id each."""
+    from minigpt_tui.engine.analysis.patching import one_token  # deferred: imports torch
 
     portable = session.portable
     if portable is None:
         raise GenerationError(NO_MODEL)
     tokenizer = portable.tokenizer
     a, b = one_token(tokenizer, request.answer, "the answer"), one_token(tokenizer, request.against, "the other answer")
-    patcher = Patcher(portable.model, tokenizer.encode_prompt(request.clean), tokenizer.encode_prompt(request.corrupt),
-                      a, b)
-    return patcher, tokenizer, (a, b), (len(patcher.clean_ids), portable.model.config.layers)
+    return portable, tokenizer, a, b
+
+
+def _view(request: PatchRequest, tokenizer: Any, runner: Any, answers: tuple[int, int], effects: Any) -> PatchingView:
+    """A sweep's or an attribution's result as the view (``runner``: the Patcher or Attributor)."""
+    config = runner.model.config
+    a, b = answers
+    return PatchingView(request, tuple(tokenizer.piece_text(i) for i in runner.clean_ids),
+                        tuple(tokenizer.piece_text(i) for i in runner.corrupt_ids), tokenizer.piece_text(a),
+                        tokenizer.piece_text(b), runner.clean_difference, runner.corrupt_difference, config.layers,
+                        config.heads, effects)
 
 
 def run_patching(session: GenerationSession, request: PatchRequest, progress: Progress | None = None,
@@ -139,12 +156,7 @@ def run_patching(session: GenerationSession, request: PatchRequest, progress: Pr
     if stop.is_set():
         raise PatchingStopped
     patcher, tokenizer, (a, b), _ = _patcher(session, request)
-    effects = sweep(patcher, request.sites, _checked(progress, stop))
-    config = patcher.model.config
-    return PatchingView(request, tuple(tokenizer.piece_text(i) for i in patcher.clean_ids),
-                        tuple(tokenizer.piece_text(i) for i in patcher.corrupt_ids), tokenizer.piece_text(a),
-                        tokenizer.piece_text(b), patcher.clean_difference, patcher.corrupt_difference, config.layers,
-                        config.heads, effects)
+    return _view(request, tokenizer, patcher, (a, b), sweep(patcher, request.sites, _checked(progress, stop)))
 
 
 def run_attribution(session: GenerationSession, request: PatchRequest,
@@ -156,23 +168,13 @@ def run_attribution(session: GenerationSession, request: PatchRequest,
         Attributor,
         attribute,
     )
-    from minigpt_tui.engine.analysis.patching import one_token  # deferred: imports torch
-
     if stop is not None and stop.is_set():
         raise PatchingStopped
-    portable = session.portable
-    if portable is None:
-        raise GenerationError(NO_MODEL)
-    tokenizer = portable.tokenizer
-    a, b = one_token(tokenizer, request.answer, "the answer"), one_token(tokenizer, request.against, "the other answer")
+    portable, tokenizer, a, b = _answers(session, request)
     attributor = Attributor(portable.model, tokenizer.encode_prompt(request.clean),
                             tokenizer.encode_prompt(request.corrupt), a, b)
     estimates = attribute(attributor, tuple(dict.fromkeys((*request.sites, "head"))))
-    config = portable.model.config
-    return PatchingView(request, tuple(tokenizer.piece_text(i) for i in attributor.clean_ids),
-                        tuple(tokenizer.piece_text(i) for i in attributor.corrupt_ids), tokenizer.piece_text(a),
-                        tokenizer.piece_text(b), attributor.clean_difference, attributor.corrupt_difference,
-                        config.layers, config.heads, estimates)
+    return _view(request, tokenizer, attributor, (a, b), estimates)
 
 
 def view_agreement(exact: PatchingView, attributed: PatchingView) -> Agreement:

@@ -115,7 +115,7 @@ def train_sae(request: SAETrainRequest, listen: Listener = _unheard) -> SAETrain
     request.check()
     check_new_output(request.out)
     listen(SAEProgress("opening the model"))
-    portable = _opened(request.model, request.runs_dir, request.dtype)
+    portable = open_model(request.model, request.runs_dir, dtype=request.dtype)
     check_site(portable.model, request.site)
     train, held_out = _corpus_activations(portable, request, listen)
     config = SAEConfig(request.kind, int(train.shape[1]), request.features, request.site, request.k,
@@ -130,10 +130,6 @@ def train_sae(request: SAETrainRequest, listen: Listener = _unheard) -> SAETrain
     out = write_saelens(sae, request.out)
     return SAETrainReport(out, config.to_json(), {"train": int(train.shape[0]), "held_out": int(held_out.shape[0])},
                           [e.to_json() for e in evaluations])
-
-
-def _opened(spec: str, runs_dir: Path | None, dtype: str | None) -> Any:
-    return open_model(spec, runs_dir, dtype=dtype)
 
 
 def _corpus_activations(portable: Any, request: SAETrainRequest, listen: Listener) -> tuple[Any, Any]:
@@ -179,7 +175,7 @@ def decompose_prompt(request: DecomposeRequest) -> dict[str, Any]:
     if request.top < 1:
         raise ConfigError(f"--top must be at least 1, got {request.top}")
     sae = read_saelens(request.sae)
-    portable = _opened(request.model, request.runs_dir, request.dtype)
+    portable = open_model(request.model, request.runs_dir, dtype=request.dtype)
     ids = portable.tokenizer.encode_prompt(request.prompt)
     result = decompose(portable.model, sae, ids, request.top)
     return decomposition_json(result, portable.tokenizer)

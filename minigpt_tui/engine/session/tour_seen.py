@@ -6,6 +6,7 @@ written in. Torch-free.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -232,17 +233,35 @@ class Observation:
 def training_seen(run: str, run_dir: Path | None, state: str, step: int, steps: int, **more: Any) -> TrainingSeen:
     """What the tour sees of a run: its scheduled evaluations read back from ``metrics.jsonl``;
     ``more``: TrainingSeen's other fields (start_step, resumed_from, saved_step, digest...)."""
-    if run_dir is None:
+    seen = None if run_dir is None else _metrics_seen_now(run_dir)
+    if seen is None:  # no run, or no metrics written yet
         return TrainingSeen(run, state, step, steps, **more)
+    evaluations, best_step, induction, blocks = seen
+    return TrainingSeen(run, state, step, steps, evaluations, best_step, induction=induction, blocks=blocks,
+                        **more)
+
+
+def _metrics_seen_now(run_dir: Path) -> tuple[Any, ...] | None:
+    """:func:`_metrics_seen` of the run's ``metrics.jsonl`` as it is now (read again only
+    when it changed: the tour looks twice a second)."""
+    try:
+        stat = (run_dir / "metrics.jsonl").stat()
+    except OSError:
+        return None
+    return _metrics_seen(run_dir, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _metrics_seen(run_dir: Path, _mtime_ns: int, _size: int) -> tuple[Any, ...] | None:
+    """The evaluations, the best step, the induction records and the blocks of a run's
+    metrics (None: none written yet); the file's time and size key the cache."""
     try:
         history = load_history(run_dir, until_step=2**62)
-    except ConfigError:  # no metrics written yet
-        return TrainingSeen(run, state, step, steps, **more)
+    except ConfigError:
+        return None
     evaluations = tuple(EvaluationSeen(e.step, e.train_loss, e.validation_loss) for e in history.evaluations
                         if not e.extra and e.train_loss is not None and e.validation_loss is not None)
-    induction, blocks = _induction_records(run_dir)
-    return TrainingSeen(run, state, step, steps, evaluations, history.best_step, induction=induction,
-                        blocks=blocks, **more)
+    return (evaluations, history.best_step, *_induction_records(run_dir))
 
 
 def _induction_records(run_dir: Path) -> tuple[tuple[tuple[int, int, int, float], ...], int]:

@@ -64,11 +64,6 @@ from minigpt_tui.engine.training.stream import (
 from minigpt_tui.engine.training.token_cache import cached_stream
 
 
-def dtype_for(precision: str) -> torch.dtype:
-    """The weights' dtype of a precision named in a config."""
-    return precision_of(precision).torch_dtype()
-
-
 def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """The forward's autocast region: bf16/fp16 compute over float32 weights, else none."""
     compute = precision_of(precision).autocast_dtype()
